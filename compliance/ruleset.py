@@ -1,0 +1,444 @@
+"""Rule sets: loading, schema validation, ``extends`` resolution, typed model.
+
+Override semantics of ``extends`` (documented in README "Rule format"):
+
+* ``id``, ``usage``, ``round``, ``status``, ``title``, ``note``, ``provenance``
+  and ``extends`` belong to each file and are never inherited.
+* Other scalars and lists (``layout``, ``divisions``, ``benchmarks``) replace
+  the parent's value when the child sets them.
+* Mappings (``binary_policy``, ``upstream_policy``, ``vendored``) merge key by
+  key; ``checks`` merges per check id and then per option. The child wins.
+* ``allowlist`` merges by entry id: a child entry with an inherited id replaces
+  that entry whole; new ids are appended; ``remove_allowlist`` drops inherited
+  entries (naming an id that is not inherited is an error).
+* A cycle or a missing parent is an error.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from compliance.checks.interface import CheckConfig, config_problems, effective_config, spec_for
+from compliance.errors import InputError, InputErrors
+from compliance.schema import problems_as_errors, validate_document
+from compliance.yamlsource import YamlDocument, load_yaml
+
+DEFAULT_RULESET = "training/v0.7"
+NEVER_INHERITED = frozenset({"id", "usage", "round", "status", "title", "note", "provenance",
+                             "extends", "schema_version", "$schema", "remove_allowlist"})
+MERGED_MAPPINGS = ("binary_policy", "upstream_policy", "vendored")
+REQUIRED_AFTER_RESOLUTION = ("layout", "benchmarks")
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a decision comes from."""
+
+    decision: str
+    """Link to the decision (issue, minutes), or ``none`` for a proposal."""
+    date: str
+    """ISO date of the decision."""
+    round: str | None = None
+    """Round it applies to."""
+    body: str | None = None
+    """Who decided (e.g. ``Training SWG``)."""
+    note: str | None = None
+    """E.g. "one-time decision, not a rules change"."""
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> Provenance:
+        return cls(decision=data["decision"], date=data["date"], round=data.get("round"),
+                   body=data.get("body"), note=data.get("note"))
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Error-bound parameters for one weight dtype."""
+
+    unit_roundoff_multiplier: float | None = None
+    """Multiplier on the dtype's unit roundoff times the bag length."""
+    absolute_floor: float | None = None
+    """Absolute error always accepted (for sums that cancel to ~0)."""
+
+
+@dataclass(frozen=True)
+class VerificationRequirement:
+    """Numerical verification an allowlist entry demands."""
+
+    reference_ops: tuple[str, ...]
+    """Reference ops a kernel of this category may claim (``embedding_bag``, ``embedding``)."""
+    tolerance: Mapping[str, Tolerance] = field(default_factory=dict)
+    """Per weight dtype; missing dtypes use the documented defaults."""
+
+
+@dataclass(frozen=True)
+class AllowlistEntry:
+    """One category of custom kernels a round admits."""
+
+    id: str
+    """Category id that manifests name in ``category``."""
+    title: str
+    """What the category is."""
+    benchmarks: tuple[str, ...]
+    """Benchmarks it covers."""
+    divisions: tuple[str, ...]
+    """Divisions it covers; empty means all."""
+    languages: tuple[str, ...]
+    """Kernel languages admitted: cuda, cpp, triton, ptx."""
+    requires_source: bool
+    """Source must ship with the submission."""
+    requires_upstream: bool
+    """An upstream link (repository + commit + path) is required."""
+    verification: VerificationRequirement | None
+    """Numerical verification demanded, if any."""
+    provenance: Provenance
+    """The decision behind the entry."""
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> AllowlistEntry:
+        requires = data["requires"]
+        verification = requires.get("verification")
+        return cls(
+            id=data["id"], title=data["title"], benchmarks=tuple(data["benchmarks"]),
+            divisions=tuple(data.get("divisions", ())), languages=tuple(data["languages"]),
+            requires_source=bool(requires["source"]),
+            requires_upstream=bool(requires.get("upstream", False)),
+            verification=None if verification is None else VerificationRequirement(
+                reference_ops=tuple(verification["reference_ops"]),
+                tolerance={k: Tolerance(**v) for k, v in verification.get("tolerance", {}).items()}),
+            provenance=Provenance.from_data(data["provenance"]),
+        )
+
+    def covers(self, benchmark: str | None, division: str | None) -> bool:
+        """True when this entry admits kernels in ``benchmark`` (and ``division``)."""
+        if benchmark not in self.benchmarks:
+            return False
+        return not self.divisions or division is None or division in self.divisions
+
+
+@dataclass(frozen=True)
+class BinaryPolicy:
+    """Levels for committed binaries."""
+
+    without_source: str = "error"
+    """A binary with no source for it."""
+    build_product_with_source: str = "warning"
+    """A build product whose source is present."""
+
+
+@dataclass(frozen=True)
+class UpstreamPolicy:
+    """What counts as an acceptable upstream link."""
+
+    allowed_hosts: tuple[str, ...] = ("github.com", "gitlab.com")
+    """Hosts an upstream repository URL may point at."""
+    require_commit: bool = True
+    """A full 40-hex commit is required; a branch is not a pin."""
+    allow_local: bool = False
+    """Accept file:// URLs and local paths (mirrors, tests)."""
+
+
+@dataclass(frozen=True)
+class VendoredPolicy:
+    """How vendored third-party trees are recognised."""
+
+    min_native_files: int = 50
+    """A directory holding at least this many native files is a vendored tree."""
+    markers: tuple[str, ...] = ("third_party", "3rdparty", "thirdparty", "vendor", "external",
+                                "extern", "deps", "submodules")
+    """Directory names that mark vendored code regardless of size."""
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """A resolved rule set (``extends`` applied), ready for the checker."""
+
+    id: str
+    """E.g. ``training/v0.7``."""
+    usage: str
+    """training, inference or hpc."""
+    round: str
+    """The round."""
+    status: str
+    """``adopted`` (a working-group decision) or ``proposal`` (not MLPerf policy)."""
+    title: str
+    """One line."""
+    note: str | None
+    """Free text shown with the rule set."""
+    provenance: Provenance
+    """The decision behind the whole file."""
+    extends: str | None
+    """Parent id, if any."""
+    layout: str
+    """training or inference."""
+    divisions: tuple[str, ...]
+    """Divisions of the round (inference layout)."""
+    benchmarks: tuple[str, ...]
+    """Benchmarks of the round."""
+    allowlist: tuple[AllowlistEntry, ...]
+    """Custom-kernel categories in force."""
+    binary_policy: BinaryPolicy
+    """Levels for binaries."""
+    upstream_policy: UpstreamPolicy
+    """Upstream link policy."""
+    vendored: VendoredPolicy
+    """Vendored-tree recognition."""
+    checks: Mapping[str, Mapping[str, Any]]
+    """Raw ``checks:`` configuration after merging (validated)."""
+    source: Path
+    """The file this rule set was loaded from."""
+    chain: tuple[Path, ...]
+    """Files from this one up to the root ancestor."""
+    origins: Mapping[str, str]
+    """Dotted key -> id of the rule set that supplied it (for ``rules show --origin``)."""
+    data: Mapping[str, Any]
+    """The merged document (what ``rules show`` prints)."""
+
+    def entry(self, category: str) -> AllowlistEntry | None:
+        """The allowlist entry with id ``category``, if in force."""
+        return next((e for e in self.allowlist if e.id == category), None)
+
+    def check_config(self, check_id: str) -> CheckConfig:
+        """Effective level and options of a check in this rule set."""
+        return effective_config(check_id, self.checks.get(check_id))
+
+    def summary(self) -> dict[str, Any]:
+        """Identity and provenance, as embedded in reports."""
+        return {"id": self.id, "round": self.round, "usage": self.usage, "status": self.status,
+                "title": self.title, "source": str(self.source),
+                "provenance": _provenance_dict(self.provenance)}
+
+
+def _provenance_dict(p: Provenance) -> dict[str, Any]:
+    return {k: v for k, v in vars(p).items() if v is not None}
+
+
+# --------------------------------------------------------------------------- locating
+
+def shipped_rules_dir() -> Path:
+    """Where the shipped rule sets live.
+
+    ``$COMPLIANCE_RULES_DIR`` wins; then ``rules/`` beside the package (a source
+    checkout or editable install); then the copy a wheel installs under
+    ``<prefix>/share/mlperf-kernel-compliance/rules``.
+    """
+    override = os.environ.get("COMPLIANCE_RULES_DIR")
+    if override:
+        return Path(override)
+    beside = Path(__file__).resolve().parent.parent / "rules"
+    if beside.is_dir():
+        return beside
+    return Path(sys.prefix) / "share" / "mlperf-kernel-compliance" / "rules"
+
+
+def list_shipped() -> list[str]:
+    """Ids of every shipped rule set, sorted."""
+    root = shipped_rules_dir()
+    return sorted(p.relative_to(root).with_suffix("").as_posix() for p in root.rglob("*.yaml"))
+
+
+def _looks_like_file(name: str) -> bool:
+    return name.endswith((".yaml", ".yml")) or os.sep in name and Path(name).exists()
+
+
+def _locate(name: str, roots: list[Path]) -> Path | None:
+    for root in roots:
+        candidate = root / f"{name}.yaml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _root_of(path: Path, ruleset_id: str) -> Path | None:
+    """The rules root ``path`` sits in, if its place matches ``ruleset_id``."""
+    parts = Path(ruleset_id).parts
+    resolved = path.resolve()
+    if resolved.with_suffix("").parts[-len(parts):] == parts:
+        return resolved.parents[len(parts) - 1]
+    return None
+
+
+# --------------------------------------------------------------------------- loading
+
+def _parse_and_validate(path: Path) -> YamlDocument:
+    document = load_yaml(path)
+    problems = validate_document(document, "ruleset")
+    if problems:
+        raise InputErrors(problems_as_errors(document, problems))
+    _check_own_semantics(document)
+    return document
+
+
+def _check_own_semantics(document: YamlDocument) -> None:
+    """Errors a schema cannot express, within one file."""
+    errors: list[InputError] = []
+    seen: dict[str, int] = {}
+    for index, entry in enumerate(document.data.get("allowlist", [])):
+        if entry["id"] in seen:
+            errors.append(document.error(
+                f"duplicate allowlist id {entry['id']!r} (also entry {seen[entry['id']]})",
+                ("allowlist", index, "id")))
+        seen.setdefault(entry["id"], index)
+    for check_id, raw in document.data.get("checks", {}).items():
+        for sub, message in config_problems(check_id, raw):
+            errors.append(document.error(message, ("checks", check_id, *sub)))
+    if errors:
+        raise InputErrors(errors)
+
+
+def _merge(parent: dict[str, Any], child: YamlDocument, origins: dict[str, str]) -> dict[str, Any]:
+    """Apply ``child`` over the resolved ``parent`` (see module doc)."""
+    data = child.data
+    own_id = data["id"]
+    merged = {k: v for k, v in parent.items() if k not in NEVER_INHERITED}
+    for key, value in data.items():
+        if key in MERGED_MAPPINGS:
+            merged[key] = {**parent.get(key, {}), **value}
+            origins.update({f"{key}.{k}": own_id for k in value})
+        elif key == "checks":
+            checks = {cid: dict(cfg) for cid, cfg in parent.get("checks", {}).items()}
+            for cid, cfg in value.items():
+                checks[cid] = {**checks.get(cid, {}), **cfg}
+                origins.update({f"checks.{cid}.{k}": own_id for k in cfg})
+            merged["checks"] = checks
+        elif key == "allowlist":
+            merged["allowlist"] = _merge_allowlist(parent.get("allowlist", []), value)
+            origins.update({f"allowlist.{e['id']}": own_id for e in value})
+        elif key != "remove_allowlist":
+            merged[key] = value
+            origins[key] = own_id
+    removed = data.get("remove_allowlist", [])
+    inherited = {e["id"] for e in parent.get("allowlist", [])}
+    for index, entry_id in enumerate(removed):
+        if entry_id not in inherited:
+            raise child.error(f"remove_allowlist names {entry_id!r}, which the parent does not "
+                              f"define (inherited: {', '.join(sorted(inherited)) or 'none'})",
+                              ("remove_allowlist", index))
+        origins[f"allowlist.{entry_id}"] = f"{own_id} (removed)"
+    merged["allowlist"] = [e for e in merged.get("allowlist", []) if e["id"] not in removed]
+    return merged
+
+
+def _merge_allowlist(parent: list[dict[str, Any]], child: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    by_id = {e["id"]: e for e in parent}
+    order = [e["id"] for e in parent]
+    for entry in child:
+        if entry["id"] not in by_id:
+            order.append(entry["id"])
+        by_id[entry["id"]] = entry
+    return [by_id[i] for i in order]
+
+
+def _resolve(path: Path, roots: list[Path], stack: tuple[str, ...]) -> tuple[dict[str, Any], list[Path], dict[str, str]]:
+    document = _parse_and_validate(path)
+    own_id = document.data["id"]
+    if own_id in stack:
+        cycle = " -> ".join([*stack, own_id])
+        raise document.error(f"extends cycle: {cycle}", ("extends",))
+    parent_id = document.data.get("extends")
+    if parent_id is None:
+        origins: dict[str, str] = {}
+        return _merge({}, document, origins), [path], origins
+    own_root = _root_of(path, own_id)
+    search = ([own_root] if own_root else []) + roots
+    parent_path = _locate(parent_id, search)
+    if parent_path is None:
+        raise document.error(
+            f"extends {parent_id!r}, but no such rule set exists "
+            f"(looked in: {', '.join(str(r) for r in search)})", ("extends",))
+    parent, chain, origins = _resolve(parent_path, roots, (*stack, own_id))
+    merged = _merge(parent, document, origins)
+    return merged, [path, *chain], origins
+
+
+def _check_resolved(merged: dict[str, Any], path: Path) -> None:
+    """Errors that only show once ``extends`` is applied."""
+    document = load_yaml(path)
+    missing = [k for k in REQUIRED_AFTER_RESOLUTION if k not in merged]
+    if missing:
+        raise document.error(f"rule set defines no {', '.join(missing)} (neither itself nor "
+                             "through extends)")
+    benchmarks = set(merged["benchmarks"])
+    divisions = set(merged.get("divisions", []))
+    errors: list[InputError] = []
+    own_entries = {e["id"]: i for i, e in enumerate(document.data.get("allowlist", []))}
+    for entry in merged.get("allowlist", []):
+        where = ("allowlist", own_entries[entry["id"]]) if entry["id"] in own_entries else ()
+        unknown = [b for b in entry["benchmarks"] if b not in benchmarks]
+        if unknown:
+            errors.append(document.error(
+                f"allowlist entry {entry['id']!r} covers unknown benchmark(s) {', '.join(unknown)}; "
+                f"the round's benchmarks are: {', '.join(sorted(benchmarks))}", (*where, "benchmarks")))
+        bad_div = [d for d in entry.get("divisions", []) if divisions and d not in divisions]
+        if bad_div:
+            errors.append(document.error(
+                f"allowlist entry {entry['id']!r} names unknown division(s) {', '.join(bad_div)}",
+                (*where, "divisions")))
+    if errors:
+        raise InputErrors(errors)
+
+
+def _build(merged: dict[str, Any], chain: list[Path], origins: dict[str, str]) -> RuleSet:
+    return RuleSet(
+        id=merged["id"], usage=merged["usage"], round=merged["round"], status=merged["status"],
+        title=merged["title"], note=merged.get("note"),
+        provenance=Provenance.from_data(merged["provenance"]), extends=merged.get("extends"),
+        layout=merged["layout"], divisions=tuple(merged.get("divisions", ())),
+        benchmarks=tuple(merged["benchmarks"]),
+        allowlist=tuple(AllowlistEntry.from_data(e) for e in merged.get("allowlist", [])),
+        binary_policy=BinaryPolicy(**merged.get("binary_policy", {})),
+        upstream_policy=_upstream_policy(merged.get("upstream_policy", {})),
+        vendored=_vendored(merged.get("vendored", {})),
+        checks=merged.get("checks", {}), source=chain[0], chain=tuple(chain),
+        origins=dict(origins), data=merged,
+    )
+
+
+def _upstream_policy(raw: Mapping[str, Any]) -> UpstreamPolicy:
+    kwargs = dict(raw)
+    if "allowed_hosts" in kwargs:
+        kwargs["allowed_hosts"] = tuple(kwargs["allowed_hosts"])
+    return UpstreamPolicy(**kwargs)
+
+
+def _vendored(raw: Mapping[str, Any]) -> VendoredPolicy:
+    kwargs = dict(raw)
+    if "markers" in kwargs:
+        kwargs["markers"] = tuple(kwargs["markers"])
+    return VendoredPolicy(**kwargs)
+
+
+def load_ruleset(name_or_path: str | Path, extra_roots: list[Path] | None = None) -> RuleSet:
+    """Load a rule set by id (``training/v0.7``) or by file path and resolve ``extends``.
+
+    Raises ``InputError`` (exit 2) naming the file and line for any problem.
+    """
+    roots = [*(extra_roots or []), shipped_rules_dir()]
+    text = str(name_or_path)
+    if isinstance(name_or_path, Path) or _looks_like_file(text):
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise InputError("rule file not found", path)
+        expected_id = None
+    else:
+        found = _locate(text, roots)
+        if found is None:
+            known = ", ".join(list_shipped()) or "none"
+            raise InputError(f"unknown rule set {text!r}; shipped rule sets: {known}")
+        path, expected_id = found, text
+    merged, chain, origins = _resolve(path, roots, ())
+    if expected_id is not None and merged["id"] != expected_id:
+        raise load_yaml(path).error(
+            f"file declares id {merged['id']!r} but is stored as {expected_id!r}", ("id",))
+    _check_resolved(merged, path)
+    return _build(merged, chain, origins)
+
+
+def check_exists(check_id: str) -> bool:
+    """True when ``check_id`` is a registered check."""
+    return spec_for(check_id) is not None
