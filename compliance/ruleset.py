@@ -264,34 +264,103 @@ def _root_of(path: Path, ruleset_id: str) -> Path | None:
 
 
 # --------------------------------------------------------------------------- loading
+#
+# Loading collects every problem it can find before giving up, so that
+# ``compliance rules validate`` reports all of them at once: YAML errors stop a
+# file; schema errors are all reported (semantics of a malformed document are
+# not checked); otherwise every semantic problem of the file, of its
+# ``extends`` chain and of the resolved rule set is collected.
 
-def _parse_and_validate(path: Path) -> YamlDocument:
-    document = load_yaml(path)
+
+@dataclass(frozen=True)
+class _EntrySource:
+    """Where an allowlist entry of a resolved rule set was written."""
+
+    document: YamlDocument
+    """The rule file that defines the entry."""
+    index: int
+    """Position in that file's ``allowlist``."""
+
+
+@dataclass
+class _Resolution:
+    """The outcome of resolving one file and its ``extends`` chain."""
+
+    merged: dict[str, Any]
+    """The merged document ({} when resolution failed)."""
+    chain: list[Path]
+    """Files from this one up to the root ancestor."""
+    origins: dict[str, str]
+    """Dotted key -> id of the rule set that supplied it."""
+    entries: dict[str, _EntrySource]
+    """Allowlist entry id -> where it is defined."""
+    errors: list[InputError]
+    """Every problem found; non-empty means the file does not load."""
+    document: YamlDocument | None = None
+    """The parsed file, when it parsed."""
+
+
+def _failed(errors: list[InputError], document: YamlDocument | None = None) -> _Resolution:
+    return _Resolution({}, [], {}, {}, errors, document)
+
+
+def _parse_and_validate(path: Path) -> tuple[YamlDocument | None, list[InputError]]:
+    """Parse ``path`` and validate it against the schema; all problems, not the first."""
+    try:
+        document = load_yaml(path)
+    except InputErrors as exc:
+        return None, list(exc.errors)
+    except InputError as exc:
+        return None, [exc]
     problems = validate_document(document, "ruleset")
-    if problems:
-        raise InputErrors(problems_as_errors(document, problems))
-    _check_own_semantics(document)
-    return document
+    return document, problems_as_errors(document, problems)
 
 
-def _check_own_semantics(document: YamlDocument) -> None:
+def _own_semantics(document: YamlDocument) -> list[InputError]:
     """Errors a schema cannot express, within one file."""
     errors: list[InputError] = []
+    data = document.data
     seen: dict[str, int] = {}
-    for index, entry in enumerate(document.data.get("allowlist", [])):
+    for index, entry in enumerate(data.get("allowlist", [])):
         if entry["id"] in seen:
             errors.append(document.error(
                 f"duplicate allowlist id {entry['id']!r} (also entry {seen[entry['id']]})",
                 ("allowlist", index, "id")))
         seen.setdefault(entry["id"], index)
-    for check_id, raw in document.data.get("checks", {}).items():
+    for check_id, raw in data.get("checks", {}).items():
         for sub, message in config_problems(check_id, raw):
             errors.append(document.error(message, ("checks", check_id, *sub)))
-    if errors:
-        raise InputErrors(errors)
+    errors.extend(_provenance_problems(document))
+    return errors
 
 
-def _merge(parent: dict[str, Any], child: YamlDocument, origins: dict[str, str]) -> dict[str, Any]:
+def _is_link(decision: str) -> bool:
+    return decision.startswith(("https://", "http://"))
+
+
+def _provenance_problems(document: YamlDocument) -> list[InputError]:
+    """An adopted rule set must link every decision it encodes."""
+    data = document.data
+    if data["status"] != "adopted":
+        return []
+    errors: list[InputError] = []
+    if not _is_link(data["provenance"]["decision"]):
+        errors.append(document.error(
+            f"adopted rule set without a decision link: provenance.decision is "
+            f"{data['provenance']['decision']!r}; link the issue or minutes that adopted it "
+            "(or mark the file status: proposal)", ("provenance", "decision")))
+    for index, entry in enumerate(data.get("allowlist", [])):
+        decision = entry["provenance"]["decision"]
+        if not _is_link(decision):
+            errors.append(document.error(
+                f"allowlist entry {entry['id']!r} has no provenance: decision is {decision!r}, "
+                "not a link to the decision that admitted it (adopted rule sets need one)",
+                ("allowlist", index, "provenance", "decision")))
+    return errors
+
+
+def _merge(parent: dict[str, Any], child: YamlDocument,
+           origins: dict[str, str]) -> tuple[dict[str, Any], list[InputError]]:
     """Apply ``child`` over the resolved ``parent`` (see module doc)."""
     data = child.data
     own_id = data["id"]
@@ -312,16 +381,18 @@ def _merge(parent: dict[str, Any], child: YamlDocument, origins: dict[str, str])
         elif key != "remove_allowlist":
             merged[key] = value
             origins[key] = own_id
+    errors: list[InputError] = []
     removed = data.get("remove_allowlist", [])
     inherited = {e["id"] for e in parent.get("allowlist", [])}
     for index, entry_id in enumerate(removed):
         if entry_id not in inherited:
-            raise child.error(f"remove_allowlist names {entry_id!r}, which the parent does not "
-                              f"define (inherited: {', '.join(sorted(inherited)) or 'none'})",
-                              ("remove_allowlist", index))
+            errors.append(child.error(
+                f"remove_allowlist names {entry_id!r}, which the parent does not define "
+                f"(inherited: {', '.join(sorted(inherited)) or 'none'})", ("remove_allowlist", index)))
+            continue
         origins[f"allowlist.{entry_id}"] = f"{own_id} (removed)"
     merged["allowlist"] = [e for e in merged.get("allowlist", []) if e["id"] not in removed]
-    return merged
+    return merged, errors
 
 
 def _merge_allowlist(parent: list[dict[str, Any]], child: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -334,53 +405,103 @@ def _merge_allowlist(parent: list[dict[str, Any]], child: list[dict[str, Any]]) 
     return [by_id[i] for i in order]
 
 
-def _resolve(path: Path, roots: list[Path], stack: tuple[str, ...]) -> tuple[dict[str, Any], list[Path], dict[str, str]]:
-    document = _parse_and_validate(path)
-    own_id = document.data["id"]
-    if own_id in stack:
-        cycle = " -> ".join([*stack, own_id])
-        raise document.error(f"extends cycle: {cycle}", ("extends",))
+def _resolve_parent(document: YamlDocument, roots: list[Path],
+                    stack: tuple[str, ...]) -> _Resolution:
+    """The resolved parent of ``document`` ({} when it extends nothing)."""
     parent_id = document.data.get("extends")
     if parent_id is None:
-        origins: dict[str, str] = {}
-        return _merge({}, document, origins), [path], origins
-    own_root = _root_of(path, own_id)
+        return _Resolution({}, [], {}, {}, [])
+    own_id = document.data["id"]
+    own_root = _root_of(document.path, own_id)
     search = ([own_root] if own_root else []) + roots
     parent_path = _locate(parent_id, search)
     if parent_path is None:
-        raise document.error(
+        return _failed([document.error(
             f"extends {parent_id!r}, but no such rule set exists "
-            f"(looked in: {', '.join(str(r) for r in search)})", ("extends",))
-    parent, chain, origins = _resolve(parent_path, roots, (*stack, own_id))
-    merged = _merge(parent, document, origins)
-    return merged, [path, *chain], origins
+            f"(looked in: {', '.join(str(r) for r in search)})", ("extends",))])
+    parent = _resolve(parent_path, roots, (*stack, own_id))
+    if parent.errors:
+        return parent
+    if document.data["status"] == "adopted" and parent.merged.get("status") == "proposal":
+        parent.errors.append(document.error(
+            f"adopted rule set extends {parent_id!r}, which is a proposal (not MLPerf policy); "
+            "an adopted round may only build on adopted rule sets", ("extends",)))
+    return parent
 
 
-def _check_resolved(merged: dict[str, Any], path: Path) -> None:
+def _resolve(path: Path, roots: list[Path], stack: tuple[str, ...]) -> _Resolution:
+    document, errors = _parse_and_validate(path)
+    if document is None or errors:
+        return _failed(errors, document)
+    own_id = document.data["id"]
+    if own_id in stack:
+        cycle = " -> ".join([*stack, own_id])
+        return _failed([document.error(f"extends cycle: {cycle}", ("extends",))], document)
+    errors = _own_semantics(document)
+    parent = _resolve_parent(document, roots, stack)
+    if parent.errors:
+        return _failed(errors + parent.errors, document)
+    origins = parent.origins
+    merged, merge_errors = _merge(parent.merged, document, origins)
+    entries = {**parent.entries, **{e["id"]: _EntrySource(document, i)
+                                    for i, e in enumerate(document.data.get("allowlist", []))}}
+    return _Resolution(merged, [path, *parent.chain], origins, entries, errors + merge_errors,
+                       document)
+
+
+def _with_pointer(document: YamlDocument, errors: list[InputError]) -> list[InputError]:
+    """``errors``, plus a pointer from ``extends`` when some lie in an ancestor's file."""
+    elsewhere = [e for e in errors if e.path != str(document.path)]
+    if not elsewhere:
+        return errors
+    pointer = document.error(
+        f"extends {document.data['extends']!r}, which does not load ({len(elsewhere)} problem(s) "
+        "in its chain, listed with their own file)", ("extends",))
+    return [pointer, *errors]
+
+
+def _resolved_problems(resolution: _Resolution) -> list[InputError]:
     """Errors that only show once ``extends`` is applied."""
-    document = load_yaml(path)
+    merged, document = resolution.merged, resolution.document
+    assert document is not None
     missing = [k for k in REQUIRED_AFTER_RESOLUTION if k not in merged]
     if missing:
-        raise document.error(f"rule set defines no {', '.join(missing)} (neither itself nor "
-                             "through extends)")
+        return [document.error(f"rule set defines no {', '.join(missing)} (neither itself nor "
+                               "through extends)")]
     benchmarks = set(merged["benchmarks"])
     divisions = set(merged.get("divisions", []))
     errors: list[InputError] = []
-    own_entries = {e["id"]: i for i, e in enumerate(document.data.get("allowlist", []))}
     for entry in merged.get("allowlist", []):
-        where = ("allowlist", own_entries[entry["id"]]) if entry["id"] in own_entries else ()
+        source = resolution.entries.get(entry["id"])
+        where_doc = source.document if source else document
+        where: tuple[str | int, ...] = ("allowlist", source.index) if source else ()
         unknown = [b for b in entry["benchmarks"] if b not in benchmarks]
         if unknown:
-            errors.append(document.error(
+            errors.append(where_doc.error(
                 f"allowlist entry {entry['id']!r} covers unknown benchmark(s) {', '.join(unknown)}; "
-                f"the round's benchmarks are: {', '.join(sorted(benchmarks))}", (*where, "benchmarks")))
+                f"the benchmarks of {merged['id']} are: {', '.join(sorted(benchmarks))}",
+                (*where, "benchmarks")))
         bad_div = [d for d in entry.get("divisions", []) if divisions and d not in divisions]
         if bad_div:
-            errors.append(document.error(
+            errors.append(where_doc.error(
                 f"allowlist entry {entry['id']!r} names unknown division(s) {', '.join(bad_div)}",
                 (*where, "divisions")))
-    if errors:
-        raise InputErrors(errors)
+    return errors
+
+
+def _resolve_top(path: Path, roots: list[Path], expected_id: str | None) -> _Resolution:
+    """Resolve the file the user named, collecting every problem."""
+    resolution = _resolve(path, roots, ())
+    if resolution.errors and resolution.document is not None:
+        resolution.errors = _with_pointer(resolution.document, resolution.errors)
+    if resolution.document is None or not resolution.merged:
+        return resolution  # did not parse, or its extends chain did not resolve
+    document = resolution.document
+    if expected_id is not None and document.data["id"] != expected_id:
+        resolution.errors.append(document.error(
+            f"file declares id {document.data['id']!r} but is stored as {expected_id!r}", ("id",)))
+    resolution.errors.extend(_resolved_problems(resolution))
+    return resolution
 
 
 def _build(merged: dict[str, Any], chain: list[Path], origins: dict[str, str]) -> RuleSet:
@@ -413,30 +534,51 @@ def _vendored(raw: Mapping[str, Any]) -> VendoredPolicy:
     return VendoredPolicy(**kwargs)
 
 
-def load_ruleset(name_or_path: str | Path, extra_roots: list[Path] | None = None) -> RuleSet:
-    """Load a rule set by id (``training/v0.7``) or by file path and resolve ``extends``.
-
-    Raises ``InputError`` (exit 2) naming the file and line for any problem.
-    """
-    roots = [*(extra_roots or []), shipped_rules_dir()]
+def _find(name_or_path: str | Path, roots: list[Path]) -> tuple[Path, str | None]:
+    """The file for a rule-set id or path, and the id it must declare (None for paths)."""
     text = str(name_or_path)
     if isinstance(name_or_path, Path) or _looks_like_file(text):
         path = Path(name_or_path)
         if not path.is_file():
             raise InputError("rule file not found", path)
-        expected_id = None
-    else:
-        found = _locate(text, roots)
-        if found is None:
-            known = ", ".join(list_shipped()) or "none"
-            raise InputError(f"unknown rule set {text!r}; shipped rule sets: {known}")
-        path, expected_id = found, text
-    merged, chain, origins = _resolve(path, roots, ())
-    if expected_id is not None and merged["id"] != expected_id:
-        raise load_yaml(path).error(
-            f"file declares id {merged['id']!r} but is stored as {expected_id!r}", ("id",))
-    _check_resolved(merged, path)
-    return _build(merged, chain, origins)
+        return path, None
+    found = _locate(text, roots)
+    if found is None:
+        known = ", ".join(list_shipped()) or "none"
+        raise InputError(f"unknown rule set {text!r}; shipped rule sets: {known}")
+    return found, text
+
+
+def ruleset_problems(name_or_path: str | Path,
+                     extra_roots: list[Path] | None = None) -> list[InputError]:
+    """Every problem of a rule set (YAML, schema, semantic), in file order; [] if it loads.
+
+    Raises ``InputError`` only when ``name_or_path`` names no file at all.
+    """
+    roots = [*(extra_roots or []), shipped_rules_dir()]
+    path, expected_id = _find(name_or_path, roots)
+    return _sorted(_resolve_top(path, roots, expected_id).errors)
+
+
+def _sorted(errors: list[InputError]) -> list[InputError]:
+    return sorted(errors, key=lambda e: (e.path or "", e.line or 0, e.column or 0, e.message))
+
+
+def load_ruleset(name_or_path: str | Path, extra_roots: list[Path] | None = None) -> RuleSet:
+    """Load a rule set by id (``training/v0.7``) or by file path and resolve ``extends``.
+
+    Raises ``InputError`` (exit 2) naming the file and line for any problem;
+    ``InputErrors`` when there are several.
+    """
+    roots = [*(extra_roots or []), shipped_rules_dir()]
+    path, expected_id = _find(name_or_path, roots)
+    resolution = _resolve_top(path, roots, expected_id)
+    errors = _sorted(resolution.errors)
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise InputErrors(errors)
+    return _build(resolution.merged, resolution.chain, resolution.origins)
 
 
 def check_exists(check_id: str) -> bool:
