@@ -91,6 +91,22 @@ class KernelDeclaration:
 
 
 @dataclass(frozen=True)
+class VendoredDeclaration:
+    """A third-party tree copied into the implementation."""
+
+    path: str
+    """Directory of the copy, relative to the manifest directory."""
+    repository: str
+    """Upstream clone URL."""
+    commit: str
+    """Commit the copy was taken from."""
+    upstream_path: str = ""
+    """Directory in the upstream repository that ``path`` mirrors."""
+    line: int | None = None
+    """Line of the entry in the manifest."""
+
+
+@dataclass(frozen=True)
 class ManifestProblem:
     """A schema or semantic problem in a manifest."""
 
@@ -114,6 +130,8 @@ class Manifest:
     """Everything wrong with the file."""
     document: YamlDocument | None = None
     """The parsed document (None when the YAML itself was unreadable)."""
+    vendored: tuple[VendoredDeclaration, ...] = ()
+    """Declared vendored third-party trees."""
 
     @property
     def directory(self) -> Path:
@@ -194,7 +212,15 @@ def parse_manifest(text: str, path: Path) -> Manifest:
                     if i not in bad_kernels)
     ruleset = document.data.get("ruleset")
     return Manifest(path, ruleset if isinstance(ruleset, str) else None, kernels,
-                    tuple(problems), document)
+                    tuple(problems), document, _vendored(document))
+
+
+def _vendored(document: YamlDocument) -> tuple[VendoredDeclaration, ...]:
+    entries = document.data.get("vendored", [])
+    return tuple(VendoredDeclaration(
+        path=e["path"].rstrip("/"), repository=e["repository"], commit=str(e["commit"]),
+        upstream_path=e.get("upstream_path", "").strip("/"),
+        line=getattr(document.mark(("vendored", i)), "line", None)) for i, e in enumerate(entries))
 
 
 def load_manifest(path: Path) -> Manifest:

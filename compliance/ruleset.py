@@ -549,6 +549,11 @@ def _find(name_or_path: str | Path, roots: list[Path]) -> tuple[Path, str | None
     return found, text
 
 
+def ruleset_path(name_or_path: str | Path, extra_roots: list[Path] | None = None) -> Path:
+    """The file a rule-set id or path names (``InputError`` when there is none)."""
+    return _find(name_or_path, [*(extra_roots or []), shipped_rules_dir()])[0]
+
+
 def ruleset_problems(name_or_path: str | Path,
                      extra_roots: list[Path] | None = None) -> list[InputError]:
     """Every problem of a rule set (YAML, schema, semantic), in file order; [] if it loads.

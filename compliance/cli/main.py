@@ -2,11 +2,16 @@
 
 Exit codes (every command): 0 compliant / nothing wrong, 1 findings at error
 level, 2 usage or input errors (bad rule file, missing path, bad option).
+Commands raise ``InputError`` for bad input; ``reports_input_errors`` turns it
+into a message on stderr and exit code 2, so Click's test runner and the
+console script behave the same.
 """
 
 from __future__ import annotations
 
-import sys
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -15,8 +20,28 @@ from compliance.errors import InputError
 
 EXIT_OK, EXIT_FINDINGS, EXIT_INPUT = 0, 1, 2
 
+F = TypeVar("F", bound=Callable[..., Any])
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+def reports_input_errors(func: F) -> F:
+    """Decorator for command callbacks: ``InputError`` -> stderr + exit 2."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except InputError as exc:
+            click.echo(f"error: {exc}", err=True)
+            raise SystemExit(EXIT_INPUT) from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+class _Group(click.Group):
+    """Click group whose usage errors exit 2 (Click's default) and document it."""
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="compliance")
 def cli() -> None:
     """Check MLPerf-style submission trees for custom-kernel compliance.
@@ -26,22 +51,17 @@ def cli() -> None:
 
 
 def _register_commands() -> None:
-    # Each command group lives in its own module; importing registers it.
-    from compliance.cli import check, inventory, rules  # noqa: F401
+    # Each command group lives in its own module; importing it registers it.
+    from compliance.cli import check, inventory  # noqa: F401
+    try:  # rules commands are being added (issue 7)
+        from compliance.cli import rules  # noqa: F401
+    except ImportError:
+        pass
+
+
+_register_commands()
 
 
 def main() -> None:
-    """Console-script entry point: maps input errors to exit code 2."""
-    _register_commands()
-    try:
-        cli.main(standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(EXIT_INPUT)
-    except click.ClickException as exc:  # usage errors: Click's own exit code is 2
-        exc.show()
-        sys.exit(EXIT_INPUT)
-    except InputError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_INPUT)
-    sys.exit(EXIT_OK)
+    """Console-script entry point."""
+    cli.main(prog_name="compliance")

@@ -1,0 +1,226 @@
+"""Kernel declaration checks: every native kernel is declared, allowed, and ships its source."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from compliance.checks.interface import CheckSpec, register
+from compliance.context import DeclaredKernel, tree_relative
+from compliance.manifest import MANIFEST_NAME
+
+if TYPE_CHECKING:
+    from compliance.context import CheckContext
+    from compliance.findings import Finding
+
+MANIFEST_INVALID = register(CheckSpec(
+    id="manifest-invalid", title="Kernel manifest does not follow its schema", default_level="error",
+    doc=f"A {MANIFEST_NAME} could not be parsed or does not match the manifest schema "
+        "(`compliance rules schema --manifest`). Kernels in an invalid entry are not checked "
+        "further, so the problem may hide others.",
+    hint="Fix the entry at the reported line; validate while editing with the schema "
+         "(see docs/manifest.md).",
+    passing="manifest_version: 1\nkernels:\n  - id: emb\n    category: dlrm-embedding\n    ...",
+    failing="manifest_version: 1\nkernels:\n  - id: emb\n    language: cuda-c   # not a known language",
+))
+MANIFEST_MISPLACED = register(CheckSpec(
+    id="manifest-misplaced", title="Kernel manifest outside an implementation", default_level="error",
+    doc=f"A {MANIFEST_NAME} must sit inside an implementation directory "
+        "(<Org>/benchmarks/<benchmark>/implementations/<impl>/), because the benchmark it "
+        "belongs to decides which allowlist entries apply.",
+    hint="Move the manifest into the implementation directory whose kernels it declares.",
+    passing=f"Acme/benchmarks/dlrm/implementations/pytorch/{MANIFEST_NAME}",
+    failing=f"Acme/{MANIFEST_NAME}",
+))
+UNDECLARED = register(CheckSpec(
+    id="undeclared-kernel", title="Native kernel code no manifest declares", default_level="error",
+    doc="The tree contains native kernel code (CUDA `__global__` functions, inline PTX `asm(`, "
+        "`@triton.jit` functions, `load_inline(...)`/`cpp_extension.load(...)` builds, torch "
+        "extension sources, or sources of a setup.py CUDAExtension/CppExtension) that is not "
+        "listed as a source of any kernel in a manifest. Detection is by content, not only by "
+        "file extension. Files inside a grouped vendored tree are reported by "
+        "`vendored-undeclared` instead.",
+    hint=f"Declare the kernel in the implementation's {MANIFEST_NAME} (id, category, language, "
+         "sources, entry symbols, upstream, semantics), or remove the code.",
+    passing=f"kernels/emb.cu listed under `sources:` of a kernel in {MANIFEST_NAME}",
+    failing=f"kernels/emb.cu defines a __global__ function and no {MANIFEST_NAME} lists it",
+))
+NOT_ALLOWLISTED = register(CheckSpec(
+    id="kernel-not-allowlisted", title="Kernel category not allowed for this benchmark and round",
+    default_level="error",
+    doc="A declared kernel's `category` is not an allowlist entry of the rule set, or the entry "
+        "does not cover the benchmark (or division) the kernel is submitted in.",
+    hint="Use a category the round allows for this benchmark (`compliance rules show`), or "
+         "replace the kernel with the framework's own op.",
+    passing="category: dlrm-embedding in benchmarks/dlrm under training/v0.7",
+    failing="category: dlrm-embedding in benchmarks/bert, or under training/v1.0",
+))
+LANGUAGE = register(CheckSpec(
+    id="kernel-language-not-allowed", title="Kernel language not admitted by its category",
+    default_level="error",
+    doc="The allowlist entry admits only some kernel languages (cuda, cpp, triton, ptx); the "
+        "declared kernel is written in another.",
+    hint="Rewrite the kernel in an admitted language or ask the working group to extend the entry.",
+    passing="language: cuda with an entry admitting [cuda]",
+    failing="language: ptx with an entry admitting [cuda]",
+))
+REFERENCE_OP = register(CheckSpec(
+    id="kernel-reference-op-not-allowed", title="Claimed reference op not covered by the category",
+    default_level="error",
+    doc="The kernel claims to compute a reference op (semantics.op) that its allowlist entry's "
+        "verification requirement does not name, so it cannot be verified under this rule set.",
+    hint="Declare the reference op the kernel really computes (embedding_bag or embedding).",
+    passing="semantics: {op: embedding_bag} with reference_ops [embedding_bag, embedding]",
+    failing="semantics: {op: embedding} with reference_ops [embedding_bag]",
+))
+SOURCE_MISSING = register(CheckSpec(
+    id="kernel-source-missing", title="Declared kernel source does not exist", default_level="error",
+    doc="A file listed in a kernel's `sources` is not a regular file in the tree (missing, a "
+        "directory, or a symbolic link). Kernels must ship as source.",
+    hint="Commit the source file at the declared path (paths are relative to the manifest).",
+    passing="sources: [kernels/emb.cu] and kernels/emb.cu exists",
+    failing="sources: [kernels/emb.cu] and only kernels/emb.o is committed",
+))
+SOURCE_OUTSIDE = register(CheckSpec(
+    id="kernel-source-outside-tree", title="Declared kernel source outside the tree",
+    default_level="error",
+    doc="A declared source path is absolute or climbs out of the checked tree with `..`; the "
+        "submission must contain its own kernel sources.",
+    hint="Copy the source into the implementation directory and declare it by a relative path.",
+    passing="sources: [kernels/emb.cu]",
+    failing="sources: [../../../../other-org/kernels/emb.cu] or [/opt/src/emb.cu]",
+))
+SOURCE_EMPTY = register(CheckSpec(
+    id="kernel-source-empty", title="Declared kernel source is empty", default_level="error",
+    doc="A declared source file has no content other than whitespace.",
+    hint="Commit the real source.",
+    passing="kernels/emb.cu with the kernel's code",
+    failing="kernels/emb.cu of 0 bytes",
+))
+ENTRY_SYMBOL = register(CheckSpec(
+    id="kernel-entry-symbol-missing", title="Declared entry symbol not defined in the sources",
+    default_level="error",
+    doc="None of the kernel's declared sources mentions the declared entry symbol as a function "
+        "(name followed by `(`, template arguments allowed), so the declaration does not describe "
+        "the shipped code.",
+    hint="Correct `entry_symbols` to the names of the kernel functions the sources define.",
+    passing="entry_symbols: [embedding_bag_sum] and `__global__ void embedding_bag_sum(...)`",
+    failing="entry_symbols: [embedding_bag_sum] and the source defines only `emb_sum(...)`",
+))
+VENDORED = register(CheckSpec(
+    id="vendored-undeclared", title="Vendored third-party tree not declared", default_level="warning",
+    doc="A grouped vendored tree (a directory named third_party/, vendor/, ... or one with a "
+        "licence file and many native files) holds native code but no manifest declares where "
+        "it comes from. Custom kernels can hide in a framework copy; a declared upstream lets "
+        "`compliance check --upstream` prove the copy verbatim.",
+    hint=f"Add a `vendored:` entry (path, repository, commit) to the {MANIFEST_NAME}.",
+    passing=f"third_party/apex declared under `vendored:` in {MANIFEST_NAME}",
+    failing="third_party/apex with 300 .cu files and no declaration",
+))
+
+_READ_LIMIT = 8 * 1024 * 1024
+
+
+def _manifest_findings(ctx: "CheckContext") -> Iterator["Finding | None"]:
+    for relpath, manifest in ctx.manifests:
+        for problem in manifest.problems:
+            yield ctx.finding(MANIFEST_INVALID.id, relpath, problem.message, line=problem.line)
+        if ctx.inventory.locate(relpath).implementation is None:
+            yield ctx.finding(MANIFEST_MISPLACED.id, relpath,
+                              "kernel manifest is not inside an implementation directory")
+
+
+def _declared_sources(ctx: "CheckContext") -> set[str]:
+    declared = set()
+    for item in ctx.kernels():
+        declared.update(rel for _, rel in item.source_relpaths() if rel)
+    return declared
+
+
+def _undeclared(ctx: "CheckContext") -> Iterator["Finding | None"]:
+    declared = _declared_sources(ctx)
+    for native in ctx.inventory.native:
+        if native.vendored_tree or native.path in declared:
+            continue
+        markers = ", ".join(sorted({e.marker for e in native.evidence}))
+        yield ctx.finding(UNDECLARED.id, native.path, f"native kernel code ({', '.join(native.languages)}; "
+                          f"found: {markers}) is not declared in any {MANIFEST_NAME}", line=native.line)
+
+
+def _declared_vendored(ctx: "CheckContext") -> set[str]:
+    out = set()
+    for relpath, manifest in ctx.manifests:
+        base = relpath.rsplit("/", 1)[0] if "/" in relpath else ""
+        out.update(t for t in (tree_relative(base, v.path) for v in manifest.vendored) if t)
+    return out
+
+
+def _vendored(ctx: "CheckContext") -> Iterator["Finding | None"]:
+    declared = _declared_vendored(ctx)
+    for tree in ctx.inventory.vendored:
+        if tree.native_files and tree.path not in declared:
+            yield ctx.finding(VENDORED.id, tree.path, f"vendored tree ({tree.reason}) with "
+                              f"{tree.native_files} native files has no declared upstream")
+
+
+def _allowlist(ctx: "CheckContext", item: DeclaredKernel) -> Iterator["Finding | None"]:
+    kernel, where = item.kernel, item.location
+    entry = ctx.ruleset.entry(kernel.category)
+    path, line = item.manifest_path, kernel.line
+    if entry is None or not entry.covers(where.benchmark, where.division):
+        scope = f"benchmark {where.benchmark!r}" + (f", division {where.division!r}" if where.division else "")
+        allowed = [e.id for e in ctx.ruleset.allowlist if e.covers(where.benchmark, where.division)]
+        reason = "is not on the allowlist" if entry is None else f"does not cover {scope}"
+        yield ctx.finding(NOT_ALLOWLISTED.id, path, f"kernel {kernel.id!r}: category {kernel.category!r} "
+                          f"{reason} of {ctx.ruleset.id} (allowed for {scope}: "
+                          f"{', '.join(allowed) or 'none'})", line=line, kernel=kernel.id)
+        return
+    if kernel.language not in entry.languages:
+        yield ctx.finding(LANGUAGE.id, path, f"kernel {kernel.id!r} is {kernel.language}; category "
+                          f"{entry.id!r} admits {', '.join(entry.languages)}", line=line, kernel=kernel.id)
+    if entry.verification and kernel.semantics.op not in entry.verification.reference_ops:
+        yield ctx.finding(REFERENCE_OP.id, path, f"kernel {kernel.id!r} claims {kernel.semantics.op}; "
+                          f"category {entry.id!r} verifies {', '.join(entry.verification.reference_ops)}",
+                          line=line, kernel=kernel.id)
+
+
+def _symbol_pattern(symbol: str) -> re.Pattern[bytes]:
+    return re.compile(rb"\b" + re.escape(symbol.encode()) + rb"\s*(?:<[^;{}()]*>\s*)?\(")
+
+
+def _sources(ctx: "CheckContext", item: DeclaredKernel) -> Iterator["Finding | None"]:
+    kernel = item.kernel
+    contents: list[bytes] = []
+    for declared, rel in item.source_relpaths():
+        common = {"line": kernel.line, "kernel": kernel.id}
+        if rel is None:
+            yield ctx.finding(SOURCE_OUTSIDE.id, item.manifest_path,
+                              f"kernel {kernel.id!r}: source {declared!r} is outside the tree", **common)
+        elif rel not in ctx.inventory.files:
+            yield ctx.finding(SOURCE_MISSING.id, item.manifest_path,
+                              f"kernel {kernel.id!r}: source {declared!r} is not a file in the tree "
+                              f"(expected at {rel})", **common)
+        else:
+            data = (ctx.root / rel).read_bytes()[:_READ_LIMIT]
+            if not data.strip():
+                yield ctx.finding(SOURCE_EMPTY.id, rel, f"kernel {kernel.id!r}: source is empty",
+                                  kernel=kernel.id)
+            contents.append(data)
+    if not contents:
+        return
+    for symbol in kernel.entry_symbols:
+        if not any(_symbol_pattern(symbol).search(c) for c in contents):
+            yield ctx.finding(ENTRY_SYMBOL.id, item.manifest_path,
+                              f"kernel {kernel.id!r}: entry symbol {symbol!r} is not defined in "
+                              f"{', '.join(kernel.sources)}", line=kernel.line, kernel=kernel.id)
+
+
+def run(ctx: "CheckContext") -> Iterator["Finding | None"]:
+    """All declaration findings."""
+    yield from _manifest_findings(ctx)
+    yield from _undeclared(ctx)
+    yield from _vendored(ctx)
+    for item in ctx.kernels():
+        yield from _allowlist(ctx, item)
+        yield from _sources(ctx, item)

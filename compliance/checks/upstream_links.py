@@ -1,0 +1,125 @@
+"""Static upstream-link checks: present, well formed, on an allowed host, pinned to a commit.
+
+These look at the manifest text only; ``compliance check --upstream`` goes
+further and proves the link with git (``compliance.upstream``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+from compliance.checks.interface import CheckSpec, register
+
+if TYPE_CHECKING:
+    from compliance.context import CheckContext, DeclaredKernel
+    from compliance.findings import Finding
+    from compliance.ruleset import UpstreamPolicy
+
+FULL_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_SCP_LIKE = re.compile(r"^(?P<user>[\w.-]+)@(?P<host>[\w.-]+):(?P<path>[^\s]+)$")
+
+MISSING = register(CheckSpec(
+    id="upstream-missing", title="Upstream link missing", default_level="error",
+    doc="The kernel's allowlist entry requires an upstream link (the kernel must be available "
+        "to others in a public repository) and the manifest declares none.",
+    hint="Add `upstream: {repository: https://github.com/<owner>/<repo>, commit: <40-hex>, "
+         "paths: [<path of each source upstream>]}`.",
+    passing="upstream: {repository: https://github.com/acme/kernels, commit: 3f2a…(40 hex), "
+            "paths: [csrc/emb.cu]}",
+    failing="(no upstream key) under a category with `requires.upstream: true`",
+))
+MALFORMED = register(CheckSpec(
+    id="upstream-malformed", title="Upstream repository URL malformed", default_level="error",
+    doc="The upstream repository is not a usable clone URL: it needs a scheme (https, ssh, git) "
+        "or scp form (git@host:owner/repo), a host and an owner/repository path. Local paths and "
+        "file:// URLs are accepted only when the rule set's upstream_policy.allow_local is true.",
+    hint="Use the repository's https clone URL, e.g. https://github.com/<owner>/<repo>.",
+    passing="https://github.com/acme/kernels",
+    failing="github.com/acme   or   www.acme.com/kernels.zip",
+))
+HOST = register(CheckSpec(
+    id="upstream-host-not-allowed", title="Upstream host not allowed", default_level="error",
+    doc="The upstream repository is on a host that the rule set's upstream_policy.allowed_hosts "
+        "does not list; upstreamed code must be where others can get it.",
+    hint="Push the kernel to a repository on an allowed host (`compliance rules show` lists them).",
+    passing="https://github.com/acme/kernels",
+    failing="https://git.internal.acme.com/kernels",
+))
+NOT_PINNED = register(CheckSpec(
+    id="upstream-not-pinned", title="Upstream not pinned to a full commit", default_level="error",
+    doc="The upstream `commit` is not a full 40-hex commit hash. A branch or tag moves, and a "
+        "short hash can become ambiguous; neither is a pin. Applies when the rule set's "
+        "upstream_policy.require_commit is true.",
+    hint="Replace it with the full hash: `git rev-parse <branch-or-tag>` in the upstream repository.",
+    passing="commit: 0123456789abcdef0123456789abcdef01234567",
+    failing="commit: main   or   commit: 0123abc",
+))
+
+
+@dataclass(frozen=True)
+class ParsedUrl:
+    """The parts of a clone URL a check needs."""
+
+    host: str | None
+    """Host name, lower case (None for local paths)."""
+    path: str
+    """Repository path."""
+    local: bool
+    """file:// URL or filesystem path."""
+
+
+def parse_repository(url: str) -> ParsedUrl | None:
+    """Parse a clone URL; None when it is not one."""
+    scp = _SCP_LIKE.match(url)
+    if scp:
+        return ParsedUrl(scp["host"].lower(), scp["path"], False)
+    parsed = urlparse(url)
+    if parsed.scheme == "file" or (not parsed.scheme and url.startswith(("/", "./", "../"))):
+        return ParsedUrl(None, parsed.path or url, True)
+    if parsed.scheme in ("https", "http", "ssh", "git") and parsed.hostname:
+        return ParsedUrl(parsed.hostname.lower(), parsed.path, False)
+    return None
+
+
+def _repository_problem(url: str, policy: "UpstreamPolicy") -> tuple[str, str] | None:
+    parsed = parse_repository(url)
+    if parsed is None:
+        return MALFORMED.id, f"{url!r} is not a clone URL"
+    if parsed.local:
+        return None if policy.allow_local else (MALFORMED.id, f"{url!r} is a local path; the rule set "
+                                                "does not allow local upstreams")
+    if len([p for p in parsed.path.strip("/").removesuffix(".git").split("/") if p]) < 2:
+        return MALFORMED.id, f"{url!r} names no owner/repository"
+    if parsed.host not in policy.allowed_hosts:
+        return HOST.id, f"host {parsed.host!r} is not allowed (allowed: {', '.join(policy.allowed_hosts)})"
+    return None
+
+
+def _kernel_findings(ctx: "CheckContext", item: "DeclaredKernel") -> Iterator["Finding | None"]:
+    kernel, upstream = item.kernel, item.kernel.upstream
+    entry = ctx.ruleset.entry(kernel.category)
+    if upstream is None:
+        if entry is not None and entry.requires_upstream:
+            yield ctx.finding(MISSING.id, item.manifest_path, f"kernel {kernel.id!r} declares no upstream; "
+                              f"category {entry.id!r} requires one", line=kernel.line, kernel=kernel.id)
+        return
+    policy = ctx.ruleset.upstream_policy
+    problem = _repository_problem(upstream.repository, policy)
+    if problem:
+        yield ctx.finding(problem[0], item.manifest_path, f"kernel {kernel.id!r}: {problem[1]}",
+                          line=upstream.line, kernel=kernel.id)
+    if policy.require_commit and not FULL_COMMIT.match(upstream.commit):
+        what = "a short hash" if re.fullmatch(r"[0-9a-f]{4,39}", upstream.commit) else "a branch or tag name"
+        yield ctx.finding(NOT_PINNED.id, item.manifest_path, f"kernel {kernel.id!r}: commit "
+                          f"{upstream.commit!r} looks like {what}, not a full 40-hex commit",
+                          line=upstream.line, kernel=kernel.id)
+
+
+def run(ctx: "CheckContext") -> Iterator["Finding | None"]:
+    """Upstream link findings for every declared kernel."""
+    for item in ctx.kernels():
+        yield from _kernel_findings(ctx, item)

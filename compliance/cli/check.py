@@ -1,0 +1,46 @@
+"""``compliance check``: static checks (plus --upstream / --verify stages when asked)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from compliance.cli.common import OUTPUT_OPTION, PATH_ARGUMENT, RULES_OPTION, emit
+from compliance.cli.main import cli, reports_input_errors
+from compliance.engine import CheckOptions, run_check
+from compliance.report import FORMATS
+
+
+@cli.command("check")
+@PATH_ARGUMENT
+@RULES_OPTION
+@click.option("--format", "fmt", type=click.Choice(sorted(FORMATS)), default="text", show_default=True,
+              help="Report format.")
+@OUTPUT_OPTION
+@click.option("--upstream", is_flag=True,
+              help="Prove each upstream link with git (fetches; off by default).")
+@click.option("--upstream-cache", type=click.Path(file_okay=False, path_type=Path),
+              help="Cache directory for upstream repositories (default: the user's cache directory).")
+@click.option("--offline", is_flag=True, help="With --upstream: use only what the cache holds.")
+@click.option("--verify", is_flag=True,
+              help="Also build each declared kernel from source and verify it numerically.")
+@click.option("--seed", type=int, help="With --verify: seed for the generated inputs.")
+@reports_input_errors
+def check_command(path: Path, rules: str | None, fmt: str, output: Path | None, upstream: bool,
+                  upstream_cache: Path | None, offline: bool, verify: bool, seed: int | None) -> None:
+    """Check the submission tree at PATH (one organization or a directory of them).
+
+    Exit codes: 0 compliant, 1 error-level findings, 2 usage or input errors.
+    """
+    if (offline or upstream_cache) and not upstream:
+        raise click.UsageError("--offline and --upstream-cache need --upstream")
+    if seed is not None and not verify:
+        raise click.UsageError("--seed needs --verify")
+    options = CheckOptions(rules=rules, upstream=upstream, upstream_cache=upstream_cache,
+                           offline=offline, verify=verify, seed=seed)
+    report = run_check(path, options)
+    emit(FORMATS[fmt](report), output, checked_root=path)
+    if output is not None:
+        click.echo(f"report written to {output}; {'PASS' if report.passed else 'FAIL'}", err=True)
+    raise SystemExit(report.exit_code)

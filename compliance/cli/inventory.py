@@ -1,0 +1,27 @@
+"""``compliance inventory``: what the tree contains, per submitter and benchmark."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from compliance.cli.common import OUTPUT_OPTION, PATH_ARGUMENT, RULES_OPTION, emit
+from compliance.cli.main import cli, reports_input_errors
+from compliance.engine import build_context
+from compliance.inventory_report import inventory_dict, inventory_text
+
+
+@cli.command("inventory")
+@PATH_ARGUMENT
+@RULES_OPTION
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@OUTPUT_OPTION
+@reports_input_errors
+def inventory_command(path: Path, rules: str | None, fmt: str, output: Path | None) -> None:
+    """List native kernel code, binaries, manifests, vendored trees and links under PATH."""
+    ctx, _ = build_context(path, rules)
+    text = json.dumps(inventory_dict(ctx.inventory), indent=2) + "\n" if fmt == "json" \
+        else inventory_text(ctx.inventory)
+    emit(text, output, checked_root=path)

@@ -1,0 +1,92 @@
+"""What every check sees: the tree's inventory, its manifests and the rule set."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from compliance.checks.interface import spec_for
+from compliance.findings import Finding, Severity
+from compliance.inventory import Inventory
+from compliance.layout import Location
+from compliance.manifest import KernelDeclaration, Manifest
+from compliance.ruleset import RuleSet
+
+
+@dataclass(frozen=True)
+class DeclaredKernel:
+    """A kernel declaration with the manifest it came from."""
+
+    manifest_path: str
+    """Root-relative path of the manifest."""
+    manifest: Manifest
+    """The manifest."""
+    kernel: KernelDeclaration
+    """The declaration."""
+    location: Location
+    """Layout location of the manifest (benchmark, submitter, ...)."""
+
+    def source_relpaths(self) -> list[tuple[str, str | None]]:
+        """(declared source, root-relative path or None if it leaves the tree)."""
+        base = self.manifest_path.rsplit("/", 1)[0] if "/" in self.manifest_path else ""
+        return [(s, tree_relative(base, s)) for s in self.kernel.sources]
+
+
+def tree_relative(base: str, relpath: str) -> str | None:
+    """``base/relpath`` normalised, or None when it is absolute or climbs out of the tree."""
+    if relpath.startswith("/") or os.path.isabs(relpath):
+        return None
+    joined = os.path.normpath(f"{base}/{relpath}" if base else relpath).replace(os.sep, "/")
+    return None if joined == ".." or joined.startswith("../") else joined
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    """Input of every check."""
+
+    root: Path
+    """Absolute checked root."""
+    ruleset: RuleSet
+    """Rule set in force."""
+    inventory: Inventory
+    """What the tree contains."""
+    manifests: tuple[tuple[str, Manifest], ...]
+    """(root-relative path, manifest) for every manifest found."""
+    level_overrides: dict[str, str] = field(default_factory=dict)
+    """Levels set by policy sections (binary_policy) rather than ``checks:``."""
+
+    def kernels(self) -> Iterator[DeclaredKernel]:
+        """Every valid kernel declaration in every manifest."""
+        for relpath, manifest in self.manifests:
+            location = self.inventory.locate(relpath)
+            for kernel in manifest.kernels:
+                yield DeclaredKernel(relpath, manifest, kernel, location)
+
+    def level(self, rule_id: str) -> str:
+        """Effective level of ``rule_id`` in this run."""
+        if rule_id in self.level_overrides:
+            return self.level_overrides[rule_id]
+        return self.ruleset.check_config(rule_id).level
+
+    def option(self, rule_id: str, name: str) -> Any:
+        """A check option's effective value."""
+        return self.ruleset.check_config(rule_id).options[name]
+
+    def finding(self, rule_id: str, path: str, message: str, *, line: int | None = None,
+                hint: str | None = None, kernel: str | None = None,
+                details: dict[str, Any] | None = None, location: Location | None = None) -> Finding | None:
+        """A finding of ``rule_id`` at its configured level, or None if the check is off."""
+        spec = spec_for(rule_id)
+        if spec is None:
+            raise KeyError(f"finding for unregistered check {rule_id!r}")
+        level = self.level(rule_id)
+        if level == "off":
+            return None
+        where = location or self.inventory.locate(path)
+        return Finding(rule_id=rule_id, severity=Severity(level), path=path, line=line,
+                       message=message, hint=hint or spec.hint, submitter=where.submitter,
+                       benchmark=where.benchmark, kernel=kernel,
+                       details=tuple(sorted((details or {}).items())))

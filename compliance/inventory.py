@@ -1,0 +1,435 @@
+"""Inventory: one walk of a submission tree, classifying what it contains.
+
+The walk follows no symlinks (a link is recorded; one that leaves the tree is
+reported), never executes or imports anything, and reads each file at most
+once: binaries are recognised by magic bytes whatever their name, native
+kernel code by content (``__global__``, inline ``asm(``, ``@triton.jit``,
+``load_inline(``, torch extension markers) as well as by extension, and
+``setup.py`` files are read as an AST for ``CUDAExtension``/``CppExtension``
+sources. Large vendored third-party trees are grouped.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import stat
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from compliance.errors import InputError
+from compliance.layout import LayoutMapper, Location, Organization, find_organizations
+from compliance.manifest import MANIFEST_NAME
+
+MAX_SCAN_BYTES = 4 * 1024 * 1024
+"""Text files larger than this are classified by extension only."""
+CUDA_EXTENSIONS = {".cu", ".cuh"}
+CPP_EXTENSIONS = {".c", ".cc", ".cpp", ".cxx", ".c++", ".h", ".hh", ".hpp", ".hxx", ".inl", ".inc"}
+NOT_CODE_EXTENSIONS = {".md", ".rst", ".txt", ".json", ".yaml", ".yml", ".csv", ".log", ".html",
+                       ".htm", ".svg", ".png", ".jpg", ".jpeg", ".gif", ".pdf", ".ipynb", ".toml",
+                       ".cfg", ".ini", ".xml", ".pbtxt", ".license"}
+SKIP_DIRS = {".git", ".hg", ".svn"}
+"""Version-control metadata is not part of a submission's content."""
+
+_MARKERS = re.compile(
+    rb"(?P<cuda>__global__)"
+    rb"|(?P<ptx>\basm\s*(?:volatile\s*)?\(|__asm__)"
+    rb"|(?P<triton>@triton\.jit)"
+    rb"|(?P<inline>\bload_inline\s*\(|\bcpp_extension\.load\s*\()"
+    rb"|(?P<extension>TORCH_LIBRARY|PYBIND11_MODULE|torch/extension\.h)"
+)
+_LANGUAGE_OF_MARKER = {"cuda": "cuda", "ptx": "ptx", "triton": "triton", "inline": "cpp",
+                       "extension": "cpp"}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Why a file counts as native kernel code."""
+
+    marker: str
+    """cuda, ptx, triton, inline, extension, extension-file (by name) or setup.py."""
+    line: int | None
+    """First line where the marker appears."""
+
+
+@dataclass(frozen=True)
+class NativeFile:
+    """A file that holds (or builds) native kernel code."""
+
+    path: str
+    """Root-relative POSIX path."""
+    languages: tuple[str, ...]
+    """cuda, cpp, ptx, triton (sorted)."""
+    evidence: tuple[Evidence, ...]
+    """What was found, first occurrence of each marker."""
+    location: Location
+    """Where it sits in the layout."""
+    vendored_tree: str | None = None
+    """Root-relative path of the vendored tree it belongs to, if any."""
+
+    @property
+    def line(self) -> int | None:
+        """First evidence line."""
+        return next((e.line for e in self.evidence if e.line), None)
+
+
+BINARY_KINDS = ("elf-shared-object", "elf-relocatable", "elf-executable", "cubin", "fatbin",
+                "ar-archive", "pe", "mach-o")
+
+
+@dataclass(frozen=True)
+class BinaryFile:
+    """A compiled artifact recognised by its magic bytes."""
+
+    path: str
+    """Root-relative POSIX path."""
+    kind: str
+    """One of ``BINARY_KINDS``."""
+    size: int
+    """Bytes."""
+    location: Location
+    """Where it sits in the layout."""
+
+
+@dataclass(frozen=True)
+class Symlink:
+    """A symbolic link (never followed)."""
+
+    path: str
+    """Root-relative POSIX path of the link."""
+    target: str
+    """The link's text."""
+    escapes: bool
+    """True when it resolves outside the checked tree (or dangles outside)."""
+    location: Location
+    """Where it sits in the layout."""
+
+
+@dataclass(frozen=True)
+class SetupExtension:
+    """A ``CUDAExtension``/``CppExtension`` call found in a setup.py's AST."""
+
+    setup_path: str
+    """Root-relative path of the setup.py."""
+    line: int
+    """Line of the call."""
+    kind: str
+    """CUDAExtension or CppExtension."""
+    name: str | None
+    """Extension name (first argument), when a literal."""
+    sources: tuple[str, ...]
+    """Root-relative paths of the literal sources listed."""
+
+
+@dataclass(frozen=True)
+class VendoredTree:
+    """A directory of third-party code, grouped so the report stays readable."""
+
+    path: str
+    """Root-relative POSIX path."""
+    reason: str
+    """Why it was grouped (marker name or licence + size)."""
+    native_files: int
+    """Native files inside."""
+    location: Location
+    """Where it sits in the layout."""
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Everything the walk found."""
+
+    root: Path
+    """The checked root (absolute)."""
+    style: str
+    """Layout style used to map paths (training or inference)."""
+    organizations: tuple[Organization, ...]
+    """Organizations found."""
+    file_count: int
+    """Regular files walked."""
+    native: tuple[NativeFile, ...]
+    """Native kernel code."""
+    binaries: tuple[BinaryFile, ...]
+    """Compiled artifacts."""
+    symlinks: tuple[Symlink, ...]
+    """Symbolic links."""
+    manifests: tuple[str, ...]
+    """Root-relative paths of kernel manifests."""
+    setup_extensions: tuple[SetupExtension, ...]
+    """Extensions declared in setup.py files."""
+    vendored: tuple[VendoredTree, ...]
+    """Grouped third-party trees."""
+    files: frozenset[str] = field(default_factory=frozenset)
+    """Every regular file's root-relative path."""
+    unreadable: tuple[str, ...] = ()
+    """Files or directories that could not be read."""
+    mapper: LayoutMapper | None = None
+    """Path -> layout location."""
+
+    def locate(self, relpath: str) -> Location:
+        """Layout location of a root-relative path."""
+        return self.mapper.locate(tuple(relpath.split("/"))) if self.mapper else Location()
+
+    def by_submitter(self) -> dict[str, dict[str, int]]:
+        """Counts per submitter: native, vendored native, binaries, manifests."""
+        counts: dict[str, Counter[str]] = {}
+        for item in self.native:
+            key = "vendored_native" if item.vendored_tree else "native"
+            counts.setdefault(item.location.submitter or "-", Counter())[key] += 1
+        for binary in self.binaries:
+            counts.setdefault(binary.location.submitter or "-", Counter())["binaries"] += 1
+        for manifest in self.manifests:
+            counts.setdefault(self.locate(manifest).submitter or "-", Counter())["manifests"] += 1
+        return {k: dict(v) for k, v in sorted(counts.items())}
+
+
+# --------------------------------------------------------------------------- sniffing
+
+def binary_kind(head: bytes) -> str | None:
+    """Binary kind from the first bytes of a file, or None for non-binaries."""
+    if head.startswith(b"\x7fELF") and len(head) >= 20:
+        little = head[5] == 1
+        e_type = int.from_bytes(head[16:18], "little" if little else "big")
+        e_machine = int.from_bytes(head[18:20], "little" if little else "big")
+        if e_machine == 190:  # EM_CUDA
+            return "cubin"
+        return {1: "elf-relocatable", 2: "elf-executable", 3: "elf-shared-object"}.get(e_type, "elf-shared-object")
+    if head.startswith(b"!<arch>\n"):
+        return "ar-archive"
+    if head[:4] == b"\x50\xed\x55\xba":  # fatbin magic 0xBA55ED50, little-endian
+        return "fatbin"
+    if head[:4] in (b"\xfe\xed\xfa\xce", b"\xfe\xed\xfa\xcf", b"\xce\xfa\xed\xfe", b"\xcf\xfa\xed\xfe",
+                    b"\xca\xfe\xba\xbe"):
+        return "mach-o"
+    if head.startswith(b"MZ") and len(head) >= 64:
+        pe_offset = int.from_bytes(head[60:64], "little")
+        return "pe" if pe_offset < 4096 else None
+    return None
+
+
+def _line_of(data: bytes, offset: int) -> int:
+    return data.count(b"\n", 0, offset) + 1
+
+
+def scan_markers(data: bytes) -> list[Evidence]:
+    """First occurrence of each native-code marker in ``data``."""
+    found: dict[str, Evidence] = {}
+    for match in _MARKERS.finditer(data):
+        kind = match.lastgroup
+        if kind and kind not in found:
+            found[kind] = Evidence(kind, _line_of(data, match.start()))
+            if len(found) == len(_LANGUAGE_OF_MARKER):
+                break
+    return list(found.values())
+
+
+def _literal_strings(node: ast.AST | None) -> list[str]:
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return []
+
+
+def _call_name(call: ast.Call) -> str | None:
+    func = call.func
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
+
+
+def setup_extensions(source: bytes, setup_relpath: str) -> list[SetupExtension]:
+    """``CUDAExtension``/``CppExtension`` calls in a setup.py (AST only; never run)."""
+    try:
+        tree = ast.parse(source, filename=setup_relpath)
+    except (SyntaxError, ValueError):
+        return []
+    base = setup_relpath.rsplit("/", 1)[0] if "/" in setup_relpath else ""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or _call_name(node) not in ("CUDAExtension", "CppExtension"):
+            continue
+        keywords = {k.arg: k.value for k in node.keywords if k.arg}
+        name_node = node.args[0] if node.args else keywords.get("name")
+        sources_node = node.args[1] if len(node.args) > 1 else keywords.get("sources")
+        name = name_node.value if isinstance(name_node, ast.Constant) and isinstance(name_node.value, str) else None
+        sources = tuple(os.path.normpath(f"{base}/{s}" if base else s).replace(os.sep, "/")
+                        for s in _literal_strings(sources_node))
+        found.append(SetupExtension(setup_relpath, node.lineno, str(_call_name(node)), name, sources))
+    return found
+
+
+# --------------------------------------------------------------------------- walking
+
+@dataclass
+class Walk:
+    """Mutable accumulator of one walk (frozen into an ``Inventory`` at the end)."""
+
+    root: Path
+    files: set[str] = field(default_factory=set)
+    native: dict[str, list[Evidence]] = field(default_factory=dict)
+    binaries: list[tuple[str, str, int]] = field(default_factory=list)
+    symlinks: list[tuple[str, str, bool]] = field(default_factory=list)
+    manifests: list[str] = field(default_factory=list)
+    setups: list[SetupExtension] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
+    licensed_dirs: set[str] = field(default_factory=set)
+
+
+def _entries(directory: str, walk: Walk, relprefix: str) -> Iterator[os.DirEntry[str]]:
+    try:
+        with os.scandir(directory) as it:
+            yield from sorted(it, key=lambda e: e.name)
+    except OSError:
+        walk.unreadable.append(relprefix or ".")
+
+
+def _escapes(root_real: str, link_path: str) -> bool:
+    target = os.path.realpath(link_path)
+    return not (target == root_real or target.startswith(root_real + os.sep))
+
+
+def _visit_file(entry: os.DirEntry[str], rel: str, walk: Walk) -> None:
+    walk.files.add(rel)
+    name = entry.name
+    ext = os.path.splitext(name)[1].lower()
+    if name == MANIFEST_NAME:
+        walk.manifests.append(rel)
+    if name.upper().startswith(("LICENSE", "COPYING")):
+        walk.licensed_dirs.add(rel.rsplit("/", 1)[0] if "/" in rel else "")
+    try:
+        size = entry.stat(follow_symlinks=False).st_size
+        scan = ext not in NOT_CODE_EXTENSIONS and size <= MAX_SCAN_BYTES
+        with open(entry.path, "rb") as handle:
+            data = handle.read(size if scan else 64)
+    except OSError:
+        walk.unreadable.append(rel)
+        return
+    kind = binary_kind(data[:64])
+    if kind is not None:
+        walk.binaries.append((rel, kind, size))
+        return
+    evidence = scan_markers(data) if scan else []
+    if ext in CUDA_EXTENSIONS or ext == ".ptx":
+        evidence.insert(0, Evidence("extension-file", None))
+    if name == "setup.py" and scan and b"Extension" in data:
+        extensions = setup_extensions(data, rel)
+        walk.setups.extend(extensions)
+        if extensions:
+            evidence.append(Evidence("setup.py", extensions[0].line))
+    if evidence:
+        walk.native[rel] = evidence
+
+
+def _walk(root: Path) -> Walk:
+    walk = Walk(root)
+    root_real = os.path.realpath(root)
+    stack = [(str(root), "")]
+    while stack:
+        directory, relprefix = stack.pop()
+        for entry in _entries(directory, walk, relprefix):
+            rel = f"{relprefix}/{entry.name}" if relprefix else entry.name
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except OSError:
+                walk.unreadable.append(rel)
+                continue
+            if stat.S_ISLNK(mode):
+                walk.symlinks.append((rel, os.readlink(entry.path), _escapes(root_real, entry.path)))
+            elif stat.S_ISDIR(mode):
+                if entry.name not in SKIP_DIRS:
+                    stack.append((entry.path, rel))
+            elif stat.S_ISREG(mode):
+                _visit_file(entry, rel, walk)
+    return walk
+
+
+def _languages(rel: str, evidence: list[Evidence]) -> tuple[str, ...]:
+    ext = os.path.splitext(rel)[1].lower()
+    langs = {_LANGUAGE_OF_MARKER[e.marker] for e in evidence if e.marker in _LANGUAGE_OF_MARKER}
+    if ext in CUDA_EXTENSIONS:
+        langs.add("cuda")
+    if ext == ".ptx":
+        langs.add("ptx")
+    if any(e.marker == "setup.py" for e in evidence):
+        langs.add("cpp")
+    return tuple(sorted(langs))
+
+
+def _vendored_roots(walk: Walk, markers: tuple[str, ...], min_native: int,
+                    declared: tuple[str, ...]) -> dict[str, str]:
+    """Directory -> reason, for the topmost vendored directories."""
+    native_count: Counter[str] = Counter()
+    for rel in walk.native:
+        parts = rel.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            native_count["/".join(parts[:depth])] += 1
+    candidates: dict[str, str] = {d: "declared in a manifest" for d in declared}
+    for directory, count in native_count.items():
+        name = directory.rsplit("/", 1)[-1]
+        if name in markers:
+            candidates.setdefault(directory, f"directory named {name!r}")
+        elif directory in walk.licensed_dirs and count >= min_native:
+            candidates.setdefault(directory, f"licence file and {count} native files")
+    roots: dict[str, str] = {}
+    for directory in sorted(candidates, key=lambda d: d.count("/")):
+        if not any(directory.startswith(r + "/") for r in roots):
+            roots[directory] = candidates[directory]
+    return roots
+
+
+def walk_tree(root: Path) -> Walk:
+    """The single walk of ``root`` (raises ``InputError`` if it is not a directory)."""
+    if not root.exists():
+        raise InputError("path does not exist", root)
+    if not root.is_dir():
+        raise InputError("not a directory (give the submission's root directory)", root)
+    return _walk(root)
+
+
+def _add_setup_sources(walk: Walk) -> None:
+    """Sources listed by setup.py extensions are native code even without markers."""
+    for ext in walk.setups:
+        for source in ext.sources:
+            if source in walk.files and source not in walk.native:
+                walk.native[source] = [Evidence("setup.py", ext.line)]
+
+
+def classify(walk: Walk, style: str, divisions: tuple[str, ...] = (),
+             vendored_markers: tuple[str, ...] = ("third_party",), min_vendored_native: int = 50,
+             declared_vendored: tuple[str, ...] = ()) -> Inventory:
+    """Map a walk onto the layout ``style`` and group vendored trees."""
+    root = walk.root
+    _add_setup_sources(walk)
+    organizations = find_organizations(root, style, divisions)
+    mapper = LayoutMapper(organizations, style)
+    vendored = _vendored_roots(walk, vendored_markers, min_vendored_native, declared_vendored)
+
+    def tree_of(rel: str) -> str | None:
+        return next((v for v in vendored if rel.startswith(v + "/")), None)
+
+    def locate(rel: str) -> Location:
+        return mapper.locate(tuple(rel.split("/")))
+
+    native = tuple(NativeFile(rel, _languages(rel, ev), tuple(ev), locate(rel), tree_of(rel))
+                   for rel, ev in sorted(walk.native.items()))
+    counts = Counter(n.vendored_tree for n in native if n.vendored_tree)
+    return Inventory(
+        root=root.resolve(), style=style, organizations=tuple(organizations),
+        file_count=len(walk.files), native=native,
+        binaries=tuple(BinaryFile(r, k, s, locate(r)) for r, k, s in sorted(walk.binaries)),
+        symlinks=tuple(Symlink(r, t, e, locate(r)) for r, t, e in sorted(walk.symlinks)),
+        manifests=tuple(sorted(walk.manifests)), setup_extensions=tuple(walk.setups),
+        vendored=tuple(VendoredTree(v, reason, counts[v], locate(v)) for v, reason in sorted(vendored.items())),
+        files=frozenset(walk.files), unreadable=tuple(sorted(walk.unreadable)), mapper=mapper,
+    )
+
+
+def build_inventory(root: Path, style: str, divisions: tuple[str, ...] = (),
+                    **vendored_options: Any) -> Inventory:
+    """Walk ``root`` once and classify everything in it."""
+    return classify(walk_tree(root), style, divisions, **vendored_options)

@@ -1,0 +1,37 @@
+"""JUnit XML: one test case per check and organization; error findings are failures."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from typing import TYPE_CHECKING
+
+from compliance.checks.interface import all_specs
+
+if TYPE_CHECKING:
+    from compliance.engine import CheckReport
+
+
+def render_junit(report: "CheckReport") -> str:
+    """CI systems show each (organization, rule) as a test; errors fail it, others are logged."""
+    from compliance.findings import Severity
+
+    orgs = [o.name for o in report.inventory.organizations] or ["-"]
+    suites = ET.Element("testsuites", name="compliance")
+    for org in orgs:
+        suite = ET.SubElement(suites, "testsuite", name=f"compliance.{org}")
+        failures = 0
+        for spec in all_specs():
+            found = [f for f in report.findings if f.rule_id == spec.id and (f.submitter or "-") == org]
+            case = ET.SubElement(suite, "testcase", classname=f"compliance.{org}", name=spec.id)
+            errors = [f for f in found if f.severity is Severity.ERROR]
+            if errors:
+                failures += 1
+                failure = ET.SubElement(case, "failure", message=f"{len(errors)} finding(s)", type=spec.id)
+                failure.text = "\n".join(f"{f.location()}: {f.message} (fix: {f.hint})" for f in errors)
+            others = [f for f in found if f.severity is not Severity.ERROR]
+            if others:
+                ET.SubElement(case, "system-out").text = "\n".join(
+                    f"{f.severity.value}: {f.location()}: {f.message}" for f in others)
+        suite.set("tests", str(len(suite)))
+        suite.set("failures", str(failures))
+    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
