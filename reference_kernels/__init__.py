@@ -1,0 +1,57 @@
+"""Reference DLRM embedding kernels: CUDA C++ sources compiled at run time with NVRTC.
+
+``import reference_kernels`` is cheap: torch and the CUDA bindings are imported on
+first use. Public API (see docs/kernels.md):
+
+* ``embedding_bag(...)``: same arguments and result as ``torch.nn.functional.embedding_bag``
+* ``embedding(...)``: same as ``torch.nn.functional.embedding``
+* ``EmbeddingBag`` / ``Embedding``: drop-ins for the ``torch.nn`` modules
+* ``EmbeddingIndexError``: raised by the index range check
+* ``KERNEL_SOURCES``: the ``.cu`` files, for compile checks and the manifest
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+KERNEL_DIR = Path(__file__).resolve().parent
+KERNEL_SOURCES: tuple[str, ...] = (
+    "embedding_bag_forward.cu",
+    "embedding_bag_backward.cu",
+    "embedding_gather.cu",
+    "index_check.cu",
+)
+
+__all__ = ["EmbeddingBag", "Embedding", "EmbeddingIndexError", "KERNEL_SOURCES", "embedding", "embedding_bag"]
+
+
+class EmbeddingIndexError(IndexError):
+    """An index is outside [0, num_embeddings), or the offsets are not a valid CSR layout."""
+
+
+def embedding_bag(input: "Tensor", weight: "Tensor", offsets: "Tensor | None" = None, *args: Any, **kwargs: Any) -> "Tensor":
+    """Pooled lookup; arguments and result of ``torch.nn.functional.embedding_bag``, plus
+    keyword ``check_indices`` (bool; default from REFERENCE_KERNELS_SKIP_INDEX_CHECK)."""
+    from . import _api
+
+    return _api.embedding_bag(input, weight, offsets, *args, **kwargs)
+
+
+def embedding(input: "Tensor", weight: "Tensor", *args: Any, **kwargs: Any) -> "Tensor":
+    """Unpooled lookup; arguments and result of ``torch.nn.functional.embedding``, plus
+    keyword ``check_indices``."""
+    from . import _api
+
+    return _api.embedding(input, weight, *args, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("EmbeddingBag", "Embedding"):
+        from . import modules
+
+        return getattr(modules, name)
+    raise AttributeError(f"module 'reference_kernels' has no attribute {name!r}")

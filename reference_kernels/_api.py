@@ -1,0 +1,144 @@
+"""User-facing functions with the arguments and results of ``torch.nn.functional``.
+
+Validation happens here, on the host, before any kernel runs (argument shapes and
+dtypes first, then the CUDA requirement, so both are testable on a CPU); the custom ops in
+``_ops.py`` receive contiguous tensors with one index dtype.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _ops
+
+MODES = ("sum", "mean", "max")
+WEIGHT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+INDEX_DTYPES = (torch.int32, torch.int64)
+SKIP_CHECK_ENV = "REFERENCE_KERNELS_SKIP_INDEX_CHECK"
+
+
+def default_check_indices() -> bool:
+    """The index range check runs unless REFERENCE_KERNELS_SKIP_INDEX_CHECK=1 is set."""
+    return os.environ.get(SKIP_CHECK_ENV, "0") not in ("1", "true", "True", "yes")
+
+
+def _require_cuda(fn: str, **tensors: Optional[Tensor]) -> None:
+    present = {name: t for name, t in tensors.items() if t is not None}
+    for name, t in present.items():
+        if t.device.type != "cuda":
+            raise RuntimeError(
+                f"reference_kernels.{fn} runs CUDA kernels only and needs CUDA tensors, but {name} is on "
+                f"'{t.device}'. Move the inputs and the table to a GPU (e.g. .cuda()), or call "
+                f"torch.nn.functional.{fn} on the CPU.")
+    devices = {t.device for t in present.values()}
+    if len(devices) > 1:
+        raise RuntimeError(f"reference_kernels.{fn}: all tensors must be on one device, got {sorted(map(str, devices))}")
+
+
+def _check_weight(fn: str, weight: Tensor) -> None:
+    if weight.dim() != 2:
+        raise ValueError(f"reference_kernels.{fn}: weight must be 2-D [num_embeddings, embedding_dim], got shape {tuple(weight.shape)}")
+    if weight.dtype not in WEIGHT_DTYPES:
+        raise TypeError(f"reference_kernels.{fn}: weight dtype must be float32, float16 or bfloat16, got {weight.dtype}")
+
+
+def _check_index_dtype(fn: str, name: str, t: Tensor) -> None:
+    if t.dtype not in INDEX_DTYPES:
+        raise TypeError(f"reference_kernels.{fn}: {name} must be int32 or int64, got {t.dtype}")
+
+
+def _normalise_padding_idx(fn: str, padding_idx: Optional[int], num_embeddings: int) -> int:
+    if padding_idx is None:
+        return -1
+    if not -num_embeddings <= padding_idx < num_embeddings:
+        raise ValueError(f"reference_kernels.{fn}: padding_idx must be within [-{num_embeddings}, {num_embeddings}), got {padding_idx}")
+    return padding_idx % num_embeddings
+
+
+def _reject_unsupported(fn: str, scale_grad_by_freq: bool, sparse: bool) -> None:
+    if scale_grad_by_freq:
+        raise NotImplementedError(f"reference_kernels.{fn}: scale_grad_by_freq=True is not supported")
+    if sparse:
+        raise NotImplementedError(f"reference_kernels.{fn}: sparse=True (sparse gradients) is not supported; the gradient is dense")
+
+
+def _renorm(weight: Tensor, indices: Tensor, max_norm: Optional[float], norm_type: float) -> None:
+    """max_norm: rescale the looked-up rows in place first, exactly as torch does (torch's kernel)."""
+    if max_norm is not None:
+        with torch.no_grad():
+            torch.embedding_renorm_(weight, indices.reshape(-1), max_norm, norm_type)
+
+
+def _bag_layout(input: Tensor, offsets: Optional[Tensor], include_last_offset: bool) -> tuple[Tensor, Optional[Tensor]]:
+    """Validate the fixed ([B, L], no offsets) or CSR (1-D + offsets) layout; one index dtype."""
+    _check_index_dtype("embedding_bag", "input", input)
+    if input.dim() == 2:
+        if offsets is not None:
+            raise ValueError("reference_kernels.embedding_bag: if input is 2-D [B, L], offsets must be None")
+        return input.contiguous(), None
+    if input.dim() != 1:
+        raise ValueError(f"reference_kernels.embedding_bag: input must be 1-D (with offsets) or 2-D, got {input.dim()}-D")
+    if offsets is None:
+        raise ValueError("reference_kernels.embedding_bag: offsets must be given when input is 1-D")
+    _check_index_dtype("embedding_bag", "offsets", offsets)
+    if offsets.dim() != 1:
+        raise ValueError(f"reference_kernels.embedding_bag: offsets must be 1-D, got {offsets.dim()}-D")
+    if include_last_offset and offsets.numel() == 0:
+        raise ValueError("reference_kernels.embedding_bag: include_last_offset=True needs at least one offset")
+    if offsets.dtype != input.dtype:
+        input, offsets = input.to(torch.int64), offsets.to(torch.int64)
+    return input.contiguous(), offsets.contiguous()
+
+
+def _check_per_sample_weights(psw: Optional[Tensor], mode: str, input: Tensor, weight: Tensor) -> Optional[Tensor]:
+    if psw is None:
+        return None
+    if mode != "sum":
+        raise NotImplementedError(
+            f"reference_kernels.embedding_bag: per_sample_weights is only supported for mode='sum' (got mode='{mode}'), as in torch")
+    if psw.shape != input.shape:
+        raise ValueError(f"reference_kernels.embedding_bag: per_sample_weights must have the shape of input {tuple(input.shape)}, got {tuple(psw.shape)}")
+    if psw.dtype != weight.dtype:
+        raise TypeError(f"reference_kernels.embedding_bag: per_sample_weights dtype {psw.dtype} must match weight dtype {weight.dtype}")
+    return psw.contiguous()
+
+
+def embedding_bag(input: Tensor, weight: Tensor, offsets: Optional[Tensor] = None,
+                  max_norm: Optional[float] = None, norm_type: float = 2.0,
+                  scale_grad_by_freq: bool = False, mode: str = "mean", sparse: bool = False,
+                  per_sample_weights: Optional[Tensor] = None, include_last_offset: bool = False,
+                  padding_idx: Optional[int] = None, *, check_indices: Optional[bool] = None) -> Tensor:
+    """Drop-in for ``torch.nn.functional.embedding_bag`` on CUDA tensors (see docs/kernels.md)."""
+    _check_weight("embedding_bag", weight)
+    if mode not in MODES:
+        raise ValueError(f"reference_kernels.embedding_bag: mode must be one of {MODES}, got {mode!r}")
+    _reject_unsupported("embedding_bag", scale_grad_by_freq, sparse)
+    indices, offsets = _bag_layout(input, offsets, include_last_offset)
+    psw = _check_per_sample_weights(per_sample_weights, mode, input, weight)
+    pad = _normalise_padding_idx("embedding_bag", padding_idx, weight.shape[0])
+    _require_cuda("embedding_bag", input=input, weight=weight, offsets=offsets, per_sample_weights=per_sample_weights)
+    check = default_check_indices() if check_indices is None else check_indices
+    _renorm(weight, indices, max_norm, norm_type)
+    need_argmax = mode == "max" and torch.is_grad_enabled() and weight.requires_grad
+    out, _ = _ops.embedding_bag_op(weight.contiguous(), indices, offsets, psw, mode, pad,
+                                   include_last_offset and offsets is not None, check, need_argmax)
+    return out
+
+
+def embedding(input: Tensor, weight: Tensor, padding_idx: Optional[int] = None,
+              max_norm: Optional[float] = None, norm_type: float = 2.0,
+              scale_grad_by_freq: bool = False, sparse: bool = False, *,
+              check_indices: Optional[bool] = None) -> Tensor:
+    """Drop-in for ``torch.nn.functional.embedding`` on CUDA tensors (see docs/kernels.md)."""
+    _check_weight("embedding", weight)
+    _check_index_dtype("embedding", "input", input)
+    _reject_unsupported("embedding", scale_grad_by_freq, sparse)
+    pad = _normalise_padding_idx("embedding", padding_idx, weight.shape[0])
+    _require_cuda("embedding", input=input, weight=weight)
+    check = default_check_indices() if check_indices is None else check_indices
+    _renorm(weight, input, max_norm, norm_type)
+    return _ops.embedding_op(weight.contiguous(), input.contiguous(), pad, check)

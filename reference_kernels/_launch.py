@@ -1,0 +1,205 @@
+"""Launch configuration for each kernel: which compile-time variant, and the grid.
+
+Everything here takes and returns torch tensors; validation of user arguments
+lives in ``_api.py``, the custom-op wiring in ``_ops.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from . import EmbeddingIndexError, _nvrtc
+from ._nvrtc import I32, I64, PTR
+
+if TYPE_CHECKING:
+    import torch
+
+BLOCK = 256
+MAX_CHUNKS = 4  # vectors per lane per row before the row is split into column tiles
+MODES = {"sum": 0, "mean": 1, "max": 2}
+INT64_MAX = 2**63 - 1
+# Debug aid used by the tests: fill every output with NaN before the kernel runs, so
+# that an element the kernel fails to write cannot pass a comparison.
+POISON_OUTPUTS = os.environ.get("REFERENCE_KERNELS_POISON_OUTPUTS", "0") == "1"
+
+
+def _dtype_code(dtype: "torch.dtype") -> int:
+    import torch
+
+    codes = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+    return codes[dtype]
+
+
+def _index_type(dtype: "torch.dtype") -> str:
+    import torch
+
+    return {torch.int64: "i64", torch.int32: "int"}[dtype]
+
+
+def _ptr(t: "torch.Tensor | None") -> int:
+    return 0 if t is None else t.data_ptr()
+
+
+def _stream(t: "torch.Tensor") -> int:
+    import torch
+
+    return int(torch.cuda.current_stream(t.device).cuda_stream)
+
+
+def new_output(shape: tuple[int, ...], like: "torch.Tensor") -> "torch.Tensor":
+    import torch
+
+    if POISON_OUTPUTS:
+        return torch.full(shape, float("nan"), dtype=like.dtype, device=like.device)
+    return torch.empty(shape, dtype=like.dtype, device=like.device)
+
+
+def _floor_pow2(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def _ceil_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def vector_width(row_elems: int, elem_bytes: int, *pointers: int) -> int:
+    """Largest element count per load (at most 16 bytes) that divides the row and keeps every
+    row of every tensor aligned."""
+    vec = 16 // elem_bytes
+    while vec > 1 and (row_elems % vec or any(p % (vec * elem_bytes) for p in pointers)):
+        vec //= 2
+    return vec
+
+
+@dataclass(frozen=True)
+class RowTiling:
+    """How a row of ``dim`` elements is spread over lanes: VEC elements per vector,
+    ROW_LANES lanes per row, CHUNKS vectors per lane, ``col_tiles`` tiles per row."""
+
+    vec: int
+    row_lanes: int
+    chunks: int
+    col_tiles: int
+
+    @staticmethod
+    def for_row(dim: int, vec: int) -> "RowTiling":
+        vectors = dim // vec
+        if vectors <= 32:
+            return RowTiling(vec, _ceil_pow2(vectors), 1, 1)
+        chunks = min(MAX_CHUNKS, -(-vectors // 32))
+        return RowTiling(vec, 32, chunks, -(-vectors // (32 * chunks)))
+
+
+def index_check(indices: "torch.Tensor", num_embeddings: int, offsets: "torch.Tensor | None") -> None:
+    """Validate indices (and offsets) in one separate pass; raise EmbeddingIndexError if bad."""
+    import torch
+
+    status = torch.full((2,), INT64_MAX, dtype=torch.int64, device=indices.device)
+    n = indices.numel()
+    n_off = 0 if offsets is None else offsets.numel()
+    fn = _nvrtc.get_function("index_check.cu", "index_check", {"INDEX_T": _index_type(indices.dtype)},
+                             indices.device.index)
+    grid = max(1, min(-(-max(n, n_off) // BLOCK), 132 * 8))
+    _nvrtc.launch(fn, grid, BLOCK, _stream(indices), [
+        (_ptr(indices), PTR), (n, I64), (num_embeddings, I64),
+        (_ptr(offsets), PTR), (n_off, I64), (status.data_ptr(), PTR)])
+    bad_index, bad_bag = status.tolist()  # the one host synchronisation of the check
+    if bad_index != INT64_MAX:
+        value = int(indices.reshape(-1)[bad_index])
+        raise EmbeddingIndexError(
+            f"index {value} at position {bad_index} is out of range for an embedding table of "
+            f"{num_embeddings} rows (valid: 0..{num_embeddings - 1})")
+    if bad_bag != INT64_MAX:
+        raise EmbeddingIndexError(
+            f"offsets are invalid at bag {bad_bag}: offsets must be non-decreasing and lie in "
+            f"[0, {n}] (the number of indices)")
+
+
+def bag_forward(weight: "torch.Tensor", indices: "torch.Tensor", offsets: "torch.Tensor | None",
+                num_bags: int, per_sample_weights: "torch.Tensor | None", mode: str,
+                padding_idx: int, need_argmax: bool) -> "tuple[torch.Tensor, torch.Tensor]":
+    """Pooled lookup. ``indices`` is [B, L] (offsets None) or 1-D with CSR ``offsets``
+    (``num_bags`` = B; offsets has B or B + 1 entries). Inputs are contiguous."""
+    import torch
+
+    dim = weight.shape[1]
+    out = new_output((num_bags, dim), weight)
+    argmax = torch.empty((num_bags, dim) if need_argmax else (0,), dtype=torch.int64, device=weight.device)
+    if num_bags == 0 or dim == 0:
+        return out, argmax
+    tiling = RowTiling.for_row(dim, vector_width(dim, weight.element_size(), weight.data_ptr()))
+    n = indices.numel()
+    bag_size = indices.shape[1] if offsets is None else 0
+    avg_len = bag_size if offsets is None else max(1, n // max(1, num_bags))
+    rows_at_once = min(32 // tiling.row_lanes, _floor_pow2(avg_len))
+    team = tiling.row_lanes * rows_at_once
+    defines = {
+        "WEIGHT_DTYPE": _dtype_code(weight.dtype), "INDEX_T": _index_type(indices.dtype),
+        "MODE": MODES[mode], "HAS_PSW": int(per_sample_weights is not None),
+        "WRITE_ARGMAX": int(need_argmax), "VEC": tiling.vec, "ROW_LANES": tiling.row_lanes,
+        "TEAM": team, "CHUNKS": tiling.chunks, "UNROLL": max(1, 8 // tiling.chunks), "BLOCK": BLOCK,
+    }
+    fn = _nvrtc.get_function("embedding_bag_forward.cu", "embedding_bag_forward", defines, weight.device.index)
+    teams = num_bags * tiling.col_tiles
+    grid = -(-teams * team // BLOCK)
+    _nvrtc.launch(fn, grid, BLOCK, _stream(weight), [
+        (weight.data_ptr(), PTR), (dim, I64), (_ptr(indices), PTR), (n, I64),
+        (_ptr(offsets), PTR), (0 if offsets is None else offsets.numel(), I64), (bag_size, I64),
+        (num_bags, I64), (tiling.col_tiles, I32), (_ptr(per_sample_weights), PTR), (padding_idx, I64),
+        (out.data_ptr(), PTR), (argmax.data_ptr() if need_argmax else 0, PTR)])
+    return out, argmax
+
+
+def gather(weight: "torch.Tensor", indices: "torch.Tensor") -> "torch.Tensor":
+    """Unpooled lookup: out[i] = weight[indices[i]] for flat contiguous ``indices``."""
+    import torch
+
+    dim = weight.shape[1]
+    out = new_output((indices.numel(), dim), weight)
+    if out.numel() == 0:
+        return out
+    row_bytes = dim * weight.element_size()
+    word = vector_width(row_bytes, 1, weight.data_ptr())  # bytes per copied word: 2..16
+    tiling = RowTiling.for_row(row_bytes // word, 1)
+    unroll = min(4, tiling.row_lanes)
+    defines = {"INDEX_T": _index_type(indices.dtype), "CHUNK_BYTES": word, "ROW_LANES": tiling.row_lanes,
+               "CHUNKS": tiling.chunks, "UNROLL": unroll, "BLOCK": BLOCK}
+    fn = _nvrtc.get_function("embedding_gather.cu", "embedding_gather", defines, weight.device.index)
+    items = -(-indices.numel() // unroll) * tiling.col_tiles
+    props = torch.cuda.get_device_properties(weight.device)
+    grid = max(1, min(-(-items * tiling.row_lanes // BLOCK), props.multi_processor_count * 16))
+    _nvrtc.launch(fn, grid, BLOCK, _stream(weight), [
+        (weight.data_ptr(), PTR), (row_bytes // word, I64), (_ptr(indices), PTR), (indices.numel(), I64),
+        (out.data_ptr(), PTR)])
+    return out
+
+
+def bag_backward(grad_out: "torch.Tensor", indices: "torch.Tensor", bag_of: "torch.Tensor | None",
+                 bag_size: int, num_weights: int, per_sample_weights: "torch.Tensor | None",
+                 bag_scale: "torch.Tensor | None", padding_idx: int) -> "torch.Tensor":
+    """Deterministic weight gradient: rows sorted stably, one team per run of equal rows.
+    ``bag_of`` maps each flat position to its bag (None: fixed layout, bag = position // bag_size)."""
+    import torch
+
+    dim = grad_out.shape[1]
+    grad_weight = torch.zeros((num_weights, dim), dtype=grad_out.dtype, device=grad_out.device)
+    n = indices.numel()
+    if n == 0 or dim == 0:
+        return grad_weight
+    sorted_rows, positions = torch.sort(indices.reshape(-1).to(torch.int64), stable=True)
+    tiling = RowTiling.for_row(dim, vector_width(dim, grad_out.element_size(), grad_out.data_ptr()))
+    defines = {"WEIGHT_DTYPE": _dtype_code(grad_out.dtype), "VEC": tiling.vec, "ROW_LANES": tiling.row_lanes,
+               "CHUNKS": tiling.chunks, "UNROLL": max(1, 4 // tiling.chunks),
+               "HAS_PSW": int(per_sample_weights is not None), "HAS_SCALE": int(bag_scale is not None),
+               "BLOCK": BLOCK}
+    fn = _nvrtc.get_function("embedding_bag_backward.cu", "embedding_bag_backward", defines,
+                             grad_out.device.index)
+    grid = -(-n * tiling.col_tiles * tiling.row_lanes // BLOCK)
+    _nvrtc.launch(fn, grid, BLOCK, _stream(grad_out), [
+        (grad_out.data_ptr(), PTR), (dim, I64), (sorted_rows.data_ptr(), PTR), (positions.data_ptr(), PTR),
+        (n, I64), (_ptr(bag_of), PTR), (max(1, bag_size), I64), (_ptr(per_sample_weights), PTR),
+        (_ptr(bag_scale), PTR), (padding_idx, I64), (tiling.col_tiles, I32), (grad_weight.data_ptr(), PTR)])
+    return grad_weight
+

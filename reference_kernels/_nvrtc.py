@@ -1,0 +1,200 @@
+"""Run-time compilation of the ``.cu`` sources with NVRTC, an on-disk cubin cache, and launches.
+
+Why cuda-python's low-level ``cuda.bindings`` (``nvrtc`` + ``driver``) rather than
+``cuda.core`` or CuPy: it is the one-to-one, stable C API of NVRTC and the driver
+(``cuda.core`` wraps it and its API still moves between releases; CuPy is a whole
+array library that we would load only for its compiler wrapper and its own cache,
+which we could not key or inspect ourselves). With the C API the cache key, the
+compile options and the module loading are all visible in this file, compilation
+works without a GPU (the architecture is an option), and the only dependency is a
+small wheel (plus the NVRTC library).
+
+Cache: ``$REFERENCE_KERNELS_CACHE`` or ``$XDG_CACHE_HOME/reference_kernels`` or
+``~/.cache/reference_kernels``; one ``<sha256>.cubin`` per variant, keyed by the kernel
+source, the shared header, the options (defines included), the target architecture
+and the NVRTC version. Files are written atomically (rename), so concurrent
+processes may share the cache.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+KERNEL_DIR = Path(__file__).resolve().parent
+HEADER = "common.cuh"
+BASE_OPTIONS: tuple[str, ...] = ("--std=c++17", "-default-device")
+
+
+class KernelCompileError(RuntimeError):
+    """NVRTC rejected a kernel source; the message carries the compiler log."""
+
+
+@dataclass
+class CompileStats:
+    """Seconds spent per variant (compile includes the disk-cache write)."""
+
+    compile_s: dict[str, float] = field(default_factory=dict)
+    load_s: dict[str, float] = field(default_factory=dict)
+    cache_hits: int = 0
+
+
+STATS = CompileStats()
+_LOCK = threading.Lock()
+_FUNCTIONS: dict[tuple[str, int], Any] = {}  # (cache key, device) -> CUfunction
+_MODULES: list[Any] = []  # keep modules alive for the life of the process
+
+
+def _bindings() -> tuple[Any, Any]:
+    try:
+        from cuda.bindings import driver, nvrtc
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "reference_kernels needs cuda-python's bindings for NVRTC and the driver: "
+            "pip install 'cuda-bindings>=12.8' (and the NVRTC library, e.g. nvidia-cuda-nvrtc)"
+        ) from exc
+    return driver, nvrtc
+
+
+def _check(result: Any, what: str) -> Any:
+    """Unpack a cuda-python ``(err, *values)`` tuple, raising on a non-zero error."""
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if int(err) != 0:
+        raise RuntimeError(f"{what} failed: {err!r}")
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def cache_dir() -> Path:
+    explicit = os.environ.get("REFERENCE_KERNELS_CACHE")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "reference_kernels"
+
+
+def read_source(filename: str) -> str:
+    return (KERNEL_DIR / filename).read_text()
+
+
+def compile_options(arch: str, defines: dict[str, Any]) -> list[str]:
+    return [*BASE_OPTIONS, f"--gpu-architecture={arch}", *(f"-D{k}={v}" for k, v in sorted(defines.items()))]
+
+
+def nvrtc_version() -> tuple[int, int]:
+    _, nvrtc = _bindings()
+    major, minor = _check(nvrtc.nvrtcVersion(), "nvrtcVersion")
+    return int(major), int(minor)
+
+
+def cache_key(filename: str, options: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    for part in (read_source(filename), read_source(HEADER), "\0".join(options), repr(nvrtc_version())):
+        h.update(part.encode())
+        h.update(b"\x01")
+    return h.hexdigest()
+
+
+def compile_cubin(filename: str, options: Sequence[str]) -> bytes:
+    """Compile one source file to a cubin with NVRTC (needs no GPU)."""
+    _, nvrtc = _bindings()
+    prog = _check(
+        nvrtc.nvrtcCreateProgram(read_source(filename).encode(), filename.encode(), 1,
+                                 [read_source(HEADER).encode()], [HEADER.encode()]),
+        "nvrtcCreateProgram",
+    )
+    try:
+        opts = [o.encode() for o in options]
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        if int(err) != 0:
+            size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
+            log = b" " * size
+            _check(nvrtc.nvrtcGetProgramLog(prog, log), "nvrtcGetProgramLog")
+            raise KernelCompileError(f"NVRTC failed on {filename} {list(options)}:\n{log.decode(errors='replace')}")
+        size = _check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
+        cubin = b" " * size
+        _check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
+        return cubin
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def cached_cubin(filename: str, options: Sequence[str]) -> tuple[str, bytes]:
+    """The cubin for (source, options), from the disk cache or freshly compiled."""
+    key = cache_key(filename, options)
+    path = cache_dir() / f"{key}.cubin"
+    if path.exists():
+        STATS.cache_hits += 1
+        return key, path.read_bytes()
+    t0 = time.perf_counter()
+    cubin = compile_cubin(filename, options)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_bytes(cubin)
+    os.replace(tmp, path)
+    STATS.compile_s[f"{filename}:{key[:12]}"] = time.perf_counter() - t0
+    return key, cubin
+
+
+def device_arch(device_index: int) -> str:
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device_index)
+    return f"sm_{major}{minor}"
+
+
+def _ensure_context(device_index: int) -> None:
+    """Make the device's primary context (the one torch uses) current on this thread."""
+    import torch
+
+    driver, _ = _bindings()
+    torch.cuda.init()
+    torch.cuda.set_device(device_index)
+    ctx = _check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    if int(ctx) == 0:
+        dev = _check(driver.cuDeviceGet(device_index), "cuDeviceGet")
+        ctx = _check(driver.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+        _check(driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+
+
+def get_function(filename: str, name: str, defines: dict[str, Any], device_index: int) -> Any:
+    """A launchable CUfunction for one compile-time variant on one device (memoised)."""
+    options = compile_options(device_arch(device_index), defines)
+    memo = (filename + "\0".join(options), device_index)
+    fn = _FUNCTIONS.get(memo)
+    if fn is not None:
+        return fn
+    with _LOCK:
+        fn = _FUNCTIONS.get(memo)
+        if fn is None:
+            driver, _ = _bindings()
+            key, cubin = cached_cubin(filename, options)
+            t0 = time.perf_counter()
+            _ensure_context(device_index)
+            module = _check(driver.cuModuleLoadData(cubin), "cuModuleLoadData")
+            fn = _check(driver.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction")
+            STATS.load_s[f"{filename}:{key[:12]}"] = time.perf_counter() - t0
+            _MODULES.append(module)
+            _FUNCTIONS[memo] = fn
+    return fn
+
+
+# Kernel parameter kinds: pointers (int addresses, 0 for null), 64-bit and 32-bit integers, floats.
+PTR, I64, I32, F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_float
+
+
+def launch(fn: Any, grid: int, block: int, stream: int, args: Iterable[tuple[Any, Any]]) -> None:
+    """Launch a 1-D grid on a raw stream handle; ``args`` are (value, ctypes type) pairs."""
+    driver, _ = _bindings()
+    if grid <= 0:
+        return
+    values, types = zip(*args)
+    (err,) = driver.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, driver.CUstream(stream),
+                                   (tuple(values), tuple(types)), 0)
+    if int(err) != 0:
+        raise RuntimeError(f"cuLaunchKernel failed: {err!r}")

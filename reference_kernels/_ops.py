@@ -1,0 +1,178 @@
+"""``torch.library`` custom ops (CUDA implementation, fake implementation, autograd).
+
+Imported lazily by ``_api.py`` on first use, so that ``import reference_kernels``
+stays cheap. Ops (namespace ``reference_kernels``):
+
+* ``embedding_bag(weight, indices, offsets, per_sample_weights, mode, padding_idx,
+  include_last_offset, check_indices, need_argmax) -> (out, argmax)``
+* ``embedding(weight, indices, check_indices) -> out``
+* ``embedding_bag_backward(...) -> grad_weight`` (deterministic, see the kernel)
+
+Arguments arrive validated and normalised by ``_api.py`` (contiguous, one index
+dtype, ``padding_idx`` in [0, num_embeddings) or -1).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from . import _launch
+
+
+def num_bags_of(indices: Tensor, offsets: Optional[Tensor], include_last_offset: bool) -> int:
+    if offsets is None:
+        return indices.shape[0]
+    return offsets.shape[0] - int(include_last_offset)
+
+
+@torch.library.custom_op("reference_kernels::embedding_bag", mutates_args=(), device_types="cuda")
+def embedding_bag_op(weight: Tensor, indices: Tensor, offsets: Optional[Tensor],
+                     per_sample_weights: Optional[Tensor], mode: str, padding_idx: int,
+                     include_last_offset: bool, check_indices: bool,
+                     need_argmax: bool) -> tuple[Tensor, Tensor]:
+    if check_indices:
+        _launch.index_check(indices, weight.shape[0], offsets)
+    num_bags = num_bags_of(indices, offsets, include_last_offset)
+    return _launch.bag_forward(weight, indices, offsets, num_bags, per_sample_weights, mode,
+                               padding_idx, need_argmax)
+
+
+@embedding_bag_op.register_fake
+def _(weight: Tensor, indices: Tensor, offsets: Optional[Tensor], per_sample_weights: Optional[Tensor],
+      mode: str, padding_idx: int, include_last_offset: bool, check_indices: bool,
+      need_argmax: bool) -> tuple[Tensor, Tensor]:
+    num_bags = num_bags_of(indices, offsets, include_last_offset)
+    out = weight.new_empty((num_bags, weight.shape[1]))
+    argmax = weight.new_empty((num_bags, weight.shape[1]) if need_argmax else (0,), dtype=torch.int64)
+    return out, argmax
+
+
+@torch.library.custom_op("reference_kernels::embedding_bag_backward", mutates_args=(), device_types="cuda")
+def embedding_bag_backward_op(grad_out: Tensor, indices: Tensor, bag_of: Optional[Tensor], bag_size: int,
+                              num_weights: int, per_sample_weights: Optional[Tensor],
+                              bag_scale: Optional[Tensor], padding_idx: int) -> Tensor:
+    return _launch.bag_backward(grad_out.contiguous(), indices, bag_of, bag_size, num_weights,
+                                per_sample_weights, bag_scale, padding_idx)
+
+
+@embedding_bag_backward_op.register_fake
+def _(grad_out: Tensor, indices: Tensor, bag_of: Optional[Tensor], bag_size: int, num_weights: int,
+      per_sample_weights: Optional[Tensor], bag_scale: Optional[Tensor], padding_idx: int) -> Tensor:
+    return grad_out.new_empty((num_weights, grad_out.shape[1]))
+
+
+def bag_of_positions(indices: Tensor, offsets: Tensor, include_last_offset: bool) -> Tensor:
+    """Bag of every flat index position for the CSR layout; -1 where a position is in no bag
+    (before the first offset, or after the last one with include_last_offset)."""
+    n = indices.numel()
+    num_bags = num_bags_of(indices, offsets, include_last_offset)
+    starts = offsets[:num_bags].to(torch.int64)
+    ends = offsets[1:num_bags + 1].to(torch.int64)
+    if not include_last_offset:
+        ends = torch.cat([ends, ends.new_full((1,), n)])
+    pos = torch.arange(n, device=indices.device)
+    bag = torch.searchsorted(starts, pos, right=True) - 1
+    inside = (bag >= 0) & (pos < ends[bag.clamp(min=0)])
+    return torch.where(inside, bag, -1)
+
+
+def _bag_scale(indices: Tensor, bag_of: Optional[Tensor], num_bags: int, padding_idx: int) -> Tensor:
+    """1 / (rows pooled per bag) for mean; 0 for empty bags. Integer counts: deterministic.
+    (No boolean-mask indexing, so no data-dependent shapes under torch.compile.)"""
+    valid = (indices.reshape(-1) != padding_idx).to(torch.int64)
+    if bag_of is None:
+        counts = valid.reshape(num_bags, -1).sum(1)
+    else:  # positions in no bag (-1) are counted in slot 0, which is dropped
+        slots = valid.new_zeros(num_bags + 1).index_add_(0, bag_of + 1, valid)
+        counts = slots[1:]
+    return torch.where(counts > 0, 1.0 / counts.clamp(min=1).to(torch.float32), 0.0)
+
+
+def _per_sample_weights_grad(grad_out: Tensor, weight: Tensor, indices: Tensor, bag_of: Tensor,
+                             padding_idx: int) -> Tensor:
+    """d out[bag] / d psw[p] = <grad_out[bag], weight[indices[p]]> (zero for padding / no bag)."""
+    flat = indices.reshape(-1)
+    rows = weight.index_select(0, flat).float()
+    grads = grad_out.float().index_select(0, bag_of.clamp(min=0))
+    dot = (rows * grads).sum(1)
+    keep = (bag_of >= 0) & (flat != padding_idx)
+    return torch.where(keep, dot, 0.0).to(weight.dtype)
+
+
+def _max_backward(grad_out: Tensor, argmax: Tensor, num_weights: int) -> Tensor:
+    """Max mode: each output element's gradient goes to the winning row (index_add: atomics,
+    so the result is not bit-reproducible when rows win in several bags). Empty bags (-1)
+    add zero to element 0."""
+    dim = grad_out.shape[1]
+    cols = torch.arange(dim, device=argmax.device)
+    flat = (argmax * dim + cols).reshape(-1)
+    keep = flat >= 0
+    values = torch.where(keep, grad_out.reshape(-1), 0.0)
+    grad = grad_out.new_zeros((num_weights * dim,))
+    grad.index_add_(0, torch.where(keep, flat, 0), values)
+    return grad.reshape(num_weights, dim)
+
+
+def _setup_bag(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+    weight, indices, offsets, psw, mode, padding_idx, include_last_offset, _, _ = inputs
+    ctx.mode, ctx.padding_idx, ctx.include_last_offset = mode, padding_idx, include_last_offset
+    ctx.num_weights = weight.shape[0]
+    ctx.psw_needs_grad = psw is not None and psw.requires_grad
+    ctx.save_for_backward(weight if ctx.psw_needs_grad else None, indices, offsets, psw, output[1])
+
+
+def _backward_bag(ctx: Any, grad_out: Tensor, _grad_argmax: Tensor) -> tuple[Optional[Tensor], ...]:
+    weight, indices, offsets, psw, argmax = ctx.saved_tensors
+    grad_out = grad_out.contiguous()
+    num_bags = grad_out.shape[0]
+    if ctx.mode == "max":
+        return _max_backward(grad_out, argmax, ctx.num_weights), None, None, None, None, None, None, None, None
+    bag_of = None if offsets is None else bag_of_positions(indices, offsets, ctx.include_last_offset)
+    bag_size = indices.shape[1] if offsets is None else 0
+    scale = _bag_scale(indices, bag_of, num_bags, ctx.padding_idx) if ctx.mode == "mean" else None
+    grad_weight = embedding_bag_backward_op(grad_out, indices, bag_of, bag_size, ctx.num_weights,
+                                            psw, scale, ctx.padding_idx)
+    grad_psw = None
+    if ctx.psw_needs_grad:
+        if bag_of is None:
+            bag_of = torch.arange(indices.numel(), device=indices.device) // max(1, bag_size)
+        grad_psw = _per_sample_weights_grad(grad_out, weight, indices, bag_of, ctx.padding_idx)
+        grad_psw = grad_psw.reshape(psw.shape)
+    return grad_weight, None, None, grad_psw, None, None, None, None, None
+
+
+embedding_bag_op.register_autograd(_backward_bag, setup_context=_setup_bag)
+
+
+@torch.library.custom_op("reference_kernels::embedding", mutates_args=(), device_types="cuda")
+def embedding_op(weight: Tensor, indices: Tensor, padding_idx: int, check_indices: bool) -> Tensor:
+    """Unpooled lookup; padding_idx only zeroes that row's gradient, as in torch."""
+    flat = indices.reshape(-1)
+    if check_indices:
+        _launch.index_check(flat, weight.shape[0], None)
+    return _launch.gather(weight, flat).reshape(*indices.shape, weight.shape[1])
+
+
+@embedding_op.register_fake
+def _(weight: Tensor, indices: Tensor, padding_idx: int, check_indices: bool) -> Tensor:
+    return weight.new_empty((*indices.shape, weight.shape[1]))
+
+
+def _setup_embedding(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+    weight, indices, padding_idx, _ = inputs
+    ctx.num_weights, ctx.padding_idx = weight.shape[0], padding_idx
+    ctx.save_for_backward(indices)
+
+
+def _backward_embedding(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], None, None, None]:
+    (indices,) = ctx.saved_tensors
+    grad = grad_out.reshape(-1, grad_out.shape[-1]).contiguous()
+    flat = indices.reshape(-1, 1)
+    grad_weight = embedding_bag_backward_op(grad, flat, None, 1, ctx.num_weights, None, None, ctx.padding_idx)
+    return grad_weight, None, None, None
+
+
+embedding_op.register_autograd(_backward_embedding, setup_context=_setup_embedding)

@@ -1,0 +1,78 @@
+// Shared helpers for the reference embedding kernels.
+//
+// Self-contained on purpose: no CUDA headers are included, so NVRTC compiles
+// each kernel in a fraction of a second and nvcc compiles the same text.
+// Half and bfloat16 values travel as raw 16-bit words and are converted with
+// one PTX instruction each (cvt.rn.bf16.f32 needs sm_80 or newer).
+#pragma once
+
+typedef long long i64;
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned short u16;
+
+// WEIGHT_DTYPE: 0 = float32, 1 = float16, 2 = bfloat16.
+#ifndef WEIGHT_DTYPE
+#define WEIGHT_DTYPE 0
+#endif
+
+#if WEIGHT_DTYPE == 0
+typedef float weight_t;
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float from_float(float x) { return x; }
+#elif WEIGHT_DTYPE == 1
+typedef u16 weight_t;
+__device__ __forceinline__ float to_float(u16 h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+__device__ __forceinline__ u16 from_float(float f) {
+  u16 h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+#elif WEIGHT_DTYPE == 2
+typedef u16 weight_t;
+__device__ __forceinline__ float to_float(u16 b) { return __uint_as_float(((u32)b) << 16); }
+__device__ __forceinline__ u16 from_float(float f) {
+  u16 b;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(f));
+  return b;
+}
+#else
+#error "WEIGHT_DTYPE must be 0 (float32), 1 (float16) or 2 (bfloat16)"
+#endif
+
+// N consecutive elements moved as one load or store of N * sizeof(T) bytes.
+// The caller guarantees that the address is aligned to that size.
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+
+template <int BYTES> struct RawWord;
+template <> struct RawWord<16> { typedef uint4 type; };
+template <> struct RawWord<8> { typedef uint2 type; };
+template <> struct RawWord<4> { typedef u32 type; };
+template <> struct RawWord<2> { typedef u16 type; };
+
+// Read-only (non-coherent) vector load: the table is never written by the kernel.
+template <typename T, int N>
+__device__ __forceinline__ Pack<T, N> load_pack(const T* p) {
+  typedef typename RawWord<sizeof(T) * N>::type Raw;
+  Raw raw = __ldg(reinterpret_cast<const Raw*>(p));
+  return *reinterpret_cast<Pack<T, N>*>(&raw);
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void store_pack(T* p, const Pack<T, N>& pack) {
+  *reinterpret_cast<Pack<T, N>*>(p) = pack;
+}
+
+// Lanes [base, base + width) of the calling warp, as a shuffle mask.
+template <int WIDTH>
+__device__ __forceinline__ u32 team_mask(int lane) {
+  const u32 ones = WIDTH == 32 ? 0xffffffffu : (1u << (WIDTH & 31)) - 1u;
+  return ones << (lane & ~(WIDTH - 1));
+}

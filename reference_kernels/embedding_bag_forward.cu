@@ -1,0 +1,217 @@
+// Pooled embedding lookup (embedding bag): sum, mean or max of table rows per bag.
+//
+// Work decomposition (every name below is a compile-time constant set with -D):
+//   * A TEAM of lanes (a warp or a power-of-two fraction of one) owns one bag
+//     and one column tile of the output row.
+//   * ROW_LANES lanes of the team share one table row; each lane moves CHUNKS
+//     vectors of VEC elements (16 bytes where the row width and alignment allow).
+//   * The team therefore reads R = TEAM / ROW_LANES rows at once, and each lane
+//     issues UNROLL rows' loads before it adds any of them (rows in flight).
+//   * Indices (and per-sample weights) are read once per team, one per lane,
+//     coalesced, and handed to the other lanes with shuffles.
+//   * The R partial results are combined with shuffles at the end; lanes of the
+//     first row group write the output.
+// The hot loop does no bounds check on indices: index_check.cu validates them
+// in a separate pass before this kernel runs. Negative indices and padding_idx
+// are skipped. All address arithmetic is 64-bit.
+#include "common.cuh"
+
+#ifndef INDEX_T
+#define INDEX_T i64
+#endif
+#ifndef MODE  // 0 = sum, 1 = mean, 2 = max
+#define MODE 0
+#endif
+#ifndef HAS_PSW  // per_sample_weights present (sum only)
+#define HAS_PSW 0
+#endif
+#ifndef WRITE_ARGMAX  // max mode: also write the winning row per element (for backward)
+#define WRITE_ARGMAX 0
+#endif
+#ifndef VEC
+#define VEC 4
+#endif
+#ifndef ROW_LANES
+#define ROW_LANES 32
+#endif
+#ifndef TEAM
+#define TEAM 32
+#endif
+#ifndef CHUNKS
+#define CHUNKS 1
+#endif
+#ifndef UNROLL
+#define UNROLL 8
+#endif
+#ifndef BLOCK
+#define BLOCK 256
+#endif
+
+#define ROWS_AT_ONCE (TEAM / ROW_LANES)
+#define TILE_COLS (ROW_LANES * CHUNKS * VEC)
+#define UNROLL_EFF (UNROLL < ROW_LANES ? UNROLL : ROW_LANES)
+
+static_assert(TEAM <= 32 && (TEAM & (TEAM - 1)) == 0, "TEAM must be a power of two <= 32");
+static_assert(ROW_LANES <= TEAM && (ROW_LANES & (ROW_LANES - 1)) == 0, "ROW_LANES must divide TEAM");
+static_assert(ROW_LANES % UNROLL_EFF == 0, "UNROLL must divide ROW_LANES");
+static_assert(MODE == 0 || HAS_PSW == 0, "per_sample_weights only with sum");
+
+typedef Pack<weight_t, VEC> Vec;
+
+struct Acc {
+  float v[CHUNKS][VEC];
+#if WRITE_ARGMAX
+  i64 arg[CHUNKS][VEC];
+#endif
+  int count;  // rows pooled by this lane's row group (mean; "any row" for max)
+};
+
+__device__ __forceinline__ void acc_init(Acc& a) {
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      a.v[c][e] = MODE == 2 ? -__int_as_float(0x7f800000) : 0.0f;
+#if WRITE_ARGMAX
+      a.arg[c][e] = -1;
+#endif
+    }
+  a.count = 0;
+}
+
+// Adds (or max-combines) one loaded row chunk into the accumulator.
+__device__ __forceinline__ void acc_add(Acc& a, int c, const Vec& x, float w, i64 row) {
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    const float f = to_float(x.v[e]);
+#if MODE == 2
+    if (f > a.v[c][e]) {
+      a.v[c][e] = f;
+#if WRITE_ARGMAX
+      a.arg[c][e] = row;
+#endif
+    }
+#elif HAS_PSW
+    a.v[c][e] = fmaf(w, f, a.v[c][e]);
+#else
+    a.v[c][e] += f;
+#endif
+  }
+}
+
+// Combines the partial results of the team's row groups (lanes ROW_LANES apart).
+__device__ __forceinline__ void acc_team_reduce(Acc& a, u32 mask) {
+#pragma unroll
+  for (int off = ROW_LANES; off < TEAM; off <<= 1) {
+    a.count += __shfl_xor_sync(mask, a.count, off, TEAM);
+#pragma unroll
+    for (int c = 0; c < CHUNKS; ++c)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const float other = __shfl_xor_sync(mask, a.v[c][e], off, TEAM);
+#if MODE == 2
+#if WRITE_ARGMAX
+        const i64 other_arg = __shfl_xor_sync(mask, a.arg[c][e], off, TEAM);
+        if (other > a.v[c][e]) a.arg[c][e] = other_arg;
+#endif
+        a.v[c][e] = fmaxf(a.v[c][e], other);
+#else
+        a.v[c][e] += other;
+#endif
+      }
+  }
+}
+
+// Final value of one output element: mean divides by the pooled row count;
+// an empty bag (or one with only padding) gives 0 in every mode, as torch does.
+__device__ __forceinline__ float acc_finish(const Acc& a, float v) {
+  if (MODE == 1) return a.count > 0 ? v / (float)a.count : 0.0f;
+  if (MODE == 2) return a.count > 0 ? v : 0.0f;
+  return v;
+}
+
+extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_forward(
+    const weight_t* __restrict__ weight, i64 dim,
+    const INDEX_T* __restrict__ indices, i64 num_indices,
+    const INDEX_T* __restrict__ offsets, i64 num_offsets,  // offsets == 0: fixed layout
+    i64 bag_size,                                           // fixed layout: L
+    i64 num_bags, int col_tiles,
+    const weight_t* __restrict__ per_sample_weights, i64 padding_idx,  // -1: none
+    weight_t* __restrict__ out, i64* __restrict__ argmax) {
+  const int lane = threadIdx.x & 31;
+  const int team_lane = lane & (TEAM - 1);
+  const int group = team_lane / ROW_LANES;      // which of the R rows this lane reads
+  const int row_lane = team_lane % ROW_LANES;   // position inside the row
+  const u32 mask = team_mask<TEAM>(lane);
+
+  const i64 work = ((i64)blockIdx.x * BLOCK + threadIdx.x) / TEAM;
+  if (work >= num_bags * col_tiles) return;     // whole teams leave together
+  const i64 bag = work / col_tiles;
+  const i64 col0 = (work % col_tiles) * (i64)TILE_COLS;
+
+  i64 start, end;
+  if (offsets != 0) {
+    start = offsets[bag];
+    end = bag + 1 < num_offsets ? (i64)offsets[bag + 1] : num_indices;
+  } else {
+    start = bag * bag_size;
+    end = start + bag_size;
+  }
+
+  Acc acc;
+  acc_init(acc);
+  for (i64 base = start; base < end; base += TEAM) {
+    const i64 left = end - base;
+    const int n = left < TEAM ? (int)left : TEAM;
+    const i64 my_index = team_lane < n ? (i64)indices[base + team_lane] : -1;
+    float my_weight = 1.0f;
+#if HAS_PSW
+    if (team_lane < n) my_weight = to_float(per_sample_weights[base + team_lane]);
+#endif
+#pragma unroll
+    for (int m = 0; m < ROW_LANES; m += UNROLL_EFF) {
+      if (m * ROWS_AT_ONCE >= n) break;  // same decision for the whole team
+      Vec x[UNROLL_EFF][CHUNKS];
+      i64 row[UNROLL_EFF];
+      float w[UNROLL_EFF];
+#pragma unroll
+      for (int u = 0; u < UNROLL_EFF; ++u) {  // issue every load first ...
+        const int j = (m + u) * ROWS_AT_ONCE + group;
+        const i64 r = __shfl_sync(mask, my_index, j, TEAM);
+        w[u] = HAS_PSW ? __shfl_sync(mask, my_weight, j, TEAM) : 1.0f;
+        row[u] = (r < 0 || r == padding_idx) ? -1 : r;
+#pragma unroll
+        for (int c = 0; c < CHUNKS; ++c) {
+          const i64 col = col0 + (i64)(c * ROW_LANES + row_lane) * VEC;
+          if (row[u] >= 0 && col < dim) x[u][c] = load_pack<weight_t, VEC>(weight + row[u] * dim + col);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < UNROLL_EFF; ++u) {  // ... then consume them
+        if (row[u] < 0) continue;
+        acc.count += 1;
+#pragma unroll
+        for (int c = 0; c < CHUNKS; ++c) {
+          const i64 col = col0 + (i64)(c * ROW_LANES + row_lane) * VEC;
+          if (col < dim) acc_add(acc, c, x[u][c], w[u], row[u]);
+        }
+      }
+    }
+  }
+
+  acc_team_reduce(acc, mask);
+  if (group != 0) return;
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    const i64 col = col0 + (i64)(c * ROW_LANES + row_lane) * VEC;
+    if (col >= dim) continue;
+    Vec y;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) y.v[e] = from_float(acc_finish(acc, acc.v[c][e]));
+    store_pack<weight_t, VEC>(out + bag * dim + col, y);
+#if WRITE_ARGMAX
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) argmax[bag * dim + col + e] = acc.arg[c][e];
+#endif
+  }
+}

@@ -1,0 +1,352 @@
+"""GPU tests: the reference kernels against torch.nn.functional.embedding_bag / embedding.
+
+Fresh random inputs every run (no fixed seed; the seed is printed on failure),
+outputs prefilled with NaN (REFERENCE_KERNELS_POISON_OUTPUTS), pooled sums and
+means checked against torch in float64 within the bound of kernel_bounds.py,
+max mode and the unpooled lookup checked for exact equality.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Optional
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+import reference_kernels as rk  # noqa: E402
+from kernel_bounds import assert_within, pooled_tolerance  # noqa: E402
+
+pytestmark = pytest.mark.cuda
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+INDEX_DTYPES = [torch.int32, torch.int64]
+LAYOUTS = ["fixed", "csr", "csr_last"]
+
+
+@pytest.fixture(autouse=True)
+def poison_outputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reference_kernels import _launch
+
+    monkeypatch.setattr(_launch, "POISON_OUTPUTS", True)
+
+
+@pytest.fixture
+def gen(request: pytest.FixtureRequest) -> torch.Generator:
+    seed = random.SystemRandom().randrange(2**62)
+    request.node.user_properties.append(("seed", seed))
+    print(f"seed={seed}")
+    return torch.Generator(device="cuda").manual_seed(seed)
+
+
+@dataclass
+class Bags:
+    """One batch of lookups in the layout under test (arguments for embedding_bag)."""
+
+    input: torch.Tensor
+    offsets: Optional[torch.Tensor]
+    include_last_offset: bool
+    longest: int  # longest bag: sets the error bound
+
+
+def make_bags(layout: str, batch: int, pooling: int, rows: int, index_dtype: torch.dtype,
+              gen: torch.Generator) -> Bags:
+    """Random indices with 0, rows - 1 and a duplicate planted; CSR bags have lengths
+    0..2*pooling (so empty bags occur), the first bag is always empty."""
+    dev = "cuda"
+    if layout == "fixed":
+        idx = torch.randint(0, rows, (batch, pooling), generator=gen, device=dev)
+        flat = idx.view(-1)
+        longest = pooling
+    else:
+        lengths = torch.randint(0, 2 * pooling + 1, (batch,), generator=gen, device=dev)
+        lengths[0] = 0
+        if batch > 1:
+            lengths[1] = max(lengths[1].item(), 4)
+        flat = torch.randint(0, rows, (int(lengths.sum()),), generator=gen, device=dev)
+        idx = flat
+        longest = int(lengths.max())
+    if flat.numel() >= 4:
+        flat[0], flat[1], flat[2] = 0, rows - 1, flat[3]
+    if layout == "fixed":
+        return Bags(idx.to(index_dtype), None, False, longest)
+    offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
+    if layout == "csr":
+        offsets = offsets[:-1]
+    return Bags(idx.to(index_dtype), offsets.to(index_dtype), layout == "csr_last", longest)
+
+
+def bag_of(bags: Bags) -> torch.Tensor:
+    """Bag of each flat index position (every position is in a bag in make_bags' layouts)."""
+    n = bags.input.numel()
+    if bags.offsets is None:
+        return torch.arange(n, device="cuda") // bags.input.shape[1]
+    starts = bags.offsets[: len(bags.offsets) - int(bags.include_last_offset)].long()
+    return torch.searchsorted(starts, torch.arange(n, device="cuda"), right=True) - 1
+
+
+def random_table(rows: int, dim: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    return torch.randn(rows, dim, generator=gen, device="cuda").to(dtype)
+
+
+def torch_bag(bags: Bags, weight: torch.Tensor, mode: str, psw: Optional[torch.Tensor],
+              padding_idx: Optional[int]) -> torch.Tensor:
+    return F.embedding_bag(bags.input, weight, bags.offsets, mode=mode, per_sample_weights=psw,
+                           include_last_offset=bags.include_last_offset, padding_idx=padding_idx)
+
+
+def ours_bag(bags: Bags, weight: torch.Tensor, mode: str, psw: Optional[torch.Tensor],
+             padding_idx: Optional[int]) -> torch.Tensor:
+    return rk.embedding_bag(bags.input, weight, bags.offsets, mode=mode, per_sample_weights=psw,
+                            include_last_offset=bags.include_last_offset, padding_idx=padding_idx)
+
+
+def check_bag(bags: Bags, weight: torch.Tensor, mode: str, psw: Optional[torch.Tensor] = None,
+              padding_idx: Optional[int] = None) -> None:
+    ours = ours_bag(bags, weight, mode, psw, padding_idx)
+    if mode == "max":
+        expected = torch_bag(bags, weight, mode, psw, padding_idx)
+        assert ours.dtype == expected.dtype and ours.shape == expected.shape
+        assert torch.equal(ours, expected), "max mode must match torch exactly"
+        return
+    psw64 = None if psw is None else psw.double()
+    ref = torch_bag(bags, weight.double(), mode, psw64, padding_idx)
+    abs_ref = torch_bag(bags, weight.double().abs(), mode, None if psw is None else psw64.abs(), padding_idx)
+    terms = bags.longest + (1 if mode == "mean" else 0)
+    assert ours.dtype == weight.dtype and ours.shape == ref.shape
+    assert_within(ours, ref, pooled_tolerance(ref, abs_ref, terms, weight.dtype), f"{mode} {weight.dtype}")
+
+
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_bag_matrix(mode: str, dtype: torch.dtype, layout: str, index_dtype: torch.dtype,
+                    gen: torch.Generator) -> None:
+    weight = random_table(1000, 128, dtype, gen)
+    check_bag(make_bags(layout, 64, 20, 1000, index_dtype, gen), weight, mode)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_per_sample_weights(dtype: torch.dtype, layout: str, gen: torch.Generator) -> None:
+    weight = random_table(500, 64, dtype, gen)
+    bags = make_bags(layout, 50, 12, 500, torch.int64, gen)
+    psw = torch.rand(bags.input.shape, generator=gen, device="cuda").to(dtype)
+    check_bag(bags, weight, "sum", psw)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_padding_idx(mode: str, layout: str, gen: torch.Generator) -> None:
+    rows = 8  # small table: padding rows are frequent
+    weight = random_table(rows, 32, torch.float32, gen)
+    bags = make_bags(layout, 40, 6, rows, torch.int64, gen)
+    flat = bags.input.view(-1)
+    flat[: min(6, flat.numel())] = 5  # the first non-empty bag(s) hold padding only
+    check_bag(bags, weight, mode, padding_idx=5)
+    check_bag(bags, weight, mode, padding_idx=-3)  # negative: counts from the end, as in torch
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dim", [1, 3, 4, 5, 127, 128, 129, 256, 1000])
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_dims(mode: str, dim: int, dtype: torch.dtype, gen: torch.Generator) -> None:
+    weight = random_table(300, dim, dtype, gen)
+    check_bag(make_bags("csr", 33, 7, 300, torch.int64, gen), weight, mode)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("batch,pooling", [(1, 20), (64, 1), (16, 1000), (3, 0)])
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_bag_lengths(mode: str, batch: int, pooling: int, layout: str, gen: torch.Generator) -> None:
+    weight = random_table(2000, 128, torch.float16, gen)
+    check_bag(make_bags(layout, batch, pooling, 2000, torch.int64, gen), weight, mode)
+
+
+def test_all_bags_empty_and_trailing_empty(gen: torch.Generator) -> None:
+    weight = random_table(10, 16, torch.float32, gen)
+    idx = torch.tensor([1, 2, 3], device="cuda")
+    for offsets, last in [([0, 3, 3, 3], False), ([0, 0, 3, 3], True), ([0, 3, 3], True)]:
+        off = torch.tensor(offsets, device="cuda")
+        for mode in ("sum", "mean", "max"):
+            ours = rk.embedding_bag(idx, weight, off, mode=mode, include_last_offset=last)
+            expected = F.embedding_bag(idx, weight, off, mode=mode, include_last_offset=last)
+            torch.testing.assert_close(ours, expected, rtol=1e-6, atol=1e-6)
+    empty = torch.empty(0, dtype=torch.int64, device="cuda")
+    ours = rk.embedding_bag(empty, weight, torch.zeros(4, dtype=torch.int64, device="cuda"), mode="sum")
+    assert torch.equal(ours, torch.zeros(4, 16, device="cuda"))
+
+
+@pytest.mark.parametrize("shape", [(1,), (257,), (300, 1), (7, 13)], ids=str)
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_embedding_exact(dtype: torch.dtype, index_dtype: torch.dtype, shape: tuple[int, ...],
+                         gen: torch.Generator) -> None:
+    weight = random_table(999, 128, dtype, gen)
+    idx = torch.randint(0, 999, shape, generator=gen, device="cuda").to(index_dtype)
+    idx.view(-1)[0] = 998
+    ours = rk.embedding(idx, weight)
+    assert torch.equal(ours, F.embedding(idx, weight))
+
+
+@pytest.mark.parametrize("dim", [1, 3, 4, 5, 127, 128, 129, 256, 1000])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_embedding_dims(dtype: torch.dtype, dim: int, gen: torch.Generator) -> None:
+    weight = random_table(64, dim, dtype, gen)
+    idx = torch.randint(0, 64, (77,), generator=gen, device="cuda")
+    assert torch.equal(rk.embedding(idx, weight, padding_idx=3), F.embedding(idx, weight, padding_idx=3))
+
+
+def _grad_bound(ref_fn, ours_grad: torch.Tensor, ref_grad: torch.Tensor, terms: int, dtype: torch.dtype,
+                what: str) -> None:
+    abs_grad = ref_fn()
+    assert_within(ours_grad, ref_grad, pooled_tolerance(ref_grad, abs_grad, terms, dtype), what)
+
+
+def _bag_grad(fn, bags: Bags, weight: torch.Tensor, mode: str, grad_out: torch.Tensor,
+              psw: Optional[torch.Tensor], padding_idx: Optional[int]) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    w = weight.detach().clone().requires_grad_(True)
+    p = None if psw is None else psw.detach().clone().requires_grad_(True)
+    out = fn(bags, w, mode, p, padding_idx)
+    out.backward(grad_out)
+    return w.grad, None if p is None else p.grad
+
+
+@pytest.mark.parametrize("with_psw", [False, True])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_backward(mode: str, dtype: torch.dtype, layout: str, with_psw: bool, gen: torch.Generator) -> None:
+    if with_psw and mode != "sum":
+        pytest.skip("per_sample_weights only with sum")
+    rows = 200  # small table: rows are hit many times
+    weight = random_table(rows, 96, dtype, gen)
+    bags = make_bags(layout, 80, 15, rows, torch.int64, gen)
+    psw = torch.rand(bags.input.shape, generator=gen, device="cuda").to(dtype) if with_psw else None
+    num_bags = 80
+    grad_out = torch.randn(num_bags, 96, generator=gen, device="cuda").to(dtype)
+    ours_w, ours_p = _bag_grad(ours_bag, bags, weight, mode, grad_out, psw, 7)
+    again_w, _ = _bag_grad(ours_bag, bags, weight, mode, grad_out, psw, 7)
+    assert torch.equal(ours_w, again_w), "the weight gradient must be bit-reproducible"
+    psw64 = None if psw is None else psw.double()
+    ref_w, ref_p = _bag_grad(torch_bag, bags, weight.double(), mode, grad_out.double(), psw64, 7)
+    occurrences = int(torch.bincount(bags.input.view(-1), minlength=rows).max())
+    abs_w, _ = _bag_grad(torch_bag, bags, weight.double(), mode, grad_out.double().abs(),
+                         None if psw64 is None else psw64.abs(), 7)
+    assert ours_w.dtype == dtype
+    assert_within(ours_w, ref_w, pooled_tolerance(ref_w, abs_w, occurrences, dtype), "grad weight")
+    if with_psw:  # grad_psw[p] = <grad_out[bag(p)], weight[idx(p)]>: a 96-term dot product
+        rows = weight.double().abs()[bags.input.view(-1)]
+        abs_p = (rows * grad_out.double().abs()[bag_of(bags)]).sum(1)
+        keep = bags.input.view(-1) != 7
+        tol = pooled_tolerance(ref_p.view(-1), abs_p * keep, 96, dtype)
+        assert_within(ours_p.view(-1), ref_p.view(-1), tol, "grad per_sample_weights")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_max_backward(layout: str, gen: torch.Generator) -> None:
+    weight = random_table(300, 64, torch.float32, gen)
+    bags = make_bags(layout, 40, 10, 300, torch.int64, gen)
+    grad_out = torch.randn(40, 64, generator=gen, device="cuda")
+    ours_w, _ = _bag_grad(ours_bag, bags, weight, "max", grad_out, None, None)
+    ref_w, _ = _bag_grad(torch_bag, bags, weight, "max", grad_out, None, None)
+    torch.testing.assert_close(ours_w, ref_w, rtol=1e-5, atol=1e-5)
+
+
+def test_embedding_backward(gen: torch.Generator) -> None:
+    weight = random_table(50, 40, torch.float32, gen)
+    idx = torch.randint(0, 50, (30, 7), generator=gen, device="cuda")
+    grad = torch.randn(30, 7, 40, generator=gen, device="cuda")
+    w1 = weight.clone().requires_grad_(True)
+    rk.embedding(idx, w1, padding_idx=2).backward(grad)
+    w2 = weight.double().requires_grad_(True)
+    F.embedding(idx, w2, padding_idx=2).backward(grad.double())
+    w3 = weight.double().requires_grad_(True)
+    F.embedding(idx, w3, padding_idx=2).backward(grad.double().abs())
+    occurrences = int(torch.bincount(idx.view(-1)).max())
+    assert_within(w1.grad, w2.grad, pooled_tolerance(w2.grad, w3.grad, occurrences, torch.float32), "grad")
+
+
+def test_index_check_raises(gen: torch.Generator) -> None:
+    weight = random_table(100, 16, torch.float32, gen)
+    idx = torch.randint(0, 100, (20, 5), generator=gen, device="cuda")
+    idx[3, 2] = 100
+    with pytest.raises(rk.EmbeddingIndexError, match="index 100 at position 17"):
+        rk.embedding_bag(idx, weight)
+    idx[3, 2] = -1
+    with pytest.raises(rk.EmbeddingIndexError, match="index -1"):
+        rk.embedding(idx, weight)
+    flat = torch.randint(0, 100, (10,), device="cuda")
+    with pytest.raises(rk.EmbeddingIndexError, match="offsets are invalid at bag 1"):
+        rk.embedding_bag(flat, weight, torch.tensor([0, 6, 4], device="cuda"))
+    with pytest.raises(rk.EmbeddingIndexError, match="offsets are invalid"):
+        rk.embedding_bag(flat, weight, torch.tensor([0, 4, 11], device="cuda"), include_last_offset=True)
+
+
+def test_module_drop_in(gen: torch.Generator) -> None:
+    ref = torch.nn.EmbeddingBag(500, 64, mode="sum", padding_idx=0).cuda()
+    ours = rk.EmbeddingBag(500, 64, mode="sum", padding_idx=0).cuda()
+    ours.load_state_dict(ref.state_dict())
+    idx = torch.randint(0, 500, (32, 9), generator=gen, device="cuda")
+    torch.testing.assert_close(ours(idx), ref(idx), rtol=1e-5, atol=1e-5)
+    pre = rk.EmbeddingBag.from_pretrained(ref.weight.detach(), mode="max")
+    assert isinstance(pre, rk.EmbeddingBag)
+    assert torch.equal(pre(idx), F.embedding_bag(idx, ref.weight.detach(), mode="max"))
+
+
+def test_torch_compile(gen: torch.Generator) -> None:
+    weight = random_table(400, 64, torch.float32, gen).requires_grad_(True)
+    bags = make_bags("csr", 32, 8, 400, torch.int64, gen)
+
+    def step(w: torch.Tensor) -> torch.Tensor:
+        return rk.embedding_bag(bags.input, w, bags.offsets, mode="mean").square().sum()
+
+    compiled = torch.compile(step, fullgraph=True)
+    eager_loss = step(weight)
+    (eager_grad,) = torch.autograd.grad(eager_loss, weight)
+    loss = compiled(weight)
+    (grad,) = torch.autograd.grad(loss, weight)
+    torch.testing.assert_close(loss, eager_loss)
+    torch.testing.assert_close(grad, eager_grad)
+    torch.library.opcheck(torch.ops.reference_kernels.embedding_bag.default,
+                          (weight.detach(), bags.input, bags.offsets, None, "sum", -1, False, True, False))
+
+
+def test_table_over_2_pow_31_elements(gen: torch.Generator) -> None:
+    dim = 128
+    rows = 2**31 // dim + 4096  # 2^31 + 524288 elements, 4.3 GB in float16
+    weight = torch.empty(rows, dim, dtype=torch.float16, device="cuda")
+    weight[-8192:].normal_(generator=gen)
+    weight[:8192].normal_(generator=gen)
+    high = torch.randint(rows - 8192, rows, (64, 6), generator=gen, device="cuda")
+    high[:, 0] = torch.randint(0, 8192, (64,), generator=gen, device="cuda")  # mix both ends
+    high[0, 1] = rows - 1
+    ref = weight[high].double()  # [64, 6, dim]
+    ours = rk.embedding_bag(high, weight, mode="sum")
+    tol = pooled_tolerance(ref.sum(1), ref.abs().sum(1), 6, torch.float16)
+    assert_within(ours, ref.sum(1), tol, "sum over a >2^31-element table")
+    assert torch.equal(rk.embedding_bag(high, weight, mode="max"), ref.max(1).values.to(torch.float16))
+    assert torch.equal(rk.embedding(high, weight), weight[high])
+
+
+def test_compile_and_load_under_one_second(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from reference_kernels import _nvrtc
+
+    monkeypatch.setenv("REFERENCE_KERNELS_CACHE", str(tmp_path))
+    monkeypatch.setattr(_nvrtc, "_FUNCTIONS", {})
+    weight = torch.randn(100, 128, device="cuda")
+    idx = torch.randint(0, 100, (8, 4), device="cuda")
+    _nvrtc.STATS.compile_s.clear()
+    _nvrtc.STATS.load_s.clear()
+    rk.embedding_bag(idx, weight, mode="sum")
+    rk.embedding(idx, weight)
+    torch.cuda.synchronize()
+    times = {k: _nvrtc.STATS.compile_s[k] + _nvrtc.STATS.load_s[k] for k in _nvrtc.STATS.compile_s}
+    print("compile+load seconds per kernel:", {k: round(v, 3) for k, v in times.items()})
+    assert len(times) == 3  # index check, forward, gather
+    assert max(times.values()) < 1.0
+    assert len(list(tmp_path.glob("*.cubin"))) == 3
