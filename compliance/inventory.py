@@ -51,7 +51,8 @@ class Evidence:
     """Why a file counts as native kernel code."""
 
     marker: str
-    """cuda, ptx, triton, inline, extension, extension-file (by name) or setup.py."""
+    """cuda, ptx, triton, inline, extension, extension-file (by name) or setup.py (a
+    source listed by a setup.py extension)."""
     line: int | None
     """First line where the marker appears."""
 
@@ -317,10 +318,7 @@ def _visit_file(entry: os.DirEntry[str], rel: str, walk: Walk) -> None:
     if ext in CUDA_EXTENSIONS or ext == ".ptx":
         evidence.insert(0, Evidence("extension-file", None))
     if name == "setup.py" and scan and b"Extension" in data:
-        extensions = setup_extensions(data, rel)
-        walk.setups.extend(extensions)
-        if extensions:
-            evidence.append(Evidence("setup.py", extensions[0].line))
+        walk.setups.extend(setup_extensions(data, rel))
     if evidence:
         walk.native[rel] = evidence
 

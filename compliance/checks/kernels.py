@@ -148,6 +148,14 @@ def _undeclared(ctx: "CheckContext") -> Iterator["Finding | None"]:
                           f"found: {markers}) is not declared in any {MANIFEST_NAME}", line=native.line)
 
 
+def _unshipped_extension_sources(ctx: "CheckContext") -> Iterator["Finding | None"]:
+    for ext in ctx.inventory.setup_extensions:
+        missing = [s for s in ext.sources if s not in ctx.inventory.files]
+        if missing:
+            yield ctx.finding(UNDECLARED.id, ext.setup_path, f"{ext.kind} {ext.name or ''} is built "
+                              f"from sources that are not in the tree: {', '.join(missing)}", line=ext.line)
+
+
 def _declared_vendored(ctx: "CheckContext") -> set[str]:
     out = set()
     for relpath, manifest in ctx.manifests:
@@ -220,6 +228,7 @@ def run(ctx: "CheckContext") -> Iterator["Finding | None"]:
     """All declaration findings."""
     yield from _manifest_findings(ctx)
     yield from _undeclared(ctx)
+    yield from _unshipped_extension_sources(ctx)
     yield from _vendored(ctx)
     for item in ctx.kernels():
         yield from _allowlist(ctx, item)
