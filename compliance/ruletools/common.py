@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from compliance.ruleset import Provenance, RuleSet
+from compliance.ruleset import AllowlistEntry, Provenance, RuleSet
 from compliance.yamlsource import load_yaml
 
 
@@ -53,3 +53,21 @@ def removed_entries(ruleset: RuleSet) -> dict[str, str]:
     return {key.split(".", 1)[1]: origin[: -len(suffix)]
             for key, origin in sorted(ruleset.origins.items())
             if key.startswith("allowlist.") and origin.endswith(suffix)}
+
+
+def requires_text(entry: AllowlistEntry) -> str:
+    """``source; upstream link; numerical verification against ...`` for an entry."""
+    parts = ["source" if entry.requires_source else "no source"]
+    parts.append("upstream link" if entry.requires_upstream else "no upstream link")
+    if entry.verification is not None:
+        parts.append("numerical verification against "
+                     + ", ".join(entry.verification.reference_ops))
+    return "; ".join(parts)
+
+
+def tolerance_text(entry: AllowlistEntry) -> str | None:
+    """The entry's tolerances per dtype, or None when it sets none."""
+    if entry.verification is None or not entry.verification.tolerance:
+        return None
+    return "; ".join(f"{dtype}: " + ", ".join(f"{k} {v}" for k, v in vars(t).items() if v is not None)
+                     for dtype, t in entry.verification.tolerance.items())

@@ -14,8 +14,16 @@ from typing import Any
 
 from compliance.ruleset import AllowlistEntry, RuleSet
 from compliance.ruletools import JSON_SCHEMA_VERSION
-from compliance.ruletools.common import (chain_provenance, one_line, provenance_dict,
-                                         provenance_text, removed_entries, value_text)
+from compliance.ruletools.common import (
+    chain_provenance,
+    one_line,
+    provenance_dict,
+    provenance_text,
+    removed_entries,
+    requires_text,
+    tolerance_text,
+    value_text,
+)
 
 DEFAULT_ORIGIN = "default"
 """Origin shown for a policy value no file in the chain sets (the tool's default)."""
@@ -94,30 +102,14 @@ def _policy_lines(rs: RuleSet) -> list[Line]:
     return lines
 
 
-def _requires_text(entry: AllowlistEntry) -> str:
-    parts = ["source" if entry.requires_source else "no source"]
-    parts.append("upstream link" if entry.requires_upstream else "no upstream link")
-    if entry.verification is not None:
-        parts.append("numerical verification against "
-                     + ", ".join(entry.verification.reference_ops))
-    return "; ".join(parts)
-
-
-def _tolerance_text(entry: AllowlistEntry) -> str | None:
-    if entry.verification is None or not entry.verification.tolerance:
-        return None
-    return "; ".join(f"{dtype}: " + ", ".join(f"{k} {v}" for k, v in vars(t).items() if v is not None)
-                     for dtype, t in entry.verification.tolerance.items())
-
-
 def _entry_lines(rs: RuleSet, entry: AllowlistEntry) -> list[Line]:
     origin = _origin(rs, f"allowlist.{entry.id}")
     lines = [Line(1, entry.id, entry.title, origin),
              Line(2, "benchmarks", value_text(entry.benchmarks)),
              Line(2, "divisions", value_text(entry.divisions) if entry.divisions else "all"),
              Line(2, "languages", value_text(entry.languages)),
-             Line(2, "requires", _requires_text(entry))]
-    tolerance = _tolerance_text(entry)
+             Line(2, "requires", requires_text(entry))]
+    tolerance = tolerance_text(entry)
     if tolerance:
         lines.append(Line(2, "tolerance", tolerance))
     p = entry.provenance

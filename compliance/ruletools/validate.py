@@ -17,12 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator
-
 from compliance.errors import InputError, InputErrors
 from compliance.ruleset import list_shipped, ruleset_path, ruleset_problems
 from compliance.ruletools import JSON_SCHEMA_VERSION
-from compliance.schema import _describe, dotted, load_schema
+from compliance.schema import _describe, _validator, dotted, load_schema
 from compliance.yamlsource import YamlDocument, load_yaml
 
 KINDS = ("yaml", "schema", "semantic", "parent")
@@ -164,7 +162,7 @@ def expected_shape(schema: Mapping[str, Any], root: Mapping[str, Any], describe:
 def _schema_problems(document: YamlDocument) -> list[Problem]:
     root = load_schema("ruleset")
     problems = []
-    for error in Draft202012Validator(root).iter_errors(document.data):
+    for error in _validator("ruleset").iter_errors(document.data):
         path = tuple(error.absolute_path)
         mark = document.mark(path)
         problems.append(Problem(

@@ -1,0 +1,138 @@
+"""``compliance rules``: read, check and compare rule sets (a thin layer over
+``compliance.ruletools``; see docs/rules.md).
+
+Exit codes: 0 success (``validate``: every file valid; ``diff``: always,
+unless ``--exit-code`` and the rule sets differ), 1 ``validate`` found
+problems in a file (or ``diff --exit-code`` found differences), 2 usage or
+input errors (unknown rule set, missing file, bad option; for ``show`` and
+``diff`` also a rule file that does not load).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from compliance.cli.main import EXIT_FINDINGS, EXIT_OK, cli, reports_input_errors
+from compliance.ruleset import load_ruleset
+from compliance.ruletools import diff as diff_tools
+from compliance.ruletools import explain as explain_tools
+from compliance.ruletools import listing
+from compliance.ruletools import show as show_tools
+from compliance.ruletools import validate as validate_tools
+from compliance.ruletools.schemas import schema_file
+from compliance.schema import load_schema
+
+FORMAT_OPTION = click.option("--format", "fmt", type=click.Choice(["text", "json"]),
+                             default="text", show_default=True, help="Output format.")
+
+
+def _print_json(document: dict[str, Any]) -> None:
+    click.echo(json.dumps(document, indent=2, sort_keys=False))
+
+
+@cli.group("rules")
+def rules() -> None:
+    """Read, validate and compare rule sets; explain rule ids.
+
+    NAME is a shipped rule-set id (`compliance rules list`), FILE a rule file.
+    """
+
+
+@rules.command("list")
+@FORMAT_OPTION
+@reports_input_errors
+def list_command(fmt: str) -> None:
+    """The shipped rule sets: usage, round, status (adopted/proposal) and parent."""
+    infos = listing.list_rulesets()
+    if fmt == "json":
+        _print_json(listing.to_json(infos))
+    else:
+        click.echo(listing.render_text(infos), nl=False)
+
+
+@rules.command("show")
+@click.argument("name", metavar="NAME|FILE")
+@click.option("--origin", is_flag=True, help="Name the rule set each value comes from.")
+@FORMAT_OPTION
+@reports_input_errors
+def show_command(name: str, origin: bool, fmt: str) -> None:
+    """A rule set after resolving `extends`, with the provenance of every allowlist entry."""
+    view = show_tools.view(load_ruleset(name))
+    if fmt == "json":
+        _print_json(show_tools.to_json(view, with_origin=origin))
+    else:
+        click.echo(show_tools.render_text(view, with_origin=origin), nl=False)
+
+
+@rules.command("validate")
+@click.argument("files", nargs=-1, metavar="FILE|NAME...")
+@click.option("--shipped", is_flag=True, help="Also validate every shipped rule set.")
+@FORMAT_OPTION
+@reports_input_errors
+def validate_command(files: tuple[str, ...], shipped: bool, fmt: str) -> None:
+    """Report every YAML, schema and semantic error of rule files, as file:line:column.
+
+    Exit 0 when every file is valid, 1 when any has errors, 2 when a FILE does
+    not exist or none is given.
+    """
+    report = validate_tools.validate(files, shipped=shipped)
+    if fmt == "json":
+        _print_json(validate_tools.to_json(report))
+    else:
+        click.echo(validate_tools.render_text(report), nl=False)
+    raise SystemExit(EXIT_OK if report.valid else EXIT_FINDINGS)
+
+
+@rules.command("diff")
+@click.argument("old", metavar="OLD")
+@click.argument("new", metavar="NEW")
+@click.option("--exit-code", "exit_code", is_flag=True,
+              help="Exit 1 when the rule sets differ (like `git diff --exit-code`).")
+@FORMAT_OPTION
+@reports_input_errors
+def diff_command(old: str, new: str, exit_code: bool, fmt: str) -> None:
+    """What NEW changes relative to OLD: kernel categories, requirements, policies, provenance.
+
+    Prints nothing (text) when they mean the same. Exit 0 whether or not they
+    differ (informational), unless --exit-code.
+    """
+    result = diff_tools.diff(load_ruleset(old), load_ruleset(new))
+    if fmt == "json":
+        _print_json(diff_tools.to_json(result))
+    else:
+        click.echo(diff_tools.render_text(result), nl=False)
+    raise SystemExit(EXIT_FINDINGS if exit_code and not result.empty else EXIT_OK)
+
+
+@rules.command("explain")
+@click.argument("rule_id", metavar="RULE_ID")
+@FORMAT_OPTION
+@reports_input_errors
+def explain_command(rule_id: str, fmt: str) -> None:
+    """What a rule looks for and why, a passing and a failing example, how to fix it."""
+    spec = explain_tools.find_spec(rule_id)
+    if fmt == "json":
+        _print_json(explain_tools.to_json(spec))
+    else:
+        click.echo(explain_tools.render_markdown(spec), nl=False)
+
+
+@rules.command("schema")
+@click.option("--manifest", is_flag=True, help="The kernel-manifest schema instead.")
+@click.option("--path", "as_path", is_flag=True,
+              help="Print where the schema file is installed instead of its content.")
+@reports_input_errors
+def schema_command(manifest: bool, as_path: bool) -> None:
+    """Print the JSON Schema of rule files (or of kernel manifests) for editors and CI.
+
+    Save it and point your editor at it with a first line such as
+    `# yaml-language-server: $schema=ruleset.schema.json` (see docs/rules.md).
+    """
+    name = "manifest" if manifest else "ruleset"
+    if as_path:
+        click.echo(schema_file(name))
+    else:
+        _print_json(load_schema(name))
