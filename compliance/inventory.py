@@ -368,9 +368,11 @@ def _vendored_roots(walk: Walk, markers: tuple[str, ...], min_native: int,
             native_count["/".join(parts[:depth])] += 1
     candidates: dict[str, str] = {d: "declared in a manifest" for d in declared}
     for directory, count in native_count.items():
-        name = directory.rsplit("/", 1)[-1]
-        if name in markers:
-            candidates.setdefault(directory, f"directory named {name!r}")
+        parent, _, name = directory.rpartition("/")
+        if parent.rsplit("/", 1)[-1] in markers:  # third_party/<lib>: each library is a tree
+            candidates.setdefault(directory, f"library in {parent.rsplit('/', 1)[-1]}/")
+        elif name in markers and any(r.rsplit("/", 1)[0] == directory for r in walk.native):
+            candidates.setdefault(directory, f"files directly in {name}/")
         elif directory in walk.licensed_dirs and count >= min_native:
             candidates.setdefault(directory, f"licence file and {count} native files")
     roots: dict[str, str] = {}

@@ -1,0 +1,2 @@
+def load(path):
+    return open(path).read()

@@ -1,0 +1,68 @@
+"""Helpers for tests that build submission trees in tmp_path."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import yaml
+
+CASES = Path(__file__).parent / "cases"
+BASE = CASES / "base"
+
+ELF_HEADERS = {
+    # e_ident (64-bit, little endian) + e_type + e_machine
+    "elf-so": b"\x7fELF\x02\x01\x01" + b"\x00" * 9 + (3).to_bytes(2, "little") + (62).to_bytes(2, "little"),
+    "elf-o": b"\x7fELF\x02\x01\x01" + b"\x00" * 9 + (1).to_bytes(2, "little") + (62).to_bytes(2, "little"),
+    "cubin": b"\x7fELF\x02\x01\x01" + b"\x00" * 9 + (2).to_bytes(2, "little") + (190).to_bytes(2, "little"),
+    "ar": b"!<arch>\n",
+    "fatbin": b"\x50\xed\x55\xba\x01\x00\x10\x00",
+    "macho": b"\xcf\xfa\xed\xfe\x07\x00\x00\x01",
+    "pe": b"MZ" + b"\x00" * 58 + (128).to_bytes(4, "little"),
+}
+
+
+def fake_binary(kind: str) -> bytes:
+    """A file that starts like a real binary of ``kind`` (magic bytes only matter)."""
+    return ELF_HEADERS[kind] + bytes(range(256)) * 4
+
+
+def build_case(case_dir: Path, dest: Path) -> dict:
+    """Copy the base tree to ``dest`` and apply the case's overlay; return case.yaml."""
+    case = yaml.safe_load((case_dir / "case.yaml").read_text())
+    shutil.copytree(BASE, dest, symlinks=True)
+    for old, new in (case.get("rename") or {}).items():
+        (dest / new).parent.mkdir(parents=True, exist_ok=True)
+        os.rename(dest / old, dest / new)
+    files = case_dir / "files"
+    if files.is_dir():
+        shutil.copytree(files, dest, dirs_exist_ok=True)
+    for rel in case.get("remove") or []:
+        target = dest / rel
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+    for rel, kind in (case.get("binary") or {}).items():
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_bytes(fake_binary(kind))
+    for rel, target in (case.get("symlinks") or {}).items():
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(target, dest / rel)
+    return case
+
+
+def tree_digest(root: Path) -> str:
+    """Hash of every path, link target and file content under ``root``."""
+    digest = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]):
+            path = os.path.join(dirpath, name)
+            digest.update(os.path.relpath(path, root).encode())
+            if os.path.islink(path):
+                digest.update(os.readlink(path).encode())
+            else:
+                with open(path, "rb") as handle:
+                    digest.update(handle.read())
+        digest.update(b"|".join(d.encode() for d in dirnames))
+    return digest.hexdigest()
