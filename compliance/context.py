@@ -6,14 +6,16 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compliance.checks.interface import spec_for
 from compliance.findings import Finding, Severity
 from compliance.inventory import Inventory
 from compliance.layout import Location
 from compliance.manifest import KernelDeclaration, Manifest
-from compliance.ruleset import RuleSet
+
+if TYPE_CHECKING:
+    from compliance.ruleset import RuleSet
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class CheckContext:
 
     root: Path
     """Absolute checked root."""
-    ruleset: RuleSet
+    ruleset: "RuleSet"
     """Rule set in force."""
     inventory: Inventory
     """What the tree contains."""
