@@ -257,9 +257,10 @@ def _locate(name: str, roots: list[Path]) -> Path | None:
 def _root_of(path: Path, ruleset_id: str) -> Path | None:
     """The rules root ``path`` sits in, if its place matches ``ruleset_id``."""
     parts = Path(ruleset_id).parts
-    resolved = path.resolve()
-    if resolved.with_suffix("").parts[-len(parts):] == parts:
-        return resolved.parents[len(parts) - 1]
+    for candidate in (path, path.resolve()):  # as given first, so reported paths stay relative
+        if len(candidate.parts) > len(parts) and \
+                candidate.with_suffix("").parts[-len(parts):] == parts:
+            return candidate.parents[len(parts) - 1]
     return None
 
 
@@ -449,9 +450,14 @@ def _resolve(path: Path, roots: list[Path], stack: tuple[str, ...]) -> _Resoluti
                        document)
 
 
+def same_file(reported: str | Path | None, path: Path) -> bool:
+    """True when an error's ``reported`` path names ``path`` (relative or absolute)."""
+    return reported is not None and Path(reported).resolve() == path.resolve()
+
+
 def _with_pointer(document: YamlDocument, errors: list[InputError]) -> list[InputError]:
     """``errors``, plus a pointer from ``extends`` when some lie in an ancestor's file."""
-    elsewhere = [e for e in errors if e.path != str(document.path)]
+    elsewhere = [e for e in errors if not same_file(e.path, document.path)]
     if not elsewhere:
         return errors
     pointer = document.error(
@@ -472,21 +478,35 @@ def _resolved_problems(resolution: _Resolution) -> list[InputError]:
     divisions = set(merged.get("divisions", []))
     errors: list[InputError] = []
     for entry in merged.get("allowlist", []):
-        source = resolution.entries.get(entry["id"])
-        where_doc = source.document if source else document
-        where: tuple[str | int, ...] = ("allowlist", source.index) if source else ()
+        source = resolution.entries[entry["id"]]
         unknown = [b for b in entry["benchmarks"] if b not in benchmarks]
         if unknown:
-            errors.append(where_doc.error(
-                f"allowlist entry {entry['id']!r} covers unknown benchmark(s) {', '.join(unknown)}; "
-                f"the benchmarks of {merged['id']} are: {', '.join(sorted(benchmarks))}",
-                (*where, "benchmarks")))
+            errors.append(_entry_error(
+                document, source, "benchmarks",
+                f"covers unknown benchmark(s) {', '.join(unknown)}; the benchmarks of "
+                f"{merged['id']} are: {', '.join(sorted(benchmarks))}"))
         bad_div = [d for d in entry.get("divisions", []) if divisions and d not in divisions]
         if bad_div:
-            errors.append(where_doc.error(
-                f"allowlist entry {entry['id']!r} names unknown division(s) {', '.join(bad_div)}",
-                (*where, "divisions")))
+            errors.append(_entry_error(
+                document, source, "divisions", f"names unknown division(s) {', '.join(bad_div)}; "
+                f"the divisions of {merged['id']} are: {', '.join(sorted(divisions))}"))
     return errors
+
+
+def _entry_error(document: YamlDocument, source: _EntrySource, key: str, what: str) -> InputError:
+    """An error about an allowlist entry, located where the fix belongs.
+
+    An entry of this file is pointed at directly; an inherited one at this
+    file's ``key`` (the round changed it), naming where the entry is defined.
+    """
+    entry_id = source.document.data["allowlist"][source.index]["id"]
+    if source.document is document:
+        return document.error(f"allowlist entry {entry_id!r} {what}",
+                              ("allowlist", source.index, key))
+    defined = source.document.error("", ("allowlist", source.index)).location()
+    return document.error(
+        f"inherited allowlist entry {entry_id!r} (defined at {defined}) {what}; change {key} "
+        f"or drop the entry with remove_allowlist", (key,))
 
 
 def _resolve_top(path: Path, roots: list[Path], expected_id: str | None) -> _Resolution:

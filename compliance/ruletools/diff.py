@@ -265,24 +265,49 @@ def _why_text(label: str, why: Why) -> str:
     return f"{label}: [{why.ruleset}] {provenance_text(why.provenance)}"
 
 
-def _change_lines(result: RuleSetDiff, change: Change) -> list[str]:
+def _change_head(result: RuleSetDiff, change: Change) -> tuple[str, list[str]]:
+    """The ``+``/``-``/``~`` line of a change and the lines describing what differs."""
     mark = MARKS[change.kind]
     if change.area == "allowlist":
-        head = f"{mark} {change.subject}: {change.title}"
         entry = (result.old if change.kind == "removed" else result.new).entry(change.subject)
-        body = (_entry_summary(entry) if entry is not None and change.kind != "changed"
-                else [f"{f.field}: {_field_text(f)}" for f in change.fields])
-    elif len(change.fields) == 1:
-        head, body = f"{mark} {change.subject}: {_field_text(change.fields[0])}", []
-    else:
-        head = f"{mark} {change.subject}"
-        body = [f"{f.field}: {_field_text(f)}" for f in change.fields]
+        if entry is not None and change.kind != "changed":
+            body = _entry_summary(entry)
+        elif [f.field for f in change.fields] == ["provenance"]:
+            body = ["only the provenance changed"]
+        else:
+            body = [f"{f.field}: {_field_text(f)}" for f in change.fields]
+        return f"{mark} {change.subject}: {change.title}", body
+    if len(change.fields) == 1:
+        return f"{mark} {change.subject}: {_field_text(change.fields[0])}", []
+    return f"{mark} {change.subject}", [f"{f.field}: {_field_text(f)}" for f in change.fields]
+
+
+def _why_lines(change: Change, previous: Why | None) -> list[str]:
+    """Provenance lines: who decided the new state (and what it replaces)."""
     if change.kind == "removed":
-        body += [_why_text("admitted by", change.previously)] if change.previously else []
-        body.append(_why_text("removed by", change.why))
-    else:
-        body.append(_why_text("why", change.why))
+        admitted = [_why_text("admitted by", change.previously)] if change.previously else []
+        return [*admitted, _why_text("removed by", change.why)]
+    if change.why == previous:
+        return ["why: the same decision as above"]
+    lines = [_why_text("why", change.why)]
+    if change.previously and change.previously.provenance != change.why.provenance:
+        lines.append(_why_text("was", change.previously))
+    return lines
+
+
+def _change_lines(result: RuleSetDiff, change: Change, previous: Why | None) -> list[str]:
+    head, body = _change_head(result, change)
+    body += _why_lines(change, previous)
     return _wrap(head, 2) + [w for line in body for w in _wrap(line, 6)]
+
+
+def _area_lines(result: RuleSetDiff, changes: list[Change]) -> list[str]:
+    lines: list[str] = []
+    previous: Why | None = None
+    for change in changes:
+        lines += _change_lines(result, change, previous)
+        previous = change.why
+    return lines
 
 
 def render_text(result: RuleSetDiff) -> str:
@@ -296,10 +321,10 @@ def render_text(result: RuleSetDiff) -> str:
     for area, heading in AREA_TITLES.items():
         changes = [c for c in result.changes if c.area == area]
         if changes:
-            lines += ["", heading]
-            lines += [line for c in changes for line in _change_lines(result, c)]
+            lines += ["", heading, *_area_lines(result, changes)]
     counts = {k: sum(c.kind == k for c in result.changes) for k in MARKS}
-    lines += ["", f"{len(result.changes)} change(s): " + ", ".join(f"{n} {k}" for k, n in counts.items())]
+    summary = ", ".join(f"{n} {k}" for k, n in counts.items())
+    lines += ["", f"{len(result.changes)} change(s): {summary}"]
     return "\n".join(lines) + "\n"
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from compliance.errors import InputError, InputErrors
-from compliance.ruleset import list_shipped, ruleset_path, ruleset_problems
+from compliance.ruleset import list_shipped, ruleset_path, ruleset_problems, same_file
 from compliance.ruletools import JSON_SCHEMA_VERSION
 from compliance.schema import _describe, _validator, dotted, load_schema
 from compliance.yamlsource import YamlDocument, load_yaml
@@ -177,7 +177,7 @@ def _from_error(error: InputError, kind: str) -> Problem:
 
 def _semantic_problems(target: str, path: Path) -> list[Problem]:
     errors = ruleset_problems(target)  # by the name given, so a stored id is checked too
-    return [_from_error(e, "semantic" if e.path == str(path) else "parent") for e in errors]
+    return [_from_error(e, "semantic" if same_file(e.path, path) else "parent") for e in errors]
 
 
 def validate_file(target: str, path: Path) -> FileResult:
