@@ -35,12 +35,17 @@ NOT_CODE_EXTENSIONS = {".md", ".rst", ".txt", ".json", ".yaml", ".yml", ".csv", 
 SKIP_DIRS = {".git", ".hg", ".svn"}
 """Version-control metadata is not part of a submission's content."""
 
-_MARKERS = re.compile(
-    rb"(?P<cuda>__global__)"
-    rb"|(?P<ptx>\basm\s*(?:volatile\s*)?\(|__asm__)"
-    rb"|(?P<triton>@triton\.jit)"
-    rb"|(?P<inline>\bload_inline\s*\(|\bcpp_extension\.load\s*\()"
-    rb"|(?P<extension>TORCH_LIBRARY|PYBIND11_MODULE|torch/extension\.h)"
+# Each marker: the literal bytes any match must contain (found with a fast
+# ``bytes.find``) and, where the literal alone is too loose, a regex that runs
+# only on files containing the literal. A regex alternation over every byte of
+# every file was 10x slower on a 20,000-file tree.
+_MARKERS: tuple[tuple[str, tuple[bytes, ...], re.Pattern[bytes] | None], ...] = (
+    ("cuda", (b"__global__",), None),
+    ("ptx", (b"asm",), re.compile(rb"\basm\s*(?:volatile\s*)?\(|__asm__")),
+    ("triton", (b"@triton.jit",), None),
+    ("inline", (b"load_inline", b"cpp_extension.load"),
+     re.compile(rb"\bload_inline\s*\(|\bcpp_extension\.load\s*\(")),
+    ("extension", (b"TORCH_LIBRARY", b"PYBIND11_MODULE", b"torch/extension.h"), None),
 )
 _LANGUAGE_OF_MARKER = {"cuda": "cuda", "ptx": "ptx", "triton": "triton", "inline": "cpp",
                        "extension": "cpp"}
@@ -216,16 +221,24 @@ def _line_of(data: bytes, offset: int) -> int:
     return data.count(b"\n", 0, offset) + 1
 
 
+def _first_match(data: bytes, literals: tuple[bytes, ...], pattern: re.Pattern[bytes] | None) -> int | None:
+    hits = [i for i in (data.find(lit) for lit in literals) if i >= 0]
+    if not hits:
+        return None
+    if pattern is None:
+        return min(hits)
+    match = pattern.search(data, max(0, min(hits) - 16))
+    return match.start() if match else None
+
+
 def scan_markers(data: bytes) -> list[Evidence]:
     """First occurrence of each native-code marker in ``data``."""
-    found: dict[str, Evidence] = {}
-    for match in _MARKERS.finditer(data):
-        kind = match.lastgroup
-        if kind and kind not in found:
-            found[kind] = Evidence(kind, _line_of(data, match.start()))
-            if len(found) == len(_LANGUAGE_OF_MARKER):
-                break
-    return list(found.values())
+    found = []
+    for kind, literals, pattern in _MARKERS:
+        offset = _first_match(data, literals, pattern)
+        if offset is not None:
+            found.append(Evidence(kind, _line_of(data, offset)))
+    return found
 
 
 def _literal_strings(node: ast.AST | None) -> list[str]:

@@ -103,3 +103,12 @@ def test_unknown_check_or_option_rejected(tmp_path: Path) -> None:
 def test_unknown_rule_set_name_lists_the_shipped_ones() -> None:
     with pytest.raises(InputError, match="training/v0.7"):
         load_ruleset("training/v9.9")
+
+
+def test_shipped_schemas_are_valid_json_schemas() -> None:
+    from jsonschema import Draft202012Validator
+
+    from compliance.schema import SCHEMA_NAMES, load_schema
+
+    for name in SCHEMA_NAMES:
+        Draft202012Validator.check_schema(load_schema(name))
