@@ -1,0 +1,157 @@
+"""``compliance rules explain``, the generated rule reference and ``rules schema``."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from compliance.checks.interface import all_specs
+from compliance.ruleset import list_shipped, shipped_rules_dir
+from compliance.ruletools.explain import find_spec, render_markdown
+from compliance.ruletools.reference import anchor, main as reference_main, render_reference
+from compliance.schema import load_schema
+from tests.rules.helpers import REPO, invoke, invoke_json
+
+REFERENCE = REPO / "docs" / "rule-reference.md"
+RULE_IDS = [s.id for s in all_specs()]
+
+
+def test_the_registry_is_not_empty() -> None:
+    assert RULE_IDS, "no checks registered: explain and the reference would be empty"
+
+
+@pytest.mark.parametrize("rule_id", RULE_IDS)
+def test_explain_exists_for_every_registered_rule(rule_id: str) -> None:
+    spec = find_spec(rule_id)
+    result = invoke("explain", rule_id)
+    assert result.exit_code == 0
+    for part in (spec.doc, spec.hint, spec.passing, spec.failing):
+        assert part.strip(), f"{rule_id}: empty documentation part"
+        assert part.strip().splitlines()[0] in result.stdout
+    assert result.stdout.startswith(f"### `{rule_id}`: ")
+    assert f"**{spec.default_level}**" in result.stdout
+
+
+@pytest.mark.parametrize("rule_id", RULE_IDS)
+def test_explain_json(rule_id: str) -> None:
+    doc = invoke_json("explain", rule_id)
+    assert doc["schema_version"] == 1 and doc["id"] == rule_id
+    assert {"doc", "hint", "passing", "failing", "default_level", "options"} <= set(doc)
+
+
+def test_unknown_rule_id_is_an_input_error_with_a_suggestion() -> None:
+    existing = RULE_IDS[0]
+    result = invoke("explain", existing[:-1] + "x")
+    assert result.exit_code == 2
+    assert f"did you mean {existing}" in result.stderr
+
+
+def test_every_registered_check_is_visible_to_explain() -> None:
+    """Importing every compliance module registers nothing all_specs() missed."""
+    code = (
+        "import importlib, pkgutil, compliance\n"
+        "from compliance.checks.interface import REGISTRY, all_specs\n"
+        "seen = {s.id for s in all_specs()}\n"
+        "for m in pkgutil.walk_packages(compliance.__path__, 'compliance.'):\n"
+        "    try:\n"
+        "        importlib.import_module(m.name)\n"
+        "    except ImportError:\n"
+        "        pass  # optional extras (torch) absent\n"
+        "print(sorted(set(REGISTRY) - seen))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=REPO, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def _literal_rule_ids(tree: ast.AST) -> set[str]:
+    """String literals passed as a rule id: ``ctx.finding("x", ...)``, ``Finding(rule_id="x")``."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        if name == "finding" and node.args and isinstance(node.args[0], ast.Constant):
+            found.add(str(node.args[0].value))
+        found |= {str(k.value.value) for k in node.keywords
+                  if k.arg == "rule_id" and isinstance(k.value, ast.Constant)}
+    return found
+
+
+def test_every_literal_rule_id_in_the_code_is_registered() -> None:
+    literal: set[str] = set()
+    for path in (REPO / "compliance").rglob("*.py"):
+        literal |= _literal_rule_ids(ast.parse(path.read_text(encoding="utf-8")))
+    assert literal <= set(RULE_IDS), sorted(literal - set(RULE_IDS))
+
+
+def test_rule_id_scanner_sees_both_call_forms() -> None:
+    tree = ast.parse("ctx.finding('a-b', 'p')\nFinding(rule_id='c-d', path='x')\nctx.finding(X.id)")
+    assert _literal_rule_ids(tree) == {"a-b", "c-d"}
+
+
+def test_reference_is_up_to_date() -> None:
+    assert REFERENCE.is_file(), "run: python -m compliance.ruletools.reference"
+    assert REFERENCE.read_text(encoding="utf-8") == render_reference(all_specs()), (
+        "docs/rule-reference.md is stale; run: python -m compliance.ruletools.reference")
+
+
+@pytest.mark.parametrize("rule_id", RULE_IDS)
+def test_reference_contains_exactly_what_explain_prints(rule_id: str) -> None:
+    assert invoke("explain", rule_id).stdout in REFERENCE.read_text(encoding="utf-8")
+
+
+def test_reference_index_links_resolve_to_headings() -> None:
+    text = render_reference(all_specs())
+    headings = {anchor(line) for line in text.splitlines() if line.startswith("### ")}
+    links = {part.split(")")[0] for part in text.split("](#")[1:]}
+    assert links and links <= headings
+
+
+def test_reference_check_mode(tmp_path: Path) -> None:
+    target = tmp_path / "ref.md"
+    assert reference_main([str(target), "--check"]) == 1
+    assert reference_main([str(target)]) == 0
+    assert reference_main([str(target), "--check"]) == 0
+    target.write_text(target.read_text() + "edited by hand\n")
+    assert reference_main([str(target), "--check"]) == 1
+
+
+def test_markdown_lists_options_when_a_check_has_some() -> None:
+    from compliance.checks.interface import CheckSpec, OptionSpec
+
+    spec = CheckSpec(id="demo", title="Demo", default_level="warning", doc="Finds demos.",
+                     hint="Remove the demo.", passing="ok", failing="demo",
+                     options=(OptionSpec("max", int, 3, "How many demos are fine."),))
+    text = render_markdown(spec)
+    assert "| `max` | int | `3` | How many demos are fine. |" in text
+    assert "Default level: **warning**" in text
+
+
+class TestSchema:
+    def test_prints_the_rule_file_schema(self) -> None:
+        result = invoke("schema")
+        assert result.exit_code == 0
+        assert json.loads(result.stdout) == load_schema("ruleset")
+
+    def test_prints_the_manifest_schema(self) -> None:
+        assert json.loads(invoke("schema", "--manifest").stdout) == load_schema("manifest")
+
+    def test_path_points_at_the_same_schema(self) -> None:
+        path = Path(invoke("schema", "--path").stdout.strip())
+        assert json.loads(path.read_text(encoding="utf-8")) == load_schema("ruleset")
+
+    @pytest.mark.parametrize("ruleset_id", list_shipped())
+    def test_shipped_files_carry_a_working_editor_schema_hint(self, ruleset_id: str) -> None:
+        path = shipped_rules_dir() / f"{ruleset_id}.yaml"
+        first = path.read_text(encoding="utf-8").splitlines()[0]
+        prefix = "# yaml-language-server: $schema="
+        assert first.startswith(prefix)
+        schema_path = (path.parent / first[len(prefix):]).resolve()
+        assert json.loads(schema_path.read_text(encoding="utf-8")) == load_schema("ruleset")
+        assert yaml.safe_load(path.read_text(encoding="utf-8"))["schema_version"] == 1
