@@ -66,7 +66,7 @@ def _source_names(ctx: "CheckContext") -> tuple[set[tuple[tuple[str | None, ...]
     for ext in ctx.inventory.setup_extensions:
         if ext.name:
             names.add((_scope(ext.setup_path, ctx), ext.name.rsplit(".", 1)[-1]))
-    declared = set()
+    declared: set[str] = set()
     for item in ctx.kernels():
         base = item.manifest_path.rsplit("/", 1)[0] if "/" in item.manifest_path else ""
         declared.update(r for r in (tree_relative(base, b) for b in item.kernel.binaries) if r)

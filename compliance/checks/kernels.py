@@ -132,7 +132,7 @@ def _manifest_findings(ctx: "CheckContext") -> Iterator["Finding | None"]:
 
 
 def _declared_sources(ctx: "CheckContext") -> set[str]:
-    declared = set()
+    declared: set[str] = set()
     for item in ctx.kernels():
         declared.update(rel for _, rel in item.source_relpaths() if rel)
     return declared
@@ -157,7 +157,7 @@ def _unshipped_extension_sources(ctx: "CheckContext") -> Iterator["Finding | Non
 
 
 def _declared_vendored(ctx: "CheckContext") -> set[str]:
-    out = set()
+    out: set[str] = set()
     for relpath, manifest in ctx.manifests:
         base = relpath.rsplit("/", 1)[0] if "/" in relpath else ""
         out.update(t for t in (tree_relative(base, v.path) for v in manifest.vendored) if t)
@@ -201,14 +201,13 @@ def _sources(ctx: "CheckContext", item: DeclaredKernel) -> Iterator["Finding | N
     kernel = item.kernel
     contents: list[bytes] = []
     for declared, rel in item.source_relpaths():
-        common = {"line": kernel.line, "kernel": kernel.id}
         if rel is None:
-            yield ctx.finding(SOURCE_OUTSIDE.id, item.manifest_path,
-                              f"kernel {kernel.id!r}: source {declared!r} is outside the tree", **common)
+            yield ctx.finding(SOURCE_OUTSIDE.id, item.manifest_path, f"kernel {kernel.id!r}: source "
+                              f"{declared!r} is outside the tree", line=kernel.line, kernel=kernel.id)
         elif rel not in ctx.inventory.files:
             yield ctx.finding(SOURCE_MISSING.id, item.manifest_path,
                               f"kernel {kernel.id!r}: source {declared!r} is not a file in the tree "
-                              f"(expected at {rel})", **common)
+                              f"(expected at {rel})", line=kernel.line, kernel=kernel.id)
         else:
             data = (ctx.root / rel).read_bytes()[:_READ_LIMIT]
             if not data.strip():
