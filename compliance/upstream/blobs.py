@@ -1,0 +1,81 @@
+"""Git blob hashes of local files and a short line-diff summary (no git process needed)."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_DIFF_LINES = 50_000
+"""Files with more lines than this get blob hashes only, no line counts."""
+
+
+def blob_hash(data: bytes) -> str:
+    """The id ``git hash-object`` gives ``data`` (SHA-1 object format)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def file_blob_hash(path: Path) -> str | None:
+    """Blob hash of the file at ``path``, or None when it cannot be read."""
+    try:
+        return blob_hash(path.read_bytes())
+    except OSError:
+        return None
+
+
+@dataclass(frozen=True)
+class DiffSummary:
+    """How a submitted file differs from the upstream one, in lines."""
+
+    lines_added: int | None
+    """Lines in the submitted file that upstream lacks (None: file too large to diff)."""
+    lines_removed: int | None
+    """Upstream lines missing from the submitted file (None: file too large to diff)."""
+    first_difference_line: int | None
+    """First line (1-based, submitted file) where they differ."""
+    only: str | None
+    """``line endings`` or ``whitespace`` when that is the only difference, else None."""
+
+    def describe(self) -> str:
+        """E.g. ``+3 -1 lines, first difference at line 12``."""
+        if self.lines_added is None:
+            text = "too large for a line diff"
+        else:
+            text = f"+{self.lines_added} -{self.lines_removed} lines"
+        if self.first_difference_line is not None:
+            text += f", first difference at line {self.first_difference_line}"
+        if self.only:
+            text += f"; they differ only in {self.only}"
+        return text
+
+
+def _only_difference(upstream: bytes, local: bytes) -> str | None:
+    if upstream.replace(b"\r\n", b"\n") == local.replace(b"\r\n", b"\n"):
+        return "line endings"
+    if [line.rstrip() for line in upstream.splitlines()] == [line.rstrip() for line in local.splitlines()]:
+        return "whitespace"
+    return None
+
+
+def _first_difference(a: list[bytes], b: list[bytes]) -> int | None:
+    for index, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return index + 1
+    return min(len(a), len(b)) + 1 if len(a) != len(b) else None
+
+
+def diff_summary(upstream: bytes, local: bytes) -> DiffSummary:
+    """Lines added/removed going from ``upstream`` to ``local`` (the submitted file)."""
+    a, b = upstream.splitlines(keepends=True), local.splitlines(keepends=True)
+    only = _only_difference(upstream, local)
+    first = _first_difference(a, b)
+    if max(len(a), len(b)) > MAX_DIFF_LINES:
+        return DiffSummary(None, None, first, only)
+    added = removed = 0
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag in ("replace", "delete"):
+            removed += i2 - i1
+        if tag in ("replace", "insert"):
+            added += j2 - j1
+    return DiffSummary(added, removed, first, only)

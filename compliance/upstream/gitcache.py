@@ -1,0 +1,269 @@
+"""Bare git caches of upstream repositories, driven through gitpython.
+
+Every git process gets a time limit (gitpython's ``kill_after_timeout``, which
+also kills the transport helpers it spawned), never prompts (no terminal
+prompt, no askpass program, no credential helper, ssh in batch mode) and runs
+with ``gc.auto=0`` so a check never starts a background repack. Errors are
+classified from git's stderr into the few failure kinds the findings report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sys
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from enum import Enum
+from pathlib import Path
+from urllib.parse import urlparse
+
+import git
+
+NETWORK_TIMEOUT_S = 120.0
+"""Default limit for a fetch."""
+LOCAL_TIMEOUT_S = 60.0
+"""Default limit for a git operation on the cache."""
+FETCHED_MARKER = "compliance-fetched-at"
+"""File in a cached repository holding the time of its last branch/tag fetch."""
+PIN_NAMESPACE = "refs/compliance/pinned"
+"""Where commits fetched by hash are kept (never counted as branches or tags)."""
+
+_CONFIG = ("credential.helper=", "core.askPass=", "gc.auto=0", "maintenance.auto=false",
+           "protocol.version=2", "fetch.recurseSubmodules=false", "advice.detachedHead=false")
+
+_AUTH = re.compile(r"authentication failed|could not read (username|password)|terminal prompts disabled"
+                   r"|permission denied \(publickey|returned error: 40[13]|invalid username or password"
+                   r"|host key verification failed|authentication required", re.I)
+_NOT_FOUND = re.compile(r"not our ref|couldn't find remote ref|no such remote ref|unadvertised object"
+                        r"|upload-pack: not our ref|did not send all necessary objects", re.I)
+_CORRUPT = re.compile(r"corrupt|bad object|inflate|invalid sha1 pointer|does not point to a valid object"
+                      r"|bad packed object|packfile .* cannot be accessed|not a git repository"
+                      r"|index file .* too small|bad signature|missing object"
+                      r"|unable to read [0-9a-f]{40}", re.I)
+_TIMEOUT = re.compile(r"did not complete in [\d.]+ secs", re.I)
+
+
+class FailureKind(str, Enum):
+    """Why a repository or commit could not be used."""
+
+    UNREACHABLE = "unreachable"
+    AUTH = "auth-required"
+    CORRUPT = "cache-corrupt"
+    NOT_CACHED = "not-cached"
+    NOT_FOUND = "not-found"
+
+
+class GitFailure(Exception):
+    """A git operation failed in a way a finding reports."""
+
+    def __init__(self, kind: FailureKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        """The failure kind."""
+        self.message = message
+        """One sentence for the finding."""
+
+
+def _stderr_tail(stderr: str, limit: int = 300) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    text = " | ".join(lines[-3:])
+    return text if len(text) <= limit else "…" + text[-limit:]
+
+
+def classify(stderr: str, network: bool) -> FailureKind:
+    """Failure kind of a git error, from its stderr and whether it talked to a remote."""
+    if _TIMEOUT.search(stderr) or stderr.startswith("cannot run git"):
+        return FailureKind.UNREACHABLE
+    if not network or _CORRUPT.search(stderr):
+        return FailureKind.CORRUPT
+    if _AUTH.search(stderr):
+        return FailureKind.AUTH
+    if _NOT_FOUND.search(stderr):
+        return FailureKind.NOT_FOUND
+    return FailureKind.UNREACHABLE
+
+
+def git_environment(network_timeout_s: float) -> dict[str, str]:
+    """Environment for every git process: nothing may prompt or wait forever."""
+    connect = max(1, int(min(network_timeout_s, 20)))
+    return {
+        "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "", "SSH_ASKPASS": "", "GCM_INTERACTIVE": "never",
+        "GIT_SSH_COMMAND": f"ssh -o BatchMode=yes -o ConnectTimeout={connect}",
+        "GIT_HTTP_LOW_SPEED_LIMIT": "1000",
+        "GIT_HTTP_LOW_SPEED_TIME": str(max(1, int(min(network_timeout_s, 30)))),
+    }
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One line of ``git cat-file --batch-check``."""
+
+    sha: str
+    """Object id."""
+    type: str
+    """blob, tree, commit or tag."""
+    size: int
+    """Bytes."""
+
+
+@dataclass(frozen=True)
+class GitRunner:
+    """Runs git on one bare repository with limits and without prompts."""
+
+    git_dir: Path
+    """The bare repository."""
+    network_timeout_s: float = NETWORK_TIMEOUT_S
+    """Limit for operations that talk to a remote."""
+    local_timeout_s: float = LOCAL_TIMEOUT_S
+    """Limit for operations on the cache only."""
+
+    def run(self, *args: str, network: bool = False, stdin: bytes | None = None) -> bytes:
+        """stdout of ``git <args>``; raises ``GitFailure`` on any failure or timeout."""
+        status, out, err = self.run_status(*args, network=network, stdin=stdin)
+        if status != 0:
+            kind = classify(err, network)
+            raise GitFailure(kind, f"git {args[0]} failed: {_stderr_tail(err) or f'exit status {status}'}")
+        return out
+
+    def run_status(self, *args: str, network: bool = False,
+                   stdin: bytes | None = None) -> tuple[int, bytes, str]:
+        """(exit status, stdout, stderr) of ``git <args>``; a timeout reads as a failure."""
+        config = [item for pair in _CONFIG for item in ("-c", pair)]
+        command = ["git", *config, f"--git-dir={self.git_dir}", *args]
+        timeout = self.network_timeout_s if network else self.local_timeout_s
+        with tempfile.TemporaryFile() as handle:
+            handle.write(stdin or b"")
+            handle.seek(0)
+            try:
+                status, out, err = git.Git().execute(
+                    command, istream=handle, with_extended_output=True, with_exceptions=False,
+                    kill_after_timeout=None if sys.platform == "win32" else timeout,
+                    stdout_as_string=False, strip_newline_in_stdout=False,
+                    env=git_environment(self.network_timeout_s))
+            except (OSError, git.GitCommandNotFound) as exc:
+                return 127, b"", f"cannot run git: {exc}"
+        return int(status), bytes(out or b""), str(err or "")
+
+
+def cache_key(url: str) -> str:
+    """Directory name (relative to the cache root) for the repository at ``url``."""
+    parsed = urlparse(url)
+    host = (parsed.hostname or "local").lower()
+    path = (parsed.path if parsed.scheme else url).strip("/").removesuffix(".git")
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "-", path).strip("-")[-60:] or "repository"
+    normalized = f"{host}/{path}".lower() if parsed.hostname else os.path.abspath(path)
+    digest = hashlib.sha256(normalized.encode()).hexdigest()[:12]
+    return f"{re.sub(r'[^a-z0-9.-]+', '-', host)}/{readable}-{digest}.git"
+
+
+def default_cache_dir() -> Path:
+    """``$COMPLIANCE_UPSTREAM_CACHE``, else the user's cache directory + ``mlperf-compliance/upstream``."""
+    explicit = os.environ.get("COMPLIANCE_UPSTREAM_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "mlperf-compliance" / "upstream"
+
+
+@dataclass(frozen=True)
+class CachedRepository:
+    """The cached bare copy of one upstream repository."""
+
+    url: str
+    """Repository URL as the manifest declares it."""
+    fetch_url: str
+    """Where to fetch from (the URL, or a mirror of it)."""
+    runner: GitRunner
+    """Git on the cached copy."""
+
+    @property
+    def git_dir(self) -> Path:
+        """The bare repository directory."""
+        return self.runner.git_dir
+
+    def exists(self) -> bool:
+        """True when the cache has an entry (valid or not) for this repository."""
+        return self.git_dir.exists()
+
+    def validate(self) -> None:
+        """Raise ``GitFailure(CORRUPT)`` unless the entry is a readable bare repository."""
+        status, out, err = self.runner.run_status("rev-parse", "--is-bare-repository")
+        if status != 0 or out.strip() != b"true":
+            detail = _stderr_tail(err) or "not a bare git repository"
+            raise GitFailure(FailureKind.CORRUPT, f"cache {self.git_dir} is unusable: {detail}")
+
+    def create(self) -> None:
+        """Create the bare repository (parents included)."""
+        self.git_dir.mkdir(parents=True, exist_ok=True)
+        self.runner.run("init", "--bare", "--quiet", str(self.git_dir))
+
+    def has_commit(self, sha: str) -> bool:
+        """True when the cache holds commit ``sha`` (damaged objects raise ``GitFailure``)."""
+        status, out, err = self.runner.run_status("cat-file", "-t", sha)
+        if status == 0:
+            return out.strip() == b"commit"
+        if _CORRUPT.search(err):
+            raise GitFailure(FailureKind.CORRUPT, f"cache {self.git_dir}: {_stderr_tail(err)}")
+        return False
+
+    def resolve(self, name: str) -> str | None:
+        """Full hash of the commit ``name`` (hash, branch or tag) names in the cache, or None."""
+        status, out, _ = self.runner.run_status("rev-parse", "--verify", "--quiet", "--end-of-options",
+                                                f"{name}^{{commit}}")
+        return out.decode().strip() if status == 0 else None
+
+    def containing_ref(self, sha: str) -> str | None:
+        """A branch or tag (full ref name) whose history contains ``sha``, or None."""
+        out = self.runner.run("for-each-ref", "--count=1", f"--contains={sha}", "--format=%(refname)",
+                              "refs/heads", "refs/tags")
+        return out.decode().strip() or None
+
+    def fetch_refs(self) -> None:
+        """Fetch every branch and tag (pruning deleted ones) and record when."""
+        self.runner.run("fetch", "--quiet", "--prune", "--no-tags", "--no-write-fetch-head", self.fetch_url,
+                        "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", network=True)
+        (self.git_dir / FETCHED_MARKER).write_text(datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+    def fetch_commit(self, sha: str) -> None:
+        """Fetch one commit by hash (e.g. an unmerged pull request head) and pin it in the cache."""
+        self.runner.run("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", self.fetch_url,
+                        f"{sha}:{PIN_NAMESPACE}/{sha}", network=True)
+
+    def fetched_at(self) -> str | None:
+        """When branches and tags were last fetched (ISO time), if ever."""
+        try:
+            return (self.git_dir / FETCHED_MARKER).read_text().strip() or None
+        except OSError:
+            return None
+
+    def batch_check(self, specs: list[str]) -> list[ObjectInfo | None]:
+        """``git cat-file --batch-check`` of ``<rev>:<path>`` specs, in order (None: missing)."""
+        if not specs:
+            return []
+        if any("\n" in spec for spec in specs):
+            raise ValueError("object specs cannot contain newlines")
+        out = self.runner.run("cat-file", "--batch-check", stdin="".join(f"{s}\n" for s in specs).encode())
+        lines = out.decode("utf-8", "surrogateescape").splitlines()
+        if len(lines) != len(specs):
+            raise GitFailure(FailureKind.CORRUPT, f"cache {self.git_dir}: cat-file answered {len(lines)} "
+                             f"lines for {len(specs)} objects")
+        return [_object_info(line) for line in lines]
+
+    def blob(self, sha: str) -> bytes:
+        """Content of blob ``sha``."""
+        return self.runner.run("cat-file", "blob", sha)
+
+
+def _object_info(line: str) -> ObjectInfo | None:
+    parts = line.rsplit(" ", 2)
+    if len(parts) == 3 and parts[2].isdigit() and parts[1] in ("blob", "tree", "commit", "tag"):
+        return ObjectInfo(parts[0], parts[1], int(parts[2]))
+    return None

@@ -1,0 +1,105 @@
+"""Per-kernel upstream proof: each declared source against its upstream path at the pinned commit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from compliance.upstream import specs
+from compliance.upstream.blobs import blob_hash, diff_summary
+from compliance.upstream.commits import RULE_OF_FAILURE, Subject, commit_findings
+from compliance.upstream.gitcache import CachedRepository, GitFailure, ObjectInfo
+from compliance.upstream.resolve import CommitState
+
+if TYPE_CHECKING:
+    from compliance.context import CheckContext, DeclaredKernel
+    from compliance.findings import Finding
+
+
+@dataclass(frozen=True)
+class SourcePair:
+    """A submitted source and where it should be upstream."""
+
+    relpath: str
+    """Root-relative path of the submitted file."""
+    upstream_path: str
+    """Path in the upstream repository."""
+    data: bytes
+    """The submitted file's bytes."""
+
+
+def upstream_path(path: str) -> str:
+    """A declared upstream path as git's ``<rev>:<path>`` syntax wants it."""
+    return path.strip().lstrip("/").removeprefix("./")
+
+
+def source_pairs(ctx: "CheckContext", item: "DeclaredKernel") -> list[SourcePair]:
+    """Sources present in the tree with their upstream paths (static checks report the others)."""
+    assert item.kernel.upstream is not None
+    pairs = []
+    for (_, rel), path in zip(item.source_relpaths(), item.kernel.upstream.paths):
+        if rel is None or rel not in ctx.inventory.files:
+            continue
+        try:
+            pairs.append(SourcePair(rel, upstream_path(path), (ctx.root / rel).read_bytes()))
+        except OSError:
+            continue
+    return pairs
+
+
+def _compare(ctx: "CheckContext", item: "DeclaredKernel", repo: CachedRepository, sha: str,
+             pair: SourcePair, info: ObjectInfo | None) -> "Finding | None":
+    kernel = item.kernel
+    where = f"{repo.url} at {sha[:12]}"
+    if info is None or info.type != "blob":
+        what = "a directory" if info is not None and info.type == "tree" else "no such file"
+        return ctx.finding(specs.PATH_MISSING.id, item.manifest_path, f"kernel {kernel.id!r}: upstream path "
+                           f"{pair.upstream_path!r} (for {pair.relpath}) is {what} in {where}",
+                           line=kernel.upstream.line if kernel.upstream else None, kernel=kernel.id,
+                           details={"repository": repo.url, "commit": sha, "upstream_path": pair.upstream_path,
+                                    "level": "path-missing"})
+    local = blob_hash(pair.data)
+    if local == info.sha:
+        return None
+    summary = diff_summary(repo.blob(info.sha), pair.data)
+    return ctx.finding(specs.CONTENT_DIFFERS.id, pair.relpath, f"kernel {kernel.id!r}: differs from "
+                       f"{pair.upstream_path} in {where}: local blob {local[:12]} vs upstream blob "
+                       f"{info.sha[:12]}, {summary.describe()}", kernel=kernel.id,
+                       details={"repository": repo.url, "commit": sha, "upstream_path": pair.upstream_path,
+                                "local_blob": local, "upstream_blob": info.sha,
+                                "lines_added": summary.lines_added, "lines_removed": summary.lines_removed,
+                                "first_difference_line": summary.first_difference_line,
+                                "only_difference": summary.only, "level": "differs"})
+
+
+def _verified(ctx: "CheckContext", item: "DeclaredKernel", repo: CachedRepository, state: CommitState,
+              pairs: list[SourcePair]) -> "Finding | None":
+    kernel = item.kernel
+    assert state.sha is not None
+    return ctx.finding(specs.VERIFIED.id, item.manifest_path, f"kernel {kernel.id!r}: {len(pairs)} source(s) "
+                       f"byte-identical to {repo.url} at {state.sha[:12]} (on {state.containing_ref})",
+                       line=kernel.upstream.line if kernel.upstream else None, kernel=kernel.id,
+                       details={"repository": repo.url, "commit": state.sha, "ref": state.containing_ref,
+                                "sources": [p.relpath for p in pairs], "level": "exact"})
+
+
+def kernel_findings(ctx: "CheckContext", item: "DeclaredKernel", repo: CachedRepository,
+                    state: CommitState, offline: bool) -> list["Finding | None"]:
+    """Every upstream-stage finding for one declared kernel."""
+    kernel = item.kernel
+    line = kernel.upstream.line if kernel.upstream else None
+    subject = Subject(f"kernel {kernel.id!r}", item.manifest_path, line, kernel.id)
+    findings = commit_findings(ctx, subject, repo, state, offline)
+    if state.sha is None:
+        return findings
+    pairs = source_pairs(ctx, item)
+    try:
+        infos = repo.batch_check([f"{state.sha}:{p.upstream_path}" for p in pairs])
+        findings += [_compare(ctx, item, repo, state.sha, p, i) for p, i in zip(pairs, infos)]
+    except GitFailure as exc:
+        return findings + [ctx.finding(RULE_OF_FAILURE[exc.kind], item.manifest_path,
+                                       f"kernel {kernel.id!r}: {exc.message}", line=line, kernel=kernel.id)]
+    exact = all(i is not None and i.type == "blob" and i.sha == blob_hash(p.data) for p, i in zip(pairs, infos))
+    if pairs and exact and state.containing_ref is not None:
+        findings.append(_verified(ctx, item, repo, state, pairs))
+    return findings

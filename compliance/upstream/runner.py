@@ -1,0 +1,116 @@
+"""The ``--upstream`` stage: gather every upstream link, resolve each repository once, compare."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from compliance.checks.upstream_links import FULL_COMMIT, NOT_PINNED, _repository_problem
+from compliance.context import tree_relative
+from compliance.errors import InputError
+from compliance.upstream.gitcache import (LOCAL_TIMEOUT_S, NETWORK_TIMEOUT_S, CachedRepository, GitRunner,
+                                          cache_key, default_cache_dir)
+from compliance.upstream.kernels import kernel_findings
+from compliance.upstream.resolve import CommitState, resolve_commits
+from compliance.upstream.vendored import VendoredTarget, vendored_findings
+
+if TYPE_CHECKING:
+    from compliance.context import CheckContext, DeclaredKernel
+    from compliance.engine import CheckOptions
+    from compliance.findings import Finding
+
+
+@dataclass(frozen=True)
+class UpstreamSettings:
+    """How the stage may use git."""
+
+    cache_dir: Path
+    """Root of the cache (one bare repository per upstream URL below it)."""
+    offline: bool = False
+    """Use only what the cache holds; never fetch."""
+    network_timeout_s: float = NETWORK_TIMEOUT_S
+    """Limit for each fetch."""
+    local_timeout_s: float = LOCAL_TIMEOUT_S
+    """Limit for each git operation on the cache."""
+    mirrors: Mapping[str, str] = field(default_factory=dict)
+    """Manifest URL -> URL or path to fetch it from instead (cache entries keep the manifest URL)."""
+
+    def repository(self, url: str) -> CachedRepository:
+        """The cache entry for ``url``."""
+        runner = GitRunner(self.cache_dir / cache_key(url), self.network_timeout_s, self.local_timeout_s)
+        return CachedRepository(url, self.mirrors.get(url, url), runner)
+
+
+def settings_from(options: "CheckOptions", root: Path) -> UpstreamSettings:
+    """Settings from the check options (``extra`` may hold ``upstream_timeout``, ``upstream_mirrors``)."""
+    cache = (options.upstream_cache or default_cache_dir()).expanduser().resolve()
+    root = root.resolve()
+    if cache == root or root in cache.parents:
+        raise InputError("the upstream cache must be outside the checked tree (nothing is written into "
+                         "the tree); choose another --upstream-cache", cache)
+    timeout = float(options.extra.get("upstream_timeout", NETWORK_TIMEOUT_S))
+    mirrors = {str(k): str(v) for k, v in dict(options.extra.get("upstream_mirrors", {})).items()}
+    return UpstreamSettings(cache, options.offline, timeout, min(LOCAL_TIMEOUT_S, max(timeout, 10.0)), mirrors)
+
+
+def checkable_kernels(ctx: "CheckContext") -> list["DeclaredKernel"]:
+    """Kernels whose upstream link passes the static checks (the others are reported there)."""
+    policy = ctx.ruleset.upstream_policy
+    return [item for item in ctx.kernels() if item.kernel.upstream is not None
+            and _repository_problem(item.kernel.upstream.repository, policy) is None
+            and (FULL_COMMIT.match(item.kernel.upstream.commit) or not policy.require_commit)]
+
+
+def vendored_targets(ctx: "CheckContext") -> Iterator[tuple[VendoredTarget | None, "Finding | None"]]:
+    """Declared vendored trees: a target, or a finding when the declaration cannot be checked."""
+    policy = ctx.ruleset.upstream_policy
+    for relpath, manifest in ctx.manifests:
+        base = relpath.rsplit("/", 1)[0] if "/" in relpath else ""
+        for entry in manifest.vendored:
+            tree = tree_relative(base, entry.path)
+            problem = _repository_problem(entry.repository, policy)
+            if problem is not None:
+                yield None, ctx.finding(problem[0], relpath, f"vendored {entry.path!r}: {problem[1]}",
+                                        line=entry.line)
+            elif policy.require_commit and not FULL_COMMIT.match(entry.commit):
+                yield None, ctx.finding(NOT_PINNED.id, relpath, f"vendored {entry.path!r}: commit "
+                                        f"{entry.commit!r} is not a full 40-hex commit", line=entry.line)
+            elif tree is not None:
+                yield VendoredTarget(relpath, entry.line, tree, entry.upstream_path, entry.repository,
+                                     entry.commit), None
+
+
+def _resolve_all(settings: UpstreamSettings, wanted: dict[str, set[str]]) -> dict[tuple[str, str], CommitState]:
+    """(url, commit) -> state, one cache entry and at most one refs fetch per repository."""
+    if not settings.offline:
+        settings.cache_dir.mkdir(parents=True, exist_ok=True)
+    states = {}
+    for url, commits in sorted(wanted.items()):
+        for commit, state in resolve_commits(settings.repository(url), commits, settings.offline).items():
+            states[(url, commit)] = state
+    return states
+
+
+def run_upstream_checks(ctx: "CheckContext", options: "CheckOptions") -> list["Finding"]:
+    """Every finding of the ``--upstream`` stage."""
+    settings = settings_from(options, ctx.root)
+    kernels = checkable_kernels(ctx)
+    pairs = list(vendored_targets(ctx))
+    findings: list[Finding | None] = [f for _, f in pairs]
+    trees = [t for t, _ in pairs if t is not None]
+    wanted: dict[str, set[str]] = {}
+    for url, commit in [(k.kernel.upstream.repository, k.kernel.upstream.commit) for k in kernels
+                        if k.kernel.upstream] + [(t.repository, t.commit) for t in trees]:
+        wanted.setdefault(url, set()).add(commit)
+    states = _resolve_all(settings, wanted)
+    for item in kernels:
+        upstream = item.kernel.upstream
+        assert upstream is not None
+        findings += kernel_findings(ctx, item, settings.repository(upstream.repository),
+                                    states[(upstream.repository, upstream.commit)], settings.offline)
+    for tree in trees:
+        findings += vendored_findings(ctx, tree, settings.repository(tree.repository),
+                                      states[(tree.repository, tree.commit)], settings.offline)
+    return [f for f in findings if f is not None]
