@@ -119,14 +119,19 @@ def index_check(indices: "torch.Tensor", num_embeddings: int, offsets: "torch.Te
 
 def bag_forward(weight: "torch.Tensor", indices: "torch.Tensor", offsets: "torch.Tensor | None",
                 num_bags: int, per_sample_weights: "torch.Tensor | None", mode: str,
-                padding_idx: int, need_argmax: bool) -> "tuple[torch.Tensor, torch.Tensor]":
+                padding_idx: int, need_argmax: bool,
+                table_rows: "torch.Tensor | None" = None) -> "tuple[torch.Tensor, torch.Tensor]":
     """Pooled lookup. ``indices`` is [B, L] (offsets None) or 1-D with CSR ``offsets``
-    (``num_bags`` = B; offsets has B or B + 1 entries). Inputs are contiguous."""
+    (``num_bags`` = B; offsets has B or B + 1 entries). Inputs are contiguous.
+    With ``table_rows`` (int64 [T], first row of each table in ``weight``) the bags are
+    T tables' bags, table-major, and the result is [num_bags / T, T * dim]."""
     import torch
 
     dim = weight.shape[1]
-    out = new_output((num_bags, dim), weight)
-    argmax = torch.empty((num_bags, dim) if need_argmax else (0,), dtype=torch.int64, device=weight.device)
+    tables = 1 if table_rows is None else table_rows.numel()
+    shape = (num_bags // tables, tables * dim)
+    out = new_output(shape, weight)
+    argmax = torch.empty(shape if need_argmax else (0,), dtype=torch.int64, device=weight.device)
     if num_bags == 0 or dim == 0:
         return out, argmax
     tiling = RowTiling.for_row(dim, vector_width(dim, weight.element_size(), weight.data_ptr()))
@@ -148,7 +153,7 @@ def bag_forward(weight: "torch.Tensor", indices: "torch.Tensor", offsets: "torch
         (weight.data_ptr(), PTR), (dim, I64), (_ptr(indices), PTR), (n, I64),
         (_ptr(offsets), PTR), (0 if offsets is None else offsets.numel(), I64), (bag_size, I64),
         (num_bags, I64), (tiling.col_tiles, I32), (_ptr(per_sample_weights), PTR), (padding_idx, I64),
-        (out.data_ptr(), PTR), (argmax.data_ptr() if need_argmax else 0, PTR)])
+        (_ptr(table_rows), PTR), (num_bags // tables, I64), (tables * dim, I64), (out.data_ptr(), PTR), (argmax.data_ptr() if need_argmax else 0, PTR)])
     return out, argmax
 
 

@@ -11,6 +11,11 @@
 //     coalesced, and handed to the other lanes with shuffles.
 //   * The R partial results are combined with shuffles at the end; lanes of the
 //     first row group write the output.
+// Table-batched lookups (several tables in one weight buffer, one launch): bags
+// are numbered table-major (bag = t * bags_per_table + b), table t's indices are
+// relative to its first row table_rows[t], and the output row of bag (t, b) is
+// out[b, t * dim : (t + 1) * dim] of a [bags_per_table, T * dim] result
+// (out_row_stride = T * dim). A single table is T = 1 with table_rows == 0.
 // The hot loop does no bounds check on indices: index_check.cu validates them
 // in a separate pass before this kernel runs. Negative indices and padding_idx
 // are skipped. All address arithmetic is 64-bit.
@@ -137,6 +142,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_forward(
     i64 bag_size,                                           // fixed layout: L
     i64 num_bags, int col_tiles,
     const weight_t* __restrict__ per_sample_weights, i64 padding_idx,  // -1: none
+    const i64* __restrict__ table_rows, i64 bags_per_table, i64 out_row_stride,
     weight_t* __restrict__ out, i64* __restrict__ argmax) {
   const int lane = threadIdx.x & 31;
   const int team_lane = lane & (TEAM - 1);
@@ -157,6 +163,10 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_forward(
     start = bag * bag_size;
     end = start + bag_size;
   }
+
+  const i64 table = bag / bags_per_table;
+  const i64 row_base = table_rows != 0 ? table_rows[table] : 0;
+  const i64 out_row = (bag % bags_per_table) * out_row_stride + table * dim;
 
   Acc acc;
   acc_init(acc);
@@ -179,7 +189,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_forward(
         const int j = (m + u) * ROWS_AT_ONCE + group;
         const i64 r = __shfl_sync(mask, my_index, j, TEAM);
         w[u] = HAS_PSW ? __shfl_sync(mask, my_weight, j, TEAM) : 1.0f;
-        row[u] = (r < 0 || r == padding_idx) ? -1 : r;
+        row[u] = (r < 0 || r == padding_idx) ? -1 : r + row_base;
 #pragma unroll
         for (int c = 0; c < CHUNKS; ++c) {
           const i64 col = col0 + (i64)(c * ROW_LANES + row_lane) * VEC;
@@ -208,10 +218,10 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_forward(
     Vec y;
 #pragma unroll
     for (int e = 0; e < VEC; ++e) y.v[e] = from_float(acc_finish(acc, acc.v[c][e]));
-    store_pack<weight_t, VEC>(out + bag * dim + col, y);
+    store_pack<weight_t, VEC>(out + out_row + col, y);
 #if WRITE_ARGMAX
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) argmax[bag * dim + col + e] = acc.arg[c][e];
+    for (int e = 0; e < VEC; ++e) argmax[out_row + col + e] = acc.arg[c][e];
 #endif
   }
 }

@@ -1,0 +1,388 @@
+"""Benchmark suite: ``python -m reference_kernels.bench --json out.json --chart out.png``.
+
+Method (docs/perf-log.md): the copy ceiling is measured in the same run (a large
+device-to-device copy, bytes read + written); every figure is the median of
+``--reps`` (>= 100) calls timed with CUDA events after warm-up; before every timed
+call a 512 MB buffer is overwritten, which evicts the 60 MB L2 (cold figures) and
+keeps the GPU busy long enough for the host to enqueue the call, so host launch
+overhead is not in the figure. Tables are random normal (never zeros).
+
+Bytes: *compulsory* = unique rows touched x row bytes + indices + offsets +
+per-sample weights + output; *logical* counts every row read. Speedup is torch's
+median over ours, measured side by side on the same inputs. ``ours`` skips the
+index check (inputs are generated in range); ``ours+check`` includes the
+separate validation pass and its host synchronisation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+
+import reference_kernels as rk
+from reference_kernels import _nvrtc
+from reference_kernels.tbe import TableBatchedEmbeddingBag
+
+DEV = "cuda"
+FLUSH_BYTES = 512 << 20
+DCN_POOLING = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1]
+DCN_ROWS = [40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10, 2209,
+            11938, 155, 4, 976, 14, 40000000, 40000000, 40000000, 590152, 12973, 108, 36]
+DCN_ROW_CAP = 4_000_000  # the 40M-row tables are shrunk to 4M rows (memory and fill time)
+
+
+@dataclass
+class Result:
+    case: str
+    group: str
+    dtype: str
+    mode: str
+    psw: bool
+    ours_us: float
+    torch_us: float
+    ours_check_us: Optional[float]
+    compulsory_bytes: int
+    logical_bytes: int
+    ours_gbps: float = 0.0
+    torch_gbps: float = 0.0
+    logical_gbps: float = 0.0
+    pct_copy: float = 0.0
+    torch_pct_copy: float = 0.0
+    speedup: float = 0.0
+    row_bytes: int = 0
+    notes: str = ""
+
+
+@dataclass
+class Timer:
+    reps: int
+    warmup: int = 5
+    flush: torch.Tensor = field(default_factory=lambda: torch.empty(FLUSH_BYTES // 4, device=DEV))
+
+    def median_us(self, fn: Callable[[], object]) -> float:
+        for _ in range(self.warmup):
+            fn()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
+        for s, e in zip(starts, ends):
+            self.flush.fill_(1.0)
+            s.record()
+            fn()
+            e.record()
+        torch.cuda.synchronize()
+        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
+
+
+def copy_ceiling_gbps(timer: Timer) -> float:
+    src = torch.randn(1 << 30, device=DEV)  # 4 GiB
+    dst = torch.empty_like(src)
+    us = timer.median_us(lambda: dst.copy_(src))
+    del src, dst
+    return 2 * (4 << 30) / (us * 1e-6) / 1e9
+
+
+def zipf_indices(n: int, rows: int, alpha: float, gen: torch.Generator) -> torch.Tensor:
+    """n draws in [0, rows): uniform for alpha 0, else Zipf(alpha) ranks scattered over the table."""
+    if alpha == 0:
+        return torch.randint(0, rows, (n,), generator=gen, device=DEV)
+    ranks = torch.arange(1, rows + 1, device=DEV, dtype=torch.float64)
+    cdf = torch.cumsum(ranks.pow(-alpha), 0)
+    cdf /= cdf[-1].clone()
+    u = torch.rand(n, generator=gen, device=DEV, dtype=torch.float64)
+    rank = torch.searchsorted(cdf, u).clamp(max=rows - 1)
+    return (rank * 2654435761 + 12345) % rows  # hot rows spread over the table
+
+
+def table(rows: int, dim: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    return torch.randn(rows, dim, generator=gen, device=DEV, dtype=torch.float32).to(dtype)
+
+
+def bag_bytes(weight: torch.Tensor, idx: torch.Tensor, offsets: Optional[torch.Tensor], psw: bool,
+              out_elems: int) -> tuple[int, int]:
+    row = weight.shape[1] * weight.element_size()
+    extra = idx.numel() * idx.element_size() + (0 if offsets is None else offsets.numel() * offsets.element_size())
+    extra += idx.numel() * weight.element_size() if psw else 0
+    extra += out_elems * weight.element_size()
+    unique = int(torch.unique(idx).numel())
+    return unique * row + extra, idx.numel() * row + extra
+
+
+def finish(r: Result, copy_gbps: float) -> Result:
+    r.ours_gbps = r.compulsory_bytes / (r.ours_us * 1e-6) / 1e9
+    r.torch_gbps = r.compulsory_bytes / (r.torch_us * 1e-6) / 1e9
+    r.logical_gbps = r.logical_bytes / (r.ours_us * 1e-6) / 1e9
+    r.pct_copy = 100 * r.ours_gbps / copy_gbps
+    r.torch_pct_copy = 100 * r.torch_gbps / copy_gbps
+    r.speedup = r.torch_us / r.ours_us
+    return r
+
+
+class Suite:
+    def __init__(self, reps: int, quick: bool, seed: int) -> None:
+        self.timer = Timer(reps)
+        self.quick = quick
+        self.gen = torch.Generator(device=DEV).manual_seed(seed)
+        self.results: list[Result] = []
+        self.copy_gbps = copy_ceiling_gbps(self.timer)
+        print(f"copy ceiling: {self.copy_gbps:.0f} GB/s (read + write)", flush=True)
+
+    def add(self, r: Result) -> None:
+        self.results.append(finish(r, self.copy_gbps))
+        print(f"{r.case:58s} ours {r.ours_us:9.1f} us torch {r.torch_us:9.1f} us  x{r.speedup:5.2f}  "
+              f"{r.ours_gbps:6.0f} GB/s {r.pct_copy:5.1f}% copy", flush=True)
+
+    def bag_case(self, name: str, group: str, weight: torch.Tensor, idx: torch.Tensor,
+                 offsets: Optional[torch.Tensor], mode: str, psw: bool) -> None:
+        w = None
+        if psw:
+            w = torch.rand(idx.shape, generator=self.gen, device=DEV).to(weight.dtype)
+        args = dict(mode=mode, per_sample_weights=w, include_last_offset=offsets is not None)
+        out_elems = (idx.shape[0] if offsets is None else offsets.numel() - 1) * weight.shape[1]
+        with torch.no_grad():
+            ours = self.timer.median_us(lambda: rk.embedding_bag(idx, weight, offsets, check_indices=False, **args))
+            theirs = self.timer.median_us(lambda: F.embedding_bag(idx, weight, offsets, **args))
+            checked = self.timer.median_us(lambda: rk.embedding_bag(idx, weight, offsets, check_indices=True, **args))
+        comp, logical = bag_bytes(weight, idx, offsets, psw, out_elems)
+        self.add(Result(name, group, str(weight.dtype).replace("torch.", ""), mode, psw, ours, theirs, checked,
+                        comp, logical, row_bytes=weight.shape[1] * weight.element_size()))
+
+    def variants(self) -> list[tuple[torch.dtype, str, bool]]:
+        out = []
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            for mode, psw in (("sum", False), ("sum", True), ("mean", False), ("max", False)):
+                out.append((dtype, mode, psw))
+        return out[:4] if self.quick else out
+
+    # (1) one large table
+    def single_table(self) -> None:
+        for dtype, mode, psw in self.variants():
+            weight = table(5_000_000, 128, dtype, self.gen)
+            idx = zipf_indices(2048 * 150, 5_000_000, 0, self.gen).view(2048, 150)
+            self.bag_case(f"1 5Mx128 B2048 L150 {mode}{'+psw' if psw else ''} {dtype}".replace("torch.", ""),
+                          "1-large", weight, idx, None, mode, psw)
+            del weight
+
+    # (2) 12 tables, per-table launches vs one table-batched launch
+    def twelve_tables(self) -> None:
+        for alpha in (0.0, 1.05, 1.2):
+            for dtype, mode, psw in self.variants():
+                self.multi_table(f"2 12x500Kx128 a{alpha}", "2-12tables", [500_000] * 12, 128, 2048,
+                                 [150] * 12, alpha, dtype, mode, psw)
+
+    def multi_table(self, name: str, group: str, rows: list[int], dim: int, batch: int, pooling: list[int],
+                    alpha: float, dtype: torch.dtype, mode: str, psw: bool) -> None:
+        tbe = TableBatchedEmbeddingBag(rows, dim, mode, dtype, DEV)
+        tbe.check_indices = False
+        per_idx = [zipf_indices(batch * p, r, alpha, self.gen) for r, p in zip(rows, pooling)]
+        lengths = torch.tensor([p for p in pooling for _ in range(batch)], device=DEV)
+        offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
+        idx = torch.cat(per_idx)
+        w = torch.rand(idx.shape, generator=self.gen, device=DEV).to(dtype) if psw else None
+        tables = [tbe.table(t).detach() for t in range(len(rows))]
+        per_w = None if w is None else list(torch.split(w, [i.numel() for i in per_idx]))
+        per_off = [torch.arange(0, i.numel() + 1, p, device=DEV) for i, p in zip(per_idx, pooling)]
+
+        def one_launch() -> torch.Tensor:
+            return tbe(idx, offsets, w)
+
+        def torch_per_table() -> list[torch.Tensor]:
+            return [F.embedding_bag(i, t, o, mode=mode, include_last_offset=True,
+                                    per_sample_weights=None if per_w is None else per_w[k])
+                    for k, (i, t, o) in enumerate(zip(per_idx, tables, per_off))]
+
+        def ours_per_table() -> list[torch.Tensor]:
+            return [rk.embedding_bag(i, t, o, mode=mode, include_last_offset=True, check_indices=False,
+                                     per_sample_weights=None if per_w is None else per_w[k])
+                    for k, (i, t, o) in enumerate(zip(per_idx, tables, per_off))]
+
+        with torch.no_grad():
+            theirs = self.timer.median_us(torch_per_table)
+            ours_tbe = self.timer.median_us(one_launch)
+            ours_loop = self.timer.median_us(ours_per_table)
+        comp = sum(bag_bytes(t, i, o, psw, batch * dim)[0] for t, i, o in zip(tables, per_idx, per_off))
+        logical = sum(bag_bytes(t, i, o, psw, batch * dim)[1] for t, i, o in zip(tables, per_idx, per_off))
+        label = f"{name} {mode}{'+psw' if psw else ''} {dtype}".replace("torch.", "")
+        row = dim * tables[0].element_size()
+        self.add(Result(label + " TBE", group, str(dtype)[6:], mode, psw, ours_tbe, theirs, None, comp, logical,
+                        row_bytes=row, notes="one launch for all tables vs one torch call per table"))
+        self.add(Result(label + " per-table", group, str(dtype)[6:], mode, psw, ours_loop, theirs, None, comp,
+                        logical, row_bytes=row, notes="one launch per table, both sides"))
+        del tbe
+
+    # (3) two big tables
+    def two_big_tables(self) -> None:
+        for alpha in (1.0, 1.15):
+            for dtype in (torch.float32, torch.float16):
+                for mode, psw in (("sum", False), ("sum", True), ("mean", False), ("max", False)):
+                    rows = 10_000_000 if not self.quick else 2_000_000
+                    self.multi_table(f"3 2x{rows // 10**6}Mx192 B65536 L32 a{alpha}", "3-2big", [rows] * 2, 192,
+                                     65536, [32, 32], alpha, dtype, mode, psw)
+
+    # (4) sweep
+    def sweep(self) -> None:
+        weights = {dim: table(1_000_000, dim, torch.float32, self.gen) for dim in (32, 128)}
+        for dim in (32, 128):
+            for batch in (1024, 32768, 131072):
+                for pooling in (1, 16, 64):
+                    for alpha in (0.0, 1.05, 1.15):
+                        for layout in ("fixed", "csr"):
+                            if self.quick and (batch != 32768 or alpha != 0.0):
+                                continue
+                            idx = zipf_indices(batch * pooling, 1_000_000, alpha, self.gen)
+                            offsets = None
+                            if layout == "csr":
+                                offsets = torch.arange(0, idx.numel() + 1, pooling, device=DEV)
+                            else:
+                                idx = idx.view(batch, pooling)
+                            self.bag_case(f"4 d{dim} B{batch} L{pooling} a{alpha} {layout} sum f32", "4-sweep",
+                                          weights[dim], idx, offsets, "sum", False)
+
+    # (5) MLPerf DLRM-DCNv2 multi-hot
+    def dcnv2(self) -> None:
+        rows = [min(r, DCN_ROW_CAP) for r in DCN_ROWS]
+        for dtype, mode, psw in self.variants():
+            self.multi_table("5 DCNv2 26 tables B6912 a0.0", "5-dcnv2", rows, 128, 6912, DCN_POOLING, 0.0, dtype,
+                             mode, psw)
+
+    # (6) unpooled one-hot copy
+    def one_hot(self) -> None:
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            weight = table(5_000_000, 128, dtype, self.gen)
+            idx = zipf_indices(262144, 5_000_000, 0, self.gen)
+            with torch.no_grad():
+                ours = self.timer.median_us(lambda: rk.embedding(idx, weight, check_indices=False))
+                theirs = self.timer.median_us(lambda: F.embedding(idx, weight))
+                checked = self.timer.median_us(lambda: rk.embedding(idx, weight, check_indices=True))
+            row = 128 * weight.element_size()
+            unique = int(torch.unique(idx).numel())
+            extra = idx.numel() * (8 + row)
+            self.add(Result(f"6 one-hot gather 5Mx128 N262144 {dtype}".replace("torch.", ""), "6-onehot",
+                            str(dtype)[6:], "gather", False, ours, theirs, checked, unique * row + extra,
+                            idx.numel() * row + extra, row_bytes=row))
+            del weight
+
+    # backward on (1) and (3)
+    def backward(self) -> None:
+        cases = [("1 bwd 5Mx128 B2048 L150", 5_000_000, 128, 2048, 150, 0.0)]
+        cases += [(f"3 bwd 10Mx192 B65536 L32 a{a}", 10_000_000, 192, 65536, 32, a) for a in (1.0, 1.15)]
+        for name, rows, dim, batch, pooling, alpha in cases[:1] if self.quick else cases:
+            for mode in ("sum", "mean"):
+                weight = table(rows, dim, torch.float32, self.gen).requires_grad_(True)
+                idx = zipf_indices(batch * pooling, rows, alpha, self.gen).view(batch, pooling)
+                grad = torch.randn(batch, dim, generator=self.gen, device=DEV)
+                out_ours = rk.embedding_bag(idx, weight, mode=mode, check_indices=False)
+                out_torch = F.embedding_bag(idx, weight, mode=mode)
+                ours = self.timer.median_us(lambda: torch.autograd.grad(out_ours, weight, grad, retain_graph=True))
+                theirs = self.timer.median_us(lambda: torch.autograd.grad(out_torch, weight, grad, retain_graph=True))
+                row = dim * 4
+                comp = idx.numel() * 8 + grad.numel() * 4 + rows * row  # the dense gradient is written once
+                self.add(Result(f"{name} {mode} float32 backward", "bwd", "float32", mode, False, ours, theirs,
+                                None, comp, comp + idx.numel() * row, row_bytes=row,
+                                notes="dense grad: compulsory = indices + grad_out + whole grad table"))
+                del weight, out_ours, out_torch
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def summary(results: list[Result], copy_gbps: float) -> dict[str, object]:
+    by_group: dict[str, list[float]] = {}
+    for r in results:
+        by_group.setdefault(r.group, []).append(r.speedup)
+    uniform = [r for r in results if " a0.0" in r.case or r.group in ("1-large", "6-onehot")]
+    return {
+        "copy_ceiling_gbps": copy_gbps,
+        "geomean_speedup": geomean([r.speedup for r in results]),
+        "geomean_speedup_by_group": {g: geomean(v) for g, v in by_group.items()},
+        "slower_than_torch": [r.case for r in results if r.speedup < 1.0],
+        "uniform_pct_copy_256B_plus": [round(r.pct_copy, 1) for r in uniform if r.row_bytes >= 256 and r.mode != "gather"],
+        "uniform_pct_copy_64_128B": [round(r.pct_copy, 1) for r in uniform if 64 <= r.row_bytes <= 128],
+    }
+
+
+def chart(results: list[Result], copy_gbps: float, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(results)
+    fig, ax = plt.subplots(figsize=(11, max(4, 0.18 * n + 1)))
+    y = range(n)
+    ax.barh([i + 0.2 for i in y], [r.ours_gbps for r in results], height=0.4, label="reference_kernels")
+    ax.barh([i - 0.2 for i in y], [r.torch_gbps for r in results], height=0.4, label="torch")
+    ax.axvline(copy_gbps, color="k", linestyle="--", label=f"copy ceiling {copy_gbps:.0f} GB/s")
+    ax.set_yticks(list(y), [r.case for r in results], fontsize=5)
+    ax.invert_yaxis()
+    ax.set_xlabel("compulsory bandwidth (GB/s)")
+    ax.legend(loc="lower right", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def environment() -> dict[str, object]:
+    props = torch.cuda.get_device_properties(0)
+    try:
+        import subprocess
+
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=20).stdout.strip()
+    except Exception:  # nvidia-smi absent: record that, do not fail the run
+        driver = "unknown"
+    return {"gpu": props.name, "sm_count": props.multi_processor_count, "driver": driver,
+            "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
+            "nvrtc": list(_nvrtc.nvrtc_version()), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", required=True, help="where to write every figure (JSON)")
+    p.add_argument("--chart", required=True, help="where to write the bandwidth chart (PNG)")
+    p.add_argument("--reps", type=int, default=100, help="timed calls per figure (median; at least 100)")
+    p.add_argument("--quick", action="store_true", help="a small subset (smoke test)")
+    p.add_argument("--only", default="", help="comma-separated groups: large,tables,big,sweep,dcnv2,onehot,backward")
+    p.add_argument("--seed", type=int, default=int(time.time()))
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("reference_kernels.bench needs a CUDA GPU", file=sys.stderr)
+        return 2
+    if args.reps < 100 and not args.quick:
+        p.error("--reps must be at least 100 (use --quick for a smoke test)")
+    suite = Suite(args.reps, args.quick, args.seed)
+    steps = {"large": suite.single_table, "tables": suite.twelve_tables, "big": suite.two_big_tables,
+             "sweep": suite.sweep, "dcnv2": suite.dcnv2, "onehot": suite.one_hot, "backward": suite.backward}
+    chosen = [s for s in args.only.split(",") if s] or list(steps)
+    t0 = time.perf_counter()
+    for name in chosen:
+        steps[name]()
+        torch.cuda.empty_cache()
+    forward = [r for r in suite.results if r.group != "bwd"]
+    info = summary(forward, suite.copy_gbps)
+    info["backward_speedups"] = {r.case: round(r.speedup, 2) for r in suite.results if r.group == "bwd"}
+    info["seconds"] = time.perf_counter() - t0
+    info["compile_plus_load_s"] = {k: _nvrtc.STATS.compile_s.get(k, 0.0) + v for k, v in _nvrtc.STATS.load_s.items()}
+    with open(args.json, "w") as f:
+        json.dump({"environment": environment(), "method": __doc__, "summary": info,
+                   "results": [asdict(r) for r in suite.results]}, f, indent=1)
+    chart(suite.results, suite.copy_gbps, args.chart)
+    print(json.dumps({k: v for k, v in info.items() if k != "compile_plus_load_s"}, indent=1))
+    cl = info["compile_plus_load_s"]
+    if cl:
+        print(f"compile+load per kernel: max {max(cl.values()):.3f} s, median {statistics.median(cl.values()):.3f} s, "
+              f"{len(cl)} variants")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

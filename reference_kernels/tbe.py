@@ -1,0 +1,119 @@
+"""Table-batched embedding bags: many tables, one weight buffer, one kernel launch.
+
+Layout (as FBGEMM's TBE): table t owns rows ``table_rows[t] .. table_rows[t] + rows[t]``
+of one ``[sum(rows), dim]`` weight; ``indices`` concatenates every table's indices
+(relative to the table), and ``offsets`` (length T * B + 1, i.e. include_last_offset)
+delimits the T * B bags in table-major order. The result is ``[B, T * dim]``: sample
+b's pooled rows of all tables side by side, the input of DLRM's interaction layer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from . import EmbeddingIndexError, _launch, _ops
+from ._api import MODES, default_check_indices
+
+
+def check_tables(indices: Tensor, offsets: Tensor, table_sizes: Tensor, bags_per_table: int) -> None:
+    """Offsets (kernel pass) and per-table index ranges (one vectorised pass, one sync)."""
+    _launch.index_check(indices, int(table_sizes.max()), offsets)
+    ends = offsets[bags_per_table::bags_per_table].to(torch.int64)  # end of each table's indices
+    pos = torch.arange(indices.numel(), device=indices.device)
+    table = torch.searchsorted(ends, pos, right=True).clamp(max=table_sizes.numel() - 1)
+    bad = (indices < 0) | (indices >= table_sizes[table])
+    if bool(bad.any()):
+        p = int(bad.nonzero()[0, 0])
+        raise EmbeddingIndexError(f"index {int(indices[p])} at position {p} is out of range for table "
+                                  f"{int(table[p])} of {int(table_sizes[table[p]])} rows")
+
+
+@torch.library.custom_op("reference_kernels::tbe_forward", mutates_args=(), device_types="cuda")
+def tbe_forward_op(weight: Tensor, table_rows: Tensor, table_sizes: Tensor, indices: Tensor, offsets: Tensor,
+                   per_sample_weights: Optional[Tensor], mode: str, check_indices: bool) -> Tensor:
+    tables = table_rows.numel()
+    bags_per_table = (offsets.numel() - 1) // tables
+    if check_indices:
+        check_tables(indices, offsets, table_sizes, bags_per_table)
+    out, _ = _launch.bag_forward(weight, indices, offsets, tables * bags_per_table, per_sample_weights, mode,
+                                 -1, False, table_rows)
+    return out
+
+
+@tbe_forward_op.register_fake
+def _(weight: Tensor, table_rows: Tensor, table_sizes: Tensor, indices: Tensor, offsets: Tensor,
+      per_sample_weights: Optional[Tensor], mode: str, check_indices: bool) -> Tensor:
+    tables = table_rows.shape[0]
+    return weight.new_empty(((offsets.shape[0] - 1) // tables, tables * weight.shape[1]))
+
+
+def _setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+    weight, table_rows, _, indices, offsets, psw, mode, _ = inputs
+    ctx.mode, ctx.num_weights = mode, weight.shape[0]
+    ctx.save_for_backward(table_rows, indices, offsets, psw)
+
+
+def _backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], ...]:
+    """Weight gradient with the deterministic sort-based kernel: global row = index + table
+    start; grad_out [B, T*dim] viewed as [B*T, dim] rows (b * T + t)."""
+    if ctx.mode == "max":
+        raise NotImplementedError("table-batched max: no backward (use EmbeddingBag per table)")
+    table_rows, indices, offsets, psw = ctx.saved_tensors
+    tables = table_rows.numel()
+    bags = offsets.numel() - 1
+    bags_per_table = bags // tables
+    bag = _ops.bag_of_positions(indices, offsets, True)
+    table = torch.div(bag, bags_per_table, rounding_mode="floor").clamp(min=0)
+    rows = indices.to(torch.int64) + table_rows[table]
+    grad_row = torch.where(bag >= 0, (bag % bags_per_table) * tables + table, -1)
+    dim = grad_out.shape[1] // tables
+    scale = None
+    if ctx.mode == "mean":  # bag scale in the grad_row numbering
+        scale = _ops._bag_scale(indices, grad_row, bags, -1)
+    grad_weight = _ops.embedding_bag_backward_op(grad_out.contiguous().view(-1, dim), rows, grad_row, 0,
+                                                 ctx.num_weights, psw, scale, -1)
+    return grad_weight, None, None, None, None, None, None, None
+
+
+tbe_forward_op.register_autograd(_backward, setup_context=_setup)
+
+
+class TableBatchedEmbeddingBag(torch.nn.Module):
+    """T tables of equal ``embedding_dim`` in one parameter; ``forward(indices, offsets,
+    per_sample_weights=None) -> [B, T * dim]`` in one launch (see the module docstring)."""
+
+    def __init__(self, num_embeddings: Sequence[int], embedding_dim: int, mode: str = "sum",
+                 dtype: torch.dtype = torch.float32, device: Any = None) -> None:
+        super().__init__()
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        sizes = torch.tensor(list(num_embeddings), dtype=torch.int64)
+        self.mode = mode
+        self.check_indices: Optional[bool] = None
+        self.weight = torch.nn.Parameter(torch.empty(int(sizes.sum()), embedding_dim, dtype=dtype, device=device))
+        torch.nn.init.normal_(self.weight)
+        self.register_buffer("table_rows", torch.cumsum(sizes, 0) - sizes, persistent=False)
+        self.register_buffer("table_sizes", sizes, persistent=False)
+        self.table_rows: Tensor
+        self.table_sizes: Tensor
+
+    def table(self, t: int) -> Tensor:
+        """Table t's rows (a view into the shared weight)."""
+        start = int(self.table_rows[t])
+        return self.weight[start:start + int(self.table_sizes[t])]
+
+    def forward(self, indices: Tensor, offsets: Tensor, per_sample_weights: Optional[Tensor] = None) -> Tensor:
+        tables = self.table_rows.numel()
+        if offsets.dim() != 1 or (offsets.numel() - 1) % tables:
+            raise ValueError(f"offsets must be 1-D with T * B + 1 entries (T = {tables}), got {tuple(offsets.shape)}")
+        if per_sample_weights is not None and self.mode != "sum":
+            raise NotImplementedError("per_sample_weights is only supported for mode='sum'")
+        if offsets.dtype != indices.dtype:
+            indices, offsets = indices.to(torch.int64), offsets.to(torch.int64)
+        check = default_check_indices() if self.check_indices is None else self.check_indices
+        psw = None if per_sample_weights is None else per_sample_weights.contiguous()
+        return tbe_forward_op(self.weight, self.table_rows, self.table_sizes, indices.contiguous(),
+                              offsets.contiguous(), psw, self.mode, check)
