@@ -121,3 +121,30 @@ def test_static_check_never_imports_torch() -> None:
 def test_python_m_compliance_and_console_script_agree() -> None:
     result = subprocess.run([sys.executable, "-m", "compliance", "check", str(EXAMPLE)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_inference_layout_with_division_level(tmp_path: Path) -> None:
+    rules = tmp_path / "inference.yaml"
+    rules.write_text(
+        "schema_version: 1\nid: inference/test\nusage: inference\nround: test\nstatus: proposal\n"
+        "title: test inference rules\nprovenance: {decision: none, date: '2026-01-01'}\n"
+        "layout: inference\ndivisions: [closed, open]\nbenchmarks: [dlrm-v2]\n"
+        "allowlist:\n  - id: emb\n    title: t\n    benchmarks: [dlrm-v2]\n    divisions: [open]\n"
+        "    languages: [cuda]\n    requires: {source: true}\n"
+        "    provenance: {decision: none, date: '2026-01-01'}\n")
+    root = tmp_path / "round"
+    for division in ("closed", "open"):
+        impl = root / division / "Acme" / "code" / "dlrm-v2" / "pt"
+        (impl / "k").mkdir(parents=True)
+        (impl / "k" / "e.cu").write_text('extern "C" __global__ void e() {}\n')
+        (impl / "kernel_manifest.yaml").write_text(
+            "manifest_version: 1\nkernels:\n  - id: e\n    category: emb\n    language: cuda\n"
+            "    sources: [k/e.cu]\n    entry_symbols: [e]\n    semantics: {op: embedding_bag}\n")
+        (root / division / "Acme" / "systems").mkdir()
+        (root / division / "Acme" / "systems" / "s.json").write_text("{}")
+        (root / division / "Acme" / "results" / "s" / "dlrm-v2").mkdir(parents=True)
+    code, out, _ = invoke("check", str(root), "--rules", str(rules), "--format", "json")
+    doc = json.loads(out)
+    assert code == 1
+    assert [(f["rule_id"], f["path"]) for f in doc["findings"]] == [
+        ("kernel-not-allowlisted", "closed/Acme/code/dlrm-v2/pt/kernel_manifest.yaml")]
