@@ -31,8 +31,13 @@ def _golden(name: str, actual: str) -> None:
     assert actual == path.read_text(encoding="utf-8")
 
 
+def _target(name: str) -> str:
+    """A shipped id as is; a bare fixture name as its file."""
+    return name if "/" in name else fixture(name)
+
+
 def _args(old: str, new: str) -> tuple[str, str]:
-    return tuple(x if "/" in x else fixture(x) for x in (old, new))  # type: ignore[return-value]
+    return _target(old), _target(new)
 
 
 @pytest.mark.parametrize(("old", "new"), SHIPPED_PAIRS + FIXTURE_PAIRS)
@@ -51,7 +56,7 @@ def test_json_output_matches_golden(old: str, new: str) -> None:
 
 @pytest.mark.parametrize("ruleset_id", [*list_shipped(), "base", "child", "proposal"])
 def test_a_round_against_itself_prints_nothing_and_exits_0(ruleset_id: str) -> None:
-    target = ruleset_id if "/" in ruleset_id else fixture(ruleset_id)
+    target = _target(ruleset_id)
     result = invoke("diff", target, target)
     assert (result.exit_code, result.stdout, result.stderr) == (0, "", "")
     assert invoke("diff", "--exit-code", target, target).exit_code == 0
