@@ -41,7 +41,7 @@ def rules() -> None:
     """
 
 
-@rules.command("list")
+@rules.command("list", short_help="The shipped rule sets, with status and parent.")
 @FORMAT_OPTION
 @reports_input_errors
 def list_command(fmt: str) -> None:
@@ -53,7 +53,7 @@ def list_command(fmt: str) -> None:
         click.echo(listing.render_text(infos), nl=False)
 
 
-@rules.command("show")
+@rules.command("show", short_help="A rule set after extends, with provenance.")
 @click.argument("name", metavar="NAME|FILE")
 @click.option("--origin", is_flag=True, help="Name the rule set each value comes from.")
 @FORMAT_OPTION
@@ -67,7 +67,7 @@ def show_command(name: str, origin: bool, fmt: str) -> None:
         click.echo(show_tools.render_text(view, with_origin=origin), nl=False)
 
 
-@rules.command("validate")
+@rules.command("validate", short_help="Every error of rule files, at file:line:col.")
 @click.argument("files", nargs=-1, metavar="FILE|NAME...")
 @click.option("--shipped", is_flag=True, help="Also validate every shipped rule set.")
 @FORMAT_OPTION
@@ -86,7 +86,7 @@ def validate_command(files: tuple[str, ...], shipped: bool, fmt: str) -> None:
     raise SystemExit(EXIT_OK if report.valid else EXIT_FINDINGS)
 
 
-@rules.command("diff")
+@rules.command("diff", short_help="What a round changed, with provenance.")
 @click.argument("old", metavar="OLD")
 @click.argument("new", metavar="NEW")
 @click.option("--exit-code", "exit_code", is_flag=True,
@@ -107,7 +107,7 @@ def diff_command(old: str, new: str, exit_code: bool, fmt: str) -> None:
     raise SystemExit(EXIT_FINDINGS if exit_code and not result.empty else EXIT_OK)
 
 
-@rules.command("explain")
+@rules.command("explain", short_help="Documentation of a rule id.")
 @click.argument("rule_id", metavar="RULE_ID")
 @FORMAT_OPTION
 @reports_input_errors
@@ -120,7 +120,7 @@ def explain_command(rule_id: str, fmt: str) -> None:
         click.echo(explain_tools.render_markdown(spec), nl=False)
 
 
-@rules.command("schema")
+@rules.command("schema", short_help="The JSON Schema of rule files or manifests.")
 @click.option("--manifest", is_flag=True, help="The kernel-manifest schema instead.")
 @click.option("--path", "as_path", is_flag=True,
               help="Print where the schema file is installed instead of its content.")
