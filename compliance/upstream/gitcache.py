@@ -123,10 +123,13 @@ class GitRunner:
     def run(self, *args: str, network: bool = False, stdin: bytes | None = None) -> bytes:
         """stdout of ``git <args>``; raises ``GitFailure`` on any failure or timeout."""
         status, out, err = self.run_status(*args, network=network, stdin=stdin)
-        if status != 0:
-            kind = classify(err, network)
-            raise GitFailure(kind, f"git {args[0]} failed: {_stderr_tail(err) or f'exit status {status}'}")
-        return out
+        if status == 0:
+            return out
+        if _TIMEOUT.search(err):
+            limit = self.network_timeout_s if network else self.local_timeout_s
+            raise GitFailure(FailureKind.UNREACHABLE, f"git {args[0]} did not finish within the {limit:g}s "
+                             "time limit (stopped)")
+        raise GitFailure(classify(err, network), f"git {args[0]} failed: {_stderr_tail(err) or f'exit status {status}'}")
 
     def run_status(self, *args: str, network: bool = False,
                    stdin: bytes | None = None) -> tuple[int, bytes, str]:
@@ -226,16 +229,22 @@ class CachedRepository:
                               "refs/heads", "refs/tags")
         return out.decode().strip() or None
 
+    def _fetch(self, *refspecs: str, prune: bool = False) -> None:
+        options = ["--quiet", "--no-tags", "--no-write-fetch-head", *(["--prune"] if prune else [])]
+        try:
+            self.runner.run("fetch", *options, "--", self.fetch_url, *refspecs, network=True)
+        except GitFailure as exc:
+            via = f" (via mirror {self.fetch_url})" if self.fetch_url != self.url else ""
+            raise GitFailure(exc.kind, f"fetching {self.url}{via}: {exc.message}") from exc
+
     def fetch_refs(self) -> None:
         """Fetch every branch and tag (pruning deleted ones) and record when."""
-        self.runner.run("fetch", "--quiet", "--prune", "--no-tags", "--no-write-fetch-head", self.fetch_url,
-                        "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", network=True)
+        self._fetch("+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", prune=True)
         (self.git_dir / FETCHED_MARKER).write_text(datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
     def fetch_commit(self, sha: str) -> None:
         """Fetch one commit by hash (e.g. an unmerged pull request head) and pin it in the cache."""
-        self.runner.run("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", self.fetch_url,
-                        f"{sha}:{PIN_NAMESPACE}/{sha}", network=True)
+        self._fetch(f"{sha}:{PIN_NAMESPACE}/{sha}")
 
     def fetched_at(self) -> str | None:
         """When branches and tags were last fetched (ISO time), if ever."""

@@ -1,0 +1,95 @@
+"""Vendored trees: thousands of files checked against upstream by blob hash in one batch."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from compliance.engine import build_context
+from compliance.upstream.runner import UpstreamSettings, vendored_targets
+from compliance.upstream.vendored import compare_tree
+from tests.upstream.conftest import VENDORED_FILES, check, upstream_ids
+from tests.upstream.repos import KERNEL_V1, KernelUpstream, vendored_file, vendored_relpath
+from tests.upstream.trees import IMPL, RULES, kernel_entry, write_tree
+
+COPY = "third_party/framework"
+MODIFIED = (7, 1234, 2999)
+
+
+def _vendored_tree(root: Path, kernel_upstream: KernelUpstream, url: str, commit: str,
+                   upstream_path: str = "csrc", modified: tuple[int, ...] = MODIFIED,
+                   extra: dict[str, bytes] | None = None) -> Path:
+    files = {f"{COPY}/{vendored_relpath(i)}": vendored_file(i) for i in range(VENDORED_FILES)}
+    for i in modified:
+        files[f"{COPY}/{vendored_relpath(i)}"] = vendored_file(i).replace(b"*=", b"+=")
+    files[f"{COPY}/LICENSE"] = b"BSD-3-Clause\n"
+    files.update(extra or {})
+    entry: dict[str, Any] = {"path": COPY, "repository": url, "commit": commit, "upstream_path": upstream_path}
+    return write_tree(root, KERNEL_V1, [kernel_entry(kernel_upstream.url, kernel_upstream.added)],
+                      vendored=[entry], files=files)
+
+
+def test_three_modified_files_among_thousands_are_all_found(
+        tmp_path: Path, kernel_upstream: KernelUpstream, vendored_upstream: tuple[str, str]) -> None:
+    url, commit = vendored_upstream
+    tree = _vendored_tree(tmp_path / "tree", kernel_upstream, url, commit)
+    start = time.perf_counter()
+    report = check(tree, tmp_path / "cache")
+    whole = time.perf_counter() - start
+    assert upstream_ids(report) == ["upstream-vendored-differs", "upstream-verified"]
+    finding = next(f for f in report.findings if f.rule_id == "upstream-vendored-differs")
+    details = dict(finding.details)
+    assert (details["files"], details["verbatim"]) == (VENDORED_FILES, VENDORED_FILES - 3)
+    listed = sorted(item["path"] for item in details["not_verbatim"])
+    assert listed == sorted(f"{IMPL}/{COPY}/{vendored_relpath(i)}" for i in MODIFIED)
+    assert all(item["why"] == "modified" for item in details["not_verbatim"])
+    assert f"{VENDORED_FILES - 3} of {VENDORED_FILES} native files verbatim" in finding.message
+
+    ctx, _ = build_context(tree, str(RULES))
+    ((target, _),) = list(vendored_targets(ctx))
+    assert target is not None
+    repo = UpstreamSettings(tmp_path / "cache").repository(url)
+    start = time.perf_counter()
+    verdicts = compare_tree(ctx, target, repo, commit)
+    bulk = time.perf_counter() - start
+    print(f"\nvendored tree: {len(verdicts)} files, {sum(not v.verbatim for v in verdicts)} not verbatim; "
+          f"bulk blob comparison {bulk:.3f}s; whole check --upstream incl. fetch {whole:.2f}s")
+    assert len(verdicts) == VENDORED_FILES
+    assert bulk < 10, f"bulk comparison of {VENDORED_FILES} files took {bulk:.1f}s"
+
+
+def test_verbatim_tree_is_reported_at_info_level(
+        tmp_path: Path, kernel_upstream: KernelUpstream, vendored_upstream: tuple[str, str]) -> None:
+    url, commit = vendored_upstream
+    report = check(_vendored_tree(tmp_path / "tree", kernel_upstream, url, commit, modified=()), tmp_path / "cache")
+    assert upstream_ids(report) == ["upstream-vendored-verified", "upstream-verified"]
+    assert report.exit_code == 0
+
+
+def test_file_absent_upstream_is_listed_as_not_upstream(
+        tmp_path: Path, kernel_upstream: KernelUpstream, vendored_upstream: tuple[str, str]) -> None:
+    url, commit = vendored_upstream
+    hidden = {f"{COPY}/kernels/group_00/fast_embedding.cu": b"__global__ void hidden(float* x) {}\n"}
+    report = check(_vendored_tree(tmp_path / "tree", kernel_upstream, url, commit, modified=(), extra=hidden),
+                   tmp_path / "cache")
+    finding = next(f for f in report.findings if f.rule_id == "upstream-vendored-differs")
+    (item,) = dict(finding.details)["not_verbatim"]
+    assert (item["path"].rsplit("/", 1)[-1], item["why"], item["upstream_blob"]) == \
+        ("fast_embedding.cu", "not upstream", None)
+
+
+def test_wrong_upstream_directory(tmp_path: Path, kernel_upstream: KernelUpstream,
+                                  vendored_upstream: tuple[str, str]) -> None:
+    url, commit = vendored_upstream
+    report = check(_vendored_tree(tmp_path / "tree", kernel_upstream, url, commit, upstream_path="src",
+                                  modified=()), tmp_path / "cache")
+    assert upstream_ids(report) == ["upstream-path-missing", "upstream-verified"]
+
+
+def test_vendored_commit_must_be_pinned(tmp_path: Path, kernel_upstream: KernelUpstream,
+                                        vendored_upstream: tuple[str, str]) -> None:
+    url, _ = vendored_upstream
+    report = check(_vendored_tree(tmp_path / "tree", kernel_upstream, url, "main", modified=()),
+                   tmp_path / "cache")
+    assert upstream_ids(report) == ["upstream-not-pinned", "upstream-verified"]
