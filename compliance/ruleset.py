@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -283,7 +283,7 @@ class _EntrySource:
     """Position in that file's ``allowlist``."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Resolution:
     """The outcome of resolving one file and its ``extends`` chain."""
 
@@ -424,9 +424,9 @@ def _resolve_parent(document: YamlDocument, roots: list[Path],
     if parent.errors:
         return parent
     if document.data["status"] == "adopted" and parent.merged.get("status") == "proposal":
-        parent.errors.append(document.error(
+        return _failed([document.error(
             f"adopted rule set extends {parent_id!r}, which is a proposal (not MLPerf policy); "
-            "an adopted round may only build on adopted rule sets", ("extends",)))
+            "an adopted round may only build on adopted rule sets", ("extends",))])
     return parent
 
 
@@ -457,9 +457,9 @@ def same_file(reported: str | Path | None, path: Path) -> bool:
 
 def _with_pointer(document: YamlDocument, errors: list[InputError]) -> list[InputError]:
     """``errors``, plus a pointer from ``extends`` when some lie in an ancestor's file."""
-    elsewhere = [e for e in errors if not same_file(e.path, document.path)]
-    if not elsewhere:
-        return errors
+    elsewhere = [e for e in errors if e.path is not None and not same_file(e.path, document.path)]
+    if not elsewhere or "extends" not in document.data:
+        return list(errors)
     pointer = document.error(
         f"extends {document.data['extends']!r}, which does not load ({len(elsewhere)} problem(s) "
         "in its chain, listed with their own file)", ("extends",))
@@ -512,16 +512,17 @@ def _entry_error(document: YamlDocument, source: _EntrySource, key: str, what: s
 def _resolve_top(path: Path, roots: list[Path], expected_id: str | None) -> _Resolution:
     """Resolve the file the user named, collecting every problem."""
     resolution = _resolve(path, roots, ())
-    if resolution.errors and resolution.document is not None:
-        resolution.errors = _with_pointer(resolution.document, resolution.errors)
-    if resolution.document is None or not resolution.merged:
-        return resolution  # did not parse, or its extends chain did not resolve
     document = resolution.document
-    if expected_id is not None and document.data["id"] != expected_id:
-        resolution.errors.append(document.error(
-            f"file declares id {document.data['id']!r} but is stored as {expected_id!r}", ("id",)))
-    resolution.errors.extend(_resolved_problems(resolution))
-    return resolution
+    if document is None:
+        return resolution  # did not parse
+    errors = _with_pointer(document, resolution.errors)
+    if resolution.merged:  # the extends chain resolved: check the result too
+        if expected_id is not None and document.data["id"] != expected_id:
+            errors.append(document.error(
+                f"file declares id {document.data['id']!r} but is stored as {expected_id!r}",
+                ("id",)))
+        errors.extend(_resolved_problems(resolution))
+    return replace(resolution, errors=errors)
 
 
 def _build(merged: dict[str, Any], chain: list[Path], origins: dict[str, str]) -> RuleSet:
