@@ -382,8 +382,15 @@ def _merge(parent: dict[str, Any], child: YamlDocument,
         elif key != "remove_allowlist":
             merged[key] = value
             origins[key] = own_id
+    errors = _apply_removals(merged, parent, child, origins)
+    return merged, errors
+
+
+def _apply_removals(merged: dict[str, Any], parent: dict[str, Any], child: YamlDocument,
+                    origins: dict[str, str]) -> list[InputError]:
+    """Drop the entries ``remove_allowlist`` names; an id the parent lacks is an error."""
     errors: list[InputError] = []
-    removed = data.get("remove_allowlist", [])
+    removed = child.data.get("remove_allowlist", [])
     inherited = {e["id"] for e in parent.get("allowlist", [])}
     for index, entry_id in enumerate(removed):
         if entry_id not in inherited:
@@ -391,9 +398,9 @@ def _merge(parent: dict[str, Any], child: YamlDocument,
                 f"remove_allowlist names {entry_id!r}, which the parent does not define "
                 f"(inherited: {', '.join(sorted(inherited)) or 'none'})", ("remove_allowlist", index)))
             continue
-        origins[f"allowlist.{entry_id}"] = f"{own_id} (removed)"
+        origins[f"allowlist.{entry_id}"] = f"{child.data['id']} (removed)"
     merged["allowlist"] = [e for e in merged.get("allowlist", []) if e["id"] not in removed]
-    return merged, errors
+    return errors
 
 
 def _merge_allowlist(parent: list[dict[str, Any]], child: list[dict[str, Any]]) -> list[dict[str, Any]]:
