@@ -141,3 +141,10 @@ def test_inherited_entry_error_points_at_the_child_and_names_the_parent_entry() 
     assert problem.message.startswith("inherited allowlist entry 'seq' (defined at ")
     assert f"{case / 'base.yaml'}:11:5" in problem.message or "base.yaml:11:5" in problem.message
     assert validate([str(case / "base.yaml")]).valid
+
+
+def test_rule_files_and_manifests_know_the_same_reference_ops() -> None:
+    """An op a rule set may require must be one a manifest can claim, and vice versa."""
+    rules = load_schema("ruleset")["$defs"]["verification_requirement"]
+    manifest = load_schema("manifest")["$defs"]["semantics"]["properties"]["op"]
+    assert set(rules["properties"]["reference_ops"]["items"]["enum"]) == set(manifest["enum"])
