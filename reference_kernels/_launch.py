@@ -23,6 +23,31 @@ INT64_MAX = 2**63 - 1
 # Debug aid used by the tests: fill every output with NaN before the kernel runs, so
 # that an element the kernel fails to write cannot pass a comparison.
 POISON_OUTPUTS = os.environ.get("REFERENCE_KERNELS_POISON_OUTPUTS", "0") == "1"
+# Teams (warps, for rows of 512 bytes and more) per SM that the forward kernel aims for
+# when it splits bags across several teams; see docs/perf-log.md.
+TEAMS_PER_SM = 48
+MAX_SPLIT = 8
+
+
+def tuning_overrides() -> dict[str, int]:
+    """Experiment hook for the benchmark: REFERENCE_KERNELS_TUNE="SPLIT=4,UNROLL=16" overrides
+    the forward kernel's compile-time choices (unset in normal use)."""
+    spec = os.environ.get("REFERENCE_KERNELS_TUNE", "")
+    return {k.strip(): int(v) for k, v in (item.split("=") for item in spec.split(",") if item)}
+
+
+def sm_count(device: "torch.device") -> int:
+    import torch
+
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
+
+
+def choose_split(teams: int, batches_per_bag: int, sms: int, need_argmax: bool) -> int:
+    """Teams per bag: enough teams to fill the GPU, never more than the bag has batches."""
+    if need_argmax or teams <= 0:
+        return 1
+    wanted = _floor_pow2(max(1, (sms * TEAMS_PER_SM) // teams))
+    return max(1, min(MAX_SPLIT, wanted, _floor_pow2(max(1, batches_per_bag))))
 
 
 def _dtype_code(dtype: "torch.dtype") -> int:
@@ -140,15 +165,18 @@ def bag_forward(weight: "torch.Tensor", indices: "torch.Tensor", offsets: "torch
     avg_len = bag_size if offsets is None else max(1, n // max(1, num_bags))
     rows_at_once = min(32 // tiling.row_lanes, _floor_pow2(avg_len))
     team = tiling.row_lanes * rows_at_once
+    teams = num_bags * tiling.col_tiles
+    split = choose_split(teams, -(-avg_len // team), sm_count(weight.device), need_argmax)
     defines = {
         "WEIGHT_DTYPE": _dtype_code(weight.dtype), "INDEX_T": _index_type(indices.dtype),
         "MODE": MODES[mode], "HAS_PSW": int(per_sample_weights is not None),
         "WRITE_ARGMAX": int(need_argmax), "VEC": tiling.vec, "ROW_LANES": tiling.row_lanes,
         "TEAM": team, "CHUNKS": tiling.chunks, "UNROLL": max(1, 8 // tiling.chunks), "BLOCK": BLOCK,
+        "SPLIT": split,
     }
+    defines.update(tuning_overrides())
     fn = _nvrtc.get_function("embedding_bag_forward.cu", "embedding_bag_forward", defines, weight.device.index)
-    teams = num_bags * tiling.col_tiles
-    grid = -(-teams * team // BLOCK)
+    grid = -(-teams * team * defines["SPLIT"] // BLOCK)
     _nvrtc.launch(fn, grid, BLOCK, _stream(weight), [
         (weight.data_ptr(), PTR), (dim, I64), (_ptr(indices), PTR), (n, I64),
         (_ptr(offsets), PTR), (0 if offsets is None else offsets.numel(), I64), (bag_size, I64),

@@ -292,6 +292,34 @@ class Suite:
                 del weight, out_ours, out_torch
 
 
+def tune(suite: "Suite") -> None:
+    """Forward-kernel variants on a few shapes (REFERENCE_KERNELS_TUNE), for docs/perf-log.md."""
+    import os
+
+    shapes = [("5Mx128 B2048 L150 f32", 5_000_000, 128, torch.float32, 2048, 150),
+              ("5Mx128 B2048 L150 bf16", 5_000_000, 128, torch.bfloat16, 2048, 150),
+              ("1Mx128 B1024 L64 f32", 1_000_000, 128, torch.float32, 1024, 64),
+              ("1Mx32 B32768 L16 f32", 1_000_000, 32, torch.float32, 32768, 16),
+              ("10Mx192 B65536 L32 f32", 10_000_000, 192, torch.float32, 65536, 32)]
+    specs = ["", "SPLIT=1", "SPLIT=2", "SPLIT=4", "SPLIT=8", "SPLIT=1,UNROLL=16", "SPLIT=4,UNROLL=16",
+             "SPLIT=4,UNROLL=4", "SPLIT=4,MIN_BLOCKS=3"]
+    for name, rows, dim, dtype, batch, pooling in shapes:
+        weight = table(rows, dim, dtype, suite.gen)
+        idx = zipf_indices(batch * pooling, rows, 0.0, suite.gen).view(batch, pooling)
+        comp, _ = bag_bytes(weight, idx, None, False, batch * dim)
+        with torch.no_grad():
+            theirs = suite.timer.median_us(lambda: F.embedding_bag(idx, weight, mode="sum"))
+            line = [f"{name:24s} torch {theirs:8.1f}"]
+            for spec in specs:
+                os.environ["REFERENCE_KERNELS_TUNE"] = spec
+                us = suite.timer.median_us(lambda: rk.embedding_bag(idx, weight, mode="sum", check_indices=False))
+                pct = 100 * comp / (us * 1e-6) / 1e9 / suite.copy_gbps
+                line.append(f"{spec or 'default'}: {us:.1f}us {pct:.0f}%")
+            os.environ["REFERENCE_KERNELS_TUNE"] = ""
+        print(" | ".join(line), flush=True)
+        del weight
+
+
 def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
@@ -361,12 +389,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         p.error("--reps must be at least 100 (use --quick for a smoke test)")
     suite = Suite(args.reps, args.quick, args.seed)
     steps = {"large": suite.single_table, "tables": suite.twelve_tables, "big": suite.two_big_tables,
-             "sweep": suite.sweep, "dcnv2": suite.dcnv2, "onehot": suite.one_hot, "backward": suite.backward}
-    chosen = [s for s in args.only.split(",") if s] or list(steps)
+             "sweep": suite.sweep, "dcnv2": suite.dcnv2, "onehot": suite.one_hot, "backward": suite.backward,
+             "tune": lambda: tune(suite)}
+    chosen = [s for s in args.only.split(",") if s] or [s for s in steps if s != "tune"]
     t0 = time.perf_counter()
     for name in chosen:
         steps[name]()
         torch.cuda.empty_cache()
+    if not suite.results:
+        return 0
     forward = [r for r in suite.results if r.group != "bwd"]
     info = summary(forward, suite.copy_gbps)
     info["backward_speedups"] = {r.case: round(r.speedup, 2) for r in suite.results if r.group == "bwd"}

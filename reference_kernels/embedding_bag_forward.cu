@@ -48,8 +48,14 @@
 #ifndef UNROLL
 #define UNROLL 8
 #endif
+#ifndef SPLIT  // teams per bag
+#define SPLIT 1
+#endif
 #ifndef BLOCK
 #define BLOCK 256
+#endif
+#ifndef MIN_BLOCKS  // occupancy hint for the register allocator
+#define MIN_BLOCKS 1
 #endif
 
 #define ROWS_AT_ONCE (TEAM / ROW_LANES)
@@ -60,6 +66,8 @@ static_assert(TEAM <= 32 && (TEAM & (TEAM - 1)) == 0, "TEAM must be a power of t
 static_assert(ROW_LANES <= TEAM && (ROW_LANES & (ROW_LANES - 1)) == 0, "ROW_LANES must divide TEAM");
 static_assert(ROW_LANES % UNROLL_EFF == 0, "UNROLL must divide ROW_LANES");
 static_assert(MODE == 0 || HAS_PSW == 0, "per_sample_weights only with sum");
+static_assert((BLOCK / TEAM) % SPLIT == 0, "the teams of one bag must share a block");
+static_assert(SPLIT == 1 || WRITE_ARGMAX == 0, "argmax output needs SPLIT == 1");
 
 typedef Pack<weight_t, VEC> Vec;
 
@@ -127,6 +135,35 @@ __device__ __forceinline__ void acc_team_reduce(Acc& a, u32 mask) {
   }
 }
 
+// SPLIT > 1: teams 1.. of a bag leave their partial results in shared memory;
+// team 0 of the bag combines them in team order. Every thread reaches the barrier.
+__device__ __forceinline__ void acc_split_reduce(Acc& a, int part, int team_in_block, int row_lane, bool lead) {
+#if SPLIT > 1
+  __shared__ float partial[BLOCK / TEAM][ROW_LANES][CHUNKS * VEC];
+  __shared__ int partial_count[BLOCK / TEAM];
+  if (part != 0 && lead) {
+#pragma unroll
+    for (int c = 0; c < CHUNKS; ++c)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) partial[team_in_block][row_lane][c * VEC + e] = a.v[c][e];
+    if (row_lane == 0) partial_count[team_in_block] = a.count;
+  }
+  __syncthreads();
+  if (part == 0 && lead) {
+    for (int k = 1; k < SPLIT; ++k) {
+      a.count += partial_count[team_in_block + k];
+#pragma unroll
+      for (int c = 0; c < CHUNKS; ++c)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float other = partial[team_in_block + k][row_lane][c * VEC + e];
+          a.v[c][e] = MODE == 2 ? fmaxf(a.v[c][e], other) : a.v[c][e] + other;
+        }
+    }
+  }
+#endif
+}
+
 // Final value of one output element: mean divides by the pooled row count;
 // an empty bag (or one with only padding) gives 0 in every mode, as torch does.
 __device__ __forceinline__ float acc_finish(const Acc& a, float v) {
@@ -135,7 +172,7 @@ __device__ __forceinline__ float acc_finish(const Acc& a, float v) {
   return v;
 }
 
-extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_forward(
+extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_forward(
     const weight_t* __restrict__ weight, i64 dim,
     const INDEX_T* __restrict__ indices, i64 num_indices,
     const INDEX_T* __restrict__ offsets, i64 num_offsets,  // offsets == 0: fixed layout
@@ -150,13 +187,16 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_forward(
   const int row_lane = team_lane % ROW_LANES;   // position inside the row
   const u32 mask = team_mask<TEAM>(lane);
 
-  const i64 work = ((i64)blockIdx.x * BLOCK + threadIdx.x) / TEAM;
-  if (work >= num_bags * col_tiles) return;     // whole teams leave together
-  const i64 bag = work / col_tiles;
+  const int team_in_block = threadIdx.x / TEAM;
+  const int part = team_in_block % SPLIT;       // this team's share of the bag
+  const i64 work = ((i64)blockIdx.x * BLOCK + threadIdx.x) / (TEAM * SPLIT);
+  const bool active = work < num_bags * col_tiles;  // whole teams agree
+  const i64 bag = active ? work / col_tiles : 0;
   const i64 col0 = (work % col_tiles) * (i64)TILE_COLS;
 
-  i64 start, end;
-  if (offsets != 0) {
+  i64 start = 0, end = 0;
+  if (!active) {
+  } else if (offsets != 0) {
     start = offsets[bag];
     end = bag + 1 < num_offsets ? (i64)offsets[bag + 1] : num_indices;
   } else {
@@ -170,47 +210,59 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_forward(
 
   Acc acc;
   acc_init(acc);
-  for (i64 base = start; base < end; base += TEAM) {
+  const i64 stride = (i64)TEAM * SPLIT;
+  i64 base = start + (i64)part * TEAM;
+  i64 next_index = base + team_lane < end ? (i64)indices[base + team_lane] : -1;
+  float next_weight = 1.0f;
+#if HAS_PSW
+  if (base + team_lane < end) next_weight = to_float(per_sample_weights[base + team_lane]);
+#endif
+  for (; base < end; base += stride) {
     const i64 left = end - base;
     const int n = left < TEAM ? (int)left : TEAM;
-    const i64 my_index = team_lane < n ? (i64)indices[base + team_lane] : -1;
-    float my_weight = 1.0f;
+    const i64 my_index = next_index;
+    const float my_weight = next_weight;
+    const i64 ahead = base + stride + team_lane;  // prefetch the team's next batch
+    next_index = ahead < end ? (i64)indices[ahead] : -1;
 #if HAS_PSW
-    if (team_lane < n) my_weight = to_float(per_sample_weights[base + team_lane]);
+    if (ahead < end) next_weight = to_float(per_sample_weights[ahead]);
 #endif
 #pragma unroll
     for (int m = 0; m < ROW_LANES; m += UNROLL_EFF) {
       if (m * ROWS_AT_ONCE >= n) break;  // same decision for the whole team
       Vec x[UNROLL_EFF][CHUNKS];
-      i64 row[UNROLL_EFF];
+      i64 row[UNROLL_EFF];  // only read for argmax; dead code otherwise
       float w[UNROLL_EFF];
+      u32 valid = 0;        // bit u: row u is a real (non-padding) row
 #pragma unroll
       for (int u = 0; u < UNROLL_EFF; ++u) {  // issue every load first ...
         const int j = (m + u) * ROWS_AT_ONCE + group;
         const i64 r = __shfl_sync(mask, my_index, j, TEAM);
         w[u] = HAS_PSW ? __shfl_sync(mask, my_weight, j, TEAM) : 1.0f;
-        row[u] = (r < 0 || r == padding_idx) ? -1 : r + row_base;
+        row[u] = r + row_base;
+        if (r < 0 || r == padding_idx) continue;
+        valid |= 1u << u;
+        const weight_t* src = weight + row[u] * dim + col0 + row_lane * VEC;
 #pragma unroll
         for (int c = 0; c < CHUNKS; ++c) {
-          const i64 col = col0 + (i64)(c * ROW_LANES + row_lane) * VEC;
-          if (row[u] >= 0 && col < dim) x[u][c] = load_pack<weight_t, VEC>(weight + row[u] * dim + col);
+          if (col0 + (c * ROW_LANES + row_lane) * VEC < dim) x[u][c] = load_pack<weight_t, VEC>(src + c * ROW_LANES * VEC);
         }
       }
 #pragma unroll
       for (int u = 0; u < UNROLL_EFF; ++u) {  // ... then consume them
-        if (row[u] < 0) continue;
+        if (!(valid & (1u << u))) continue;
         acc.count += 1;
 #pragma unroll
         for (int c = 0; c < CHUNKS; ++c) {
-          const i64 col = col0 + (i64)(c * ROW_LANES + row_lane) * VEC;
-          if (col < dim) acc_add(acc, c, x[u][c], w[u], row[u]);
+          if (col0 + (c * ROW_LANES + row_lane) * VEC < dim) acc_add(acc, c, x[u][c], w[u], row[u]);
         }
       }
     }
   }
 
   acc_team_reduce(acc, mask);
-  if (group != 0) return;
+  acc_split_reduce(acc, part, team_in_block, row_lane, group == 0);
+  if (!active || group != 0 || part != 0) return;
 #pragma unroll
   for (int c = 0; c < CHUNKS; ++c) {
     const i64 col = col0 + (i64)(c * ROW_LANES + row_lane) * VEC;

@@ -90,7 +90,7 @@ class TableBatchedEmbeddingBag(torch.nn.Module):
         super().__init__()
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        sizes = torch.tensor(list(num_embeddings), dtype=torch.int64)
+        sizes = torch.tensor(list(num_embeddings), dtype=torch.int64, device=device)
         self.mode = mode
         self.check_indices: Optional[bool] = None
         self.weight = torch.nn.Parameter(torch.empty(int(sizes.sum()), embedding_dim, dtype=dtype, device=device))
