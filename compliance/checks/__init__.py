@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from compliance.checks import binaries, kernels, layout, upstream_links
+from compliance.verify import specs as _verify_specs  # noqa: F401  (verify-* rule ids; no torch)
 from compliance.upstream import specs as upstream_specs  # noqa: F401  (registers the --upstream rule ids)
 
 if TYPE_CHECKING:

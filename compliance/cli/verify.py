@@ -1,0 +1,58 @@
+"""``compliance verify``: build every declared kernel from its source and compare it with torch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from compliance.cli.common import OUTPUT_OPTION, PATH_ARGUMENT, RULES_OPTION, emit
+from compliance.cli.main import cli, reports_input_errors
+from compliance.engine import CheckOptions, CheckReport, build_context
+from compliance.findings import Finding
+from compliance.report import FORMATS
+
+
+@cli.command("verify")
+@PATH_ARGUMENT
+@RULES_OPTION
+@click.option("--kernel", "kernels", multiple=True, metavar="ID",
+              help="Verify only this kernel id (repeatable). Default: every declared kernel.")
+@click.option("--seed", type=int, help="Seed for the generated inputs (default: a fresh one, printed).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="Report format.")
+@OUTPUT_OPTION
+@click.option("--build-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Where builds go (outside the tree). Default: $COMPLIANCE_BUILD_DIR or "
+                   "~/.cache/compliance/verify.")
+@click.option("--time-limit", "time_limit", type=click.IntRange(1, 36000), metavar="SECONDS",
+              help="Time limit for running one kernel's cases (default: the manifest's, else 300).")
+@click.option("--build-time-limit", type=click.IntRange(1, 36000), default=1800, show_default=True,
+              metavar="SECONDS", help="Time limit for building one kernel.")
+@click.option("--no-large-table", is_flag=True,
+              help="Skip the case with a table of more than 2^31 elements (it needs 4-8 GiB of address space).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr.")
+@reports_input_errors
+def verify_command(path: Path, rules: str | None, kernels: tuple[str, ...], seed: int | None, fmt: str,
+                   output: Path | None, build_dir: Path | None, time_limit: int | None,
+                   build_time_limit: int, no_large_table: bool, quiet: bool) -> None:
+    """Build each kernel declared under PATH from its sources and verify it against torch.
+
+    Each kernel runs in its own subprocess with a time limit, on fresh random inputs from a
+    printed seed, twice per case. Exit codes: 0 every kernel verified (warnings allowed),
+    1 error-level findings, 2 usage or input errors.
+    """
+    extra = {"kernels": kernels, "build_dir": build_dir, "time_limit_s": time_limit,
+             "build_timeout_s": build_time_limit, "large": not no_large_table,
+             "progress": None if quiet else (lambda line: click.echo(line, err=True))}
+    options = CheckOptions(rules=rules, verify=True, seed=seed, extra=extra)
+    ctx, choice = build_context(path, rules)
+    from compliance.verify import run_verification_checks
+
+    findings = run_verification_checks(ctx, options)
+    report = CheckReport(ctx.root, choice, tuple(sorted(findings, key=Finding.sort_key)), ctx.inventory,
+                         ("verify",))
+    emit(FORMATS[fmt](report), output, checked_root=path)
+    if output is not None:
+        click.echo(f"report written to {output}; {'PASS' if report.passed else 'FAIL'}", err=True)
+    raise SystemExit(report.exit_code)

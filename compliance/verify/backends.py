@@ -1,0 +1,201 @@
+"""Building and calling a kernel, per build kind (runner subprocess only: imports torch).
+
+* ``torch_extension``: ``torch.utils.cpp_extension.load`` into
+  ``<build root>/<hash>``, a directory outside the checked tree, keyed by the
+  sources' bytes, the flags, the torch version and the device; the declared
+  function of the module is called with tensors and Python ints.
+* ``nvrtc``: CuPy's ``RawModule`` compiles the translation unit with NVRTC once
+  per distinct set of defines; the entry is launched with device pointers and
+  typed scalars. CuPy's on-disk cache is placed under the build root in a
+  directory keyed by the bytes of the source and of every file in the include
+  directories, so an edited header can never be served from a stale cubin.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from compliance.verify.build import ExtensionBuild, NvrtcBuild, launch_env
+from compliance.verify.cases import Case
+from compliance.verify.expr import evaluate
+from compliance.verify.vocabulary import SCALAR_TYPES
+
+HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".cuh", ".inc", ".cu", ".cpp", ".cc")
+
+
+class BuildFailed(RuntimeError):
+    """The sources did not compile or the entry is missing."""
+
+
+class LaunchInvalid(ValueError):
+    """The declared launch configuration is unusable for a case."""
+
+
+def _digest(parts: Sequence[bytes]) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()
+
+
+def _tree_bytes(directories: Sequence[Path]) -> list[bytes]:
+    out = []
+    for d in directories:
+        if d.is_dir():
+            for p in sorted(d.rglob("*")):
+                if p.suffix in HEADER_SUFFIXES and p.is_file() and not p.is_symlink():
+                    out += [str(p).encode(), p.read_bytes()]
+    return out
+
+
+@dataclass
+class ExtensionBackend:
+    """A built PyTorch extension and its declared function."""
+
+    spec: ExtensionBuild
+    """The build block."""
+    build_root: Path
+    """Directory for build products (outside the checked tree)."""
+    function: Any = None
+    """The callable, once built."""
+
+    @property
+    def device(self) -> torch.device:
+        """Where tensors for this kernel live."""
+        return torch.device(self.spec.device)
+
+    def key(self) -> str:
+        """Content hash of everything that determines the build."""
+        parts = [self.spec.device.encode(), torch.__version__.encode(),
+                 repr((self.spec.extra_cflags, self.spec.extra_cuda_cflags)).encode()]
+        for src in self.spec.sources:
+            parts += [src.name.encode(), src.read_bytes()]
+        return _digest(parts + _tree_bytes(self.spec.include_dirs))
+
+    def build(self) -> None:
+        """Compile and load (reusing an identical earlier build)."""
+        from torch.utils import cpp_extension
+
+        key = self.key()[:20]
+        directory = self.build_root / f"ext-{key}"
+        directory.mkdir(parents=True, exist_ok=True)
+        with_cuda = any(s.suffix in (".cu", ".cuh") for s in self.spec.sources)
+        try:
+            module = cpp_extension.load(
+                name=f"compliance_verify_{key}", sources=[str(s) for s in self.spec.sources],
+                extra_cflags=list(self.spec.extra_cflags), extra_cuda_cflags=list(self.spec.extra_cuda_cflags),
+                extra_include_paths=[str(d) for d in self.spec.include_dirs],
+                build_directory=str(directory), verbose=True, with_cuda=with_cuda)
+        except Exception as exc:  # compiler errors arrive as RuntimeError/OSError/ImportError
+            raise BuildFailed(f"building the extension failed: {exc}") from exc
+        self.function = getattr(module, self.spec.function, None)
+        if self.function is None:
+            raise BuildFailed(f"the built module has no function {self.spec.function!r}; it has "
+                              f"{', '.join(n for n in dir(module) if not n.startswith('_'))}")
+
+    def call(self, case: Case, tensors: Mapping[str, torch.Tensor | None]) -> Any:
+        """Call the function with the declared arguments."""
+        scalars = case.scalars()
+        args = [tensors.get(a.tensor) if a.tensor else evaluate(a.value, scalars)  # type: ignore[arg-type]
+                for a in self.spec.arguments]
+        return self.function(*args)
+
+
+@dataclass
+class NvrtcBackend:
+    """NVRTC variants of one kernel source and their launches."""
+
+    spec: NvrtcBuild
+    """The build block."""
+    build_root: Path
+    """Directory for CuPy's cache (outside the checked tree)."""
+    variants: dict[tuple[tuple[str, str], ...], Any] = field(default_factory=dict)
+    """Compiled functions by defines."""
+    compile_seconds: float = 0.0
+    """Total NVRTC time so far."""
+
+    @property
+    def device(self) -> torch.device:
+        """Always the current CUDA device."""
+        return torch.device("cuda")
+
+    def build(self) -> None:
+        """Point CuPy's cache at a content-keyed directory; compilation happens per variant."""
+        key = _digest([self.spec.source.read_bytes(), *_tree_bytes(self.spec.include_dirs)])[:20]
+        os.environ["CUPY_CACHE_DIR"] = str(self.build_root / f"nvrtc-{key}")
+        import cupy  # noqa: F401  (fails here, as a build problem, when CuPy is missing)
+
+    def function(self, defines: Mapping[str, str]) -> Any:
+        """The entry compiled with ``defines`` (compiled on first use)."""
+        import time
+
+        import cupy
+
+        key = tuple(sorted(defines.items()))
+        if key not in self.variants:
+            options = (*self.spec.options, *(f"-I{d}" for d in self.spec.include_dirs),
+                       *(f"-D{k}={v}" for k, v in key))
+            started = time.perf_counter()
+            try:
+                module = cupy.RawModule(code=self.spec.source.read_text(encoding="utf-8"), options=options)
+                self.variants[key] = module.get_function(self.spec.entry)
+            except Exception as exc:  # cupy.cuda.compiler.CompileException and friends
+                raise BuildFailed(f"NVRTC failed for defines {dict(key)}: {exc}") from exc
+            finally:
+                self.compile_seconds += time.perf_counter() - started
+        return self.variants[key]
+
+    def call(self, case: Case, tensors: Mapping[str, torch.Tensor | None]) -> None:
+        """Launch the entry for ``case`` on the given tensors."""
+        import numpy as np
+
+        scalars, selectors = case.scalars(), case.selectors()
+        try:
+            defines = self.spec.integer_defines(scalars, selectors)
+            env = launch_env(self.spec, scalars, defines)
+            grid = _dim3([evaluate(e, env) for e in self.spec.grid], "grid")
+            block = _dim3([evaluate(e, env) for e in self.spec.block], "block")
+            shared = evaluate(self.spec.shared_memory, env)
+            args: list[Any] = []
+            for a in self.spec.arguments:
+                if a.tensor:
+                    t = tensors.get(a.tensor)
+                    args.append(np.uint64(0 if t is None else t.data_ptr()))
+                else:
+                    value = evaluate(a.value, env)  # type: ignore[arg-type]
+                    struct.pack(SCALAR_TYPES[a.ctype], value)  # range check for the C type
+                    args.append(getattr(np, a.ctype)(value))
+        except (ValueError, struct.error) as exc:
+            raise LaunchInvalid(str(exc)) from exc
+        if block[0] * block[1] * block[2] > 1024 or shared < 0:
+            raise LaunchInvalid(f"block {block} has more than 1024 threads or shared memory {shared} < 0")
+        fn = self.function(defines)
+        fn(grid, block, tuple(args), shared_mem=shared)
+
+
+def _dim3(values: list[int], what: str) -> tuple[int, int, int]:
+    padded = (values + [1, 1])[:3]
+    limits = (2**31 - 1, 65535, 65535)
+    for v, limit in zip(padded, limits):
+        if not 1 <= v <= limit:
+            raise LaunchInvalid(f"{what} {tuple(padded)} is outside 1..{limit}")
+    return padded[0], padded[1], padded[2]
+
+
+Backend = ExtensionBackend | NvrtcBackend
+
+
+def make_backend(spec: ExtensionBuild | NvrtcBuild, build_root: Path) -> Backend:
+    """The backend for a build spec."""
+    if isinstance(spec, NvrtcBuild):
+        return NvrtcBackend(spec, build_root)
+    return ExtensionBackend(spec, build_root)

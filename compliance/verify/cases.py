@@ -1,0 +1,246 @@
+"""The case matrix: which inputs a kernel is run on, derived from the semantics it claims.
+
+Cases are plain data (shapes, lengths, flags and a per-case seed); the runner
+turns them into tensors. The matrix covers every declared combination of weight
+dtype, index dtype, mode and layout, then the edge cases of the reference-kernel
+issue: dims 1, 3, 4, 5, 127, 128, 129, 256; empty bags; L = 1 and L = 1000;
+duplicate indices; indices 0 and num_embeddings - 1 (in every case);
+padding_idx; include_last_offset; per_sample_weights; a batch of one; and a
+table of more than 2^31 elements (32-bit offset overflow).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from compliance.manifest import Semantics
+from compliance.verify.vocabulary import ELEM_SIZE, MODE_CODES, WEIGHT_CODES
+
+DIMS = (1, 3, 4, 5, 127, 128, 129, 256)
+"""Row widths every kernel sees (vector tails, one warp, just over one warp)."""
+LARGE_TABLE_ELEMENTS = 2**31 + 64
+"""Elements of the large-table case: more than a signed 32-bit offset can address."""
+LARGE_TABLE_DIM = 4
+"""Row width of the large-table case (rows = LARGE_TABLE_ELEMENTS / dim)."""
+LONG_BAG = 1000
+"""Bag length of the long-bag case."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input configuration; the runner makes the tensors from ``seed``."""
+
+    id: str
+    """Readable, unique within a kernel, e.g. ``sum-csr-float16-int32-d129``."""
+    op: str
+    """``embedding_bag`` or ``embedding``."""
+    mode: str
+    """sum, mean or max; ``""`` for embedding."""
+    layout: str
+    """fixed or csr (embedding_bag); flat or batched (embedding)."""
+    weight_dtype: str
+    """float32, float16 or bfloat16."""
+    index_dtype: str
+    """int32 or int64."""
+    num_embeddings: int
+    """Table rows."""
+    dim: int
+    """Table columns."""
+    num_bags: int
+    """Bags (embedding_bag), samples (batched embedding) or indices (flat embedding)."""
+    pooling: int
+    """Indices per bag in the fixed layout / per sample (batched); 0 for csr, 1 for flat."""
+    bag_lengths: tuple[int, ...] = ()
+    """csr only: the length of every bag (0 for an empty bag)."""
+    per_sample_weights: bool = False
+    """Pass per_sample_weights (sum only)."""
+    padding_idx: int | None = None
+    """Row excluded from pooling, or None."""
+    include_last_offset: bool = False
+    """csr: offsets carries the trailing num_indices entry."""
+    large: bool = False
+    """Table of more than 2^31 elements; only the rows indexed are filled."""
+    duplicates: bool = False
+    """Every index of the case is the same row."""
+    seed: int = 0
+    """Seed of the case's random tensors."""
+    tags: tuple[str, ...] = field(default=())
+    """Edge cases this case stands for."""
+
+    @property
+    def num_indices(self) -> int:
+        """Total number of indices."""
+        return sum(self.bag_lengths) if self.layout == "csr" else self.num_bags * self.pooling
+
+    @property
+    def num_offsets(self) -> int:
+        """Entries in offsets (0 without offsets)."""
+        if self.layout != "csr":
+            return 0
+        return self.num_bags + (1 if self.include_last_offset else 0)
+
+    def scalars(self) -> dict[str, int]:
+        """The integer vocabulary for this case (see ``vocabulary.SCALARS``)."""
+        return {
+            "num_embeddings": self.num_embeddings, "dim": self.dim, "num_bags": self.num_bags,
+            "pooling": self.pooling, "num_indices": self.num_indices, "num_offsets": self.num_offsets,
+            "padding_idx": -1 if self.padding_idx is None else self.padding_idx,
+            "mode": MODE_CODES.get(self.mode, 0), "include_last_offset": int(self.include_last_offset),
+            "has_per_sample_weights": int(self.per_sample_weights), "csr": int(self.layout == "csr"),
+            "weight_dtype": WEIGHT_CODES[self.weight_dtype],
+            "weight_elem_size": ELEM_SIZE[self.weight_dtype], "index_elem_size": ELEM_SIZE[self.index_dtype],
+        }
+
+    def selectors(self) -> dict[str, str]:
+        """The case variables ``defines`` may select on."""
+        return {"weight_dtype": self.weight_dtype, "index_dtype": self.index_dtype,
+                "mode": self.mode or "sum", "layout": self.layout}
+
+    def describe(self) -> str:
+        """One line for progress output and findings."""
+        shape = (f"B={self.num_bags} bags={list(self.bag_lengths)}" if self.layout == "csr"
+                 and len(self.bag_lengths) <= 8 else
+                 f"B={self.num_bags} L={self.pooling}" if self.layout != "csr" else
+                 f"B={self.num_bags} csr n={self.num_indices}")
+        extras = [f"padding_idx={self.padding_idx}"] if self.padding_idx is not None else []
+        extras += ["per_sample_weights"] * self.per_sample_weights
+        extras += ["include_last_offset"] * self.include_last_offset
+        return f"{self.id}: N={self.num_embeddings} D={self.dim} {shape}" + "".join(f" {e}" for e in extras)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Case:
+        """Inverse of ``to_json``."""
+        return cls(**{**data, "bag_lengths": tuple(data["bag_lengths"]), "tags": tuple(data["tags"])})
+
+
+def _csr_lengths(rng: random.Random, bags: int, mean: int) -> tuple[int, ...]:
+    """Random bag lengths with empty bags at the start, the middle and the end."""
+    lengths = [rng.randint(1, 2 * mean) for _ in range(bags)]
+    for position in {0, bags // 2, bags - 1} if bags >= 3 else {0}:
+        lengths[position] = 0
+    if sum(lengths) < 2:
+        lengths[-1] = 2
+    return tuple(lengths)
+
+
+class _Builder:
+    """Accumulates cases with unique ids and per-case seeds."""
+
+    def __init__(self, semantics: Semantics, seed: int) -> None:
+        self.sem = semantics
+        self.rng = random.Random(seed)
+        self.cases: list[Case] = []
+
+    def add(self, case: Case) -> None:
+        ids = {c.id for c in self.cases}
+        unique, n = case.id, 2
+        while unique in ids:
+            unique, n = f"{case.id}#{n}", n + 1
+        self.cases.append(replace(case, id=unique, seed=self.rng.getrandbits(63)))
+
+    def bag(self, mode: str, layout: str, wd: str, idt: str, dim: int, *, bags: int | None = None,
+            mean_len: int | None = None, lengths: tuple[int, ...] | None = None, tag: str = "",
+            **flags: Any) -> Case:
+        bags = bags if bags is not None else self.rng.randint(3, 24)
+        mean_len = mean_len if mean_len is not None else self.rng.randint(2, 16)
+        ilo = flags.pop("include_last_offset", self.sem.include_last_offset[0])
+        if layout == "csr":
+            lengths = lengths if lengths is not None else _csr_lengths(self.rng, bags, mean_len)
+            pooling = 0
+        else:
+            lengths, pooling = (), mean_len
+        name = "-".join(p for p in (mode, layout, wd, idt, f"d{dim}", tag) if p)
+        return Case(id=name, op="embedding_bag", mode=mode, layout=layout, weight_dtype=wd, index_dtype=idt,
+                    num_embeddings=self.rng.randint(40, 1000), dim=dim, num_bags=bags, pooling=pooling,
+                    bag_lengths=lengths, include_last_offset=bool(ilo and layout == "csr"),
+                    tags=(tag,) if tag else (), **flags)
+
+
+def embedding_bag_cases(sem: Semantics, seed: int, large: bool = True) -> list[Case]:
+    """Every case for an ``embedding_bag`` kernel claiming ``sem``."""
+    b = _Builder(sem, seed)
+    modes, layouts = sem.modes or ("sum",), sem.layouts or ("fixed",)
+    wd0, idt0 = sem.weight_dtypes[0], sem.index_dtypes[0]
+    combos = itertools.product(sem.weight_dtypes, sem.index_dtypes, modes, layouts)
+    for i, (wd, idt, mode, layout) in enumerate(combos):
+        ilo = sem.include_last_offset[i % len(sem.include_last_offset)]
+        b.add(b.bag(mode, layout, wd, idt, DIMS[i % len(DIMS)], include_last_offset=ilo))
+    for dim in DIMS:
+        b.add(b.bag(modes[0], layouts[0], wd0, idt0, dim, tag="dims"))
+    for mode in modes:
+        if "csr" in layouts:
+            b.add(b.bag(mode, "csr", wd0, idt0, 16, bags=6, lengths=(0, 0, 3, 0, 1, 0), tag="empty-bags"))
+            if True in sem.include_last_offset:
+                b.add(b.bag(mode, "csr", wd0, idt0, 33, include_last_offset=True, tag="last-offset"))
+            if False in sem.include_last_offset:
+                b.add(b.bag(mode, "csr", wd0, idt0, 33, include_last_offset=False, tag="no-last-offset"))
+        for layout in layouts:
+            one = (1,) * 5 if layout == "csr" else None
+            b.add(b.bag(mode, layout, wd0, idt0, 64, bags=5, mean_len=1, lengths=one, tag="L1"))
+            b.add(b.bag(mode, layout, wd0, idt0, 128, bags=1, tag="batch1"))
+            b.add(b.bag(mode, layout, wd0, idt0, 8, bags=4, duplicates=True, tag="duplicates"))
+            if sem.padding_idx:
+                b.add(b.bag(mode, layout, wd0, idt0, 20, padding_idx=b.rng.randint(0, 39), tag="padding"))
+    for layout in layouts:
+        for mode in [m for m in modes if m != "max"][:2]:
+            lengths = (LONG_BAG, LONG_BAG - 1, 0, LONG_BAG + 1) if layout == "csr" else None
+            b.add(b.bag(mode, layout, wd0, idt0, 64, bags=4, mean_len=LONG_BAG, lengths=lengths, tag="L1000"))
+        if sem.per_sample_weights and "sum" in modes:
+            for wd in sem.weight_dtypes:
+                b.add(b.bag("sum", layout, wd, idt0, 37, per_sample_weights=True, tag="psw"))
+    if large:
+        b.add(_large_case(b, "embedding_bag", modes[0], layouts[0]))
+    return b.cases
+
+
+def embedding_cases(sem: Semantics, seed: int, large: bool = True) -> list[Case]:
+    """Every case for an unpooled ``embedding`` kernel claiming ``sem``."""
+    b = _Builder(sem, seed)
+    layout = "batched" if sem.output_shape == "batched" else "flat"
+
+    def gather(wd: str, idt: str, dim: int, tag: str = "", bags: int | None = None,
+               pooling: int | None = None, **flags: Any) -> Case:
+        bags = bags if bags is not None else b.rng.randint(1, 40)
+        pooling = pooling if pooling is not None else (b.rng.randint(1, 12) if layout == "batched" else 1)
+        name = "-".join(p for p in ("gather", layout, wd, idt, f"d{dim}", tag) if p)
+        return Case(id=name, op="embedding", mode="", layout=layout, weight_dtype=wd, index_dtype=idt,
+                    num_embeddings=b.rng.randint(40, 1000), dim=dim, num_bags=bags, pooling=pooling,
+                    tags=(tag,) if tag else (), **flags)
+
+    for i, (wd, idt) in enumerate(itertools.product(sem.weight_dtypes, sem.index_dtypes)):
+        b.add(gather(wd, idt, DIMS[(i + 4) % len(DIMS)]))
+    wd0, idt0 = sem.weight_dtypes[0], sem.index_dtypes[0]
+    for dim in DIMS:
+        b.add(gather(wd0, idt0, dim, tag="dims"))
+    b.add(gather(wd0, idt0, 64, tag="one-index", bags=1, pooling=1))
+    b.add(gather(wd0, idt0, 16, tag="duplicates", duplicates=True))
+    if large:
+        b.add(_large_case(b, "embedding", "", layout))
+    return b.cases
+
+
+def _large_case(b: _Builder, op: str, mode: str, layout: str) -> Case:
+    """The table of more than 2^31 elements, in the narrowest declared weight dtype."""
+    wd = min(b.sem.weight_dtypes, key=lambda d: ELEM_SIZE[d])
+    idt = "int64" if "int64" in b.sem.index_dtypes else b.sem.index_dtypes[0]
+    rows = -(-LARGE_TABLE_ELEMENTS // LARGE_TABLE_DIM)
+    bags, pooling = 8, 4
+    lengths = (4, 0, 4, 4, 4, 4, 4, 4) if layout == "csr" else ()
+    return Case(id=f"large-table-{op}-{wd}-{idt}", op=op, mode=mode, layout=layout, weight_dtype=wd,
+                index_dtype=idt, num_embeddings=rows, dim=LARGE_TABLE_DIM, num_bags=bags,
+                pooling=0 if layout == "csr" else pooling, bag_lengths=lengths, large=True,
+                tags=("large-table",))
+
+
+def generate_cases(sem: Semantics, seed: int, large: bool = True) -> list[Case]:
+    """The case matrix for a kernel claiming ``sem`` (reproducible from ``seed``)."""
+    if sem.op == "embedding":
+        return embedding_cases(sem, seed, large)
+    return embedding_bag_cases(sem, seed, large)

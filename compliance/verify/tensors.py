@@ -1,0 +1,242 @@
+"""Torch side of a case: inputs, guarded buffers, the float64 reference, the comparison.
+
+Imported only inside the runner subprocess. Every tensor handed to a kernel is
+a fresh copy that lives inside a larger buffer whose guard bands hold NaN
+(floats) or an out-of-range index: a kernel that reads past the table picks up
+NaN, and any write outside its output (or into its inputs) is seen by comparing
+the whole buffers byte for byte with pristine copies afterwards.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from compliance.verify.cases import Case
+from compliance.verify.tolerance import ACCUMULATION_ROUNDOFF, Bound
+from compliance.verify.vocabulary import UNIT_ROUNDOFF
+
+GUARD = 64
+"""Guard elements on each side of every buffer (keeps 16-byte alignment for any dtype)."""
+MAX_POSITIONS = 5
+"""Mismatching positions reported per case."""
+DTYPES: Mapping[str, torch.dtype] = {"float32": torch.float32, "float16": torch.float16,
+                                     "bfloat16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64}
+
+
+@dataclass
+class Guarded:
+    """A tensor inside a buffer with guard bands, plus a pristine copy of the whole buffer."""
+
+    buffer: torch.Tensor
+    """GUARD + numel + GUARD elements."""
+    view: torch.Tensor
+    """The part the kernel gets, shaped."""
+    pristine: torch.Tensor | None
+    """Byte copy of ``buffer`` before the call (None: the buffer is too large to copy)."""
+
+    def changed(self) -> bool:
+        """True when any byte of the buffer differs from the pristine copy."""
+        if self.pristine is None:
+            return False
+        return not torch.equal(_bytes(self.buffer), self.pristine)
+
+    def guards_changed(self) -> bool:
+        """True when a guard band differs from its pristine bytes."""
+        if self.pristine is None:
+            return False
+        size = self.buffer.element_size()
+        now, before = _bytes(self.buffer), self.pristine
+        head, tail = GUARD * size, (GUARD + self.view.numel()) * size
+        return not (torch.equal(now[:head], before[:head]) and torch.equal(now[tail:], before[tail:]))
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1).view(torch.uint8)
+
+
+def guarded(values: torch.Tensor, fill: float | int, device: torch.device, keep: bool = True) -> Guarded:
+    """A copy of ``values`` on ``device`` between guard bands of ``fill``."""
+    n = values.numel()
+    buffer = torch.empty(n + 2 * GUARD, dtype=values.dtype, device=device)
+    buffer[:GUARD] = fill
+    buffer[GUARD + n:] = fill
+    view = buffer[GUARD:GUARD + n].view(values.shape)
+    view.copy_(values)
+    return Guarded(buffer, view, _bytes(buffer).clone() if keep else None)
+
+
+@dataclass
+class CaseInputs:
+    """The pristine inputs of one case (CPU for ordinary cases; the table on the device if large)."""
+
+    weight: torch.Tensor
+    """[N, D] table in the weight dtype."""
+    indices: torch.Tensor
+    """[B, L] or [n] in the index dtype."""
+    offsets: torch.Tensor | None
+    """csr offsets or None."""
+    psw: torch.Tensor | None
+    """per_sample_weights or None."""
+    rows: torch.Tensor
+    """Sorted distinct rows the indices reference (for the large table)."""
+    reference: torch.Tensor
+    """float64 expected output (CPU)."""
+    bound: torch.Tensor
+    """float64 per-element error bound (CPU)."""
+    out_shape: tuple[int, ...]
+    """Shape the output must have."""
+    weight_rows: torch.Tensor | None = None
+    """Large table only: the referenced rows before the calls (mutation check)."""
+
+
+def _indices(case: Case, gen: torch.Generator) -> torch.Tensor:
+    n, rows = case.num_indices, case.num_embeddings
+    flat = torch.randint(0, rows, (n,), generator=gen, dtype=torch.int64)
+    if case.duplicates and n:
+        flat[:] = flat[0]
+    elif n >= 2:
+        flat[torch.randint(0, n, (1,), generator=gen)] = 0
+        flat[torch.randint(0, n, (1,), generator=gen)] = rows - 1
+        if n >= 4:
+            flat[-1] = flat[-2]
+    if case.padding_idx is not None and n:
+        hit = torch.rand(n, generator=gen) < 0.3
+        flat[hit] = case.padding_idx
+        if case.layout == "csr":  # one non-empty bag made only of padding
+            lengths = list(case.bag_lengths)
+            b = next((i for i, length in enumerate(lengths) if length), None)
+            if b is not None:
+                start = sum(lengths[:b])
+                flat[start:start + lengths[b]] = case.padding_idx
+    dtype = DTYPES[case.index_dtype]
+    if case.layout in ("fixed", "batched"):
+        return flat.view(case.num_bags, case.pooling).to(dtype)
+    return flat.to(dtype)
+
+
+def _offsets(case: Case) -> torch.Tensor | None:
+    if case.layout != "csr":
+        return None
+    starts = [0]
+    for length in case.bag_lengths:
+        starts.append(starts[-1] + length)
+    values = starts if case.include_last_offset else starts[:-1]
+    return torch.tensor(values, dtype=DTYPES[case.index_dtype])
+
+
+def _table(case: Case, gen: torch.Generator, rows: torch.Tensor, device: torch.device) -> torch.Tensor:
+    dtype = DTYPES[case.weight_dtype]
+    if not case.large:
+        return torch.randn(case.num_embeddings, case.dim, generator=gen).to(dtype)
+    # Only the referenced rows are written: the rest of the table stays as the allocator
+    # gave it (zero pages on the CPU, zeros on the GPU), so a table of 2^31 elements
+    # costs only the pages that are touched.
+    numel = case.num_embeddings * case.dim
+    buffer = (torch.empty(numel + 2 * GUARD, dtype=dtype, device=device) if device.type == "cpu"
+              else torch.zeros(numel + 2 * GUARD, dtype=dtype, device=device))
+    buffer[:GUARD] = math.nan
+    buffer[GUARD + numel:] = math.nan
+    table = buffer[GUARD:GUARD + numel].view(case.num_embeddings, case.dim)
+    table[rows.to(device)] = torch.randn(rows.numel(), case.dim, generator=gen).to(dtype).to(device)
+    return table
+
+
+def make_inputs(case: Case, bound: Bound, device: torch.device) -> CaseInputs:
+    """Random inputs of ``case`` (from its seed), with reference and bound."""
+    gen = torch.Generator().manual_seed(case.seed)
+    indices = _indices(case, gen)
+    offsets = _offsets(case)
+    rows = torch.unique(indices.reshape(-1).to(torch.int64))
+    weight = _table(case, gen, rows, device)
+    psw = None
+    if case.per_sample_weights:
+        psw = (torch.randn(indices.shape, generator=gen) * 2).to(DTYPES[case.weight_dtype])
+    reference, err_bound, shape = _reference(case, weight, indices, offsets, psw, rows, bound)
+    return CaseInputs(weight, indices, offsets, psw, rows, reference, err_bound, shape)
+
+
+def _reference(case: Case, weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor | None,
+               psw: torch.Tensor | None, rows: torch.Tensor,
+               bound: Bound) -> tuple[torch.Tensor, torch.Tensor, tuple[int, ...]]:
+    """float64 reference computed by torch on the CPU over the referenced rows only."""
+    sub = weight[rows.to(weight.device)].to("cpu", torch.float64)
+    local = torch.searchsorted(rows, indices.to(torch.int64).reshape(-1)).view(indices.shape)
+    if case.op == "embedding":
+        ref = F.embedding(local, sub)
+        return ref, torch.zeros_like(ref), tuple(ref.shape)
+    pad = None
+    if case.padding_idx is not None:
+        hit = (rows == case.padding_idx).nonzero()
+        pad = int(hit[0, 0]) if hit.numel() else None  # unreferenced: nothing to exclude
+    off = None if offsets is None else offsets.to(torch.int64)
+    p64 = None if psw is None else psw.to(torch.float64)
+    kw: dict[str, Any] = dict(offsets=off, include_last_offset=case.include_last_offset, padding_idx=pad)
+    ref = F.embedding_bag(local, sub, mode=case.mode, per_sample_weights=p64, **kw)
+    if case.mode == "max":
+        return ref, torch.zeros_like(ref), tuple(ref.shape)
+    abs_sum = F.embedding_bag(local, sub.abs(), mode="sum",
+                              per_sample_weights=None if p64 is None else p64.abs(), **kw)
+    ones = torch.ones(sub.shape[0], 1, dtype=torch.float64)
+    count = F.embedding_bag(local, ones, mode="sum", **kw)
+    u_out, m = UNIT_ROUNDOFF[case.weight_dtype], bound.unit_roundoff_multiplier
+    if case.mode == "sum":
+        err = m * (count * ACCUMULATION_ROUNDOFF * abs_sum + u_out * ref.abs())
+    else:
+        err = m * (ACCUMULATION_ROUNDOFF * abs_sum + (ACCUMULATION_ROUNDOFF + u_out) * ref.abs())
+    return ref, err + bound.absolute_floor, tuple(ref.shape)
+
+
+@dataclass
+class Comparison:
+    """How one output compares with the reference."""
+
+    unwritten: int = 0
+    """Elements still NaN (never written)."""
+    mismatched: int = 0
+    """Elements outside their bound (unwritten ones included)."""
+    max_error: float = 0.0
+    """Largest |y - r| over written elements."""
+    bound_at_max: float = 0.0
+    """Bound at the element with the worst error/bound ratio."""
+    worst_ratio: float = 0.0
+    """Largest error/bound (inf where the bound is 0 and the error is not)."""
+    positions: list[dict[str, Any]] = field(default_factory=list)
+    """First mismatching positions: index, got, expected, bound."""
+
+    @property
+    def ok(self) -> bool:
+        """Everything written and within bound."""
+        return self.mismatched == 0
+
+
+def compare(out: torch.Tensor, reference: torch.Tensor, bound: torch.Tensor) -> Comparison:
+    """Element-wise check of ``out`` against ``reference`` +- ``bound``."""
+    y = out.detach().to("cpu", torch.float64)
+    nan = torch.isnan(y)
+    err = (y - reference).abs()
+    bad = nan | ~torch.isfinite(y) | (err > bound)
+    finite_err = torch.where(nan, torch.zeros_like(err), err)
+    ratio = torch.where(bound > 0, finite_err / bound.clamp_min(1e-300),
+                        torch.where(finite_err > 0, torch.full_like(err, math.inf), torch.zeros_like(err)))
+    result = Comparison(unwritten=int(nan.sum()), mismatched=int(bad.sum()))
+    if y.numel():
+        worst = int(torch.argmax(ratio.reshape(-1)))
+        result.max_error = float(finite_err.max())
+        result.worst_ratio = float(ratio.reshape(-1)[worst])
+        result.bound_at_max = float(bound.reshape(-1)[worst])
+    for pos in bad.nonzero()[:MAX_POSITIONS].tolist():
+        at = tuple(pos)
+        result.positions.append({"index": list(at), "got": _num(y[at]), "expected": _num(reference[at]),
+                                 "bound": _num(bound[at])})
+    return result
+
+
+def _num(t: torch.Tensor) -> float | str:
+    value = float(t)
+    return repr(value) if not math.isfinite(value) else value

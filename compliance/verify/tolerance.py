@@ -1,0 +1,64 @@
+"""The error-bound model: how far a kernel's output may be from the float64 reference.
+
+For one output element of a bag with n pooled rows x_k (times per-sample
+weights p_k), reference value r and absolute sum A = sum |p_k x_k|, with u_acc
+the float32 unit roundoff (accumulation is float32) and u_out the unit
+roundoff of the weight dtype (the output is rounded to it once):
+
+* sum:  |y - r| <= m * (n * u_acc * A + u_out * |r|) + floor
+* mean: |y - r| <= m * (u_acc * A + (u_acc + u_out) * |r|) + floor
+* max and embedding (a copy): |y - r| == 0, exactly.
+
+``m`` (``unit_roundoff_multiplier``) and ``floor`` (``absolute_floor``) come
+from the rule set's allowlist entry per weight dtype, else the defaults below.
+Inputs are exact in the weight dtype, so only the kernel's own roundings count.
+The bound is the classic a-priori bound of recursive summation (Higham, ch. 4);
+it holds for any summation order, so a tree or atomic reduction passes too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+from compliance.ruleset import AllowlistEntry
+
+ACCUMULATION_ROUNDOFF = 2.0**-24
+"""u of float32, the accumulation precision every kernel is held to."""
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Error-bound parameters for one weight dtype."""
+
+    unit_roundoff_multiplier: float
+    """m: safety multiplier on the roundoff terms."""
+    absolute_floor: float
+    """Absolute error always accepted (sum and mean only)."""
+
+
+DEFAULT_BOUNDS: Mapping[str, Bound] = {
+    "float32": Bound(2.0, 1e-6),
+    "float16": Bound(2.0, 1e-3),
+    "bfloat16": Bound(2.0, 1e-2),
+}
+"""Used for dtypes the rule set's allowlist entry does not configure."""
+
+
+def bounds_for(entry: AllowlistEntry | None) -> dict[str, Bound]:
+    """Per-dtype bounds: the entry's ``verification.tolerance`` over the defaults."""
+    out = dict(DEFAULT_BOUNDS)
+    if entry is None or entry.verification is None:
+        return out
+    for dtype, tol in entry.verification.tolerance.items():
+        base = out.get(dtype, Bound(2.0, 0.0))
+        out[dtype] = Bound(
+            tol.unit_roundoff_multiplier if tol.unit_roundoff_multiplier is not None
+            else base.unit_roundoff_multiplier,
+            tol.absolute_floor if tol.absolute_floor is not None else base.absolute_floor)
+    return out
+
+
+def bounds_to_json(bounds: Mapping[str, Bound]) -> dict[str, dict[str, float]]:
+    """JSON-ready form for the runner."""
+    return {k: asdict(v) for k, v in bounds.items()}

@@ -1,0 +1,60 @@
+"""The fixed argument vocabulary a manifest's ``build:`` block may use.
+
+Tensors are handed to the kernel (as device pointers for NVRTC kernels, as
+``torch.Tensor`` objects for extensions); scalars are integers that describe the
+case and may appear in launch expressions; selectors are the case variables a
+``defines`` entry may switch on. Everything here is plain Python (no torch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+TENSORS: Mapping[str, str] = {
+    "weight": "the embedding table [num_embeddings, dim], contiguous, weight dtype",
+    "indices": "indices: [num_bags, pooling] (fixed layout, batched embedding) or "
+               "[num_indices] (csr layout, flat embedding), index dtype",
+    "offsets": "csr offsets [num_offsets], index dtype; null pointer / None in the fixed layout",
+    "per_sample_weights": "weights like indices, weight dtype; null / None when the case has none",
+    "out": "the output, prefilled with NaN: [num_bags, dim], or [num_indices, dim] / "
+           "[num_bags, pooling, dim] for embedding",
+    "null": "a null pointer (NVRTC) or None (extension), for arguments the verifier does not use",
+}
+"""Tensor names and what they hold."""
+
+SCALARS: Mapping[str, str] = {
+    "num_embeddings": "rows of the table",
+    "dim": "columns of the table (embedding dimension)",
+    "num_bags": "bags (embedding_bag) or output rows before dim (embedding: num_indices flat, "
+                "batch size batched)",
+    "pooling": "indices per bag in the fixed layout (L), per sample for batched embedding; "
+               "0 for csr, 1 for flat embedding",
+    "num_indices": "number of indices (all bags together)",
+    "num_offsets": "entries in offsets: num_bags, or num_bags + 1 with include_last_offset; 0 fixed",
+    "padding_idx": "the padding row, -1 when the case has none",
+    "mode": "0 sum, 1 mean, 2 max (0 for embedding)",
+    "include_last_offset": "1 when offsets has the trailing entry, else 0",
+    "has_per_sample_weights": "1 when per_sample_weights is given, else 0",
+    "csr": "1 for the csr layout, 0 for fixed",
+    "weight_dtype": "0 float32, 1 float16, 2 bfloat16",
+    "weight_elem_size": "bytes per weight element (4 or 2)",
+    "index_elem_size": "bytes per index (4 or 8)",
+}
+"""Integer names available in expressions and as scalar arguments."""
+
+SELECTORS: Mapping[str, tuple[str, ...]] = {
+    "weight_dtype": ("float32", "float16", "bfloat16"),
+    "index_dtype": ("int32", "int64"),
+    "mode": ("sum", "mean", "max"),
+    "layout": ("fixed", "csr"),
+}
+"""Case variables a ``defines`` entry may select on, with their values."""
+
+MODE_CODES: Mapping[str, int] = {"sum": 0, "mean": 1, "max": 2}
+WEIGHT_CODES: Mapping[str, int] = {"float32": 0, "float16": 1, "bfloat16": 2}
+ELEM_SIZE: Mapping[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8}
+UNIT_ROUNDOFF: Mapping[str, float] = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+"""Unit roundoff u of each weight dtype (half the distance from 1 to the next number)."""
+
+SCALAR_TYPES: Mapping[str, str] = {"int32": "i", "int64": "q", "uint32": "I", "uint64": "Q"}
+"""C scalar types an NVRTC argument may be passed as (struct format codes)."""
