@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from compliance.findings import Finding
 
 
-def run_upstream_checks(ctx: "CheckContext", options: "CheckOptions") -> list["Finding"]:
+def run_upstream_checks(ctx: CheckContext, options: CheckOptions) -> list[Finding]:
     """Every finding of the upstream stage (fetches into the cache unless ``options.offline``)."""
     from compliance.upstream.runner import run_upstream_checks as run
 

@@ -37,8 +37,8 @@ class Subject:
     """Kernel id, for kernel upstreams."""
 
 
-def commit_findings(ctx: "CheckContext", subject: Subject, repo: CachedRepository, state: CommitState,
-                    offline: bool) -> list["Finding | None"]:
+def commit_findings(ctx: CheckContext, subject: Subject, repo: CachedRepository, state: CommitState,
+                    offline: bool) -> list[Finding | None]:
     """Findings about the commit; content comparison may go on only if the commit was found."""
     details = {"repository": repo.url, "commit": state.requested, "cache": str(repo.git_dir)}
     if state.failure is not None:

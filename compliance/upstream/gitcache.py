@@ -36,14 +36,14 @@ _CONFIG = ("credential.helper=", "core.askPass=", "gc.auto=0", "maintenance.auto
 
 _AUTH = re.compile(r"authentication failed|could not read (username|password)|terminal prompts disabled"
                    r"|permission denied \(publickey|returned error: 40[13]|invalid username or password"
-                   r"|host key verification failed|authentication required", re.I)
+                   r"|host key verification failed|authentication required", re.IGNORECASE)
 _NOT_FOUND = re.compile(r"not our ref|couldn't find remote ref|no such remote ref|unadvertised object"
-                        r"|upload-pack: not our ref|did not send all necessary objects", re.I)
+                        r"|upload-pack: not our ref|did not send all necessary objects", re.IGNORECASE)
 _CORRUPT = re.compile(r"corrupt|bad object|inflate|invalid sha1 pointer|does not point to a valid object"
                       r"|bad packed object|packfile .* cannot be accessed|not a git repository"
                       r"|index file .* too small|bad signature|missing object"
-                      r"|unable to read [0-9a-f]{40}", re.I)
-_TIMEOUT = re.compile(r"did not complete in [\d.]+ secs", re.I)
+                      r"|unable to read [0-9a-f]{40}", re.IGNORECASE)
+_TIMEOUT = re.compile(r"did not complete in [\d.]+ secs", re.IGNORECASE)
 
 
 class FailureKind(str, Enum):

@@ -33,11 +33,11 @@ def upstream_path(path: str) -> str:
     return path.strip().lstrip("/").removeprefix("./")
 
 
-def source_pairs(ctx: "CheckContext", item: "DeclaredKernel") -> list[SourcePair]:
+def source_pairs(ctx: CheckContext, item: DeclaredKernel) -> list[SourcePair]:
     """Sources present in the tree with their upstream paths (static checks report the others)."""
     assert item.kernel.upstream is not None
     pairs = []
-    for (_, rel), path in zip(item.source_relpaths(), item.kernel.upstream.paths):
+    for (_, rel), path in zip(item.source_relpaths(), item.kernel.upstream.paths, strict=False):
         if rel is None or rel not in ctx.inventory.files:
             continue
         try:
@@ -47,8 +47,8 @@ def source_pairs(ctx: "CheckContext", item: "DeclaredKernel") -> list[SourcePair
     return pairs
 
 
-def _compare(ctx: "CheckContext", item: "DeclaredKernel", repo: CachedRepository, sha: str,
-             pair: SourcePair, info: ObjectInfo | None) -> "Finding | None":
+def _compare(ctx: CheckContext, item: DeclaredKernel, repo: CachedRepository, sha: str,
+             pair: SourcePair, info: ObjectInfo | None) -> Finding | None:
     kernel = item.kernel
     where = f"{repo.url} at {sha[:12]}"
     if info is None or info.type != "blob":
@@ -72,8 +72,8 @@ def _compare(ctx: "CheckContext", item: "DeclaredKernel", repo: CachedRepository
                                 "only_difference": summary.only, "level": "differs"})
 
 
-def _verified(ctx: "CheckContext", item: "DeclaredKernel", repo: CachedRepository, state: CommitState,
-              pairs: list[SourcePair]) -> "Finding | None":
+def _verified(ctx: CheckContext, item: DeclaredKernel, repo: CachedRepository, state: CommitState,
+              pairs: list[SourcePair]) -> Finding | None:
     kernel = item.kernel
     assert state.sha is not None
     return ctx.finding(specs.VERIFIED.id, item.manifest_path, f"kernel {kernel.id!r}: {len(pairs)} source(s) "
@@ -83,8 +83,8 @@ def _verified(ctx: "CheckContext", item: "DeclaredKernel", repo: CachedRepositor
                                 "sources": [p.relpath for p in pairs], "level": "exact"})
 
 
-def kernel_findings(ctx: "CheckContext", item: "DeclaredKernel", repo: CachedRepository,
-                    state: CommitState, offline: bool) -> list["Finding | None"]:
+def kernel_findings(ctx: CheckContext, item: DeclaredKernel, repo: CachedRepository,
+                    state: CommitState, offline: bool) -> list[Finding | None]:
     """Every upstream-stage finding for one declared kernel."""
     kernel = item.kernel
     line = kernel.upstream.line if kernel.upstream else None
@@ -95,11 +95,12 @@ def kernel_findings(ctx: "CheckContext", item: "DeclaredKernel", repo: CachedRep
     pairs = source_pairs(ctx, item)
     try:
         infos = repo.batch_check([f"{state.sha}:{p.upstream_path}" for p in pairs])
-        findings += [_compare(ctx, item, repo, state.sha, p, i) for p, i in zip(pairs, infos)]
+        findings += [_compare(ctx, item, repo, state.sha, p, i) for p, i in zip(pairs, infos, strict=True)]
     except GitFailure as exc:
         return findings + [ctx.finding(RULE_OF_FAILURE[exc.kind], item.manifest_path,
                                        f"kernel {kernel.id!r}: {exc.message}", line=line, kernel=kernel.id)]
-    exact = all(i is not None and i.type == "blob" and i.sha == blob_hash(p.data) for p, i in zip(pairs, infos))
+    exact = all(i is not None and i.type == "blob" and i.sha == blob_hash(p.data)
+                for p, i in zip(pairs, infos, strict=True))
     if pairs and exact and state.containing_ref is not None:
         findings.append(_verified(ctx, item, repo, state, pairs))
     return findings

@@ -7,11 +7,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from compliance.checks.upstream_links import FULL_COMMIT, NOT_PINNED, _repository_problem
+from compliance.checks.upstream_links import (
+    FULL_COMMIT,
+    NOT_PINNED,
+    _repository_problem,
+)
 from compliance.context import tree_relative
 from compliance.errors import InputError
-from compliance.upstream.gitcache import (LOCAL_TIMEOUT_S, NETWORK_TIMEOUT_S, CachedRepository, GitRunner,
-                                          cache_key, default_cache_dir)
+from compliance.upstream.gitcache import (
+    LOCAL_TIMEOUT_S,
+    NETWORK_TIMEOUT_S,
+    CachedRepository,
+    GitRunner,
+    cache_key,
+    default_cache_dir,
+)
 from compliance.upstream.kernels import kernel_findings
 from compliance.upstream.resolve import CommitState, resolve_commits
 from compliance.upstream.vendored import VendoredTarget, vendored_findings
@@ -43,7 +53,7 @@ class UpstreamSettings:
         return CachedRepository(url, self.mirrors.get(url, url), runner)
 
 
-def settings_from(options: "CheckOptions", root: Path) -> UpstreamSettings:
+def settings_from(options: CheckOptions, root: Path) -> UpstreamSettings:
     """Settings from the check options (``extra`` may hold ``upstream_timeout``, ``upstream_mirrors``)."""
     cache = (options.upstream_cache or default_cache_dir()).expanduser().resolve()
     root = root.resolve()
@@ -55,7 +65,7 @@ def settings_from(options: "CheckOptions", root: Path) -> UpstreamSettings:
     return UpstreamSettings(cache, options.offline, timeout, min(LOCAL_TIMEOUT_S, max(timeout, 10.0)), mirrors)
 
 
-def checkable_kernels(ctx: "CheckContext") -> list["DeclaredKernel"]:
+def checkable_kernels(ctx: CheckContext) -> list[DeclaredKernel]:
     """Kernels whose upstream link passes the static checks (the others are reported there)."""
     policy = ctx.ruleset.upstream_policy
     return [item for item in ctx.kernels() if item.kernel.upstream is not None
@@ -63,7 +73,7 @@ def checkable_kernels(ctx: "CheckContext") -> list["DeclaredKernel"]:
             and (FULL_COMMIT.match(item.kernel.upstream.commit) or not policy.require_commit)]
 
 
-def vendored_targets(ctx: "CheckContext") -> Iterator[tuple[VendoredTarget | None, "Finding | None"]]:
+def vendored_targets(ctx: CheckContext) -> Iterator[tuple[VendoredTarget | None, Finding | None]]:
     """Declared vendored trees: a target, or a finding when the declaration cannot be checked."""
     policy = ctx.ruleset.upstream_policy
     for relpath, manifest in ctx.manifests:
@@ -93,7 +103,7 @@ def _resolve_all(settings: UpstreamSettings, wanted: dict[str, set[str]]) -> dic
     return states
 
 
-def run_upstream_checks(ctx: "CheckContext", options: "CheckOptions") -> list["Finding"]:
+def run_upstream_checks(ctx: CheckContext, options: CheckOptions) -> list[Finding]:
     """Every finding of the ``--upstream`` stage."""
     settings = settings_from(options, ctx.root)
     kernels = checkable_kernels(ctx)

@@ -66,13 +66,13 @@ class FileVerdict:
         return "not upstream" if self.upstream_blob is None else "modified"
 
 
-def native_files(ctx: "CheckContext", tree: str) -> list[str]:
+def native_files(ctx: CheckContext, tree: str) -> list[str]:
     """Native files the inventory found under ``tree``."""
     prefix = tree + "/"
     return sorted(n.path for n in ctx.inventory.native if n.path.startswith(prefix))
 
 
-def compare_tree(ctx: "CheckContext", target: VendoredTarget, repo: CachedRepository,
+def compare_tree(ctx: CheckContext, target: VendoredTarget, repo: CachedRepository,
                  sha: str) -> list[FileVerdict]:
     """Verdicts for every native file of the tree (one batch lookup)."""
     files = native_files(ctx, target.tree)
@@ -81,11 +81,11 @@ def compare_tree(ctx: "CheckContext", target: VendoredTarget, repo: CachedReposi
     infos = repo.batch_check(specs_)
     return [FileVerdict(path, file_blob_hash(ctx.root / path),
                         info.sha if info is not None and info.type == "blob" else None)
-            for path, info in zip(files, infos)]
+            for path, info in zip(files, infos, strict=True)]
 
 
-def _summary(ctx: "CheckContext", target: VendoredTarget, repo: CachedRepository, state: CommitState,
-             verdicts: list[FileVerdict]) -> "Finding | None":
+def _summary(ctx: CheckContext, target: VendoredTarget, repo: CachedRepository, state: CommitState,
+             verdicts: list[FileVerdict]) -> Finding | None:
     assert state.sha is not None
     bad = [v for v in verdicts if not v.verbatim]
     where = f"{repo.url} at {state.sha[:12]}" + (f" ({target.upstream_dir}/)" if target.upstream_dir else "")
@@ -104,16 +104,16 @@ def _summary(ctx: "CheckContext", target: VendoredTarget, repo: CachedRepository
                        details={**details, "not_verbatim": listing})
 
 
-def _upstream_dir_missing(ctx: "CheckContext", target: VendoredTarget, repo: CachedRepository,
-                          sha: str) -> "Finding | None":
+def _upstream_dir_missing(ctx: CheckContext, target: VendoredTarget, repo: CachedRepository,
+                          sha: str) -> Finding | None:
     return ctx.finding(specs.PATH_MISSING.id, target.manifest_path, f"vendored tree {target.tree!r}: upstream "
                        f"directory {target.upstream_dir!r} is not a directory in {repo.url} at {sha[:12]}",
                        line=target.line, details={"repository": repo.url, "commit": sha,
                                                   "upstream_path": target.upstream_dir})
 
 
-def vendored_findings(ctx: "CheckContext", target: VendoredTarget, repo: CachedRepository,
-                      state: CommitState, offline: bool) -> list["Finding | None"]:
+def vendored_findings(ctx: CheckContext, target: VendoredTarget, repo: CachedRepository,
+                      state: CommitState, offline: bool) -> list[Finding | None]:
     """Every upstream-stage finding for one declared vendored tree."""
     subject = Subject(f"vendored tree {target.tree!r}", target.manifest_path, target.line, None)
     findings = commit_findings(ctx, subject, repo, state, offline)

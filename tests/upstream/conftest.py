@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 
 from compliance.engine import CheckOptions, CheckReport, run_check
-from tests.upstream.repos import KernelUpstream, build_kernel_upstream, build_vendored_upstream
+from tests.upstream.repos import (
+    KernelUpstream,
+    build_kernel_upstream,
+    build_vendored_upstream,
+)
 from tests.upstream.trees import RULES
 
 VENDORED_FILES = 3000

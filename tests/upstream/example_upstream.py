@@ -57,7 +57,7 @@ def example_upstreams(root: Path = EXAMPLE) -> dict[str, UpstreamSpec]:
                 continue
             spec = specs.setdefault(kernel.upstream.repository, UpstreamSpec(kernel.upstream.repository))
             spec.pinned.add(kernel.upstream.commit)
-            for source, path in zip(kernel.sources, kernel.upstream.paths):
+            for source, path in zip(kernel.sources, kernel.upstream.paths, strict=False):
                 spec.add(upstream_path(path), manifest.resolve(source).read_bytes(), str(manifest.path))
         for vendored in manifest.vendored:
             spec = specs.setdefault(vendored.repository, UpstreamSpec(vendored.repository))

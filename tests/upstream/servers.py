@@ -10,13 +10,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class _AuthHandler(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server API)
+    def do_GET(self) -> None:
         self.send_response(401)
         self.send_header("WWW-Authenticate", 'Basic realm="private"')
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server API)
+    def log_message(self, format: str, *args: object) -> None:
         """Quiet."""
 
 

@@ -12,7 +12,12 @@ from click.testing import CliRunner
 
 from compliance.cli.main import cli
 from tests.upstream.conftest import check, upstream_ids
-from tests.upstream.repos import KERNEL_PR, KERNEL_V1, KernelUpstream, build_kernel_upstream
+from tests.upstream.repos import (
+    KERNEL_PR,
+    KERNEL_V1,
+    KernelUpstream,
+    build_kernel_upstream,
+)
 from tests.upstream.servers import auth_server, closed_port, silent_server
 from tests.upstream.trees import RULES, kernel_entry, write_tree
 

@@ -11,7 +11,11 @@ from click.testing import CliRunner
 from compliance.cli.main import cli
 from compliance.engine import CheckOptions, run_check
 from tests.compliance.treeutil import tree_digest
-from tests.upstream.example_upstream import EXAMPLE, build_example_upstream, example_upstreams
+from tests.upstream.example_upstream import (
+    EXAMPLE,
+    build_example_upstream,
+    example_upstreams,
+)
 
 REGENERATE = "python3 -m tests.upstream.example_upstream --write"
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from compliance.engine import CheckOptions, run_check
 from compliance.findings import Severity
 from tests.upstream.conftest import check, upstream_ids
 from tests.upstream.repos import KERNEL_PR, KERNEL_V1, KERNEL_V2, KernelUpstream
-from tests.upstream.trees import SOURCE, kernel_entry, write_tree
+from tests.upstream.trees import RULES, SOURCE, kernel_entry, write_tree
 
 
 def test_exact_match_is_verified_and_passes(tmp_path: Path, kernel_upstream: KernelUpstream) -> None:
@@ -63,7 +64,8 @@ def test_missing_path(tmp_path: Path, kernel_upstream: KernelUpstream) -> None:
 
 
 def test_directory_where_a_file_is_declared(tmp_path: Path, kernel_upstream: KernelUpstream) -> None:
-    tree = write_tree(tmp_path / "tree", KERNEL_V1, [kernel_entry(kernel_upstream.url, kernel_upstream.added, ["csrc"])])
+    entry = kernel_entry(kernel_upstream.url, kernel_upstream.added, ["csrc"])
+    tree = write_tree(tmp_path / "tree", KERNEL_V1, [entry])
     report = check(tree, tmp_path / "cache")
     assert upstream_ids(report) == ["upstream-path-missing"]
     assert "a directory" in report.findings[0].message
@@ -119,3 +121,18 @@ def test_two_kernels_one_repository_one_cache_entry(tmp_path: Path, kernel_upstr
     report = check(tree, tmp_path / "cache")
     assert upstream_ids(report) == ["upstream-content-differs", "upstream-verified"]
     assert len(list((tmp_path / "cache").glob("*/*.git"))) == 1
+
+
+def test_branch_or_tag_name_resolves_when_the_rule_set_allows_it(
+        tmp_path: Path, kernel_upstream: KernelUpstream) -> None:
+    rules = str(RULES.with_name("rules-local-branches.yaml"))
+    for name, source, ref in (("main", KERNEL_V2, "refs/heads/main"), ("v1.0.1", KERNEL_V1, "refs/tags/v1.0.1")):
+        tree = write_tree(tmp_path / name, source, [kernel_entry(kernel_upstream.url, name)])
+        report = run_check(tree, CheckOptions(rules=rules, upstream=True, upstream_cache=tmp_path / "cache"))
+        assert upstream_ids(report) == ["upstream-verified"], name
+        details = dict(report.findings[0].details)
+        assert (details["ref"], details["commit"]) == (ref, kernel_upstream.modified if name == "main"
+                                                       else kernel_upstream.tagged)
+    tree = write_tree(tmp_path / "nope", KERNEL_V1, [kernel_entry(kernel_upstream.url, "no-such-branch")])
+    report = run_check(tree, CheckOptions(rules=rules, upstream=True, upstream_cache=tmp_path / "cache"))
+    assert upstream_ids(report) == ["upstream-commit-unknown"]

@@ -10,7 +10,12 @@ from compliance.engine import build_context
 from compliance.upstream.runner import UpstreamSettings, vendored_targets
 from compliance.upstream.vendored import compare_tree
 from tests.upstream.conftest import VENDORED_FILES, check, upstream_ids
-from tests.upstream.repos import KERNEL_V1, KernelUpstream, vendored_file, vendored_relpath
+from tests.upstream.repos import (
+    KERNEL_V1,
+    KernelUpstream,
+    vendored_file,
+    vendored_relpath,
+)
 from tests.upstream.trees import IMPL, RULES, kernel_entry, write_tree
 
 COPY = "third_party/framework"
