@@ -49,7 +49,7 @@ def _run_once(backend: Any, case: Any, inputs: Any, large_table: Any,
 
     import torch
 
-    from compliance.verify.tensors import compare, guarded
+    from compliance.verify.tensors import compare, guarded, guarded_output
 
     device = backend.device
     oob = case.num_embeddings + 12345
@@ -60,8 +60,7 @@ def _run_once(backend: Any, case: Any, inputs: Any, large_table: Any,
     if inputs.psw is not None:
         given["per_sample_weights"] = guarded(inputs.psw, math.nan, device)
     returns = getattr(backend.spec, "returns_output", False)
-    out = None if returns else guarded(torch.full(inputs.out_shape, math.nan, dtype=inputs.weight.dtype),
-                                       math.nan, device)
+    out = None if returns else guarded_output(inputs.out_shape, inputs.weight.dtype, device)
     tensors: dict[str, Any] = {k: g.view for k, g in given.items()}
     if out is not None:
         tensors["out"] = out.view
@@ -72,10 +71,10 @@ def _run_once(backend: Any, case: Any, inputs: Any, large_table: Any,
     output = out.view if out is not None else _returned(result, inputs, given, remembered, problems)
     if output is None:
         return None, problems
-    cmp = compare(output, inputs.reference, inputs.bound)
+    cmp = compare(output, inputs.reference, inputs.bound, prefilled=out is not None)
     if cmp.unwritten:
         problems.append(_problem("verify-unwritten", f"{cmp.unwritten} of {output.numel()} output elements "
-                                 "were never written (still NaN)", positions=cmp.positions))
+                                 "were never written (still the NaN prefill)", positions=cmp.positions))
     if cmp.mismatched > cmp.unwritten:
         problems.append(_problem(
             "verify-mismatch", f"{cmp.mismatched - cmp.unwritten} of {output.numel()} elements outside the "

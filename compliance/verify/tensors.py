@@ -60,6 +60,33 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1).view(torch.uint8)
 
 
+SENTINELS: Mapping[torch.dtype, tuple[torch.dtype, int]] = {
+    torch.float32: (torch.int32, 0x7FC0DEAD), torch.float16: (torch.int16, 0x7E5B),
+    torch.bfloat16: (torch.int16, 0x7FDB)}
+"""A quiet NaN with a payload per dtype: an output element that still holds exactly these bits was
+never written, while a NaN the kernel computed (0/0 has the default payload) is a wrong value."""
+
+
+def sentinel(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A CPU tensor of ``shape`` filled with the sentinel NaN of ``dtype``."""
+    int_type, bits = SENTINELS[dtype]
+    return torch.full(shape, bits, dtype=int_type).view(dtype)
+
+
+def unwritten(out: torch.Tensor) -> torch.Tensor:
+    """Mask of elements that still hold the sentinel bits."""
+    int_type, bits = SENTINELS[out.dtype]
+    return out.detach().to("cpu").contiguous().view(int_type) == bits
+
+
+def guarded_output(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Guarded:
+    """A sentinel-filled output between sentinel guard bands."""
+    values = sentinel(shape, dtype)
+    buffer = sentinel((values.numel() + 2 * GUARD,), dtype).to(device)
+    view = buffer[GUARD:GUARD + values.numel()].view(shape)
+    return Guarded(buffer, view, _bytes(buffer).clone())
+
+
 def guarded(values: torch.Tensor, fill: float | int, device: torch.device, keep: bool = True) -> Guarded:
     """A copy of ``values`` on ``device`` between guard bands of ``fill``."""
     n = values.numel()
@@ -215,16 +242,19 @@ class Comparison:
         return self.mismatched == 0
 
 
-def compare(out: torch.Tensor, reference: torch.Tensor, bound: torch.Tensor) -> Comparison:
-    """Element-wise check of ``out`` against ``reference`` +- ``bound``."""
+def compare(out: torch.Tensor, reference: torch.Tensor, bound: torch.Tensor,
+            prefilled: bool = True) -> Comparison:
+    """Element-wise check of ``out`` against ``reference`` +- ``bound`` (``prefilled``: the output
+    started as sentinel NaNs, so still-sentinel elements count as unwritten)."""
     y = out.detach().to("cpu", torch.float64)
+    never = unwritten(out) if prefilled else torch.zeros(y.shape, dtype=torch.bool)
     nan = torch.isnan(y)
     err = (y - reference).abs()
     bad = nan | ~torch.isfinite(y) | (err > bound)
     finite_err = torch.where(nan, torch.zeros_like(err), err)
     ratio = torch.where(bound > 0, finite_err / bound.clamp_min(1e-300),
                         torch.where(finite_err > 0, torch.full_like(err, math.inf), torch.zeros_like(err)))
-    result = Comparison(unwritten=int(nan.sum()), mismatched=int(bad.sum()))
+    result = Comparison(unwritten=int(never.sum()), mismatched=int(bad.sum()))
     if y.numel():
         worst = int(torch.argmax(ratio.reshape(-1)))
         result.max_error = float(finite_err.max())

@@ -1,0 +1,193 @@
+"""pytest plugin: ``pytest --kernels PATH`` verifies the kernels declared under PATH.
+
+Registered through the ``pytest11`` entry point ``compliance_kernels``. Without
+``--kernels`` it does nothing and imports nothing beyond pytest. With it,
+pytest collects, per declared kernel, one ``build`` item and one item per case
+of the same case matrix, seeds, builds and tolerances as ``compliance verify``;
+each kernel still runs in its own subprocess with its time limit, started by
+the first of its items. JUnit XML comes from pytest's own ``--junitxml``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from compliance.context import CheckContext, DeclaredKernel
+    from compliance.verify.cases import Case
+    from compliance.verify.driver import KernelOutcome, VerifyOptions
+
+_STATE = pytest.StashKey["_KernelSession"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("compliance kernels", "verify declared custom kernels (compliance verify)")
+    group.addoption("--kernels", action="append", default=[], metavar="PATH",
+                    help="Submission tree (or implementation) whose declared kernels to verify; repeatable.")
+    group.addoption("--kernels-only", action="store_true",
+                    help="Deselect every other test: run only the kernel items.")
+    group.addoption("--kernels-id", action="append", default=[], metavar="ID",
+                    help="Verify only this kernel id (repeatable).")
+    group.addoption("--kernels-seed", type=int, default=None, metavar="N",
+                    help="Seed for the generated inputs (default: fresh, shown in the header).")
+    group.addoption("--kernels-rules", default=None, metavar="NAME|FILE", help="Rule set (as --rules).")
+    group.addoption("--kernels-build-dir", default=None, metavar="DIR",
+                    help="Build directory outside the tree (default: as compliance verify).")
+    group.addoption("--kernels-no-large-table", action="store_true",
+                    help="Skip the case with a table of more than 2^31 elements.")
+
+
+class _KernelSession:
+    """What the plugin knows for one pytest session: the trees, options and finished runs."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        from compliance.engine import CheckOptions, build_context
+        from compliance.verify import verify_options
+
+        self.config = config
+        self.contexts: list[CheckContext] = []
+        seed = config.getoption("kernels_seed")
+        self.options: dict[str, VerifyOptions] = {}
+        for raw in config.getoption("kernels"):
+            root = Path(raw)
+            ctx, _ = build_context(root, config.getoption("kernels_rules"))
+            extra = {"kernels": tuple(config.getoption("kernels_id")),
+                     "build_dir": config.getoption("kernels_build_dir"),
+                     "large": not config.getoption("kernels_no_large_table"), "progress": None}
+            opts = verify_options(root, CheckOptions(verify=True, seed=seed, extra=extra))
+            seed = opts.seed  # one seed for every tree of the session
+            self.contexts.append(ctx)
+            self.options[str(ctx.root)] = opts
+        self.seed = seed
+        self.outcomes: dict[tuple[str, str], KernelOutcome] = {}
+
+    def outcome(self, ctx: "CheckContext", dk: "DeclaredKernel", cases: "list[Case]") -> "KernelOutcome":
+        """The kernel's outcome, running its subprocess the first time it is asked for."""
+        from compliance.verify.build import parse_build
+        from compliance.verify.driver import kernel_seed, run_kernel
+
+        key = (str(ctx.root), dk.manifest_path + "::" + dk.kernel.id)
+        if key not in self.outcomes:
+            opts = self.options[str(ctx.root)]
+            rel_dir = dk.manifest_path.rsplit("/", 1)[0] if "/" in dk.manifest_path else ""
+            spec = parse_build(dk.kernel.build, language=dk.kernel.language, sources=dk.kernel.sources,
+                               root=ctx.root, manifest_rel_dir=rel_dir)
+            limit = opts.time_limit_s or spec.time_limit_s
+            self.outcomes[key] = run_kernel(ctx, dk, cases, kernel_seed(opts.seed, dk.kernel.id), limit,
+                                            opts, dk.kernel.id)
+        return self.outcomes[key]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("kernels"):
+        config.stash[_STATE] = _KernelSession(config)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    if _STATE not in config.stash:
+        return None
+    state = config.stash[_STATE]
+    return [f"compliance kernels: seed {state.seed} (repeat with --kernels-seed {state.seed}); "
+            f"trees: {', '.join(str(c.root) for c in state.contexts)}"]
+
+
+class KernelFailure(Exception):
+    """A verification problem, shown without a Python traceback."""
+
+
+class ManifestFile(pytest.File):
+    """A kernel manifest; its children are the kernels' build and case items."""
+
+    ctx: "CheckContext"
+
+    def collect(self) -> Iterator[pytest.Item]:
+        from compliance.verify.build import BuildError, parse_build
+        from compliance.verify.driver import plan
+
+        state = self.config.stash[_STATE]
+        opts = state.options[str(self.ctx.root)]
+        for dk in self.ctx.kernels():
+            if opts.kernels and dk.kernel.id not in opts.kernels:
+                continue
+            problem = None
+            cases: list[Case] = []
+            if not dk.kernel.build:
+                problem = "declares no `build:` block (verify-build-missing)"
+            else:
+                rel_dir = dk.manifest_path.rsplit("/", 1)[0] if "/" in dk.manifest_path else ""
+                try:
+                    parse_build(dk.kernel.build, language=dk.kernel.language, sources=dk.kernel.sources,
+                                root=self.ctx.root, manifest_rel_dir=rel_dir)
+                    cases = plan(dk, opts.seed, opts.large)
+                except BuildError as exc:
+                    problem = f"build block unusable (verify-build-invalid): {exc}"
+            yield KernelItem.from_parent(self, name=f"{dk.kernel.id}::build", dk=dk, cases=cases,
+                                         index=None, problem=problem)
+            for i, case in enumerate(cases):
+                yield KernelItem.from_parent(self, name=f"{dk.kernel.id}::{case.id}", dk=dk, cases=cases,
+                                             index=i, problem=None)
+
+
+class KernelItem(pytest.Item):
+    """The build of a kernel (``index`` None) or one of its cases."""
+
+    def __init__(self, *, dk: "DeclaredKernel", cases: "list[Case]", index: int | None, problem: str | None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.dk, self.cases, self.index, self.problem = dk, cases, index, problem
+
+    def runtest(self) -> None:
+        if self.problem:
+            raise KernelFailure(self.problem)
+        parent = self.parent
+        assert isinstance(parent, ManifestFile)
+        outcome = self.config.stash[_STATE].outcome(parent.ctx, self.dk, self.cases)
+        if outcome.unavailable:
+            pytest.skip(outcome.unavailable)
+        if self.index is None:
+            if outcome.stopped and outcome.stopped[0] in ("verify-build-failed", "verify-build-invalid"):
+                raise KernelFailure(f"{outcome.stopped[1]} [{outcome.stopped[0]}]\n{outcome.stopped[2]}")
+            return
+        done = {c.case: c for c in outcome.cases}
+        case = self.cases[self.index]
+        if case.id not in done:
+            why = outcome.stopped or ("verify-crash", "the run ended before this case", "")
+            raise KernelFailure(f"not run: {why[1]} [{why[0]}]\n{why[2]}")
+        result = done[case.id]
+        if not result.passed:
+            lines = [f"{p['message']} [{p['rule']}]" + _positions(p) for p in result.problems]
+            raise KernelFailure(f"{result.description}\n" + "\n".join(lines))
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: Any = None) -> str:
+        if isinstance(excinfo.value, KernelFailure):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, self.dk.kernel.line, f"kernel {self.name}"
+
+
+def _positions(problem: dict[str, Any]) -> str:
+    positions = problem.get("details", {}).get("positions") or []
+    return "".join(f"\n    at {p['index']}: got {p['got']}, expected {p['expected']} +- {p['bound']}"
+                   for p in positions)
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    if _STATE not in config.stash:
+        return
+    if config.getoption("kernels_only"):
+        config.hook.pytest_deselected(items=list(items))
+        items.clear()
+    state = config.stash[_STATE]
+    for ctx in state.contexts:
+        for rel, _manifest in ctx.manifests:
+            node = ManifestFile.from_parent(session, path=ctx.root / rel)
+            node.ctx = ctx
+            items.extend(node.collect())
