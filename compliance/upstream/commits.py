@@ -50,10 +50,10 @@ def commit_findings(ctx: CheckContext, subject: Subject, repo: CachedRepository,
                             f"{state.requested}", line=subject.line, kernel=subject.kernel,
                             details={**details, "level": "commit-unknown"})]
     if state.containing_ref is None:
-        basis = f"cached branches and tags as fetched {repo.fetched_at() or 'never'}" if offline \
-            else "its branches and tags"
+        basis = f"none of the branches or tags cached at {repo.fetched_at() or 'an unknown time'} contains it" \
+            if offline else "none of its branches or tags contains it"
         return [ctx.finding(specs.COMMIT_UNMERGED.id, subject.path, f"{subject.label}: commit {state.sha} "
-                            f"exists in {repo.url} but no branch or tag contains it ({basis}); an unmerged "
-                            f"pull request head is not upstreamed", line=subject.line, kernel=subject.kernel,
+                            f"exists in {repo.url} but {basis}; an unmerged pull request head is not "
+                            f"upstreamed", line=subject.line, kernel=subject.kernel,
                             details={**details, "level": "unmerged"})]
     return []

@@ -94,8 +94,11 @@ def vendored_targets(ctx: CheckContext) -> Iterator[tuple[VendoredTarget | None,
 
 def _resolve_all(settings: UpstreamSettings, wanted: dict[str, set[str]]) -> dict[tuple[str, str], CommitState]:
     """(url, commit) -> state, one cache entry and at most one refs fetch per repository."""
-    if not settings.offline:
-        settings.cache_dir.mkdir(parents=True, exist_ok=True)
+    if not settings.offline and wanted:
+        try:
+            settings.cache_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"cannot create the upstream cache: {exc.strerror}", settings.cache_dir) from exc
     states = {}
     for url, commits in sorted(wanted.items()):
         for commit, state in resolve_commits(settings.repository(url), commits, settings.offline).items():

@@ -63,6 +63,9 @@ def test_unmerged_commit_merged_later_is_refetched(tmp_path: Path) -> None:
     upstream = build_kernel_upstream(tmp_path / "upstream")
     tree = write_tree(tmp_path / "tree", KERNEL_PR, [kernel_entry(upstream.url, upstream.unmerged)])
     assert upstream_ids(check(tree, tmp_path / "cache")) == ["upstream-commit-unmerged"]
+    offline = check(tree, tmp_path / "cache", offline=True)
+    assert upstream_ids(offline) == ["upstream-commit-unmerged"]
+    assert "none of the branches or tags cached at 20" in offline.findings[0].message
     subprocess.run(["git", "-C", str(upstream.path), "branch", "merged-pr-7", upstream.unmerged], check=True)
     assert upstream_ids(check(tree, tmp_path / "cache")) == ["upstream-verified"]
 

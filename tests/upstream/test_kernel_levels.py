@@ -82,7 +82,7 @@ def test_unmerged_pull_request_head(tmp_path: Path, kernel_upstream: KernelUpstr
     tree = write_tree(tmp_path / "tree", KERNEL_PR, [kernel_entry(kernel_upstream.url, kernel_upstream.unmerged)])
     report = check(tree, tmp_path / "cache")
     assert upstream_ids(report) == ["upstream-commit-unmerged"], "content matches, but unmerged is not upstreamed"
-    assert "no branch or tag contains it" in report.findings[0].message
+    assert "none of its branches or tags contains it" in report.findings[0].message
     assert report.exit_code == 1
 
 
