@@ -156,7 +156,7 @@ def cache_key(url: str) -> str:
     parsed = urlparse(url)
     host = (parsed.hostname or "local").lower()
     path = (parsed.path if parsed.scheme else url).strip("/").removesuffix(".git")
-    readable = re.sub(r"[^A-Za-z0-9._-]+", "-", path).strip("-")[-60:] or "repository"
+    readable = re.sub(r"[^a-z0-9._-]+", "-", path.lower()).strip("-")[-60:] or "repository"
     normalized = f"{host}/{path}".lower() if parsed.hostname else os.path.abspath(path)
     digest = hashlib.sha256(normalized.encode()).hexdigest()[:12]
     return f"{re.sub(r'[^a-z0-9.-]+', '-', host)}/{readable}-{digest}.git"
