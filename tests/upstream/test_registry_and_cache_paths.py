@@ -10,7 +10,12 @@ from click.testing import CliRunner
 from compliance.checks.interface import all_specs
 from compliance.cli.main import cli
 from compliance.upstream.blobs import blob_hash, diff_summary
-from compliance.upstream.gitcache import FailureKind, cache_key, classify, default_cache_dir
+from compliance.upstream.gitcache import (
+    FailureKind,
+    cache_key,
+    classify,
+    default_cache_dir,
+)
 
 STAGE_IDS = {"upstream-unreachable", "upstream-auth-required", "upstream-cache-corrupt", "upstream-not-cached",
              "upstream-commit-unknown", "upstream-commit-unmerged", "upstream-path-missing",
