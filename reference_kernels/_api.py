@@ -26,6 +26,14 @@ def default_check_indices() -> bool:
     return os.environ.get(SKIP_CHECK_ENV, "0") not in ("1", "true", "True", "yes")
 
 
+def _use_custom_op(*tensors: Optional[Tensor]) -> bool:
+    """The registered op (autograd, torch.compile) is needed when a gradient may flow or
+    dynamo is tracing; otherwise the implementation is called directly (less host overhead)."""
+    if torch.compiler.is_compiling():
+        return True
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
 def _require_cuda(fn: str, **tensors: Optional[Tensor]) -> None:
     present = {name: t for name, t in tensors.items() if t is not None}
     for name, t in present.items():
@@ -124,8 +132,9 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Optional[Tensor] = Non
     check = default_check_indices() if check_indices is None else check_indices
     _renorm(weight, indices, max_norm, norm_type)
     need_argmax = mode == "max" and torch.is_grad_enabled() and weight.requires_grad
-    out, _ = _ops.embedding_bag_op(weight.contiguous(), indices, offsets, psw, mode, pad,
-                                   include_last_offset and offsets is not None, check, need_argmax)
+    op = _ops.embedding_bag_op if _use_custom_op(weight, psw) else _ops.embedding_bag_impl
+    out, _ = op(weight.contiguous(), indices, offsets, psw, mode, pad,
+                include_last_offset and offsets is not None, check, need_argmax)
     return out
 
 
@@ -141,4 +150,5 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: Optional[int] = None,
     _require_cuda("embedding", input=input, weight=weight)
     check = default_check_indices() if check_indices is None else check_indices
     _renorm(weight, input, max_norm, norm_type)
-    return _ops.embedding_op(weight.contiguous(), input.contiguous(), pad, check)
+    op = _ops.embedding_op if _use_custom_op(weight) else _ops.embedding_impl
+    return op(weight.contiguous(), input.contiguous(), pad, check)

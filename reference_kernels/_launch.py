@@ -6,6 +6,7 @@ lives in ``_api.py``, the custom-op wiring in ``_ops.py``.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -25,7 +26,7 @@ INT64_MAX = 2**63 - 1
 POISON_OUTPUTS = os.environ.get("REFERENCE_KERNELS_POISON_OUTPUTS", "0") == "1"
 # Teams (warps, for rows of 512 bytes and more) per SM that the forward kernel aims for
 # when it splits bags across several teams; see docs/perf-log.md.
-TEAMS_PER_SM = 48
+TEAMS_PER_SM = 24
 MAX_SPLIT = 8
 
 
@@ -36,10 +37,15 @@ def tuning_overrides() -> dict[str, int]:
     return {k.strip(): int(v) for k, v in (item.split("=") for item in spec.split(",") if item)}
 
 
-def sm_count(device: "torch.device") -> int:
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_index: int) -> int:
     import torch
 
-    return int(torch.cuda.get_device_properties(device).multi_processor_count)
+    return int(torch.cuda.get_device_properties(device_index).multi_processor_count)
+
+
+def sm_count(device: "torch.device") -> int:
+    return _sm_count(device.index if device.index is not None else 0)
 
 
 def choose_split(teams: int, batches_per_bag: int, sms: int, need_argmax: bool) -> int:
@@ -110,11 +116,18 @@ class RowTiling:
 
     @staticmethod
     def for_row(dim: int, vec: int) -> "RowTiling":
+        """Narrow rows: a power-of-two fraction of a warp. Wider rows: the (lanes, chunks) pair
+        with the fewest idle lanes (e.g. 48 vectors: 16 lanes x 3, not 32 x 2). Rows beyond
+        32 x MAX_CHUNKS vectors are cut into column tiles."""
         vectors = dim // vec
         if vectors <= 32:
             return RowTiling(vec, _ceil_pow2(vectors), 1, 1)
-        chunks = min(MAX_CHUNKS, -(-vectors // 32))
-        return RowTiling(vec, 32, chunks, -(-vectors // (32 * chunks)))
+        if vectors > 32 * MAX_CHUNKS:
+            return RowTiling(vec, 32, MAX_CHUNKS, -(-vectors // (32 * MAX_CHUNKS)))
+        options = [(lanes * -(-vectors // lanes) - vectors, -lanes) for lanes in (32, 16)
+                   if -(-vectors // lanes) <= MAX_CHUNKS]
+        _, neg_lanes = min(options)
+        return RowTiling(vec, -neg_lanes, -(-vectors // -neg_lanes), 1)
 
 
 def index_check(indices: "torch.Tensor", num_embeddings: int, offsets: "torch.Tensor | None") -> None:
@@ -201,8 +214,7 @@ def gather(weight: "torch.Tensor", indices: "torch.Tensor") -> "torch.Tensor":
                "CHUNKS": tiling.chunks, "UNROLL": unroll, "BLOCK": BLOCK}
     fn = _nvrtc.get_function("embedding_gather.cu", "embedding_gather", defines, weight.device.index)
     items = -(-indices.numel() // unroll) * tiling.col_tiles
-    props = torch.cuda.get_device_properties(weight.device)
-    grid = max(1, min(-(-items * tiling.row_lanes // BLOCK), props.multi_processor_count * 16))
+    grid = max(1, min(-(-items * tiling.row_lanes // BLOCK), sm_count(weight.device) * 16))
     _nvrtc.launch(fn, grid, BLOCK, _stream(weight), [
         (weight.data_ptr(), PTR), (row_bytes // word, I64), (_ptr(indices), PTR), (indices.numel(), I64),
         (out.data_ptr(), PTR)])

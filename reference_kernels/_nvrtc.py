@@ -19,6 +19,7 @@ processes may share the cache.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import threading
@@ -47,7 +48,7 @@ class CompileStats:
 
 STATS = CompileStats()
 _LOCK = threading.Lock()
-_FUNCTIONS: dict[tuple[str, int], Any] = {}  # (cache key, device) -> CUfunction
+_FUNCTIONS: dict[tuple[Any, ...], Any] = {}  # (file, defines, device) -> CUfunction
 _MODULES: list[Any] = []  # keep modules alive for the life of the process
 
 
@@ -141,6 +142,7 @@ def cached_cubin(filename: str, options: Sequence[str]) -> tuple[str, bytes]:
     return key, cubin
 
 
+@functools.lru_cache(maxsize=None)
 def device_arch(device_index: int) -> str:
     import torch
 
@@ -164,11 +166,11 @@ def _ensure_context(device_index: int) -> None:
 
 def get_function(filename: str, name: str, defines: dict[str, Any], device_index: int) -> Any:
     """A launchable CUfunction for one compile-time variant on one device (memoised)."""
-    options = compile_options(device_arch(device_index), defines)
-    memo = (filename + "\0".join(options), device_index)
+    memo = (filename, tuple(sorted(defines.items())), device_index)
     fn = _FUNCTIONS.get(memo)
     if fn is not None:
         return fn
+    options = compile_options(device_arch(device_index), defines)
     with _LOCK:
         fn = _FUNCTIONS.get(memo)
         if fn is None:
@@ -188,13 +190,30 @@ def get_function(filename: str, name: str, defines: dict[str, Any], device_index
 PTR, I64, I32, F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_float
 
 
+_ADDRESS_FORM = [True]  # pass kernelParams as a raw void** address (cheapest); tuple form as fallback
+
+
 def launch(fn: Any, grid: int, block: int, stream: int, args: Iterable[tuple[Any, Any]]) -> None:
-    """Launch a 1-D grid on a raw stream handle; ``args`` are (value, ctypes type) pairs."""
+    """Launch a 1-D grid on a raw stream handle; ``args`` are (value, ctypes type) pairs.
+
+    The parameters are packed into ctypes values and an array of their addresses (the
+    driver's ``void** kernelParams``), which costs a few microseconds per launch."""
     driver, _ = _bindings()
     if grid <= 0:
         return
-    values, types = zip(*args)
-    (err,) = driver.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, driver.CUstream(stream),
-                                   (tuple(values), tuple(types)), 0)
+    pairs = list(args)
+    if _ADDRESS_FORM[0]:
+        values = [kind(value) for value, kind in pairs]
+        pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+        try:
+            (err,) = driver.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, driver.CUstream(stream),
+                                           ctypes.addressof(pointers), 0)
+        except TypeError:  # a cuda-python that only takes the (values, types) form
+            _ADDRESS_FORM[0] = False
+            return launch(fn, grid, block, stream, pairs)
+    else:
+        kinds = tuple(kind for _, kind in pairs)
+        (err,) = driver.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, driver.CUstream(stream),
+                                       (tuple(v for v, _ in pairs), kinds), 0)
     if int(err) != 0:
         raise RuntimeError(f"cuLaunchKernel failed: {err!r}")

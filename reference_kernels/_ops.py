@@ -8,6 +8,8 @@ stays cheap. Ops (namespace ``reference_kernels``):
 * ``embedding(weight, indices, check_indices) -> out``
 * ``embedding_bag_backward(...) -> grad_weight`` (deterministic, see the kernel)
 
+``*_impl`` are the plain implementations: ``_api.py`` calls them directly when
+neither autograd nor torch.compile is involved (saves the dispatcher's overhead).
 Arguments arrive validated and normalised by ``_api.py`` (contiguous, one index
 dtype, ``padding_idx`` in [0, num_embeddings) or -1).
 """
@@ -28,8 +30,7 @@ def num_bags_of(indices: Tensor, offsets: Optional[Tensor], include_last_offset:
     return offsets.shape[0] - int(include_last_offset)
 
 
-@torch.library.custom_op("reference_kernels::embedding_bag", mutates_args=(), device_types="cuda")
-def embedding_bag_op(weight: Tensor, indices: Tensor, offsets: Optional[Tensor],
+def embedding_bag_impl(weight: Tensor, indices: Tensor, offsets: Optional[Tensor],
                      per_sample_weights: Optional[Tensor], mode: str, padding_idx: int,
                      include_last_offset: bool, check_indices: bool,
                      need_argmax: bool) -> tuple[Tensor, Tensor]:
@@ -38,6 +39,10 @@ def embedding_bag_op(weight: Tensor, indices: Tensor, offsets: Optional[Tensor],
     num_bags = num_bags_of(indices, offsets, include_last_offset)
     return _launch.bag_forward(weight, indices, offsets, num_bags, per_sample_weights, mode,
                                padding_idx, need_argmax)
+
+
+embedding_bag_op = torch.library.custom_op("reference_kernels::embedding_bag", embedding_bag_impl,
+                                           mutates_args=(), device_types="cuda")
 
 
 @embedding_bag_op.register_fake
@@ -147,13 +152,16 @@ def _backward_bag(ctx: Any, grad_out: Tensor, _grad_argmax: Tensor) -> tuple[Opt
 embedding_bag_op.register_autograd(_backward_bag, setup_context=_setup_bag)
 
 
-@torch.library.custom_op("reference_kernels::embedding", mutates_args=(), device_types="cuda")
-def embedding_op(weight: Tensor, indices: Tensor, padding_idx: int, check_indices: bool) -> Tensor:
+def embedding_impl(weight: Tensor, indices: Tensor, padding_idx: int, check_indices: bool) -> Tensor:
     """Unpooled lookup; padding_idx only zeroes that row's gradient, as in torch."""
     flat = indices.reshape(-1)
     if check_indices:
         _launch.index_check(flat, weight.shape[0], None)
     return _launch.gather(weight, flat).reshape(*indices.shape, weight.shape[1])
+
+
+embedding_op = torch.library.custom_op("reference_kernels::embedding", embedding_impl,
+                                       mutates_args=(), device_types="cuda")
 
 
 @embedding_op.register_fake

@@ -4,8 +4,10 @@ Method (docs/perf-log.md): the copy ceiling is measured in the same run (a large
 device-to-device copy, bytes read + written); every figure is the median of
 ``--reps`` (>= 100) calls timed with CUDA events after warm-up; before every timed
 call a 512 MB buffer is overwritten, which evicts the 60 MB L2 (cold figures) and
-keeps the GPU busy long enough for the host to enqueue the call, so host launch
-overhead is not in the figure. Tables are random normal (never zeros).
+is followed by a GPU-side sleep of ~0.25 ms, so that the host has enqueued the call
+before the start event runs: the figures are GPU times, and host overhead per call
+is reported separately (``*_host_us``: wall time per call while the GPU is held
+busy, so calls only enqueue). Tables are random normal (never zeros).
 
 Bytes: *compulsory* = unique rows touched x row bytes + indices + offsets +
 per-sample weights + output; *logical* counts every row read. Speedup is torch's
@@ -35,6 +37,7 @@ from reference_kernels.tbe import TableBatchedEmbeddingBag
 
 DEV = "cuda"
 FLUSH_BYTES = 512 << 20
+SLEEP_CYCLES = 500_000  # ~0.25 ms at 1.98 GHz: the host's head start before each timed call
 DCN_POOLING = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1]
 DCN_ROWS = [40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10, 2209,
             11938, 155, 4, 976, 14, 40000000, 40000000, 40000000, 590152, 12973, 108, 36]
@@ -60,6 +63,8 @@ class Result:
     torch_pct_copy: float = 0.0
     speedup: float = 0.0
     row_bytes: int = 0
+    ours_host_us: Optional[float] = None
+    torch_host_us: Optional[float] = None
     notes: str = ""
 
 
@@ -76,11 +81,25 @@ class Timer:
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
         for s, e in zip(starts, ends):
             self.flush.fill_(1.0)
+            torch.cuda._sleep(SLEEP_CYCLES)
             s.record()
             fn()
             e.record()
         torch.cuda.synchronize()
         return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
+
+
+def host_us(fn: Callable[[], object], calls: int = 50) -> float:
+    """Host time per call: the GPU sleeps meanwhile, so calls only enqueue work."""
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(200_000_000)  # ~0.1 s, longer than the calls take to enqueue
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = (time.perf_counter() - t0) / calls * 1e6
+    torch.cuda.synchronize()
+    return host
 
 
 def copy_ceiling_gbps(timer: Timer) -> float:
@@ -138,8 +157,9 @@ class Suite:
 
     def add(self, r: Result) -> None:
         self.results.append(finish(r, self.copy_gbps))
+        host = f" host {r.ours_host_us:5.1f}/{r.torch_host_us:5.1f} us" if r.ours_host_us else ""
         print(f"{r.case:58s} ours {r.ours_us:9.1f} us torch {r.torch_us:9.1f} us  x{r.speedup:5.2f}  "
-              f"{r.ours_gbps:6.0f} GB/s {r.pct_copy:5.1f}% copy", flush=True)
+              f"{r.ours_gbps:6.0f} GB/s {r.pct_copy:5.1f}% copy{host}", flush=True)
 
     def bag_case(self, name: str, group: str, weight: torch.Tensor, idx: torch.Tensor,
                  offsets: Optional[torch.Tensor], mode: str, psw: bool) -> None:
@@ -152,9 +172,12 @@ class Suite:
             ours = self.timer.median_us(lambda: rk.embedding_bag(idx, weight, offsets, check_indices=False, **args))
             theirs = self.timer.median_us(lambda: F.embedding_bag(idx, weight, offsets, **args))
             checked = self.timer.median_us(lambda: rk.embedding_bag(idx, weight, offsets, check_indices=True, **args))
+            ours_host = host_us(lambda: rk.embedding_bag(idx, weight, offsets, check_indices=False, **args))
+            torch_host = host_us(lambda: F.embedding_bag(idx, weight, offsets, **args))
         comp, logical = bag_bytes(weight, idx, offsets, psw, out_elems)
         self.add(Result(name, group, str(weight.dtype).replace("torch.", ""), mode, psw, ours, theirs, checked,
-                        comp, logical, row_bytes=weight.shape[1] * weight.element_size()))
+                        comp, logical, row_bytes=weight.shape[1] * weight.element_size(),
+                        ours_host_us=ours_host, torch_host_us=torch_host))
 
     def variants(self) -> list[tuple[torch.dtype, str, bool]]:
         out = []
