@@ -85,7 +85,8 @@ def parse_repository(url: str) -> ParsedUrl | None:
     return None
 
 
-def _repository_problem(url: str, policy: "UpstreamPolicy") -> tuple[str, str] | None:
+def repository_problem(url: str, policy: "UpstreamPolicy") -> tuple[str, str] | None:
+    """(rule id, message) when ``url`` is not an acceptable upstream under ``policy``."""
     parsed = parse_repository(url)
     if parsed is None:
         return MALFORMED.id, f"{url!r} is not a clone URL"
@@ -108,7 +109,7 @@ def _kernel_findings(ctx: "CheckContext", item: "DeclaredKernel") -> Iterator["F
                               f"category {entry.id!r} requires one", line=kernel.line, kernel=kernel.id)
         return
     policy = ctx.ruleset.upstream_policy
-    problem = _repository_problem(upstream.repository, policy)
+    problem = repository_problem(upstream.repository, policy)
     if problem:
         yield ctx.finding(problem[0], item.manifest_path, f"kernel {kernel.id!r}: {problem[1]}",
                           line=upstream.line, kernel=kernel.id)

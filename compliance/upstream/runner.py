@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from compliance.checks.upstream_links import (
     FULL_COMMIT,
     NOT_PINNED,
-    _repository_problem,
+    repository_problem,
 )
 from compliance.context import tree_relative
 from compliance.errors import InputError
@@ -69,7 +69,7 @@ def checkable_kernels(ctx: CheckContext) -> list[DeclaredKernel]:
     """Kernels whose upstream link passes the static checks (the others are reported there)."""
     policy = ctx.ruleset.upstream_policy
     return [item for item in ctx.kernels() if item.kernel.upstream is not None
-            and _repository_problem(item.kernel.upstream.repository, policy) is None
+            and repository_problem(item.kernel.upstream.repository, policy) is None
             and (FULL_COMMIT.match(item.kernel.upstream.commit) or not policy.require_commit)]
 
 
@@ -80,7 +80,7 @@ def vendored_targets(ctx: CheckContext) -> Iterator[tuple[VendoredTarget | None,
         base = relpath.rsplit("/", 1)[0] if "/" in relpath else ""
         for entry in manifest.vendored:
             tree = tree_relative(base, entry.path)
-            problem = _repository_problem(entry.repository, policy)
+            problem = repository_problem(entry.repository, policy)
             if problem is not None:
                 yield None, ctx.finding(problem[0], relpath, f"vendored {entry.path!r}: {problem[1]}",
                                         line=entry.line)
