@@ -24,14 +24,13 @@ INT64_MAX = 2**63 - 1
 # Debug aid used by the tests: fill every output with NaN before the kernel runs, so
 # that an element the kernel fails to write cannot pass a comparison.
 POISON_OUTPUTS = os.environ.get("REFERENCE_KERNELS_POISON_OUTPUTS", "0") == "1"
-# Teams (warps, for rows of 512 bytes and more) per SM that the forward kernel aims for
-# when it splits bags across several teams; see docs/perf-log.md.
-TEAMS_PER_SM = 24
-MAX_SPLIT = 8
+# Rows each lane keeps in flight in the forward kernel: UNROLL_ROWS // CHUNKS (a power of
+# two); 16 measured best on the H200 (docs/perf-log.md).
+UNROLL_ROWS = 16
 
 
 def tuning_overrides() -> dict[str, int]:
-    """Experiment hook for the benchmark: REFERENCE_KERNELS_TUNE="SPLIT=4,UNROLL=16" overrides
+    """Experiment hook for the benchmark: REFERENCE_KERNELS_TUNE="UNROLL=8,MIN_BLOCKS=2" overrides
     the forward kernel's compile-time choices (unset in normal use)."""
     spec = os.environ.get("REFERENCE_KERNELS_TUNE", "")
     return {k.strip(): int(v) for k, v in (item.split("=") for item in spec.split(",") if item)}
@@ -46,37 +45,6 @@ def _sm_count(device_index: int) -> int:
 
 def sm_count(device: "torch.device") -> int:
     return _sm_count(device.index if device.index is not None else 0)
-
-
-def choose_split(teams: int, batches_per_bag: int, sms: int, need_argmax: bool) -> int:
-    """Teams per bag: enough teams to fill the GPU, never more than the bag has batches."""
-    if need_argmax or teams <= 0:
-        return 1
-    wanted = _floor_pow2(max(1, (sms * TEAMS_PER_SM) // teams))
-    return max(1, min(MAX_SPLIT, wanted, _floor_pow2(max(1, batches_per_bag))))
-
-
-def _dtype_code(dtype: "torch.dtype") -> int:
-    import torch
-
-    codes = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
-    return codes[dtype]
-
-
-def _index_type(dtype: "torch.dtype") -> str:
-    import torch
-
-    return {torch.int64: "i64", torch.int32: "int"}[dtype]
-
-
-def _ptr(t: "torch.Tensor | None") -> int:
-    return 0 if t is None else t.data_ptr()
-
-
-def _stream(t: "torch.Tensor") -> int:
-    import torch
-
-    return int(torch.cuda.current_stream(t.device).cuda_stream)
 
 
 def new_output(shape: tuple[int, ...], like: "torch.Tensor") -> "torch.Tensor":
@@ -179,17 +147,16 @@ def bag_forward(weight: "torch.Tensor", indices: "torch.Tensor", offsets: "torch
     rows_at_once = min(32 // tiling.row_lanes, _floor_pow2(avg_len))
     team = tiling.row_lanes * rows_at_once
     teams = num_bags * tiling.col_tiles
-    split = choose_split(teams, -(-avg_len // team), sm_count(weight.device), need_argmax)
     defines = {
         "WEIGHT_DTYPE": _dtype_code(weight.dtype), "INDEX_T": _index_type(indices.dtype),
         "MODE": MODES[mode], "HAS_PSW": int(per_sample_weights is not None),
         "WRITE_ARGMAX": int(need_argmax), "VEC": tiling.vec, "ROW_LANES": tiling.row_lanes,
-        "TEAM": team, "CHUNKS": tiling.chunks, "UNROLL": max(1, 8 // tiling.chunks), "BLOCK": BLOCK,
-        "SPLIT": split,
+        "TEAM": team, "CHUNKS": tiling.chunks, "UNROLL": _floor_pow2(UNROLL_ROWS // tiling.chunks),
+        "BLOCK": BLOCK,
     }
     defines.update(tuning_overrides())
     fn = _nvrtc.get_function("embedding_bag_forward.cu", "embedding_bag_forward", defines, weight.device.index)
-    grid = -(-teams * team * defines["SPLIT"] // BLOCK)
+    grid = -(-teams * team // BLOCK)
     _nvrtc.launch(fn, grid, BLOCK, _stream(weight), [
         (weight.data_ptr(), PTR), (dim, I64), (_ptr(indices), PTR), (n, I64),
         (_ptr(offsets), PTR), (0 if offsets is None else offsets.numel(), I64), (bag_size, I64),

@@ -324,8 +324,7 @@ def tune(suite: "Suite") -> None:
               ("1Mx128 B1024 L64 f32", 1_000_000, 128, torch.float32, 1024, 64),
               ("1Mx32 B32768 L16 f32", 1_000_000, 32, torch.float32, 32768, 16),
               ("10Mx192 B65536 L32 f32", 10_000_000, 192, torch.float32, 65536, 32)]
-    specs = ["", "SPLIT=1", "SPLIT=2", "SPLIT=4", "SPLIT=8", "SPLIT=1,UNROLL=16", "SPLIT=4,UNROLL=16",
-             "SPLIT=4,UNROLL=4", "SPLIT=4,MIN_BLOCKS=3"]
+    specs = ["", "UNROLL=8", "UNROLL=32", "MIN_BLOCKS=3", "MIN_BLOCKS=4"]
     for name, rows, dim, dtype, batch, pooling in shapes:
         weight = table(rows, dim, dtype, suite.gen)
         idx = zipf_indices(batch * pooling, rows, 0.0, suite.gen).view(batch, pooling)
@@ -339,7 +338,28 @@ def tune(suite: "Suite") -> None:
                 pct = 100 * comp / (us * 1e-6) / 1e9 / suite.copy_gbps
                 line.append(f"{spec or 'default'}: {us:.1f}us {pct:.0f}%")
             os.environ["REFERENCE_KERNELS_TUNE"] = ""
+            # Isolating variants: the same rows in sorted order (DRAM locality), and the same
+            # rows copied by the unpooled gather (no reduction; writes every row once).
+            ordered = idx.view(-1).sort().values.view(batch, pooling)
+            us = suite.timer.median_us(lambda: rk.embedding_bag(ordered, weight, mode="sum", check_indices=False))
+            line.append(f"sorted idx: {us:.1f}us {100 * comp / (us * 1e-6) / 1e9 / suite.copy_gbps:.0f}%")
+            flat = idx.view(-1)
+            us = suite.timer.median_us(lambda: rk.embedding(flat, weight, check_indices=False))
+            gathered = comp + flat.numel() * dim * weight.element_size() - batch * dim * weight.element_size()
+            line.append(f"gather same rows: {us:.1f}us {100 * gathered / (us * 1e-6) / 1e9 / suite.copy_gbps:.0f}%")
         print(" | ".join(line), flush=True)
+        del weight
+
+
+def profile_cases(suite: "Suite") -> None:
+    """A few calls of suite (1) in float32 and bfloat16, for Nsight Compute (ncu) to capture."""
+    for dtype in (torch.float32, torch.bfloat16):
+        weight = table(5_000_000, 128, dtype, suite.gen)
+        idx = zipf_indices(2048 * 150, 5_000_000, 0.0, suite.gen).view(2048, 150)
+        for _ in range(2):
+            suite.timer.flush.fill_(1.0)
+            rk.embedding_bag(idx, weight, mode="sum", check_indices=False)
+        torch.cuda.synchronize()
         del weight
 
 
@@ -413,8 +433,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     suite = Suite(args.reps, args.quick, args.seed)
     steps = {"large": suite.single_table, "tables": suite.twelve_tables, "big": suite.two_big_tables,
              "sweep": suite.sweep, "dcnv2": suite.dcnv2, "onehot": suite.one_hot, "backward": suite.backward,
-             "tune": lambda: tune(suite)}
-    chosen = [s for s in args.only.split(",") if s] or [s for s in steps if s != "tune"]
+             "tune": lambda: tune(suite), "profile": lambda: profile_cases(suite)}
+    chosen = [s for s in args.only.split(",") if s] or [s for s in steps if s not in ("tune", "profile")]
     t0 = time.perf_counter()
     for name in chosen:
         steps[name]()

@@ -48,9 +48,6 @@
 #ifndef UNROLL
 #define UNROLL 8
 #endif
-#ifndef SPLIT  // teams per bag
-#define SPLIT 1
-#endif
 #ifndef BLOCK
 #define BLOCK 256
 #endif
@@ -66,8 +63,7 @@ static_assert(TEAM <= 32 && (TEAM & (TEAM - 1)) == 0, "TEAM must be a power of t
 static_assert(ROW_LANES <= TEAM && (ROW_LANES & (ROW_LANES - 1)) == 0, "ROW_LANES must divide TEAM");
 static_assert(ROW_LANES % UNROLL_EFF == 0, "UNROLL must divide ROW_LANES");
 static_assert(MODE == 0 || HAS_PSW == 0, "per_sample_weights only with sum");
-static_assert((BLOCK / TEAM) % SPLIT == 0, "the teams of one bag must share a block");
-static_assert(SPLIT == 1 || WRITE_ARGMAX == 0, "argmax output needs SPLIT == 1");
+
 
 typedef Pack<weight_t, VEC> Vec;
 
@@ -135,35 +131,6 @@ __device__ __forceinline__ void acc_team_reduce(Acc& a, u32 mask) {
   }
 }
 
-// SPLIT > 1: teams 1.. of a bag leave their partial results in shared memory;
-// team 0 of the bag combines them in team order. Every thread reaches the barrier.
-__device__ __forceinline__ void acc_split_reduce(Acc& a, int part, int team_in_block, int row_lane, bool lead) {
-#if SPLIT > 1
-  __shared__ float partial[BLOCK / TEAM][ROW_LANES][CHUNKS * VEC];
-  __shared__ int partial_count[BLOCK / TEAM];
-  if (part != 0 && lead) {
-#pragma unroll
-    for (int c = 0; c < CHUNKS; ++c)
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) partial[team_in_block][row_lane][c * VEC + e] = a.v[c][e];
-    if (row_lane == 0) partial_count[team_in_block] = a.count;
-  }
-  __syncthreads();
-  if (part == 0 && lead) {
-    for (int k = 1; k < SPLIT; ++k) {
-      a.count += partial_count[team_in_block + k];
-#pragma unroll
-      for (int c = 0; c < CHUNKS; ++c)
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          const float other = partial[team_in_block + k][row_lane][c * VEC + e];
-          a.v[c][e] = MODE == 2 ? fmaxf(a.v[c][e], other) : a.v[c][e] + other;
-        }
-    }
-  }
-#endif
-}
-
 // Final value of one output element: mean divides by the pooled row count;
 // an empty bag (or one with only padding) gives 0 in every mode, as torch does.
 __device__ __forceinline__ float acc_finish(const Acc& a, float v) {
@@ -187,16 +154,13 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
   const int row_lane = team_lane % ROW_LANES;   // position inside the row
   const u32 mask = team_mask<TEAM>(lane);
 
-  const int team_in_block = threadIdx.x / TEAM;
-  const int part = team_in_block % SPLIT;       // this team's share of the bag
-  const i64 work = ((i64)blockIdx.x * BLOCK + threadIdx.x) / (TEAM * SPLIT);
-  const bool active = work < num_bags * col_tiles;  // whole teams agree
-  const i64 bag = active ? work / col_tiles : 0;
+  const i64 work = ((i64)blockIdx.x * BLOCK + threadIdx.x) / TEAM;
+  if (work >= num_bags * col_tiles) return;     // whole teams leave together
+  const i64 bag = work / col_tiles;
   const i64 col0 = (work % col_tiles) * (i64)TILE_COLS;
 
-  i64 start = 0, end = 0;
-  if (!active) {
-  } else if (offsets != 0) {
+  i64 start, end;
+  if (offsets != 0) {
     start = offsets[bag];
     end = bag + 1 < num_offsets ? (i64)offsets[bag + 1] : num_indices;
   } else {
@@ -210,8 +174,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
 
   Acc acc;
   acc_init(acc);
-  const i64 stride = (i64)TEAM * SPLIT;
-  i64 base = start + (i64)part * TEAM;
+  const i64 stride = TEAM;
+  i64 base = start;
   i64 next_index = base + team_lane < end ? (i64)indices[base + team_lane] : -1;
   float next_weight = 1.0f;
 #if HAS_PSW
@@ -261,8 +225,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
   }
 
   acc_team_reduce(acc, mask);
-  acc_split_reduce(acc, part, team_in_block, row_lane, group == 0);
-  if (!active || group != 0 || part != 0) return;
+  if (group != 0) return;
 #pragma unroll
   for (int c = 0; c < CHUNKS; ++c) {
     const i64 col = col0 + (i64)(c * ROW_LANES + row_lane) * VEC;
