@@ -156,7 +156,9 @@ def _expr(text: Any, where: str, allowed: frozenset[str], problems: list[str]) -
 def _arguments(raw: Sequence[Any], allowed: frozenset[str], problems: list[str]) -> tuple[Argument, ...]:
     out = []
     for i, item in enumerate(raw):
-        if isinstance(item, str) and item in TENSORS:
+        if item is None:
+            out.append(Argument("null", None, "int64", "null"))
+        elif isinstance(item, str) and item in TENSORS:
             out.append(Argument(item, None, "int64", item))
         elif isinstance(item, str):
             out.append(Argument(None, _expr(item, f"build.arguments[{i}]", allowed, problems), "int64", item))

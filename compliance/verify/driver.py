@@ -21,14 +21,16 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from compliance.context import CheckContext, DeclaredKernel
-from compliance.findings import Finding
 from compliance.verify.build import BuildError, parse_build
 from compliance.verify.cases import Case, generate_cases
 from compliance.verify.runner import EVENT_FD_VARIABLE
 from compliance.verify.tolerance import bounds_for, bounds_to_json
+
+if TYPE_CHECKING:
+    from compliance.context import CheckContext, DeclaredKernel
+    from compliance.findings import Finding
 
 DEFAULT_BUILD_TIMEOUT_S = 1800
 """Seconds a build may take (a CUDA extension with many sources is slow)."""
