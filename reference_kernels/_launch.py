@@ -123,6 +123,21 @@ def index_check(indices: "torch.Tensor", num_embeddings: int, offsets: "torch.Te
             f"[0, {n}] (the number of indices)")
 
 
+def forward_defines(weight_code: int, index_type: str, mode: str, has_psw: bool, need_argmax: bool,
+                    tiling: RowTiling, avg_len: int) -> dict[str, object]:
+    """Compile-time variant of embedding_bag_forward.cu for one call (pure: testable on CPU).
+    A team reads as many rows at once as fit in a warp, but no more than a bag holds."""
+    rows_at_once = min(32 // tiling.row_lanes, _floor_pow2(avg_len))
+    defines: dict[str, object] = {
+        "WEIGHT_DTYPE": weight_code, "INDEX_T": index_type, "MODE": MODES[mode], "HAS_PSW": int(has_psw),
+        "WRITE_ARGMAX": int(need_argmax), "VEC": tiling.vec, "ROW_LANES": tiling.row_lanes,
+        "TEAM": tiling.row_lanes * rows_at_once, "CHUNKS": tiling.chunks,
+        "UNROLL": _floor_pow2(UNROLL_ROWS // tiling.chunks), "BLOCK": BLOCK,
+    }
+    defines.update(tuning_overrides())
+    return defines
+
+
 def bag_forward(weight: "torch.Tensor", indices: "torch.Tensor", offsets: "torch.Tensor | None",
                 num_bags: int, per_sample_weights: "torch.Tensor | None", mode: str,
                 padding_idx: int, need_argmax: bool,
@@ -144,24 +159,16 @@ def bag_forward(weight: "torch.Tensor", indices: "torch.Tensor", offsets: "torch
     n = indices.numel()
     bag_size = indices.shape[1] if offsets is None else 0
     avg_len = bag_size if offsets is None else max(1, n // max(1, num_bags))
-    rows_at_once = min(32 // tiling.row_lanes, _floor_pow2(avg_len))
-    team = tiling.row_lanes * rows_at_once
-    teams = num_bags * tiling.col_tiles
-    defines = {
-        "WEIGHT_DTYPE": _dtype_code(weight.dtype), "INDEX_T": _index_type(indices.dtype),
-        "MODE": MODES[mode], "HAS_PSW": int(per_sample_weights is not None),
-        "WRITE_ARGMAX": int(need_argmax), "VEC": tiling.vec, "ROW_LANES": tiling.row_lanes,
-        "TEAM": team, "CHUNKS": tiling.chunks, "UNROLL": _floor_pow2(UNROLL_ROWS // tiling.chunks),
-        "BLOCK": BLOCK,
-    }
-    defines.update(tuning_overrides())
+    defines = forward_defines(_dtype_code(weight.dtype), _index_type(indices.dtype), mode,
+                              per_sample_weights is not None, need_argmax, tiling, avg_len)
     fn = _nvrtc.get_function("embedding_bag_forward.cu", "embedding_bag_forward", defines, weight.device.index)
-    grid = -(-teams * team // BLOCK)
+    grid = -(-num_bags * tiling.col_tiles * int(defines["TEAM"]) // BLOCK)
     _nvrtc.launch(fn, grid, BLOCK, _stream(weight), [
         (weight.data_ptr(), PTR), (dim, I64), (_ptr(indices), PTR), (n, I64),
         (_ptr(offsets), PTR), (0 if offsets is None else offsets.numel(), I64), (bag_size, I64),
         (num_bags, I64), (tiling.col_tiles, I32), (_ptr(per_sample_weights), PTR), (padding_idx, I64),
-        (_ptr(table_rows), PTR), (num_bags // tables, I64), (tables * dim, I64), (out.data_ptr(), PTR), (argmax.data_ptr() if need_argmax else 0, PTR)])
+        (_ptr(table_rows), PTR), (num_bags // tables, I64), (tables * dim, I64), (out.data_ptr(), PTR),
+        (argmax.data_ptr() if need_argmax else 0, PTR)])
     return out, argmax
 
 
@@ -203,7 +210,7 @@ def bag_backward(grad_out: "torch.Tensor", indices: "torch.Tensor", bag_of: "tor
     sorted_rows, positions = torch.sort(indices.reshape(-1).to(torch.int64), stable=True)
     tiling = RowTiling.for_row(dim, vector_width(dim, grad_out.element_size(), grad_out.data_ptr()))
     defines = {"WEIGHT_DTYPE": _dtype_code(grad_out.dtype), "VEC": tiling.vec, "ROW_LANES": tiling.row_lanes,
-               "CHUNKS": tiling.chunks, "UNROLL": max(1, 4 // tiling.chunks),
+               "CHUNKS": tiling.chunks, "UNROLL": _floor_pow2(8 // tiling.chunks),
                "HAS_PSW": int(per_sample_weights is not None), "HAS_SCALE": int(bag_scale is not None),
                "BLOCK": BLOCK}
     fn = _nvrtc.get_function("embedding_bag_backward.cu", "embedding_bag_backward", defines,

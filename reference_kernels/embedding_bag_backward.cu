@@ -21,7 +21,7 @@
 #define CHUNKS 1
 #endif
 #ifndef UNROLL
-#define UNROLL 4
+#define UNROLL 8
 #endif
 #ifndef HAS_PSW
 #define HAS_PSW 0
@@ -88,21 +88,21 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_backward(
       if (m >= n) break;
       Vec g[UNROLL_EFF][CHUNKS];
       float s[UNROLL_EFF];
-      bool ok[UNROLL_EFF];
+      u32 ok = 0;  // bit u: position m + u is in the run and in a bag
 #pragma unroll
       for (int u = 0; u < UNROLL_EFF; ++u) {
         const i64 b = __shfl_sync(mask, my_bag, m + u, ROW_LANES);
         s[u] = __shfl_sync(mask, my_scale, m + u, ROW_LANES);
-        ok[u] = m + u < n && b >= 0;  // false: past the run, or a position in no bag
+        if (m + u < n && b >= 0) ok |= 1u << u;
 #pragma unroll
         for (int c = 0; c < CHUNKS; ++c) {
           const i64 col = col0 + (i64)(c * ROW_LANES + row_lane) * VEC;
-          if (ok[u] && col < dim) g[u][c] = load_pack<weight_t, VEC>(grad_out + b * dim + col);
+          if ((ok & (1u << u)) && col < dim) g[u][c] = load_pack<weight_t, VEC>(grad_out + b * dim + col);
         }
       }
 #pragma unroll
       for (int u = 0; u < UNROLL_EFF; ++u) {
-        if (!ok[u]) continue;
+        if (!(ok & (1u << u))) continue;
 #pragma unroll
         for (int c = 0; c < CHUNKS; ++c)
 #pragma unroll

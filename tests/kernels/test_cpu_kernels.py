@@ -1,0 +1,217 @@
+"""CPU tests for reference_kernels: the kernels compile (nvcc and NVRTC), the launch
+configuration, the disk cache, the API's argument checking and a cheap import."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import reference_kernels
+from reference_kernels import KERNEL_DIR, KERNEL_SOURCES
+
+# Representative compile-time variants of every kernel (the defaults of each file first).
+NVCC_VARIANTS: dict[str, list[str]] = {
+    "embedding_bag_forward.cu": [
+        "",
+        "-DUNROLL=16",
+        "-DWEIGHT_DTYPE=1 -DVEC=8 -DROW_LANES=16 -DUNROLL=16 -DINDEX_T=int",
+        "-DWEIGHT_DTYPE=2 -DVEC=8 -DROW_LANES=16 -DMODE=2 -DWRITE_ARGMAX=1 -DUNROLL=16",
+        "-DMODE=1 -DVEC=4 -DROW_LANES=16 -DCHUNKS=3 -DUNROLL=4",
+        "-DHAS_PSW=1 -DVEC=1 -DROW_LANES=4 -DTEAM=32 -DUNROLL=4",
+    ],
+    "embedding_bag_backward.cu": ["", "-DWEIGHT_DTYPE=2 -DVEC=8 -DROW_LANES=16 -DHAS_PSW=1 -DHAS_SCALE=1"],
+    "embedding_gather.cu": ["", "-DCHUNK_BYTES=2 -DROW_LANES=4 -DINDEX_T=int"],
+    "index_check.cu": ["", "-DINDEX_T=int"],
+}
+
+
+def _nvcc() -> str | None:
+    return shutil.which("nvcc")
+
+
+def _ptxas_report(output: str) -> str:
+    regs = re.findall(r"Used (\d+) registers", output)
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", output)
+    return f"registers={','.join(regs)} spills(stores,loads)={spills}"
+
+
+def _compile(source: str, flags: str, arch: str, out_dir: Path) -> tuple[str, str, str, subprocess.CompletedProcess[str]]:
+    cmd = ["nvcc", "-std=c++17", "-cubin", f"-arch={arch}", "-Xptxas", "-v", *flags.split(),
+           "-o", str(out_dir / f"{source}.{arch}.{abs(hash(flags))}.cubin"), str(KERNEL_DIR / source)]
+    return source, flags, arch, subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.skipif(_nvcc() is None, reason="nvcc is not on PATH")
+def test_nvcc_compiles_every_kernel_for_sm80_and_sm90(tmp_path: Path) -> None:
+    """Every .cu file (all listed variants) compiles with nvcc for sm_80 and sm_90, without
+    spills; registers and spills are printed (pytest -s) for the resource report."""
+    assert set(NVCC_VARIANTS) == set(KERNEL_SOURCES)
+    jobs = [(src, flags, arch) for src, variants in NVCC_VARIANTS.items() for flags in variants
+            for arch in ("sm_80", "sm_90")]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        results = list(pool.map(lambda job: _compile(*job, tmp_path), jobs))
+    failures = []
+    for source, flags, arch, proc in results:
+        report = _ptxas_report(proc.stderr + proc.stdout)
+        print(f"{source:28s} {arch} [{flags or 'defaults'}] {report}")
+        if proc.returncode != 0:
+            failures.append(f"{source} {arch} {flags}: {proc.stderr[-2000:]}")
+        elif re.search(r"[1-9]\d* bytes spill (stores|loads)", proc.stderr):
+            failures.append(f"{source} {arch} {flags}: spills ({report})")
+    assert not failures, "\n".join(failures)
+
+
+def _nvrtc_available() -> bool:
+    try:
+        from reference_kernels import _nvrtc
+
+        _nvrtc.nvrtc_version()
+        return True
+    except Exception:  # bindings or the NVRTC library missing
+        return False
+
+
+needs_nvrtc = pytest.mark.skipif(not _nvrtc_available(), reason="cuda-bindings / NVRTC not installed")
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dim", [1, 3, 128, 192, 1000])
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_nvrtc_compiles_the_variants_the_launcher_picks(mode: str, dim: int) -> None:
+    from reference_kernels import _launch, _nvrtc
+
+    vec = _launch.vector_width(dim, 2, 0)
+    tiling = _launch.RowTiling.for_row(dim, vec)
+    for avg_len in (1, 20):
+        defines = _launch.forward_defines(1, "int", mode, mode == "sum", mode == "max", tiling, avg_len)
+        cubin = _nvrtc.compile_cubin("embedding_bag_forward.cu", _nvrtc.compile_options("sm_90", defines))
+        assert cubin[:4] == b"\x7fELF"
+
+
+@needs_nvrtc
+def test_disk_cache_is_keyed_by_source_options_and_arch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from reference_kernels import _nvrtc
+
+    monkeypatch.setenv("REFERENCE_KERNELS_CACHE", str(tmp_path))
+    opts90 = _nvrtc.compile_options("sm_90", {"INDEX_T": "int"})
+    key, cubin = _nvrtc.cached_cubin("index_check.cu", opts90)
+    assert (tmp_path / f"{key}.cubin").read_bytes() == cubin
+    hits = _nvrtc.STATS.cache_hits
+    assert _nvrtc.cached_cubin("index_check.cu", opts90) == (key, cubin)
+    assert _nvrtc.STATS.cache_hits == hits + 1
+    other_arch = _nvrtc.cache_key("index_check.cu", _nvrtc.compile_options("sm_80", {"INDEX_T": "int"}))
+    other_define = _nvrtc.cache_key("index_check.cu", _nvrtc.compile_options("sm_90", {"INDEX_T": "i64"}))
+    assert len({key, other_arch, other_define}) == 3
+
+
+@needs_nvrtc
+def test_nvrtc_error_carries_the_compiler_log() -> None:
+    from reference_kernels import _nvrtc
+
+    with pytest.raises(_nvrtc.KernelCompileError, match="WEIGHT_DTYPE must be"):
+        _nvrtc.compile_cubin("embedding_bag_forward.cu", _nvrtc.compile_options("sm_90", {"WEIGHT_DTYPE": 7}))
+
+
+def test_import_does_not_load_torch_or_cuda_bindings() -> None:
+    code = ("import sys, reference_kernels; "
+            "print(sorted(m for m in ('torch', 'cupy', 'cuda', 'cuda.core', 'cuda.bindings') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_vector_width_and_row_tiling() -> None:
+    from reference_kernels._launch import RowTiling, vector_width
+
+    assert vector_width(128, 4, 0) == 4
+    assert vector_width(128, 2, 0) == 8
+    assert vector_width(128, 4, 8) == 2  # a table starting 8 bytes into an allocation
+    assert vector_width(127, 4, 0) == 1
+    assert vector_width(6, 2, 0) == 2
+    assert RowTiling.for_row(128, 4) == RowTiling(4, 32, 1, 1)
+    assert RowTiling.for_row(192, 4) == RowTiling(4, 16, 3, 1)  # 48 vectors: no idle lane
+    assert RowTiling.for_row(3, 1) == RowTiling(1, 4, 1, 1)
+    assert RowTiling.for_row(4096, 4) == RowTiling(4, 32, 4, 8)
+
+
+def test_skip_index_check_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    from reference_kernels._api import default_check_indices
+
+    monkeypatch.delenv("REFERENCE_KERNELS_SKIP_INDEX_CHECK", raising=False)
+    assert default_check_indices()
+    monkeypatch.setenv("REFERENCE_KERNELS_SKIP_INDEX_CHECK", "1")
+    assert not default_check_indices()
+
+
+def _bad_calls():  # type: ignore[no-untyped-def]
+    import torch
+
+    w = torch.randn(10, 4)
+    i2 = torch.tensor([[1, 2], [3, 4]])
+    i1 = torch.tensor([1, 2, 3])
+    off = torch.tensor([0, 2])
+    rk = reference_kernels
+    return [
+        (lambda: rk.embedding_bag(i2, w, mode="median"), ValueError, "mode must be one of"),
+        (lambda: rk.embedding_bag(i2, w, off), ValueError, "offsets must be None"),
+        (lambda: rk.embedding_bag(i1, w), ValueError, "offsets must be given"),
+        (lambda: rk.embedding_bag(i1, w, off.view(1, 2)), ValueError, "offsets must be 1-D"),
+        (lambda: rk.embedding_bag(i2.float(), w), TypeError, "int32 or int64"),
+        (lambda: rk.embedding_bag(i2, w.double()), TypeError, "float32, float16 or bfloat16"),
+        (lambda: rk.embedding_bag(i2, w[0]), ValueError, "weight must be 2-D"),
+        (lambda: rk.embedding_bag(i2, w, mode="mean", per_sample_weights=torch.ones(2, 2)), NotImplementedError,
+         "only supported for mode='sum'"),
+        (lambda: rk.embedding_bag(i2, w, mode="sum", per_sample_weights=torch.ones(3)), ValueError, "shape of input"),
+        (lambda: rk.embedding_bag(i2, w, mode="sum", per_sample_weights=torch.ones(2, 2).half()), TypeError,
+         "must match weight dtype"),
+        (lambda: rk.embedding_bag(i2, w, padding_idx=10), ValueError, "padding_idx must be within"),
+        (lambda: rk.embedding_bag(i2, w, sparse=True), NotImplementedError, "sparse"),
+        (lambda: rk.embedding_bag(i2, w, scale_grad_by_freq=True), NotImplementedError, "scale_grad_by_freq"),
+        (lambda: rk.embedding_bag(i1, w, torch.tensor([], dtype=torch.int64), include_last_offset=True), ValueError,
+         "at least one offset"),
+        (lambda: rk.embedding(i2, w, padding_idx=-11), ValueError, "padding_idx must be within"),
+        (lambda: rk.embedding(i2.float(), w), TypeError, "int32 or int64"),
+        (lambda: rk.embedding_bag(i2, w, mode="sum"), RuntimeError, "needs CUDA tensors"),
+        (lambda: rk.embedding(i2, w), RuntimeError, "needs CUDA tensors"),
+        (lambda: rk.EmbeddingBag(10, 4)(i2), RuntimeError, "needs CUDA tensors"),
+    ]
+
+
+def test_api_argument_checking_on_cpu() -> None:
+    pytest.importorskip("torch")
+    for call, exc, message in _bad_calls():
+        with pytest.raises(exc, match=re.escape(message)):
+            call()
+
+
+def test_modules_are_drop_ins() -> None:
+    torch = pytest.importorskip("torch")
+    bag = reference_kernels.EmbeddingBag(10, 4, mode="max", padding_idx=2)
+    assert isinstance(bag, torch.nn.EmbeddingBag)
+    state = torch.nn.EmbeddingBag(10, 4, mode="max", padding_idx=2).state_dict()
+    bag.load_state_dict(state)
+    assert torch.equal(bag.weight, state["weight"])
+    assert isinstance(reference_kernels.Embedding(10, 4), torch.nn.Embedding)
+
+
+def test_custom_ops_are_registered_with_fake_kernels() -> None:
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from reference_kernels import _ops  # noqa: F401  (registers the ops)
+
+    with FakeTensorMode():
+        weight = torch.empty(100, 16)
+        idx = torch.zeros(7, dtype=torch.int64)
+        off = torch.tensor([0, 3, 5, 7])
+        out, argmax = torch.ops.reference_kernels.embedding_bag(weight, idx, off, None, "max", -1, True, False, True)
+        assert out.shape == (3, 16) and argmax.shape == (3, 16) and argmax.dtype == torch.int64
+        emb = torch.ops.reference_kernels.embedding(weight, idx.view(7, 1), -1, False)
+        assert emb.shape == (7, 1, 16)
