@@ -125,10 +125,10 @@ class ManifestFile(pytest.File):
                     cases = plan(dk, opts.seed, opts.large)
                 except BuildError as exc:
                     problem = f"build block unusable (verify-build-invalid): {exc}"
-            yield KernelItem.from_parent(self, name=f"{dk.kernel.id}::build", dk=dk, cases=cases,
+            yield KernelItem.from_parent(self, name=f"{dk.kernel.id}[build]", dk=dk, cases=cases,
                                          index=None, problem=problem)
             for i, case in enumerate(cases):
-                yield KernelItem.from_parent(self, name=f"{dk.kernel.id}::{case.id}", dk=dk, cases=cases,
+                yield KernelItem.from_parent(self, name=f"{dk.kernel.id}[{case.id}]", dk=dk, cases=cases,
                                              index=i, problem=None)
 
 

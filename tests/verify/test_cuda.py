@@ -1,0 +1,70 @@
+"""On the GPU: NVRTC fixtures (honest passes, each adversarial one caught), the example
+submission's CUDA extension kernels and reference_kernels through the same verifier."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from compliance.engine import CheckOptions, build_context
+from compliance.findings import Finding
+from compliance.verify import run_verification_checks
+
+from .conftest import CUDA_TREE, RULES
+
+pytestmark = pytest.mark.cuda
+
+REPO = Path(__file__).resolve().parents[2]
+EXPECTED = {
+    "nvrtc-good": "verify-passed",
+    "nvrtc-empty": "verify-unwritten",
+    "nvrtc-partial-write": "verify-unwritten",
+    "nvrtc-empty-bag-mean": "verify-mismatch",
+    "nvrtc-reads-past-table": "verify-mismatch",
+    "nvrtc-hang": "verify-timeout",
+}
+
+
+def _verify(tree: Path, build_root: Path, rules: str | None = None) -> dict[str, list[Finding]]:
+    ctx, _ = build_context(tree, rules)
+    started = time.monotonic()
+    options = CheckOptions(verify=True, seed=20260611, extra={"build_dir": build_root})
+    by_kernel: dict[str, list[Finding]] = defaultdict(list)
+    for f in run_verification_checks(ctx, options):
+        by_kernel[f.kernel or "-"].append(f)
+        print(f"{f.severity.value}: {f.kernel}: {f.message} [{f.rule_id}]")
+    print(f"verified {tree} in {time.monotonic() - started:.1f} s")
+    return by_kernel
+
+
+@pytest.fixture(scope="module")
+def fixtures(build_root: Path) -> dict[str, list[Finding]]:
+    return _verify(CUDA_TREE, build_root, RULES)
+
+
+@pytest.mark.parametrize("kernel", sorted(EXPECTED))
+def test_nvrtc_fixture(fixtures: dict[str, list[Finding]], kernel: str) -> None:
+    rules = {f.rule_id for f in fixtures[kernel]}
+    assert EXPECTED[kernel] in rules, [f.message for f in fixtures[kernel]]
+    assert (rules == {"verify-passed"}) == (EXPECTED[kernel] == "verify-passed")
+
+
+def test_nvrtc_overflow_caught_on_large_table(fixtures: dict[str, list[Finding]]) -> None:
+    got = fixtures["nvrtc-overflow32"]
+    assert got and {f.rule_id for f in got} <= {"verify-crash", "verify-mismatch"}, [f.message for f in got]
+
+
+def test_example_submission_passes(build_root: Path) -> None:
+    found = _verify(REPO / "submissions_example", build_root)
+    assert found and all({f.rule_id for f in fs} == {"verify-passed"} for fs in found.values()), found
+
+
+def test_reference_kernels_pass(build_root: Path) -> None:
+    manifest = REPO / "reference_kernels" / "kernel_manifest.yaml"
+    if not manifest.is_file():
+        pytest.fail("reference_kernels/kernel_manifest.yaml is missing")
+    found = _verify(REPO / "reference_kernels", build_root)
+    assert found and all({f.rule_id for f in fs} == {"verify-passed"} for fs in found.values()), found
