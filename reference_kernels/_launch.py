@@ -47,6 +47,29 @@ def sm_count(device: "torch.device") -> int:
     return _sm_count(device.index if device.index is not None else 0)
 
 
+def _dtype_code(dtype: "torch.dtype") -> int:
+    import torch
+
+    codes = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+    return codes[dtype]
+
+
+def _index_type(dtype: "torch.dtype") -> str:
+    import torch
+
+    return {torch.int64: "i64", torch.int32: "int"}[dtype]
+
+
+def _ptr(t: "torch.Tensor | None") -> int:
+    return 0 if t is None else t.data_ptr()
+
+
+def _stream(t: "torch.Tensor") -> int:
+    import torch
+
+    return int(torch.cuda.current_stream(t.device).cuda_stream)
+
+
 def new_output(shape: tuple[int, ...], like: "torch.Tensor") -> "torch.Tensor":
     import torch
 
@@ -174,8 +197,6 @@ def bag_forward(weight: "torch.Tensor", indices: "torch.Tensor", offsets: "torch
 
 def gather(weight: "torch.Tensor", indices: "torch.Tensor") -> "torch.Tensor":
     """Unpooled lookup: out[i] = weight[indices[i]] for flat contiguous ``indices``."""
-    import torch
-
     dim = weight.shape[1]
     out = new_output((indices.numel(), dim), weight)
     if out.numel() == 0:
