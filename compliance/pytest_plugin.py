@@ -65,7 +65,7 @@ class _KernelSession:
         self.seed = seed
         self.outcomes: dict[tuple[str, str], KernelOutcome] = {}
 
-    def outcome(self, ctx: "CheckContext", dk: "DeclaredKernel", cases: "list[Case]") -> "KernelOutcome":
+    def outcome(self, ctx: CheckContext, dk: DeclaredKernel, cases: list[Case]) -> KernelOutcome:
         """The kernel's outcome, running its subprocess the first time it is asked for."""
         from compliance.verify.build import parse_build
         from compliance.verify.driver import kernel_seed, run_kernel
@@ -91,8 +91,8 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     if _STATE not in config.stash:
         return None
     state = config.stash[_STATE]
-    return [f"compliance kernels: seed {state.seed} (repeat with --kernels-seed {state.seed}); "
-            f"trees: {', '.join(str(c.root) for c in state.contexts)}"]
+    return [(f"compliance kernels: seed {state.seed} (repeat with --kernels-seed {state.seed}); "
+             f"trees: {', '.join(str(c.root) for c in state.contexts)}")]
 
 
 class KernelFailure(Exception):
@@ -102,7 +102,7 @@ class KernelFailure(Exception):
 class ManifestFile(pytest.File):
     """A kernel manifest; its children are the kernels' build and case items."""
 
-    ctx: "CheckContext"
+    ctx: CheckContext
 
     def collect(self) -> Iterator[pytest.Item]:
         from compliance.verify.build import BuildError, parse_build
@@ -135,7 +135,7 @@ class ManifestFile(pytest.File):
 class KernelItem(pytest.Item):
     """The build of a kernel (``index`` None) or one of its cases."""
 
-    def __init__(self, *, dk: "DeclaredKernel", cases: "list[Case]", index: int | None, problem: str | None,
+    def __init__(self, *, dk: DeclaredKernel, cases: list[Case], index: int | None, problem: str | None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.dk, self.cases, self.index, self.problem = dk, cases, index, problem

@@ -41,7 +41,7 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def verify_options(root: Path, options: "CheckOptions") -> "VerifyOptions":
+def verify_options(root: Path, options: CheckOptions) -> VerifyOptions:
     """``CheckOptions`` (seed, ``extra``) as ``VerifyOptions``; the build root must lie outside ``root``."""
     from compliance.verify.driver import DEFAULT_BUILD_TIMEOUT_S, VerifyOptions
 
@@ -58,7 +58,7 @@ def verify_options(root: Path, options: "CheckOptions") -> "VerifyOptions":
         progress=extra.get("progress", _stderr))
 
 
-def run_verification_checks(ctx: "CheckContext", options: "CheckOptions") -> "list[Finding]":
+def run_verification_checks(ctx: CheckContext, options: CheckOptions) -> list[Finding]:
     """Findings of building and verifying every declared kernel (the ``verify`` stage)."""
     from compliance.verify.driver import verify_kernels
 

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -146,7 +146,7 @@ def kernel_seed(seed: int, kernel_id: str) -> int:
 def log_excerpt(text: str) -> str:
     """Lines that mention an error, then the tail of the log."""
     lines = [ln for ln in text.splitlines() if ln.strip()]
-    marked = [ln for ln in lines if re.search(r"error|illegal|fault|abort|exception|killed", ln, re.I)]
+    marked = [ln for ln in lines if re.search(r"error|illegal|fault|abort|exception|killed", ln, re.IGNORECASE)]
     picked = marked[:EXCERPT_LINES] + ["..."] + lines[-EXCERPT_LINES:] if marked else lines[-EXCERPT_LINES:]
     return "\n".join(ln[:300] for ln in picked)[-4000:]
 
@@ -189,8 +189,8 @@ def run_kernel(ctx: CheckContext, dk: DeclaredKernel, cases: list[Case], seed: i
             why = (f"killed by signal {-status}" if status and status < 0 else f"exit status {status}")
             text = log_path.read_text(errors="replace")
             last = cases[len(outcome.cases)].describe() if len(outcome.cases) < len(cases) else "-"
-            outcome = _replace(outcome, stopped=("verify-crash", f"the kernel's process died ({why}) "
-                                                 f"during case {last}", log_excerpt(text)))
+            message = f"the kernel's process died ({why}) during case {last}"
+            outcome = _replace(outcome, stopped=("verify-crash", message, log_excerpt(text)))
         return _replace(outcome, seconds=time.monotonic() - started)
 
 
@@ -213,23 +213,24 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 def _collect(reader: _Reader, dk: DeclaredKernel, cases: list[Case], seed: int, time_limit_s: int,
              opts: VerifyOptions, label: str, started: float, log_path: Path) -> KernelOutcome:
-    limits = {"phase": "build", "deadline": started + opts.build_timeout_s}
+    phase, deadline = "build", started + opts.build_timeout_s
     done: list[CaseOutcome] = []
     stopped, unavailable, build_seconds = None, None, None
     current = "the build"
-    for event in reader.events(lambda: limits["deadline"]):
+    for event in reader.events(lambda: deadline):  # noqa: B023  (reads the current deadline on purpose)
         if event is None:
             text = log_path.read_text(errors="replace")
-            limit = opts.build_timeout_s if limits["phase"] == "build" else time_limit_s
-            stopped = ("verify-timeout", f"{limits['phase']} time limit of {limit} s exceeded during "
-                       f"{current}; the process was killed", log_excerpt(text))
+            limit = opts.build_timeout_s if phase == "build" else time_limit_s
+            message = (f"{phase} time limit of {limit} s exceeded during {current}; "
+                       "the process was killed")
+            stopped = ("verify-timeout", message, log_excerpt(text))
             break
         kind = event["event"]
         if kind == "build-start":
             _say(opts, f"{label} building ({dk.kernel.build.get('kind')})")
         elif kind == "build-done":
             build_seconds = event["seconds"]
-            limits.update(phase="run", deadline=time.monotonic() + time_limit_s)
+            phase, deadline = "run", time.monotonic() + time_limit_s
             _say(opts, f"{label} built in {build_seconds:.1f} s; {len(cases)} cases, 2 runs each")
         elif kind in ("build-failed", "invalid", "runner-error"):
             rule = {"build-failed": "verify-build-failed", "invalid": "verify-build-invalid",

@@ -104,7 +104,7 @@ class Name:
 class Neg:
     """Unary minus."""
 
-    operand: "Expr"
+    operand: Expr
     """What is negated."""
 
 
@@ -114,9 +114,9 @@ class BinOp:
 
     op: str
     """``+ - * / // %``."""
-    left: "Expr"
+    left: Expr
     """Left operand."""
-    right: "Expr"
+    right: Expr
     """Right operand."""
 
 
@@ -126,7 +126,7 @@ class Call:
 
     function: str
     """Function name."""
-    args: tuple["Expr", ...]
+    args: tuple[Expr, ...]
     """Arguments."""
 
 

@@ -159,7 +159,7 @@ def main(argv: list[str]) -> int:
     events = Events(int(os.environ[EVENT_FD_VARIABLE]))
     try:
         return _main(job, events)
-    except Exception as exc:  # the runner's own failure, reported rather than lost
+    except Exception as exc:  # noqa: BLE001  (the runner's own failure, reported rather than lost)
         events.emit("runner-error", message=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
         return 3
 
@@ -205,7 +205,7 @@ def _main(job: dict[str, Any], events: Events) -> int:
         except (BuildFailed, LaunchInvalid) as exc:
             rule = "verify-build-failed" if isinstance(exc, BuildFailed) else "verify-build-invalid"
             result = {"status": "fail", "problems": [_problem(rule, str(exc))]}
-        except Exception as exc:  # the kernel raised: on a GPU the context may be gone, so stop
+        except Exception as exc:  # noqa: BLE001  (the kernel raised; on a GPU the context may be gone)
             message = f"the kernel call raised {type(exc).__name__}: {exc}"
             result = {"status": "fail", "problems": [_problem("verify-crash", message)]}
             events.emit("case-result", index=index, case=case.id, **result)

@@ -87,7 +87,7 @@ def guarded_output(shape: tuple[int, ...], dtype: torch.dtype, device: torch.dev
     return Guarded(buffer, view, _bytes(buffer).clone())
 
 
-def guarded(values: torch.Tensor, fill: float | int, device: torch.device, keep: bool = True) -> Guarded:
+def guarded(values: torch.Tensor, fill: float, device: torch.device, keep: bool = True) -> Guarded:
     """A copy of ``values`` on ``device`` between guard bands of ``fill``."""
     n = values.numel()
     buffer = torch.empty(n + 2 * GUARD, dtype=values.dtype, device=device)
@@ -203,7 +203,8 @@ def _reference(case: Case, weight: torch.Tensor, indices: torch.Tensor, offsets:
         pad = int(hit[0, 0]) if hit.numel() else None  # unreferenced: nothing to exclude
     off = None if offsets is None else offsets.to(torch.int64)
     p64 = None if psw is None else psw.to(torch.float64)
-    kw: dict[str, Any] = dict(offsets=off, include_last_offset=case.include_last_offset, padding_idx=pad)
+    kw: dict[str, Any] = {"offsets": off, "include_last_offset": case.include_last_offset,
+                         "padding_idx": pad}
     ref = F.embedding_bag(local, sub, mode=case.mode, per_sample_weights=p64, **kw)
     if case.mode == "max":
         return ref, torch.zeros_like(ref), tuple(ref.shape)
