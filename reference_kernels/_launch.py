@@ -27,12 +27,17 @@ POISON_OUTPUTS = os.environ.get("REFERENCE_KERNELS_POISON_OUTPUTS", "0") == "1"
 # Rows each lane keeps in flight in the forward kernel: UNROLL_ROWS // CHUNKS (a power of
 # two); 16 measured best on the H200 (docs/perf-log.md).
 UNROLL_ROWS = 16
+# Occupancy floor for the forward kernel: caps registers at 65536 / (2 * BLOCK) = 128, below
+# which f32 mean/max variants fell to one block per SM (docs/perf-log.md).
+MIN_BLOCKS = 2
 
 
-def tuning_overrides() -> dict[str, int]:
-    """Experiment hook for the benchmark: REFERENCE_KERNELS_TUNE="UNROLL=8,MIN_BLOCKS=2" overrides
-    the forward kernel's compile-time choices (unset in normal use)."""
-    spec = os.environ.get("REFERENCE_KERNELS_TUNE", "")
+# Experiment hook for the benchmark: REFERENCE_KERNELS_TUNE="UNROLL=8,MIN_BLOCKS=1" overrides
+# the forward kernel's compile-time choices (unset in normal use; read once at import).
+TUNE = os.environ.get("REFERENCE_KERNELS_TUNE", "")
+
+
+def tuning_overrides(spec: str) -> dict[str, int]:
     return {k.strip(): int(v) for k, v in (item.split("=") for item in spec.split(",") if item)}
 
 
@@ -107,18 +112,19 @@ class RowTiling:
 
     @staticmethod
     def for_row(dim: int, vec: int) -> "RowTiling":
-        """Narrow rows: a power-of-two fraction of a warp. Wider rows: the (lanes, chunks) pair
-        with the fewest idle lanes (e.g. 48 vectors: 16 lanes x 3, not 32 x 2). Rows beyond
-        32 x MAX_CHUNKS vectors are cut into column tiles."""
+        """The (lanes per row, vectors per lane) pair with the fewest idle lanes, fewer chunks
+        on ties (e.g. 48 vectors: 16 lanes x 3; 24 vectors: 8 lanes x 3, not 32 lanes with 8
+        idle). Rows beyond 32 x MAX_CHUNKS vectors are cut into column tiles."""
         vectors = dim // vec
-        if vectors <= 32:
-            return RowTiling(vec, _ceil_pow2(vectors), 1, 1)
         if vectors > 32 * MAX_CHUNKS:
             return RowTiling(vec, 32, MAX_CHUNKS, -(-vectors // (32 * MAX_CHUNKS)))
-        options = [(lanes * -(-vectors // lanes) - vectors, -lanes) for lanes in (32, 16)
-                   if -(-vectors // lanes) <= MAX_CHUNKS]
-        _, neg_lanes = min(options)
-        return RowTiling(vec, -neg_lanes, -(-vectors // -neg_lanes), 1)
+        options = []
+        for lanes in (32, 16, 8, 4, 2, 1):
+            chunks = -(-vectors // lanes)
+            if chunks <= MAX_CHUNKS and (lanes == 1 or lanes < 2 * vectors):
+                options.append((lanes * chunks - vectors, chunks, lanes))
+        _, chunks, lanes = min(options)
+        return RowTiling(vec, lanes, chunks, 1)
 
 
 def index_check(indices: "torch.Tensor", num_embeddings: int, offsets: "torch.Tensor | None") -> None:
@@ -155,43 +161,71 @@ def forward_defines(weight_code: int, index_type: str, mode: str, has_psw: bool,
         "WEIGHT_DTYPE": weight_code, "INDEX_T": index_type, "MODE": MODES[mode], "HAS_PSW": int(has_psw),
         "WRITE_ARGMAX": int(need_argmax), "VEC": tiling.vec, "ROW_LANES": tiling.row_lanes,
         "TEAM": tiling.row_lanes * rows_at_once, "CHUNKS": tiling.chunks,
-        "UNROLL": _floor_pow2(UNROLL_ROWS // tiling.chunks), "BLOCK": BLOCK,
+        "UNROLL": _floor_pow2(UNROLL_ROWS // tiling.chunks), "BLOCK": BLOCK, "MIN_BLOCKS": MIN_BLOCKS,
     }
-    defines.update(tuning_overrides())
+    defines.update(tuning_overrides(TUNE))
     return defines
+
+
+@dataclass(frozen=True)
+class ForwardPlan:
+    """What a forward call needs besides its tensors: the kernel and its grid shape."""
+
+    fn: object
+    team: int
+    col_tiles: int
+
+
+_PLANS: dict[tuple[object, ...], ForwardPlan] = {}
+
+
+def _forward_plan(weight: "torch.Tensor", indices: "torch.Tensor", mode: str, has_psw: bool,
+                  need_argmax: bool, avg_len: int) -> ForwardPlan:
+    """Memoised per (dtypes, width, alignment, mode, bag length class, device): the host
+    work per call is then one dictionary lookup."""
+    dim = weight.shape[1]
+    key = (weight.dtype, dim, weight.data_ptr() % 16, indices.dtype, mode, has_psw, need_argmax,
+           min(32, _floor_pow2(avg_len)), weight.device.index, TUNE)
+    plan = _PLANS.get(key)
+    if plan is None:
+        tiling = RowTiling.for_row(dim, vector_width(dim, weight.element_size(), weight.data_ptr()))
+        defines = forward_defines(_dtype_code(weight.dtype), _index_type(indices.dtype), mode, has_psw,
+                                  need_argmax, tiling, avg_len)
+        fn = _nvrtc.get_function("embedding_bag_forward.cu", "embedding_bag_forward", defines,
+                                 weight.device.index)
+        plan = _PLANS[key] = ForwardPlan(fn, int(defines["TEAM"]), tiling.col_tiles)
+    return plan
 
 
 def bag_forward(weight: "torch.Tensor", indices: "torch.Tensor", offsets: "torch.Tensor | None",
                 num_bags: int, per_sample_weights: "torch.Tensor | None", mode: str,
                 padding_idx: int, need_argmax: bool,
-                table_rows: "torch.Tensor | None" = None) -> "tuple[torch.Tensor, torch.Tensor]":
+                table_rows: "torch.Tensor | None" = None) -> "tuple[torch.Tensor, torch.Tensor | None]":
     """Pooled lookup. ``indices`` is [B, L] (offsets None) or 1-D with CSR ``offsets``
     (``num_bags`` = B; offsets has B or B + 1 entries). Inputs are contiguous.
     With ``table_rows`` (int64 [T], first row of each table in ``weight``) the bags are
-    T tables' bags, table-major, and the result is [num_bags / T, T * dim]."""
+    T tables' bags, table-major, and the result is [num_bags / T, T * dim].
+    Returns (out, argmax); argmax is None unless ``need_argmax`` (max mode, for backward)."""
     import torch
 
     dim = weight.shape[1]
     tables = 1 if table_rows is None else table_rows.numel()
     shape = (num_bags // tables, tables * dim)
     out = new_output(shape, weight)
-    argmax = torch.empty(shape if need_argmax else (0,), dtype=torch.int64, device=weight.device)
+    argmax = torch.empty(shape, dtype=torch.int64, device=weight.device) if need_argmax else None
     if num_bags == 0 or dim == 0:
         return out, argmax
-    tiling = RowTiling.for_row(dim, vector_width(dim, weight.element_size(), weight.data_ptr()))
     n = indices.numel()
     bag_size = indices.shape[1] if offsets is None else 0
     avg_len = bag_size if offsets is None else max(1, n // max(1, num_bags))
-    defines = forward_defines(_dtype_code(weight.dtype), _index_type(indices.dtype), mode,
-                              per_sample_weights is not None, need_argmax, tiling, avg_len)
-    fn = _nvrtc.get_function("embedding_bag_forward.cu", "embedding_bag_forward", defines, weight.device.index)
-    grid = -(-num_bags * tiling.col_tiles * int(defines["TEAM"]) // BLOCK)
-    _nvrtc.launch(fn, grid, BLOCK, _stream(weight), [
+    plan = _forward_plan(weight, indices, mode, per_sample_weights is not None, need_argmax, avg_len)
+    grid = -(-num_bags * plan.col_tiles * plan.team // BLOCK)
+    _nvrtc.launch(plan.fn, grid, BLOCK, _stream(weight), [
         (weight.data_ptr(), PTR), (dim, I64), (_ptr(indices), PTR), (n, I64),
         (_ptr(offsets), PTR), (0 if offsets is None else offsets.numel(), I64), (bag_size, I64),
-        (num_bags, I64), (tiling.col_tiles, I32), (_ptr(per_sample_weights), PTR), (padding_idx, I64),
+        (num_bags, I64), (plan.col_tiles, I32), (_ptr(per_sample_weights), PTR), (padding_idx, I64),
         (_ptr(table_rows), PTR), (num_bags // tables, I64), (tables * dim, I64), (out.data_ptr(), PTR),
-        (argmax.data_ptr() if need_argmax else 0, PTR)])
+        (_ptr(argmax), PTR)])
     return out, argmax
 
 
@@ -216,10 +250,14 @@ def gather(weight: "torch.Tensor", indices: "torch.Tensor") -> "torch.Tensor":
     return out
 
 
+BACKWARD_CHUNK = 128  # sorted positions per team in the backward kernel (CHUNK_POS)
+
+
 def bag_backward(grad_out: "torch.Tensor", indices: "torch.Tensor", bag_of: "torch.Tensor | None",
                  bag_size: int, num_weights: int, per_sample_weights: "torch.Tensor | None",
                  bag_scale: "torch.Tensor | None", padding_idx: int) -> "torch.Tensor":
-    """Deterministic weight gradient: rows sorted stably, one team per run of equal rows.
+    """Deterministic weight gradient (embedding_bag_backward.cu): positions sorted stably by
+    row, fixed chunks of sorted positions per team, runs that cross chunks combined in order.
     ``bag_of`` maps each flat position to its bag (None: fixed layout, bag = position // bag_size)."""
     import torch
 
@@ -233,13 +271,21 @@ def bag_backward(grad_out: "torch.Tensor", indices: "torch.Tensor", bag_of: "tor
     defines = {"WEIGHT_DTYPE": _dtype_code(grad_out.dtype), "VEC": tiling.vec, "ROW_LANES": tiling.row_lanes,
                "CHUNKS": tiling.chunks, "UNROLL": _floor_pow2(8 // tiling.chunks),
                "HAS_PSW": int(per_sample_weights is not None), "HAS_SCALE": int(bag_scale is not None),
-               "BLOCK": BLOCK}
-    fn = _nvrtc.get_function("embedding_bag_backward.cu", "embedding_bag_backward", defines,
-                             grad_out.device.index)
-    grid = -(-n * tiling.col_tiles * tiling.row_lanes // BLOCK)
-    _nvrtc.launch(fn, grid, BLOCK, _stream(grad_out), [
+               "CHUNK_POS": BACKWARD_CHUNK, "BLOCK": BLOCK}
+    device = grad_out.device.index
+    chunks = -(-n // BACKWARD_CHUNK)
+    partial = torch.empty((chunks * 2, dim), dtype=torch.float32, device=grad_out.device)
+    carries = torch.empty((chunks,), dtype=torch.int32, device=grad_out.device)
+    grid = -(-chunks * tiling.col_tiles * tiling.row_lanes // BLOCK)
+    stream = _stream(grad_out)
+    fn = _nvrtc.get_function("embedding_bag_backward.cu", "embedding_bag_backward", defines, device)
+    _nvrtc.launch(fn, grid, BLOCK, stream, [
         (grad_out.data_ptr(), PTR), (dim, I64), (sorted_rows.data_ptr(), PTR), (positions.data_ptr(), PTR),
         (n, I64), (_ptr(bag_of), PTR), (max(1, bag_size), I64), (_ptr(per_sample_weights), PTR),
-        (_ptr(bag_scale), PTR), (padding_idx, I64), (tiling.col_tiles, I32), (grad_weight.data_ptr(), PTR)])
+        (_ptr(bag_scale), PTR), (padding_idx, I64), (tiling.col_tiles, I32), (grad_weight.data_ptr(), PTR),
+        (partial.data_ptr(), PTR), (carries.data_ptr(), PTR)])
+    combine = _nvrtc.get_function("embedding_bag_backward.cu", "embedding_bag_backward_combine", defines, device)
+    _nvrtc.launch(combine, grid, BLOCK, stream, [
+        (sorted_rows.data_ptr(), PTR), (n, I64), (dim, I64), (tiling.col_tiles, I32), (partial.data_ptr(), PTR),
+        (carries.data_ptr(), PTR), (grad_weight.data_ptr(), PTR)])
     return grad_weight
-

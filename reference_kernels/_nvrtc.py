@@ -22,11 +22,12 @@ import ctypes
 import functools
 import hashlib
 import os
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 KERNEL_DIR = Path(__file__).resolve().parent
 HEADER = "common.cuh"
@@ -44,12 +45,14 @@ class CompileStats:
     compile_s: dict[str, float] = field(default_factory=dict)
     load_s: dict[str, float] = field(default_factory=dict)
     cache_hits: int = 0
+    # per loaded variant: (registers per thread, local memory bytes per thread = spills/stack)
+    resources: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 STATS = CompileStats()
 _LOCK = threading.Lock()
-_FUNCTIONS: dict[tuple[Any, ...], Any] = {}  # (file, defines, device) -> CUfunction
-_MODULES: list[Any] = []  # keep modules alive for the life of the process
+_FUNCTIONS: dict[tuple[Any, ...], Any] = {}  # (file, kernel, defines, device) -> CUfunction
+_MODULES: dict[tuple[Any, ...], Any] = {}  # (file, defines, device) -> CUmodule, kept for the process
 
 
 def _bindings() -> tuple[Any, Any]:
@@ -164,12 +167,43 @@ def _ensure_context(device_index: int) -> None:
         _check(driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
 
 
+def _resources(fn: Any) -> tuple[int, int]:
+    driver, _ = _bindings()
+    attr = driver.CUfunction_attribute
+    regs = _check(driver.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_NUM_REGS, fn), "cuFuncGetAttribute")
+    local = _check(driver.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn), "cuFuncGetAttribute")
+    return int(regs), int(local)
+
+
+def _module(filename: str, defines: dict[str, Any], device_index: int) -> Any:
+    """The loaded module of one compile-time variant on one device (caller holds _LOCK)."""
+    memo = (filename, tuple(sorted(defines.items())), device_index)
+    module = _MODULES.get(memo)
+    if module is None:
+        driver, _ = _bindings()
+        key, cubin = cached_cubin(filename, compile_options(device_arch(device_index), defines))
+        t0 = time.perf_counter()
+        _ensure_context(device_index)
+        module = _MODULES[memo] = _check(driver.cuModuleLoadData(cubin), "cuModuleLoadData")
+        STATS.load_s[f"{filename}:{key[:12]}"] = time.perf_counter() - t0
+    return module
+
+
 def get_function(filename: str, name: str, defines: dict[str, Any], device_index: int) -> Any:
     """A launchable CUfunction for one compile-time variant on one device (memoised)."""
-    memo = (filename, tuple(sorted(defines.items())), device_index)
+    memo = (filename, name, tuple(sorted(defines.items())), device_index)
     fn = _FUNCTIONS.get(memo)
     if fn is not None:
         return fn
+    with _LOCK:
+        fn = _FUNCTIONS.get(memo)
+        if fn is None:
+            driver, _ = _bindings()
+            module = _module(filename, defines, device_index)
+            fn = _check(driver.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction")
+            STATS.resources[f"{name} {sorted(defines.items())}"] = _resources(fn)
+            _FUNCTIONS[memo] = fn
+    return fn
     options = compile_options(device_arch(device_index), defines)
     with _LOCK:
         fn = _FUNCTIONS.get(memo)
@@ -181,39 +215,38 @@ def get_function(filename: str, name: str, defines: dict[str, Any], device_index
             module = _check(driver.cuModuleLoadData(cubin), "cuModuleLoadData")
             fn = _check(driver.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction")
             STATS.load_s[f"{filename}:{key[:12]}"] = time.perf_counter() - t0
+            STATS.resources[f"{filename} {sorted(defines.items())}"] = _resources(fn)
             _MODULES.append(module)
             _FUNCTIONS[memo] = fn
     return fn
 
 
-# Kernel parameter kinds: pointers (int addresses, 0 for null), 64-bit and 32-bit integers, floats.
-PTR, I64, I32, F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_float
+# Kernel parameter kinds, as struct codes: pointers (int addresses, 0 for null), 64-bit and
+# 32-bit integers, floats. Native alignment ("@") lays the values out exactly as the
+# kernel's parameter buffer is laid out (each parameter aligned to its size).
+PTR, I64, I32, F32 = "P", "q", "i", "f"
+_CU_LAUNCH_PARAM_BUFFER_POINTER, _CU_LAUNCH_PARAM_BUFFER_SIZE, _CU_LAUNCH_PARAM_END = 1, 2, 0
 
 
-_ADDRESS_FORM = [True]  # pass kernelParams as a raw void** address (cheapest); tuple form as fallback
+@functools.lru_cache(maxsize=None)
+def _param_struct(codes: str) -> struct.Struct:
+    return struct.Struct("@" + codes)
 
 
-def launch(fn: Any, grid: int, block: int, stream: int, args: Iterable[tuple[Any, Any]]) -> None:
-    """Launch a 1-D grid on a raw stream handle; ``args`` are (value, ctypes type) pairs.
+def launch(fn: Any, grid: int, block: int, stream: int, args: Sequence[tuple[Any, str]]) -> None:
+    """Launch a 1-D grid on a raw stream handle; ``args`` are (value, kind) pairs.
 
-    The parameters are packed into ctypes values and an array of their addresses (the
-    driver's ``void** kernelParams``), which costs a few microseconds per launch."""
+    The parameters travel as one packed buffer (the driver's ``extra`` /
+    CU_LAUNCH_PARAM_BUFFER_POINTER form): one struct.pack call, a few microseconds."""
     driver, _ = _bindings()
     if grid <= 0:
         return
-    pairs = list(args)
-    if _ADDRESS_FORM[0]:
-        values = [kind(value) for value, kind in pairs]
-        pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-        try:
-            (err,) = driver.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, driver.CUstream(stream),
-                                           ctypes.addressof(pointers), 0)
-        except TypeError:  # a cuda-python that only takes the (values, types) form
-            _ADDRESS_FORM[0] = False
-            return launch(fn, grid, block, stream, pairs)
-    else:
-        kinds = tuple(kind for _, kind in pairs)
-        (err,) = driver.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, driver.CUstream(stream),
-                                       (tuple(v for v, _ in pairs), kinds), 0)
+    layout = _param_struct("".join(kind for _, kind in args))
+    buffer = ctypes.create_string_buffer(layout.pack(*(value for value, _ in args)), layout.size)
+    size = ctypes.c_size_t(layout.size)
+    extra = (ctypes.c_void_p * 5)(_CU_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(buffer),
+                                  _CU_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size), _CU_LAUNCH_PARAM_END)
+    (err,) = driver.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, driver.CUstream(stream), None,
+                                   ctypes.addressof(extra))
     if int(err) != 0:
         raise RuntimeError(f"cuLaunchKernel failed: {err!r}")

@@ -37,8 +37,9 @@ def embedding_bag_impl(weight: Tensor, indices: Tensor, offsets: Optional[Tensor
     if check_indices:
         _launch.index_check(indices, weight.shape[0], offsets)
     num_bags = num_bags_of(indices, offsets, include_last_offset)
-    return _launch.bag_forward(weight, indices, offsets, num_bags, per_sample_weights, mode,
-                               padding_idx, need_argmax)
+    out, argmax = _launch.bag_forward(weight, indices, offsets, num_bags, per_sample_weights, mode,
+                                      padding_idx, need_argmax)
+    return out, argmax if argmax is not None else indices.new_empty((0,), dtype=torch.int64)
 
 
 embedding_bag_op = torch.library.custom_op("reference_kernels::embedding_bag", embedding_bag_impl,

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 import reference_kernels as rk
-from reference_kernels import _nvrtc
+from reference_kernels import _launch, _nvrtc
 from reference_kernels.tbe import TableBatchedEmbeddingBag
 
 DEV = "cuda"
@@ -316,39 +316,46 @@ class Suite:
 
 
 def tune(suite: "Suite") -> None:
-    """Forward-kernel variants on a few shapes (REFERENCE_KERNELS_TUNE), for docs/perf-log.md."""
-    import os
-
-    shapes = [("5Mx128 B2048 L150 f32", 5_000_000, 128, torch.float32, 2048, 150),
-              ("5Mx128 B2048 L150 bf16", 5_000_000, 128, torch.bfloat16, 2048, 150),
-              ("1Mx128 B1024 L64 f32", 1_000_000, 128, torch.float32, 1024, 64),
-              ("1Mx32 B32768 L16 f32", 1_000_000, 32, torch.float32, 32768, 16),
-              ("10Mx192 B65536 L32 f32", 10_000_000, 192, torch.float32, 65536, 32)]
-    specs = ["", "UNROLL=8", "UNROLL=32", "MIN_BLOCKS=3", "MIN_BLOCKS=4"]
-    for name, rows, dim, dtype, batch, pooling in shapes:
+    """Forward-kernel variants on a few shapes (see _launch.TUNE), for docs/perf-log.md."""
+    shapes = [("5Mx128 B2048 L150 f32 sum", 5_000_000, 128, torch.float32, 2048, 150, "sum"),
+              ("5Mx128 B2048 L150 f32 mean", 5_000_000, 128, torch.float32, 2048, 150, "mean"),
+              ("5Mx128 B2048 L150 f32 max", 5_000_000, 128, torch.float32, 2048, 150, "max"),
+              ("5Mx128 B2048 L150 bf16 sum", 5_000_000, 128, torch.bfloat16, 2048, 150, "sum"),
+              ("1Mx32 B32768 L16 f32 sum", 1_000_000, 32, torch.float32, 32768, 16, "sum"),
+              ("10Mx192 B65536 L32 f32 sum", 10_000_000, 192, torch.float32, 65536, 32, "sum"),
+              ("10Mx192 B65536 L32 f16 sum", 10_000_000, 192, torch.float16, 65536, 32, "sum"),
+              ("10Mx192 B65536 L32 bf16 sum", 10_000_000, 192, torch.bfloat16, 65536, 32, "sum")]
+    specs = ["", "MIN_BLOCKS=1", "UNROLL=8", "ROW_LANES=32,CHUNKS=1,TEAM=32,UNROLL=16", "MIN_BLOCKS=3"]
+    for name, rows, dim, dtype, batch, pooling, mode in shapes:
         weight = table(rows, dim, dtype, suite.gen)
         idx = zipf_indices(batch * pooling, rows, 0.0, suite.gen).view(batch, pooling)
         comp, _ = bag_bytes(weight, idx, None, False, batch * dim)
         with torch.no_grad():
-            theirs = suite.timer.median_us(lambda: F.embedding_bag(idx, weight, mode="sum"))
-            line = [f"{name:24s} torch {theirs:8.1f}"]
+            theirs = suite.timer.median_us(lambda: F.embedding_bag(idx, weight, mode=mode))
+            line = [f"{name:28s} torch {theirs:8.1f}"]
             for spec in specs:
-                os.environ["REFERENCE_KERNELS_TUNE"] = spec
-                us = suite.timer.median_us(lambda: rk.embedding_bag(idx, weight, mode="sum", check_indices=False))
+                if "ROW_LANES" in spec and dim != 192:
+                    continue
+                _launch.TUNE = spec
+                us = suite.timer.median_us(lambda: rk.embedding_bag(idx, weight, mode=mode, check_indices=False))
                 pct = 100 * comp / (us * 1e-6) / 1e9 / suite.copy_gbps
                 line.append(f"{spec or 'default'}: {us:.1f}us {pct:.0f}%")
-            os.environ["REFERENCE_KERNELS_TUNE"] = ""
-            # Isolating variants: the same rows in sorted order (DRAM locality), and the same
-            # rows copied by the unpooled gather (no reduction; writes every row once).
-            ordered = idx.view(-1).sort().values.view(batch, pooling)
-            us = suite.timer.median_us(lambda: rk.embedding_bag(ordered, weight, mode="sum", check_indices=False))
-            line.append(f"sorted idx: {us:.1f}us {100 * comp / (us * 1e-6) / 1e9 / suite.copy_gbps:.0f}%")
-            flat = idx.view(-1)
-            us = suite.timer.median_us(lambda: rk.embedding(flat, weight, check_indices=False))
-            gathered = comp + flat.numel() * dim * weight.element_size() - batch * dim * weight.element_size()
-            line.append(f"gather same rows: {us:.1f}us {100 * gathered / (us * 1e-6) / 1e9 / suite.copy_gbps:.0f}%")
+            _launch.TUNE = ""
+            if mode == "sum" and dtype == torch.float32:
+                # Isolating variants: the same rows in sorted order (DRAM locality), and the same
+                # rows copied by the unpooled gather (no reduction; writes every row once).
+                ordered = idx.view(-1).sort().values.view(batch, pooling)
+                us = suite.timer.median_us(lambda: rk.embedding_bag(ordered, weight, mode="sum", check_indices=False))
+                line.append(f"sorted idx: {us:.1f}us {100 * comp / (us * 1e-6) / 1e9 / suite.copy_gbps:.0f}%")
+                flat = idx.view(-1)
+                us = suite.timer.median_us(lambda: rk.embedding(flat, weight, check_indices=False))
+                gathered = comp + (flat.numel() - batch) * dim * weight.element_size()
+                line.append(f"gather same rows: {us:.1f}us {100 * gathered / (us * 1e-6) / 1e9 / suite.copy_gbps:.0f}%")
         print(" | ".join(line), flush=True)
         del weight
+    for variant, (regs, local) in _nvrtc.STATS.resources.items():
+        if "forward" in variant:
+            print(f"registers {regs:3d} local {local:3d} B  {variant}")
 
 
 def profile_cases(suite: "Suite") -> None:

@@ -1,14 +1,24 @@
-// Gradient of the table for sum and mean pooling (and the unpooled lookup),
-// deterministic: no atomics.
+// Gradient of the table for sum and mean pooling (and the unpooled lookup).
+// Deterministic: no atomics, every sum is taken in a fixed order.
 //
 // The host sorts the lookup positions by table row with a stable sort, so the
-// positions that hit one row form a contiguous run, in increasing position
-// order. One team of ROW_LANES lanes per sorted position starts work only at
-// the head of a run; it walks the run in that fixed order, adds
+// positions that hit one row form a contiguous run of the sorted array. Each
+// sorted position contributes
 //     grad_out[bag(p)] * per_sample_weight[p] * bag_scale[bag(p)]
-// in float32 and writes the row of grad_weight once. Rows nobody looked up stay
-// as the host initialised them (zero); the padding row is left at zero.
-// The same inputs therefore always give bit-identical gradients.
+// to its row. Runs can be very long (a hot row under Zipf-skewed indices is hit
+// hundreds of thousands of times), so the work is cut into fixed chunks of
+// CHUNK_POS sorted positions instead of one team per run:
+//
+//   embedding_bag_backward: one team per chunk walks it in order, summing each
+//     segment (the part of a run inside the chunk) in float32. A segment that is
+//     a whole run is written straight to grad_weight. A run that crosses chunk
+//     boundaries leaves partial sums: slot 1 of the chunk where it starts (the
+//     chunk is then flagged in `carries`), slot 0 of every later chunk it covers.
+//   embedding_bag_backward_combine: one team per flagged chunk adds its slot 1
+//     and the following chunks' slot 0, in chunk order, and writes the row.
+//
+// Rows nobody looked up stay as the host initialised them (zero); the padding
+// row is left at zero. The same inputs always give bit-identical gradients.
 #include "common.cuh"
 
 #ifndef VEC
@@ -29,6 +39,9 @@
 #ifndef HAS_SCALE  // mean: bag_scale[b] = 1 / (rows pooled in bag b)
 #define HAS_SCALE 0
 #endif
+#ifndef CHUNK_POS  // sorted positions per chunk (a multiple of ROW_LANES)
+#define CHUNK_POS 128
+#endif
 #ifndef BLOCK
 #define BLOCK 256
 #endif
@@ -36,8 +49,29 @@
 #define TILE_COLS (ROW_LANES * CHUNKS * VEC)
 #define UNROLL_EFF (UNROLL < ROW_LANES ? UNROLL : ROW_LANES)
 static_assert(ROW_LANES % UNROLL_EFF == 0, "UNROLL must divide ROW_LANES");
+static_assert(CHUNK_POS % ROW_LANES == 0, "CHUNK_POS must be a multiple of ROW_LANES");
+
+#define PVEC (VEC < 4 ? VEC : 4)  // floats per partial-buffer access (at most 16 bytes)
+// Partial rows the combine kernel keeps in flight: about 64 floats per lane.
+#define COMBINE_UNROLL (CHUNKS * VEC <= 8 ? 8 : CHUNKS * VEC <= 16 ? 4 : 2)
 
 typedef Pack<weight_t, VEC> Vec;
+typedef Pack<float, PVEC> PartialVec;
+
+struct RowAcc {
+  float v[CHUNKS][VEC];
+};
+
+__device__ __forceinline__ void zero(RowAcc& a) {
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) a.v[c][e] = 0.0f;
+}
+
+__device__ __forceinline__ i64 lane_col(i64 col0, int c, int row_lane) {
+  return col0 + (i64)(c * ROW_LANES + row_lane) * VEC;
+}
 
 // Bag that position pos belongs to: fixed layout (bag_of == 0) or a table
 // (-1 for a position outside every bag, e.g. after the last offset).
@@ -45,80 +79,191 @@ __device__ __forceinline__ i64 bag_of_position(i64 pos, const i64* bag_of, i64 b
   return bag_of != 0 ? bag_of[pos] : pos / bag_size;
 }
 
+__device__ __forceinline__ void store_row(weight_t* dst, const RowAcc& a, i64 dim, i64 col0, int row_lane) {
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    const i64 col = lane_col(col0, c, row_lane);
+    if (col >= dim) continue;
+    Vec y;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) y.v[e] = from_float(a.v[c][e]);
+    store_pack<weight_t, VEC>(dst + col, y);
+  }
+}
+
+__device__ __forceinline__ void store_partial(float* dst, const RowAcc& a, i64 dim, i64 col0, int row_lane) {
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    const i64 col = lane_col(col0, c, row_lane);
+    if (col >= dim) continue;
+#pragma unroll
+    for (int e0 = 0; e0 < VEC; e0 += PVEC) {
+      PartialVec y;
+#pragma unroll
+      for (int e = 0; e < PVEC; ++e) y.v[e] = a.v[c][e0 + e];
+      store_pack<float, PVEC>(dst + col + e0, y);
+    }
+  }
+}
+
+// A segment of `row` ends: write it where it belongs (see the file comment).
+// Returns 1 if it was the head piece of a run that continues into later chunks.
+__device__ __forceinline__ int flush_segment(i64 row, const RowAcc& a, bool first_in_chunk, bool continues,
+                                             i64 prev_row, i64 padding_idx, i64 dim, i64 col0, int row_lane,
+                                             i64 chunk, weight_t* grad_weight, float* partial) {
+  if (row == padding_idx) return 0;
+  if (first_in_chunk && row == prev_row) {
+    store_partial(partial + (chunk * 2 + 0) * dim, a, dim, col0, row_lane);
+    return 0;
+  }
+  if (continues) {
+    store_partial(partial + (chunk * 2 + 1) * dim, a, dim, col0, row_lane);
+    return 1;
+  }
+  store_row(grad_weight + row * dim, a, dim, col0, row_lane);
+  return 0;
+}
+
 extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_backward(
     const weight_t* __restrict__ grad_out, i64 dim,
     const i64* __restrict__ sorted_rows, const i64* __restrict__ positions, i64 num_indices,
     const i64* __restrict__ bag_of, i64 bag_size,
     const weight_t* __restrict__ per_sample_weights, const float* __restrict__ bag_scale,
-    i64 padding_idx, int col_tiles, weight_t* __restrict__ grad_weight) {
+    i64 padding_idx, int col_tiles, weight_t* __restrict__ grad_weight,
+    float* __restrict__ partial, int* __restrict__ carries) {
   const int lane = threadIdx.x & 31;
   const int row_lane = lane & (ROW_LANES - 1);
   const u32 mask = team_mask<ROW_LANES>(lane);
+  const i64 num_chunks = (num_indices + CHUNK_POS - 1) / CHUNK_POS;
   const i64 work = ((i64)blockIdx.x * BLOCK + threadIdx.x) / ROW_LANES;
-  if (work >= num_indices * col_tiles) return;
-  const i64 head = work / col_tiles;
+  if (work >= num_chunks * col_tiles) return;
+  const i64 chunk = work / col_tiles;
   const i64 col0 = (work % col_tiles) * (i64)TILE_COLS;
-  const i64 row = sorted_rows[head];
-  if ((head > 0 && sorted_rows[head - 1] == row) || row == padding_idx) return;
+  const i64 begin = chunk * CHUNK_POS;
+  const i64 end = begin + CHUNK_POS < num_indices ? begin + CHUNK_POS : num_indices;
+  const i64 prev_row = begin > 0 ? sorted_rows[begin - 1] : -2;
+  const i64 next_row = end < num_indices ? sorted_rows[end] : -2;
 
-  float acc[CHUNKS][VEC];
-#pragma unroll
-  for (int c = 0; c < CHUNKS; ++c)
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) acc[c][e] = 0.0f;
-
-  for (i64 base = head; base < num_indices; base += ROW_LANES) {
+  RowAcc acc;
+  zero(acc);
+  i64 cur = sorted_rows[begin];
+  bool first = true;
+  int carry = 0;
+  for (i64 base = begin; base < end; base += ROW_LANES) {
     const i64 q = base + row_lane;
-    const bool mine = q < num_indices && sorted_rows[q] == row;
-    const int n = __popc(__ballot_sync(mask, mine));  // the run is a prefix of the batch
-    i64 my_bag = 0;
+    i64 my_row = -2, my_bag = -1;
     float my_scale = 1.0f;
-    if (mine) {
+    if (q < end) {
       const i64 pos = positions[q];
+      my_row = sorted_rows[q];
       my_bag = bag_of_position(pos, bag_of, bag_size);
 #if HAS_PSW
       my_scale *= to_float(per_sample_weights[pos]);
 #endif
 #if HAS_SCALE
-      my_scale *= bag_scale[my_bag];
+      if (my_bag >= 0) my_scale *= bag_scale[my_bag];
 #endif
     }
 #pragma unroll
     for (int m = 0; m < ROW_LANES; m += UNROLL_EFF) {
-      if (m >= n) break;
+      if (base + m >= end) break;  // same decision for the whole team
       Vec g[UNROLL_EFF][CHUNKS];
       float s[UNROLL_EFF];
-      u32 ok = 0;  // bit u: position m + u is in the run and in a bag
+      i64 r[UNROLL_EFF];
+      u32 ok = 0;  // bit u: position m + u exists and is in a bag
 #pragma unroll
-      for (int u = 0; u < UNROLL_EFF; ++u) {
+      for (int u = 0; u < UNROLL_EFF; ++u) {  // issue the loads ...
         const i64 b = __shfl_sync(mask, my_bag, m + u, ROW_LANES);
         s[u] = __shfl_sync(mask, my_scale, m + u, ROW_LANES);
-        if (m + u < n && b >= 0) ok |= 1u << u;
+        r[u] = __shfl_sync(mask, my_row, m + u, ROW_LANES);
+        if (base + m + u >= end || b < 0) continue;
+        ok |= 1u << u;
 #pragma unroll
         for (int c = 0; c < CHUNKS; ++c) {
-          const i64 col = col0 + (i64)(c * ROW_LANES + row_lane) * VEC;
-          if ((ok & (1u << u)) && col < dim) g[u][c] = load_pack<weight_t, VEC>(grad_out + b * dim + col);
+          const i64 col = lane_col(col0, c, row_lane);
+          if (col < dim) g[u][c] = load_pack<weight_t, VEC>(grad_out + b * dim + col);
         }
       }
 #pragma unroll
-      for (int u = 0; u < UNROLL_EFF; ++u) {
+      for (int u = 0; u < UNROLL_EFF; ++u) {  // ... then add them in position order
+        if (base + m + u >= end) break;
+        if (r[u] != cur) {
+          carry |= flush_segment(cur, acc, first, false, prev_row, padding_idx, dim, col0, row_lane, chunk,
+                                 grad_weight, partial);
+          zero(acc);
+          cur = r[u];
+          first = false;
+        }
         if (!(ok & (1u << u))) continue;
 #pragma unroll
         for (int c = 0; c < CHUNKS; ++c)
 #pragma unroll
-          for (int e = 0; e < VEC; ++e) acc[c][e] = fmaf(s[u], to_float(g[u][c].v[e]), acc[c][e]);
+          for (int e = 0; e < VEC; ++e) acc.v[c][e] = fmaf(s[u], to_float(g[u][c].v[e]), acc.v[c][e]);
       }
     }
-    if (n < ROW_LANES) break;
   }
+  carry |= flush_segment(cur, acc, first, cur == next_row, prev_row, padding_idx, dim, col0, row_lane, chunk,
+                         grad_weight, partial);
+  if (row_lane == 0 && col0 == 0) carries[chunk] = carry;
+}
 
+// One row piece of the partial buffer (this lane's columns), loaded / added.
+__device__ __forceinline__ void load_partial(RowAcc& x, const float* src, i64 dim, i64 col0, int row_lane) {
 #pragma unroll
   for (int c = 0; c < CHUNKS; ++c) {
-    const i64 col = col0 + (i64)(c * ROW_LANES + row_lane) * VEC;
+    const i64 col = lane_col(col0, c, row_lane);
     if (col >= dim) continue;
-    Vec y;
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) y.v[e] = from_float(acc[c][e]);
-    store_pack<weight_t, VEC>(grad_weight + row * dim + col, y);
+    for (int e0 = 0; e0 < VEC; e0 += PVEC) {
+      const PartialVec p = load_pack<float, PVEC>(src + col + e0);
+#pragma unroll
+      for (int e = 0; e < PVEC; ++e) x.v[c][e0 + e] = p.v[e];
+    }
   }
+}
+
+__device__ __forceinline__ void add(RowAcc& a, const RowAcc& x) {
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) a.v[c][e] += x.v[c][e];
+}
+
+// Adds the pieces of runs that cross chunk boundaries: slot 1 of the run's first
+// chunk, then slot 0 of each following chunk that still starts with the row.
+// COMBINE_UNROLL chunks are examined at a time, their loads in flight together.
+extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_backward_combine(
+    const i64* __restrict__ sorted_rows, i64 num_indices, i64 dim, int col_tiles,
+    const float* __restrict__ partial, const int* __restrict__ carries, weight_t* __restrict__ grad_weight) {
+  const int lane = threadIdx.x & 31;
+  const int row_lane = lane & (ROW_LANES - 1);
+  const i64 num_chunks = (num_indices + CHUNK_POS - 1) / CHUNK_POS;
+  const i64 work = ((i64)blockIdx.x * BLOCK + threadIdx.x) / ROW_LANES;
+  if (work >= num_chunks * col_tiles) return;
+  const i64 chunk = work / col_tiles;
+  const i64 col0 = (work % col_tiles) * (i64)TILE_COLS;
+  if (carries[chunk] == 0) return;
+  const i64 last = chunk * CHUNK_POS + CHUNK_POS - 1;  // the run's row: the chunk's last position
+  const i64 row = sorted_rows[last];
+
+  RowAcc acc;
+  load_partial(acc, partial + (chunk * 2 + 1) * dim, dim, col0, row_lane);
+  for (i64 k = chunk + 1; k < num_chunks; k += COMBINE_UNROLL) {
+    bool same[COMBINE_UNROLL];
+    RowAcc x[COMBINE_UNROLL];
+#pragma unroll
+    for (int u = 0; u < COMBINE_UNROLL; ++u) {  // chunk-start rows, then the pieces they select
+      same[u] = k + u < num_chunks && sorted_rows[(k + u) * CHUNK_POS] == row;
+      if (same[u]) load_partial(x[u], partial + ((k + u) * 2) * dim, dim, col0, row_lane);
+    }
+    bool done = false;
+#pragma unroll
+    for (int u = 0; u < COMBINE_UNROLL; ++u) {  // in chunk order: deterministic
+      done = done || !same[u];
+      if (done) break;
+      add(acc, x[u]);
+    }
+    if (done) break;
+  }
+  store_row(grad_weight + row * dim, acc, dim, col0, row_lane);
 }

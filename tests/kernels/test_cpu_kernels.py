@@ -136,7 +136,8 @@ def test_vector_width_and_row_tiling() -> None:
     assert vector_width(6, 2, 0) == 2
     assert RowTiling.for_row(128, 4) == RowTiling(4, 32, 1, 1)
     assert RowTiling.for_row(192, 4) == RowTiling(4, 16, 3, 1)  # 48 vectors: no idle lane
-    assert RowTiling.for_row(3, 1) == RowTiling(1, 4, 1, 1)
+    assert RowTiling.for_row(3, 1) == RowTiling(1, 1, 3, 1)  # one lane, three chunks: no idle lane
+    assert RowTiling.for_row(192, 8) == RowTiling(8, 8, 3, 1)
     assert RowTiling.for_row(4096, 4) == RowTiling(4, 32, 4, 8)
 
 
