@@ -78,7 +78,8 @@ def _run_once(backend: Any, case: Any, inputs: Any, large_table: Any,
     if cmp.mismatched > cmp.unwritten:
         problems.append(_problem(
             "verify-mismatch", f"{cmp.mismatched - cmp.unwritten} of {output.numel()} elements outside the "
-            f"error bound; largest error {cmp.max_error:.3g} (worst error/bound {cmp.worst_ratio:.3g})",
+            f"error bound ({cmp.nonfinite} of them NaN or inf); largest finite error {cmp.max_error:.3g} "
+            f"(worst error/bound {cmp.worst_ratio:.3g})",
             positions=cmp.positions, max_error=cmp.max_error, worst_ratio=cmp.worst_ratio))
     changed = sorted(k for k, g in given.items() if g.changed())
     if large_table is not None and not torch.equal(large_table.view[inputs.rows.to(device)].cpu(), inputs.weight_rows):
@@ -209,7 +210,7 @@ def _main(job: dict[str, Any], events: Events) -> int:
             message = f"the kernel call raised {type(exc).__name__}: {exc}"
             result = {"status": "fail", "problems": [_problem("verify-crash", message)]}
             events.emit("case-result", index=index, case=case.id, **result)
-            if backend.device.type == "cuda":
+            if backend.device.type == "cuda" and index + 1 < len(job["cases"]):
                 events.emit("aborted", message="stopped after a CUDA error; later cases were not run")
                 return 0
             continue

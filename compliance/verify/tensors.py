@@ -228,6 +228,8 @@ class Comparison:
     """Elements still NaN (never written)."""
     mismatched: int = 0
     """Elements outside their bound (unwritten ones included)."""
+    nonfinite: int = 0
+    """Written elements that are NaN or infinite."""
     max_error: float = 0.0
     """Largest |y - r| over written elements."""
     bound_at_max: float = 0.0
@@ -255,7 +257,8 @@ def compare(out: torch.Tensor, reference: torch.Tensor, bound: torch.Tensor,
     finite_err = torch.where(nan, torch.zeros_like(err), err)
     ratio = torch.where(bound > 0, finite_err / bound.clamp_min(1e-300),
                         torch.where(finite_err > 0, torch.full_like(err, math.inf), torch.zeros_like(err)))
-    result = Comparison(unwritten=int(never.sum()), mismatched=int(bad.sum()))
+    result = Comparison(unwritten=int(never.sum()), mismatched=int(bad.sum()),
+                        nonfinite=int((~torch.isfinite(y) & ~never).sum()))
     if y.numel():
         worst = int(torch.argmax(ratio.reshape(-1)))
         result.max_error = float(finite_err.max())
