@@ -269,7 +269,7 @@ def bag_backward(grad_out: "torch.Tensor", indices: "torch.Tensor", bag_of: "tor
     sorted_rows, positions = torch.sort(indices.reshape(-1).to(torch.int64), stable=True)
     tiling = RowTiling.for_row(dim, vector_width(dim, grad_out.element_size(), grad_out.data_ptr()))
     defines = {"WEIGHT_DTYPE": _dtype_code(grad_out.dtype), "VEC": tiling.vec, "ROW_LANES": tiling.row_lanes,
-               "CHUNKS": tiling.chunks, "UNROLL": _floor_pow2(8 // tiling.chunks),
+               "CHUNKS": tiling.chunks, "UNROLL": _floor_pow2(max(1, 4 // tiling.chunks)),
                "HAS_PSW": int(per_sample_weights is not None), "HAS_SCALE": int(bag_scale is not None),
                "CHUNK_POS": BACKWARD_CHUNK, "BLOCK": BLOCK}
     device = grad_out.device.index

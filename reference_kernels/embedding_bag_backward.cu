@@ -31,7 +31,7 @@
 #define CHUNKS 1
 #endif
 #ifndef UNROLL
-#define UNROLL 8
+#define UNROLL 4
 #endif
 #ifndef HAS_PSW
 #define HAS_PSW 0
@@ -124,7 +124,7 @@ __device__ __forceinline__ int flush_segment(i64 row, const RowAcc& a, bool firs
   return 0;
 }
 
-extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_backward(
+extern "C" __global__ void __launch_bounds__(BLOCK, 2) embedding_bag_backward(
     const weight_t* __restrict__ grad_out, i64 dim,
     const i64* __restrict__ sorted_rows, const i64* __restrict__ positions, i64 num_indices,
     const i64* __restrict__ bag_of, i64 bag_size,
@@ -168,14 +168,10 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_backward(
     for (int m = 0; m < ROW_LANES; m += UNROLL_EFF) {
       if (base + m >= end) break;  // same decision for the whole team
       Vec g[UNROLL_EFF][CHUNKS];
-      float s[UNROLL_EFF];
-      i64 r[UNROLL_EFF];
       u32 ok = 0;  // bit u: position m + u exists and is in a bag
 #pragma unroll
       for (int u = 0; u < UNROLL_EFF; ++u) {  // issue the loads ...
         const i64 b = __shfl_sync(mask, my_bag, m + u, ROW_LANES);
-        s[u] = __shfl_sync(mask, my_scale, m + u, ROW_LANES);
-        r[u] = __shfl_sync(mask, my_row, m + u, ROW_LANES);
         if (base + m + u >= end || b < 0) continue;
         ok |= 1u << u;
 #pragma unroll
@@ -186,19 +182,21 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_backward(
       }
 #pragma unroll
       for (int u = 0; u < UNROLL_EFF; ++u) {  // ... then add them in position order
+        const i64 r = __shfl_sync(mask, my_row, m + u, ROW_LANES);
+        const float scale = __shfl_sync(mask, my_scale, m + u, ROW_LANES);
         if (base + m + u >= end) break;
-        if (r[u] != cur) {
+        if (r != cur) {
           carry |= flush_segment(cur, acc, first, false, prev_row, padding_idx, dim, col0, row_lane, chunk,
                                  grad_weight, partial);
           zero(acc);
-          cur = r[u];
+          cur = r;
           first = false;
         }
         if (!(ok & (1u << u))) continue;
 #pragma unroll
         for (int c = 0; c < CHUNKS; ++c)
 #pragma unroll
-          for (int e = 0; e < VEC; ++e) acc.v[c][e] = fmaf(s[u], to_float(g[u][c].v[e]), acc.v[c][e]);
+          for (int e = 0; e < VEC; ++e) acc.v[c][e] = fmaf(scale, to_float(g[u][c].v[e]), acc.v[c][e]);
       }
     }
   }
