@@ -216,3 +216,17 @@ def test_custom_ops_are_registered_with_fake_kernels() -> None:
         assert out.shape == (3, 16) and argmax.shape == (3, 16) and argmax.dtype == torch.int64
         emb = torch.ops.reference_kernels.embedding(weight, idx.view(7, 1), -1, False)
         assert emb.shape == (7, 1, 16)
+
+
+def test_kernel_manifest_is_valid_and_matches_the_sources() -> None:
+    """The manifest loads without problems through compliance.manifest, declares every
+    forward kernel, and each entry symbol is an extern "C" __global__ of its sources."""
+    manifest_mod = pytest.importorskip("compliance.manifest")
+    manifest = manifest_mod.load_manifest(KERNEL_DIR / "kernel_manifest.yaml")
+    assert manifest.problems == ()
+    declared = {k.id: k for k in manifest.kernels}
+    assert set(declared) == {"reference-embedding-bag", "reference-embedding", "reference-embedding-batched"}
+    for kernel in manifest.kernels:
+        text = "".join((KERNEL_DIR / src).read_text() for src in kernel.sources)
+        for symbol in kernel.entry_symbols:
+            assert re.search(rf'extern "C" __global__ void[^(]*\b{symbol}\(', text), (kernel.id, symbol)
