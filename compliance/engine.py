@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from compliance.checks import STATIC_CHECKS
+from compliance.checks.builtin import STATIC_CHECKS
 from compliance.context import CheckContext
 from compliance.errors import InputError
 from compliance.findings import Finding, Severity

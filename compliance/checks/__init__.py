@@ -1,23 +1,6 @@
-"""Built-in static checks. Importing this package registers every check spec.
+"""Checks: ``interface`` (the registry), the static-check modules, and ``builtin``.
 
-Each module declares its specs (``register(CheckSpec(...))``) and a ``run``
-function taking a ``CheckContext`` and yielding findings (None for a check
-that is switched off). ``STATIC_CHECKS`` is the order they run in.
+This package's ``__init__`` imports nothing, so ``compliance.context`` and the
+check modules can import each other's light parts in any order;
+``compliance.checks.builtin`` registers everything.
 """
-
-from __future__ import annotations
-
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
-
-from compliance.checks import binaries, kernels, layout, upstream_links
-from compliance.verify import specs as _verify_specs  # noqa: F401  (verify-* rule ids; no torch)
-from compliance.upstream import specs as upstream_specs  # noqa: F401  (registers the --upstream rule ids)
-
-if TYPE_CHECKING:
-    from compliance.context import CheckContext
-    from compliance.findings import Finding
-
-STATIC_CHECKS: tuple[Callable[["CheckContext"], Iterable["Finding | None"]], ...] = (
-    layout.run, kernels.run, binaries.run, upstream_links.run,
-)
