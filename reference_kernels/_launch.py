@@ -25,7 +25,8 @@ INT64_MAX = 2**63 - 1
 # that an element the kernel fails to write cannot pass a comparison.
 POISON_OUTPUTS = os.environ.get("REFERENCE_KERNELS_POISON_OUTPUTS", "0") == "1"
 # Rows each lane keeps in flight in the forward kernel: UNROLL_ROWS // CHUNKS (a power of
-# two); 16 measured best on the H200 (docs/perf-log.md).
+# two); 16 measured best on the H200 (docs/perf-log.md); half that when the max-mode
+# argmax is also written (more live registers).
 UNROLL_ROWS = 16
 # Occupancy floor for the forward kernel: caps registers at 65536 / (2 * BLOCK) = 128, below
 # which f32 mean/max variants fell to one block per SM (docs/perf-log.md).
@@ -161,7 +162,7 @@ def forward_defines(weight_code: int, index_type: str, mode: str, has_psw: bool,
         "WEIGHT_DTYPE": weight_code, "INDEX_T": index_type, "MODE": MODES[mode], "HAS_PSW": int(has_psw),
         "WRITE_ARGMAX": int(need_argmax), "VEC": tiling.vec, "ROW_LANES": tiling.row_lanes,
         "TEAM": tiling.row_lanes * rows_at_once, "CHUNKS": tiling.chunks,
-        "UNROLL": _floor_pow2(UNROLL_ROWS // tiling.chunks), "BLOCK": BLOCK, "MIN_BLOCKS": MIN_BLOCKS,
+        "UNROLL": _floor_pow2((UNROLL_ROWS // 2 if need_argmax else UNROLL_ROWS) // tiling.chunks), "BLOCK": BLOCK, "MIN_BLOCKS": MIN_BLOCKS,
     }
     defines.update(tuning_overrides(TUNE))
     return defines
@@ -278,13 +279,15 @@ def bag_backward(grad_out: "torch.Tensor", indices: "torch.Tensor", bag_of: "tor
     carries = torch.empty((chunks,), dtype=torch.int32, device=grad_out.device)
     grid = -(-chunks * tiling.col_tiles * tiling.row_lanes // BLOCK)
     stream = _stream(grad_out)
-    fn = _nvrtc.get_function("embedding_bag_backward.cu", "embedding_bag_backward", defines, device)
+    fn = _nvrtc.get_function("embedding_bag_backward.cu", "embedding_bag_backward",
+                             {**defines, "BACKWARD_PASS": 1}, device)
     _nvrtc.launch(fn, grid, BLOCK, stream, [
         (grad_out.data_ptr(), PTR), (dim, I64), (sorted_rows.data_ptr(), PTR), (positions.data_ptr(), PTR),
         (n, I64), (_ptr(bag_of), PTR), (max(1, bag_size), I64), (_ptr(per_sample_weights), PTR),
         (_ptr(bag_scale), PTR), (padding_idx, I64), (tiling.col_tiles, I32), (grad_weight.data_ptr(), PTR),
         (partial.data_ptr(), PTR), (carries.data_ptr(), PTR)])
-    combine = _nvrtc.get_function("embedding_bag_backward.cu", "embedding_bag_backward_combine", defines, device)
+    combine = _nvrtc.get_function("embedding_bag_backward.cu", "embedding_bag_backward_combine",
+                                  {**defines, "BACKWARD_PASS": 2}, device)
     _nvrtc.launch(combine, grid, BLOCK, stream, [
         (sorted_rows.data_ptr(), PTR), (n, I64), (dim, I64), (tiling.col_tiles, I32), (partial.data_ptr(), PTR),
         (carries.data_ptr(), PTR), (grad_weight.data_ptr(), PTR)])

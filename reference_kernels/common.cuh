@@ -70,6 +70,34 @@ __device__ __forceinline__ void store_pack(T* p, const Pack<T, N>& pack) {
   *reinterpret_cast<Pack<T, N>*>(p) = pack;
 }
 
+// All N elements of a pack as floats. 16-bit types are converted two per 32-bit
+// word (bfloat16: a shift and a mask; float16: split the word, two cvt), which
+// keeps the packed registers packed instead of extracting every half first.
+template <int N>
+__device__ __forceinline__ void to_floats(const Pack<weight_t, N>& x, float (&f)[N]) {
+#if WEIGHT_DTYPE == 0
+#pragma unroll
+  for (int e = 0; e < N; ++e) f[e] = x.v[e];
+#else
+  if (N % 2 != 0) {
+#pragma unroll
+    for (int e = 0; e < N; ++e) f[e] = to_float(x.v[e]);
+    return;
+  }
+  const u32* words = reinterpret_cast<const u32*>(x.v);
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) {
+#if WEIGHT_DTYPE == 2
+    f[2 * i] = __uint_as_float(words[i] << 16);
+    f[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+#else
+    asm("{.reg .f16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\tcvt.f32.f16 %0, lo;\n\tcvt.f32.f16 %1, hi;}"
+        : "=f"(f[2 * i]), "=f"(f[2 * i + 1]) : "r"(words[i]));
+#endif
+  }
+#endif
+}
+
 // Lanes [base, base + width) of the calling warp, as a shuffle mask.
 template <int WIDTH>
 __device__ __forceinline__ u32 team_mask(int lane) {

@@ -16,6 +16,8 @@
 //     chunk is then flagged in `carries`), slot 0 of every later chunk it covers.
 //   embedding_bag_backward_combine: one team per flagged chunk adds its slot 1
 //     and the following chunks' slot 0, in chunk order, and writes the row.
+//   (The host compiles the two passes as separate modules, BACKWARD_PASS = 1, 2,
+//   which keeps each compile well under a second.)
 //
 // Rows nobody looked up stay as the host initialised them (zero); the padding
 // row is left at zero. The same inputs always give bit-identical gradients.
@@ -44,6 +46,9 @@
 #endif
 #ifndef BLOCK
 #define BLOCK 256
+#endif
+#ifndef BACKWARD_PASS  // 1: the chunk kernel only, 2: the combine kernel only, 0: both
+#define BACKWARD_PASS 0
 #endif
 
 #define TILE_COLS (ROW_LANES * CHUNKS * VEC)
@@ -124,6 +129,7 @@ __device__ __forceinline__ int flush_segment(i64 row, const RowAcc& a, bool firs
   return 0;
 }
 
+#if BACKWARD_PASS != 2
 extern "C" __global__ void __launch_bounds__(BLOCK, 2) embedding_bag_backward(
     const weight_t* __restrict__ grad_out, i64 dim,
     const i64* __restrict__ sorted_rows, const i64* __restrict__ positions, i64 num_indices,
@@ -144,14 +150,16 @@ extern "C" __global__ void __launch_bounds__(BLOCK, 2) embedding_bag_backward(
   const i64 prev_row = begin > 0 ? sorted_rows[begin - 1] : -2;
   const i64 next_row = end < num_indices ? sorted_rows[end] : -2;
 
+  // Positions begin .. end - 1, then one virtual position at `end` whose row
+  // (-3) matches nothing: it closes the last segment at the one flush site.
   RowAcc acc;
   zero(acc);
   i64 cur = sorted_rows[begin];
   bool first = true;
   int carry = 0;
-  for (i64 base = begin; base < end; base += ROW_LANES) {
+  for (i64 base = begin; base <= end; base += ROW_LANES) {
     const i64 q = base + row_lane;
-    i64 my_row = -2, my_bag = -1;
+    i64 my_row = -3, my_bag = -1;
     float my_scale = 1.0f;
     if (q < end) {
       const i64 pos = positions[q];
@@ -164,9 +172,9 @@ extern "C" __global__ void __launch_bounds__(BLOCK, 2) embedding_bag_backward(
       if (my_bag >= 0) my_scale *= bag_scale[my_bag];
 #endif
     }
-#pragma unroll
+#pragma unroll 1  // the flush code is inlined once per u below: keep the compile short
     for (int m = 0; m < ROW_LANES; m += UNROLL_EFF) {
-      if (base + m >= end) break;  // same decision for the whole team
+      if (base + m > end) break;  // same decision for the whole team
       Vec g[UNROLL_EFF][CHUNKS];
       u32 ok = 0;  // bit u: position m + u exists and is in a bag
 #pragma unroll
@@ -184,9 +192,10 @@ extern "C" __global__ void __launch_bounds__(BLOCK, 2) embedding_bag_backward(
       for (int u = 0; u < UNROLL_EFF; ++u) {  // ... then add them in position order
         const i64 r = __shfl_sync(mask, my_row, m + u, ROW_LANES);
         const float scale = __shfl_sync(mask, my_scale, m + u, ROW_LANES);
-        if (base + m + u >= end) break;
+        if (base + m + u > end) break;
         if (r != cur) {
-          carry |= flush_segment(cur, acc, first, false, prev_row, padding_idx, dim, col0, row_lane, chunk,
+          const bool continues = base + m + u == end && cur == next_row;
+          carry |= flush_segment(cur, acc, first, continues, prev_row, padding_idx, dim, col0, row_lane, chunk,
                                  grad_weight, partial);
           zero(acc);
           cur = r;
@@ -194,16 +203,19 @@ extern "C" __global__ void __launch_bounds__(BLOCK, 2) embedding_bag_backward(
         }
         if (!(ok & (1u << u))) continue;
 #pragma unroll
-        for (int c = 0; c < CHUNKS; ++c)
+        for (int c = 0; c < CHUNKS; ++c) {
+          float values[VEC];
+          to_floats(g[u][c], values);
 #pragma unroll
-          for (int e = 0; e < VEC; ++e) acc.v[c][e] = fmaf(scale, to_float(g[u][c].v[e]), acc.v[c][e]);
+          for (int e = 0; e < VEC; ++e) acc.v[c][e] = fmaf(scale, values[e], acc.v[c][e]);
+        }
       }
     }
   }
-  carry |= flush_segment(cur, acc, first, cur == next_row, prev_row, padding_idx, dim, col0, row_lane, chunk,
-                         grad_weight, partial);
   if (row_lane == 0 && col0 == 0) carries[chunk] = carry;
 }
+
+#endif  // BACKWARD_PASS != 2
 
 // One row piece of the partial buffer (this lane's columns), loaded / added.
 __device__ __forceinline__ void load_partial(RowAcc& x, const float* src, i64 dim, i64 col0, int row_lane) {
@@ -227,6 +239,7 @@ __device__ __forceinline__ void add(RowAcc& a, const RowAcc& x) {
     for (int e = 0; e < VEC; ++e) a.v[c][e] += x.v[c][e];
 }
 
+#if BACKWARD_PASS != 1
 // Adds the pieces of runs that cross chunk boundaries: slot 1 of the run's first
 // chunk, then slot 0 of each following chunk that still starts with the row.
 // COMBINE_UNROLL chunks are examined at a time, their loads in flight together.
@@ -265,3 +278,4 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_backward_combi
   }
   store_row(grad_weight + row * dim, acc, dim, col0, row_lane);
 }
+#endif  // BACKWARD_PASS != 1

@@ -72,7 +72,7 @@ struct Acc {
 #if WRITE_ARGMAX
   i64 arg[CHUNKS][VEC];
 #endif
-  int count;  // rows pooled by this lane's row group (mean; "any row" for max)
+  int count;  // rows pooled by the whole team (mean; "any row" for max), counted per batch
 };
 
 __device__ __forceinline__ void acc_init(Acc& a) {
@@ -90,9 +90,11 @@ __device__ __forceinline__ void acc_init(Acc& a) {
 
 // Adds (or max-combines) one loaded row chunk into the accumulator.
 __device__ __forceinline__ void acc_add(Acc& a, int c, const Vec& x, float w, i64 row) {
+  float values[VEC];
+  to_floats(x, values);
 #pragma unroll
   for (int e = 0; e < VEC; ++e) {
-    const float f = to_float(x.v[e]);
+    const float f = values[e];
 #if MODE == 2
     if (f > a.v[c][e]) {
       a.v[c][e] = f;
@@ -112,7 +114,6 @@ __device__ __forceinline__ void acc_add(Acc& a, int c, const Vec& x, float w, i6
 __device__ __forceinline__ void acc_team_reduce(Acc& a, u32 mask) {
 #pragma unroll
   for (int off = ROW_LANES; off < TEAM; off <<= 1) {
-    a.count += __shfl_xor_sync(mask, a.count, off, TEAM);
 #pragma unroll
     for (int c = 0; c < CHUNKS; ++c)
 #pragma unroll
@@ -186,6 +187,10 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
     const int n = left < TEAM ? (int)left : TEAM;
     const i64 my_index = next_index;
     const float my_weight = next_weight;
+    if (MODE != 0) {  // rows that count: one ballot per batch, not a count per row
+      const bool pooled = team_lane < n && my_index >= 0 && my_index != padding_idx;
+      acc.count += __popc(__ballot_sync(mask, pooled));
+    }
     const i64 ahead = base + stride + team_lane;  // prefetch the team's next batch
     next_index = ahead < end ? (i64)indices[ahead] : -1;
 #if HAS_PSW
@@ -215,7 +220,6 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
 #pragma unroll
       for (int u = 0; u < UNROLL_EFF; ++u) {  // ... then consume them
         if (!(valid & (1u << u))) continue;
-        acc.count += 1;
 #pragma unroll
         for (int c = 0; c < CHUNKS; ++c) {
           if (col0 + (c * ROW_LANES + row_lane) * VEC < dim) acc_add(acc, c, x[u][c], w[u], row[u]);
