@@ -70,10 +70,17 @@ def _ptr(t: "torch.Tensor | None") -> int:
     return 0 if t is None else t.data_ptr()
 
 
-def _stream(t: "torch.Tensor") -> int:
+def _launch_on(t: "torch.Tensor", fn: object, grid: int, args: list[tuple[object, str]]) -> None:
+    """Launch on the current stream of ``t``'s device; under a device guard only when that is
+    not the current device (the guard costs more than the check)."""
     import torch
 
-    return int(torch.cuda.current_stream(t.device).cuda_stream)
+    index = t.device.index
+    if index == torch.cuda.current_device():
+        _nvrtc.launch(fn, grid, BLOCK, int(torch.cuda.current_stream(index).cuda_stream), args)
+        return
+    with torch.cuda.device(index):
+        _nvrtc.launch(fn, grid, BLOCK, int(torch.cuda.current_stream(index).cuda_stream), args)
 
 
 def new_output(shape: tuple[int, ...], like: "torch.Tensor") -> "torch.Tensor":
@@ -137,8 +144,8 @@ def index_check(indices: "torch.Tensor", num_embeddings: int, offsets: "torch.Te
     n_off = 0 if offsets is None else offsets.numel()
     fn = _nvrtc.get_function("index_check.cu", "index_check", {"INDEX_T": _index_type(indices.dtype)},
                              indices.device.index)
-    grid = max(1, min(-(-max(n, n_off) // BLOCK), 132 * 8))
-    _nvrtc.launch(fn, grid, BLOCK, _stream(indices), [
+    grid = max(1, min(-(-max(n, n_off) // BLOCK), sm_count(indices.device) * 8))
+    _launch_on(indices, fn, grid, [
         (_ptr(indices), PTR), (n, I64), (num_embeddings, I64),
         (_ptr(offsets), PTR), (n_off, I64), (status.data_ptr(), PTR)])
     bad_index, bad_bag = status.tolist()  # the one host synchronisation of the check
@@ -221,7 +228,7 @@ def bag_forward(weight: "torch.Tensor", indices: "torch.Tensor", offsets: "torch
     avg_len = bag_size if offsets is None else max(1, n // max(1, num_bags))
     plan = _forward_plan(weight, indices, mode, per_sample_weights is not None, need_argmax, avg_len)
     grid = -(-num_bags * plan.col_tiles * plan.team // BLOCK)
-    _nvrtc.launch(plan.fn, grid, BLOCK, _stream(weight), [
+    _launch_on(weight, plan.fn, grid, [
         (weight.data_ptr(), PTR), (dim, I64), (_ptr(indices), PTR), (n, I64),
         (_ptr(offsets), PTR), (0 if offsets is None else offsets.numel(), I64), (bag_size, I64),
         (num_bags, I64), (plan.col_tiles, I32), (_ptr(per_sample_weights), PTR), (padding_idx, I64),
@@ -245,7 +252,7 @@ def gather(weight: "torch.Tensor", indices: "torch.Tensor") -> "torch.Tensor":
     fn = _nvrtc.get_function("embedding_gather.cu", "embedding_gather", defines, weight.device.index)
     items = -(-indices.numel() // unroll) * tiling.col_tiles
     grid = max(1, min(-(-items * tiling.row_lanes // BLOCK), sm_count(weight.device) * 16))
-    _nvrtc.launch(fn, grid, BLOCK, _stream(weight), [
+    _launch_on(weight, fn, grid, [
         (weight.data_ptr(), PTR), (row_bytes // word, I64), (_ptr(indices), PTR), (indices.numel(), I64),
         (out.data_ptr(), PTR)])
     return out
@@ -278,17 +285,16 @@ def bag_backward(grad_out: "torch.Tensor", indices: "torch.Tensor", bag_of: "tor
     partial = torch.empty((chunks * 2, dim), dtype=torch.float32, device=grad_out.device)
     carries = torch.empty((chunks,), dtype=torch.int32, device=grad_out.device)
     grid = -(-chunks * tiling.col_tiles * tiling.row_lanes // BLOCK)
-    stream = _stream(grad_out)
     fn = _nvrtc.get_function("embedding_bag_backward.cu", "embedding_bag_backward",
                              {**defines, "BACKWARD_PASS": 1}, device)
-    _nvrtc.launch(fn, grid, BLOCK, stream, [
+    _launch_on(grad_out, fn, grid, [
         (grad_out.data_ptr(), PTR), (dim, I64), (sorted_rows.data_ptr(), PTR), (positions.data_ptr(), PTR),
         (n, I64), (_ptr(bag_of), PTR), (max(1, bag_size), I64), (_ptr(per_sample_weights), PTR),
         (_ptr(bag_scale), PTR), (padding_idx, I64), (tiling.col_tiles, I32), (grad_weight.data_ptr(), PTR),
         (partial.data_ptr(), PTR), (carries.data_ptr(), PTR)])
     combine = _nvrtc.get_function("embedding_bag_backward.cu", "embedding_bag_backward_combine",
                                   {**defines, "BACKWARD_PASS": 2}, device)
-    _nvrtc.launch(combine, grid, BLOCK, stream, [
+    _launch_on(grad_out, combine, grid, [
         (sorted_rows.data_ptr(), PTR), (n, I64), (dim, I64), (tiling.col_tiles, I32), (partial.data_ptr(), PTR),
         (carries.data_ptr(), PTR), (grad_weight.data_ptr(), PTR)])
     return grad_weight

@@ -153,18 +153,20 @@ def device_arch(device_index: int) -> str:
     return f"sm_{major}{minor}"
 
 
-def _ensure_context(device_index: int) -> None:
-    """Make the device's primary context (the one torch uses) current on this thread."""
+def _load_module(cubin: bytes, device_index: int) -> Any:
+    """Load a cubin into the device's primary context (the one torch uses), without
+    changing the caller's current device."""
     import torch
 
     driver, _ = _bindings()
     torch.cuda.init()
-    torch.cuda.set_device(device_index)
-    ctx = _check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
-    if int(ctx) == 0:
-        dev = _check(driver.cuDeviceGet(device_index), "cuDeviceGet")
-        ctx = _check(driver.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
-        _check(driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    with torch.cuda.device(device_index):
+        ctx = _check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        if int(ctx) == 0:  # torch has not made the primary context current on this thread yet
+            dev = _check(driver.cuDeviceGet(device_index), "cuDeviceGet")
+            ctx = _check(driver.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+            _check(driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        return _check(driver.cuModuleLoadData(cubin), "cuModuleLoadData")
 
 
 def _resources(fn: Any) -> tuple[int, int]:
@@ -180,11 +182,9 @@ def _module(filename: str, defines: dict[str, Any], device_index: int) -> Any:
     memo = (filename, tuple(sorted(defines.items())), device_index)
     module = _MODULES.get(memo)
     if module is None:
-        driver, _ = _bindings()
         key, cubin = cached_cubin(filename, compile_options(device_arch(device_index), defines))
         t0 = time.perf_counter()
-        _ensure_context(device_index)
-        module = _MODULES[memo] = _check(driver.cuModuleLoadData(cubin), "cuModuleLoadData")
+        module = _MODULES[memo] = _load_module(cubin, device_index)
         STATS.load_s[f"{filename}:{key[:12]}"] = time.perf_counter() - t0
     return module
 
@@ -202,21 +202,6 @@ def get_function(filename: str, name: str, defines: dict[str, Any], device_index
             module = _module(filename, defines, device_index)
             fn = _check(driver.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction")
             STATS.resources[f"{name} {sorted(defines.items())}"] = _resources(fn)
-            _FUNCTIONS[memo] = fn
-    return fn
-    options = compile_options(device_arch(device_index), defines)
-    with _LOCK:
-        fn = _FUNCTIONS.get(memo)
-        if fn is None:
-            driver, _ = _bindings()
-            key, cubin = cached_cubin(filename, options)
-            t0 = time.perf_counter()
-            _ensure_context(device_index)
-            module = _check(driver.cuModuleLoadData(cubin), "cuModuleLoadData")
-            fn = _check(driver.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction")
-            STATS.load_s[f"{filename}:{key[:12]}"] = time.perf_counter() - t0
-            STATS.resources[f"{filename} {sorted(defines.items())}"] = _resources(fn)
-            _MODULES.append(module)
             _FUNCTIONS[memo] = fn
     return fn
 

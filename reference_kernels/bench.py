@@ -106,7 +106,6 @@ def copy_ceiling_gbps(timer: Timer) -> float:
     src = torch.randn(1 << 30, device=DEV)  # 4 GiB
     dst = torch.empty_like(src)
     us = timer.median_us(lambda: dst.copy_(src))
-    del src, dst
     return 2 * (4 << 30) / (us * 1e-6) / 1e9
 
 
@@ -193,7 +192,6 @@ class Suite:
             idx = zipf_indices(2048 * 150, 5_000_000, 0, self.gen).view(2048, 150)
             self.bag_case(f"1 5Mx128 B2048 L150 {mode}{'+psw' if psw else ''} {dtype}".replace("torch.", ""),
                           "1-large", weight, idx, None, mode, psw)
-            del weight
 
     # (2) 12 tables, per-table launches vs one table-batched launch
     def twelve_tables(self) -> None:
@@ -240,7 +238,6 @@ class Suite:
                         row_bytes=row, notes="one launch for all tables vs one torch call per table"))
         self.add(Result(label + " per-table", group, str(dtype)[6:], mode, psw, ours_loop, theirs, None, comp,
                         logical, row_bytes=row, notes="one launch per table, both sides"))
-        del tbe
 
     # (3) two big tables
     def two_big_tables(self) -> None:
@@ -292,7 +289,6 @@ class Suite:
             self.add(Result(f"6 one-hot gather 5Mx128 N262144 {dtype}".replace("torch.", ""), "6-onehot",
                             str(dtype)[6:], "gather", False, ours, theirs, checked, unique * row + extra,
                             idx.numel() * row + extra, row_bytes=row))
-            del weight
 
     # backward on (1) and (3)
     def backward(self) -> None:
@@ -312,7 +308,6 @@ class Suite:
                 self.add(Result(f"{name} {mode} float32 backward", "bwd", "float32", mode, False, ours, theirs,
                                 None, comp, comp + idx.numel() * row, row_bytes=row,
                                 notes="dense grad: compulsory = indices + grad_out + whole grad table"))
-                del weight, out_ours, out_torch
 
 
 def tune(suite: "Suite") -> None:
@@ -352,7 +347,6 @@ def tune(suite: "Suite") -> None:
                 gathered = comp + (flat.numel() - batch) * dim * weight.element_size()
                 line.append(f"gather same rows: {us:.1f}us {100 * gathered / (us * 1e-6) / 1e9 / suite.copy_gbps:.0f}%")
         print(" | ".join(line), flush=True)
-        del weight
     for variant, (regs, local) in _nvrtc.STATS.resources.items():
         if "forward" in variant:
             print(f"registers {regs:3d} local {local:3d} B  {variant}")
@@ -367,7 +361,6 @@ def profile_cases(suite: "Suite") -> None:
             suite.timer.flush.fill_(1.0)
             rk.embedding_bag(idx, weight, mode="sum", check_indices=False)
         torch.cuda.synchronize()
-        del weight
 
 
 def geomean(values: list[float]) -> float:
