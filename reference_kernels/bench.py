@@ -185,6 +185,18 @@ class Suite:
                 out.append((dtype, mode, psw))
         return out[:4] if self.quick else out
 
+    # issue 3's acceptance case: pooling 20, dim 128, float32
+    def simple(self) -> None:
+        weight = table(1_000_000, 128, torch.float32, self.gen)
+        for batch in (2048, 16384):
+            for layout in ("fixed", "csr"):
+                idx = zipf_indices(batch * 20, 1_000_000, 0.0, self.gen)
+                offsets = torch.arange(0, idx.numel() + 1, 20, device=DEV) if layout == "csr" else None
+                idx = idx if layout == "csr" else idx.view(batch, 20)
+                for mode in ("sum", "mean", "max"):
+                    self.bag_case(f"0 1Mx128 B{batch} L20 {layout} {mode} f32", "0-simple", weight, idx, offsets,
+                                  mode, False)
+
     # (1) one large table
     def single_table(self) -> None:
         for dtype, mode, psw in self.variants():
@@ -422,7 +434,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--chart", required=True, help="where to write the bandwidth chart (PNG)")
     p.add_argument("--reps", type=int, default=100, help="timed calls per figure (median; at least 100)")
     p.add_argument("--quick", action="store_true", help="a small subset (smoke test)")
-    p.add_argument("--only", default="", help="comma-separated groups: large,tables,big,sweep,dcnv2,onehot,backward")
+    p.add_argument("--only", default="",
+                   help="comma-separated groups: simple,large,tables,big,sweep,dcnv2,onehot,backward (default: all)"
+                        "; also tune, profile")
     p.add_argument("--seed", type=int, default=int(time.time()))
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -431,7 +445,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.reps < 100 and not args.quick:
         p.error("--reps must be at least 100 (use --quick for a smoke test)")
     suite = Suite(args.reps, args.quick, args.seed)
-    steps = {"large": suite.single_table, "tables": suite.twelve_tables, "big": suite.two_big_tables,
+    steps = {"simple": suite.simple, "large": suite.single_table, "tables": suite.twelve_tables, "big": suite.two_big_tables,
              "sweep": suite.sweep, "dcnv2": suite.dcnv2, "onehot": suite.one_hot, "backward": suite.backward,
              "tune": lambda: tune(suite), "profile": lambda: profile_cases(suite)}
     chosen = [s for s in args.only.split(",") if s] or [s for s in steps if s not in ("tune", "profile")]
