@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +12,7 @@ from compliance.findings import Finding, Severity
 from compliance.inventory import Inventory
 from compliance.layout import Location
 from compliance.manifest import KernelDeclaration, Manifest
+from compliance.paths import parent_dir, tree_relative
 
 if TYPE_CHECKING:
     from compliance.ruleset import RuleSet
@@ -31,18 +31,20 @@ class DeclaredKernel:
     location: Location
     """Layout location of the manifest (benchmark, submitter, ...)."""
 
+    @property
+    def manifest_dir(self) -> str:
+        """Root-relative directory of the manifest (what its paths are relative to)."""
+        return parent_dir(self.manifest_path)
+
     def source_relpaths(self) -> list[tuple[str, str | None]]:
         """(declared source, root-relative path or None if it leaves the tree)."""
-        base = self.manifest_path.rsplit("/", 1)[0] if "/" in self.manifest_path else ""
-        return [(s, tree_relative(base, s)) for s in self.kernel.sources]
+        return [(s, tree_relative(self.manifest_dir, s)) for s in self.kernel.sources]
 
 
-def tree_relative(base: str, relpath: str) -> str | None:
-    """``base/relpath`` normalised, or None when it is absolute or climbs out of the tree."""
-    if relpath.startswith("/") or os.path.isabs(relpath):
-        return None
-    joined = os.path.normpath(f"{base}/{relpath}" if base else relpath).replace(os.sep, "/")
-    return None if joined == ".." or joined.startswith("../") else joined
+def declared_vendored_dirs(manifests: tuple[tuple[str, Manifest], ...]) -> tuple[str, ...]:
+    """Root-relative directories that manifests declare under ``vendored:``."""
+    return tuple(tree for rel, manifest in manifests for tree in
+                 (tree_relative(parent_dir(rel), v.path) for v in manifest.vendored) if tree)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from compliance.checks.builtin import STATIC_CHECKS
-from compliance.context import CheckContext
+from compliance.context import CheckContext, declared_vendored_dirs
 from compliance.errors import InputError
 from compliance.findings import Finding, Severity
 from compliance.inventory import Inventory, Walk, classify, walk_tree
@@ -141,7 +141,7 @@ def build_context(root: Path, rules: str | None) -> tuple[CheckContext, RuleSetC
     manifests = read_manifests(walk)
     choice = choose_ruleset(rules, manifests)
     ruleset = choice.ruleset
-    declared_vendored = _declared_vendored_dirs(manifests)
+    declared_vendored = declared_vendored_dirs(manifests)
     inventory = classify(walk, ruleset.layout, ruleset.divisions,
                          vendored_markers=ruleset.vendored.markers,
                          min_vendored_native=ruleset.vendored.min_native_files,
@@ -149,16 +149,6 @@ def build_context(root: Path, rules: str | None) -> tuple[CheckContext, RuleSetC
     overrides = {"binary-without-source": ruleset.binary_policy.without_source,
                  "build-product-with-source": ruleset.binary_policy.build_product_with_source}
     return CheckContext(root.resolve(), ruleset, inventory, manifests, overrides), choice
-
-
-def _declared_vendored_dirs(manifests: tuple[tuple[str, Manifest], ...]) -> tuple[str, ...]:
-    from compliance.context import tree_relative
-
-    out = []
-    for rel, manifest in manifests:
-        base = rel.rsplit("/", 1)[0] if "/" in rel else ""
-        out += [t for t in (tree_relative(base, v.path) for v in manifest.vendored) if t]
-    return tuple(out)
 
 
 def run_static_checks(ctx: CheckContext) -> list[Finding]:

@@ -24,6 +24,7 @@ from typing import Any
 from compliance.errors import InputError
 from compliance.layout import LayoutMapper, Location, Organization, find_organizations
 from compliance.manifest import MANIFEST_NAME
+from compliance.paths import parent_dir
 
 MAX_SCAN_BYTES = 4 * 1024 * 1024
 """Text files larger than this are classified by extension only."""
@@ -143,6 +144,8 @@ class VendoredTree:
     """Native files inside."""
     location: Location
     """Where it sits in the layout."""
+    declared: bool = False
+    """A manifest declares its upstream under ``vendored:``."""
 
 
 @dataclass(frozen=True)
@@ -262,7 +265,7 @@ def setup_extensions(source: bytes, setup_relpath: str) -> list[SetupExtension]:
         tree = ast.parse(source, filename=setup_relpath)
     except (SyntaxError, ValueError):
         return []
-    base = setup_relpath.rsplit("/", 1)[0] if "/" in setup_relpath else ""
+    base = parent_dir(setup_relpath)
     found = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call) or _call_name(node) not in ("CUDAExtension", "CppExtension"):
@@ -314,7 +317,7 @@ def _visit_file(entry: os.DirEntry[str], rel: str, walk: Walk) -> None:
     if name == MANIFEST_NAME:
         walk.manifests.append(rel)
     if name.upper().startswith(("LICENSE", "COPYING")):
-        walk.licensed_dirs.add(rel.rsplit("/", 1)[0] if "/" in rel else "")
+        walk.licensed_dirs.add(parent_dir(rel))
     try:
         size = entry.stat(follow_symlinks=False).st_size
         scan = ext not in NOT_CODE_EXTENSIONS and size <= MAX_SCAN_BYTES
@@ -437,7 +440,8 @@ def classify(walk: Walk, style: str, divisions: tuple[str, ...] = (),
         binaries=tuple(BinaryFile(r, k, s, locate(r)) for r, k, s in sorted(walk.binaries)),
         symlinks=tuple(Symlink(r, t, e, locate(r)) for r, t, e in sorted(walk.symlinks)),
         manifests=tuple(sorted(walk.manifests)), setup_extensions=tuple(walk.setups),
-        vendored=tuple(VendoredTree(v, reason, counts[v], locate(v)) for v, reason in sorted(vendored.items())),
+        vendored=tuple(VendoredTree(v, reason, counts[v], locate(v), v in declared_vendored)
+                       for v, reason in sorted(vendored.items())),
         files=frozenset(walk.files), unreadable=tuple(sorted(walk.unreadable)), mapper=mapper,
     )
 

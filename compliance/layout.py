@@ -58,7 +58,10 @@ def _is_org(path: Path, style: str) -> bool:
     return any((path / d).is_dir() for d in ORG_DIRS[style])
 
 
-def _subdirs(path: Path) -> list[Path]:
+def subdirs(path: Path) -> list[Path]:
+    """Real (non-link, non-hidden) subdirectories of ``path``, sorted; none if it is no directory."""
+    if not path.is_dir():
+        return []
     return sorted(p for p in path.iterdir() if p.is_dir() and not p.is_symlink()
                   and not p.name.startswith("."))
 
@@ -68,13 +71,13 @@ def find_organizations(root: Path, style: str, divisions: tuple[str, ...]) -> li
     if _is_org(root, style):
         return [Organization(root.resolve().name, (), None)]
     if style == "inference":
-        div_dirs = [d for d in _subdirs(root) if d.name in (divisions or ("closed", "open"))]
+        div_dirs = [d for d in subdirs(root) if d.name in (divisions or ("closed", "open"))]
         if div_dirs:
             return [Organization(o.name, (d.name, o.name), d.name)
-                    for d in div_dirs for o in _subdirs(d) if _is_org(o, style)]
+                    for d in div_dirs for o in subdirs(d) if _is_org(o, style)]
         if root.name in (divisions or ("closed", "open")):
-            return [Organization(o.name, (o.name,), root.name) for o in _subdirs(root) if _is_org(o, style)]
-    return [Organization(o.name, (o.name,), None) for o in _subdirs(root) if _is_org(o, style)]
+            return [Organization(o.name, (o.name,), root.name) for o in subdirs(root) if _is_org(o, style)]
+    return [Organization(o.name, (o.name,), None) for o in subdirs(root) if _is_org(o, style)]
 
 
 class LayoutMapper:

@@ -73,7 +73,7 @@ class _KernelSession:
         key = (str(ctx.root), dk.manifest_path + "::" + dk.kernel.id)
         if key not in self.outcomes:
             opts = self.options[str(ctx.root)]
-            rel_dir = dk.manifest_path.rsplit("/", 1)[0] if "/" in dk.manifest_path else ""
+            rel_dir = dk.manifest_dir
             spec = parse_build(dk.kernel.build, language=dk.kernel.language, sources=dk.kernel.sources,
                                root=ctx.root, manifest_rel_dir=rel_dir)
             limit = opts.time_limit_s or spec.time_limit_s
@@ -118,7 +118,7 @@ class ManifestFile(pytest.File):
             if not dk.kernel.build:
                 problem = "declares no `build:` block (verify-build-missing)"
             else:
-                rel_dir = dk.manifest_path.rsplit("/", 1)[0] if "/" in dk.manifest_path else ""
+                rel_dir = dk.manifest_dir
                 try:
                     parse_build(dk.kernel.build, language=dk.kernel.language, sources=dk.kernel.sources,
                                 root=self.ctx.root, manifest_rel_dir=rel_dir)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from compliance.checks.interface import CheckSpec, register
-from compliance.context import tree_relative
+from compliance.paths import tree_relative
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext
@@ -68,8 +68,7 @@ def _source_names(ctx: "CheckContext") -> tuple[set[tuple[tuple[str | None, ...]
             names.add((_scope(ext.setup_path, ctx), ext.name.rsplit(".", 1)[-1]))
     declared: set[str] = set()
     for item in ctx.kernels():
-        base = item.manifest_path.rsplit("/", 1)[0] if "/" in item.manifest_path else ""
-        declared.update(r for r in (tree_relative(base, b) for b in item.kernel.binaries) if r)
+        declared.update(r for r in (tree_relative(item.manifest_dir, b) for b in item.kernel.binaries) if r)
     return names, declared
 
 

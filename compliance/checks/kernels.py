@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from compliance.checks.interface import CheckSpec, register
-from compliance.context import DeclaredKernel, tree_relative
+from compliance.context import DeclaredKernel
 from compliance.manifest import MANIFEST_NAME
 
 if TYPE_CHECKING:
@@ -156,18 +156,9 @@ def _unshipped_extension_sources(ctx: "CheckContext") -> Iterator["Finding | Non
                               f"from sources that are not in the tree: {', '.join(missing)}", line=ext.line)
 
 
-def _declared_vendored(ctx: "CheckContext") -> set[str]:
-    out: set[str] = set()
-    for relpath, manifest in ctx.manifests:
-        base = relpath.rsplit("/", 1)[0] if "/" in relpath else ""
-        out.update(t for t in (tree_relative(base, v.path) for v in manifest.vendored) if t)
-    return out
-
-
 def _vendored(ctx: "CheckContext") -> Iterator["Finding | None"]:
-    declared = _declared_vendored(ctx)
     for tree in ctx.inventory.vendored:
-        if tree.native_files and tree.path not in declared:
+        if tree.native_files and not tree.declared:
             yield ctx.finding(VENDORED.id, tree.path, f"vendored tree ({tree.reason}) with "
                               f"{tree.native_files} native files has no declared upstream")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from compliance.checks.interface import CheckSpec, register
-from compliance.layout import CODE_DIR, ORG_DIRS, Location, Organization
+from compliance.layout import CODE_DIR, ORG_DIRS, Location, Organization, subdirs
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext
@@ -46,11 +46,8 @@ UNKNOWN_SYSTEM = register(CheckSpec(
 ))
 
 
-def _subdirs(path: Path) -> list[str]:
-    if not path.is_dir():
-        return []
-    return sorted(p.name for p in path.iterdir()
-                  if p.is_dir() and not p.is_symlink() and not p.name.startswith("."))
+def _subdir_names(path: Path) -> list[str]:
+    return [p.name for p in subdirs(path)]
 
 
 def _org_findings(ctx: "CheckContext", org: Organization) -> Iterator["Finding | None"]:
@@ -64,7 +61,7 @@ def _org_findings(ctx: "CheckContext", org: Organization) -> Iterator["Finding |
                               location=here)
     benchmarks = set(ctx.ruleset.benchmarks)
     code_dir = CODE_DIR[style]
-    for bench in _subdirs(org_dir / code_dir):
+    for bench in _subdir_names(org_dir / code_dir):
         rel = f"{org_rel}/{code_dir}/{bench}".lstrip("./")
         where = Location(org.division, org.name, code_dir, bench)
         if bench not in benchmarks:
@@ -74,12 +71,12 @@ def _org_findings(ctx: "CheckContext", org: Organization) -> Iterator["Finding |
             yield ctx.finding(STRUCTURE.id, rel, f"benchmark {bench!r} has no implementations/ directory",
                               location=where)
     systems = {p.stem for p in (org_dir / "systems").glob("*.json")}
-    for system in _subdirs(org_dir / "results"):
+    for system in _subdir_names(org_dir / "results"):
         rel = f"{org_rel}/results/{system}".lstrip("./")
         if system not in systems:
             yield ctx.finding(UNKNOWN_SYSTEM.id, rel, f"results for system {system!r}, but there is no "
                               f"systems/{system}.json", location=Location(org.division, org.name, "results"))
-        for bench in _subdirs(org_dir / "results" / system):
+        for bench in _subdir_names(org_dir / "results" / system):
             if bench not in benchmarks:
                 yield ctx.finding(UNKNOWN_BENCHMARK.id, f"{rel}/{bench}",
                                   f"results for {bench!r}, which is not a benchmark of {ctx.ruleset.id}",

@@ -12,8 +12,8 @@ from compliance.checks.upstream_links import (
     NOT_PINNED,
     repository_problem,
 )
-from compliance.context import tree_relative
 from compliance.errors import InputError
+from compliance.paths import parent_dir, tree_relative
 from compliance.upstream.gitcache import (
     LOCAL_TIMEOUT_S,
     NETWORK_TIMEOUT_S,
@@ -77,9 +77,8 @@ def vendored_targets(ctx: CheckContext) -> Iterator[tuple[VendoredTarget | None,
     """Declared vendored trees: a target, or a finding when the declaration cannot be checked."""
     policy = ctx.ruleset.upstream_policy
     for relpath, manifest in ctx.manifests:
-        base = relpath.rsplit("/", 1)[0] if "/" in relpath else ""
         for entry in manifest.vendored:
-            tree = tree_relative(base, entry.path)
+            tree = tree_relative(parent_dir(relpath), entry.path)
             problem = repository_problem(entry.repository, policy)
             if problem is not None:
                 yield None, ctx.finding(problem[0], relpath, f"vendored {entry.path!r}: {problem[1]}",

@@ -152,7 +152,7 @@ def log_excerpt(text: str) -> str:
 
 
 def _job(ctx: CheckContext, dk: DeclaredKernel, cases: list[Case], opts: VerifyOptions) -> dict[str, Any]:
-    rel_dir = dk.manifest_path.rsplit("/", 1)[0] if "/" in dk.manifest_path else ""
+    rel_dir = dk.manifest_dir
     return {"build": dict(dk.kernel.build), "language": dk.kernel.language, "sources": list(dk.kernel.sources),
             "root": str(ctx.root), "manifest_dir": rel_dir, "build_root": str(opts.build_root),
             "bounds": bounds_to_json(bounds_for(ctx.ruleset.entry(dk.kernel.category))),
@@ -298,7 +298,7 @@ def verify_one(ctx: CheckContext, dk: DeclaredKernel, opts: VerifyOptions, label
         _say(opts, f"{label} no build block: not verified")
         return [_finding(ctx, dk, "verify-build-missing", f"kernel {dk.kernel.id!r} declares no `build:` "
                          "block, so it cannot be built and verified")]
-    rel_dir = dk.manifest_path.rsplit("/", 1)[0] if "/" in dk.manifest_path else ""
+    rel_dir = dk.manifest_dir
     try:
         spec = parse_build(dk.kernel.build, language=dk.kernel.language, sources=dk.kernel.sources,
                            root=ctx.root, manifest_rel_dir=rel_dir)

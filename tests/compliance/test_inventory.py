@@ -8,7 +8,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compliance.context import tree_relative
+from compliance.paths import tree_relative
 from compliance.inventory import binary_kind, build_inventory, scan_markers, setup_extensions
 from tests.compliance.treeutil import fake_binary
 
