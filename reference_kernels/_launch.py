@@ -29,7 +29,9 @@ POISON_OUTPUTS = os.environ.get("REFERENCE_KERNELS_POISON_OUTPUTS", "0") == "1"
 # argmax is also written (more live registers).
 UNROLL_ROWS = 16
 # Occupancy floor for the forward kernel: caps registers at 65536 / (2 * BLOCK) = 128, below
-# which f32 mean/max variants fell to one block per SM (docs/perf-log.md).
+# which f32 mean/max variants fell to one block per SM (docs/perf-log.md). Short bags need
+# fewer rows in flight per lane, hence fewer registers: those variants ask for 3 or 4 blocks
+# per SM (more warps to hide the offsets -> indices -> rows chain; docs/perf-log.md, run 17).
 MIN_BLOCKS = 2
 
 
@@ -165,14 +167,32 @@ def forward_defines(weight_code: int, index_type: str, mode: str, has_psw: bool,
     """Compile-time variant of embedding_bag_forward.cu for one call (pure: testable on CPU).
     A team reads as many rows at once as fit in a warp, but no more than a bag holds."""
     rows_at_once = min(32 // tiling.row_lanes, _floor_pow2(avg_len))
+    unroll, min_blocks = _rows_in_flight(tiling, has_psw, need_argmax, -(-max(1, avg_len) // rows_at_once))
     defines: dict[str, object] = {
         "WEIGHT_DTYPE": weight_code, "INDEX_T": index_type, "MODE": MODES[mode], "HAS_PSW": int(has_psw),
         "WRITE_ARGMAX": int(need_argmax), "VEC": tiling.vec, "ROW_LANES": tiling.row_lanes,
         "TEAM": tiling.row_lanes * rows_at_once, "CHUNKS": tiling.chunks,
-        "UNROLL": _floor_pow2((UNROLL_ROWS // 2 if need_argmax else UNROLL_ROWS) // tiling.chunks), "BLOCK": BLOCK, "MIN_BLOCKS": MIN_BLOCKS,
+        "UNROLL": unroll, "BLOCK": BLOCK, "MIN_BLOCKS": min_blocks,
     }
     defines.update(tuning_overrides(TUNE))
     return defines
+
+
+def _rows_in_flight(tiling: RowTiling, has_psw: bool, need_argmax: bool, rows_per_lane: int) -> tuple[int, int]:
+    """(UNROLL, MIN_BLOCKS): rows each lane loads before adding any, and the occupancy floor.
+    No more rows in flight than a bag gives a lane; the registers that frees buy more warps
+    per SM (register counts from nvcc -Xptxas -v, sm_90: 102 at 16 vectors in flight, 70-80
+    at 8, 54-60 at 4; tests/kernels checks that no variant the launcher picks spills)."""
+    most = _floor_pow2((UNROLL_ROWS // 2 if need_argmax else UNROLL_ROWS) // tiling.chunks)
+    unroll = min(most, _ceil_pow2(rows_per_lane))
+    vectors = unroll * tiling.chunks
+    if need_argmax or tiling.chunks > 2 or vectors > 8:
+        return unroll, MIN_BLOCKS
+    if vectors <= 4:
+        return unroll, 4
+    # 8 vectors: 70-80 registers fit 3 blocks, except 16-bit weights with per-sample weights
+    # (8 converted floats per vector), which spill there
+    return unroll, 2 if has_psw and tiling.vec > 4 else 3
 
 
 @dataclass(frozen=True)
@@ -193,7 +213,7 @@ def _forward_plan(weight: "torch.Tensor", indices: "torch.Tensor", mode: str, ha
     work per call is then one dictionary lookup."""
     dim = weight.shape[1]
     key = (weight.dtype, dim, weight.data_ptr() % 16, indices.dtype, mode, has_psw, need_argmax,
-           min(32, _floor_pow2(avg_len)), weight.device.index, TUNE)
+           min(avg_len, 32 * UNROLL_ROWS), weight.device.index, TUNE)
     plan = _PLANS.get(key)
     if plan is None:
         tiling = RowTiling.for_row(dim, vector_width(dim, weight.element_size(), weight.data_ptr()))
@@ -270,11 +290,17 @@ def bag_backward(grad_out: "torch.Tensor", indices: "torch.Tensor", bag_of: "tor
     import torch
 
     dim = grad_out.shape[1]
-    grad_weight = torch.zeros((num_weights, dim), dtype=grad_out.dtype, device=grad_out.device)
     n = indices.numel()
     if n == 0 or dim == 0:
-        return grad_weight
-    sorted_rows, positions = torch.sort(indices.reshape(-1).to(torch.int64), stable=True)
+        return torch.zeros((num_weights, dim), dtype=grad_out.dtype, device=grad_out.device)
+    grad_weight = new_output((num_weights, dim), grad_out)
+    flat = indices.reshape(-1).to(torch.int64)
+    main = torch.cuda.current_stream(grad_out.device)
+    side = _side_stream(grad_out.device.index)
+    side.wait_stream(main)
+    with torch.cuda.stream(side):  # zeros for the rows nobody looked up, meanwhile
+        _zero_untouched_rows(grad_weight, flat, padding_idx)
+    sorted_rows, positions = torch.sort(flat, stable=True)
     tiling = RowTiling.for_row(dim, vector_width(dim, grad_out.element_size(), grad_out.data_ptr()))
     defines = {"WEIGHT_DTYPE": _dtype_code(grad_out.dtype), "VEC": tiling.vec, "ROW_LANES": tiling.row_lanes,
                "CHUNKS": tiling.chunks, "UNROLL": _floor_pow2(max(1, 4 // tiling.chunks)),
@@ -297,4 +323,37 @@ def bag_backward(grad_out: "torch.Tensor", indices: "torch.Tensor", bag_of: "tor
     _launch_on(grad_out, combine, grid, [
         (sorted_rows.data_ptr(), PTR), (n, I64), (dim, I64), (tiling.col_tiles, I32), (partial.data_ptr(), PTR),
         (carries.data_ptr(), PTR), (grad_weight.data_ptr(), PTR)])
+    main.wait_stream(side)
+    for t in (flat, grad_weight):  # used on both streams: not reused before the side work is done
+        t.record_stream(side)
     return grad_weight
+
+
+@functools.lru_cache(maxsize=None)
+def _side_stream(device_index: int) -> "torch.cuda.Stream":
+    import torch
+
+    return torch.cuda.Stream(device_index)
+
+
+def _zero_untouched_rows(grad_weight: "torch.Tensor", rows: "torch.Tensor", padding_idx: int) -> None:
+    """On the current stream: a bitmap of the looked-up rows, then zeros in every other row
+    (and the padding row). The backward passes write exactly the rows this leaves alone."""
+    import torch
+
+    num_weights, dim = grad_weight.shape
+    touched = torch.zeros((num_weights + 31) // 32, dtype=torch.int32, device=grad_weight.device)
+    device = grad_weight.device.index
+    mark = _nvrtc.get_function("embedding_bag_backward.cu", "embedding_bag_backward_mark",
+                               {"BACKWARD_PASS": 3, "BLOCK": BLOCK}, device)
+    grid = max(1, min(-(-rows.numel() // BLOCK), sm_count(grad_weight.device) * 8))
+    _launch_on(grad_weight, mark, grid, [
+        (rows.data_ptr(), PTR), (rows.numel(), I64), (num_weights, I64), (touched.data_ptr(), PTR)])
+    row_bytes = dim * grad_weight.element_size()
+    word = next(w for w in (16, 8, 4, 2) if row_bytes % w == 0 and grad_weight.data_ptr() % w == 0)
+    fill = _nvrtc.get_function("embedding_bag_backward.cu", "embedding_bag_backward_fill",
+                               {"BACKWARD_PASS": 3, "BLOCK": BLOCK, "FILL_BYTES": word}, device)
+    grid = max(1, min(-(-touched.numel() * 32 // BLOCK), sm_count(grad_weight.device) * 16))
+    _launch_on(grad_weight, fill, grid, [
+        (touched.data_ptr(), PTR), (num_weights, I64), (row_bytes // word, I64), (padding_idx, I64),
+        (grad_weight.data_ptr(), PTR)])

@@ -3,11 +3,17 @@
 Method (docs/perf-log.md): the copy ceiling is measured in the same run (a large
 device-to-device copy, bytes read + written); every figure is the median of
 ``--reps`` (>= 100) calls timed with CUDA events after warm-up; before every timed
-call a 512 MB buffer is overwritten, which evicts the 60 MB L2 (cold figures) and
-is followed by a GPU-side sleep of ~0.25 ms, so that the host has enqueued the call
-before the start event runs: the figures are GPU times, and host overhead per call
-is reported separately (``*_host_us``: wall time per call while the GPU is held
-busy, so calls only enqueue). Tables are random normal (never zeros).
+call the 60 MB L2 is flushed (cold figures), then the GPU sleeps (at least ~0.25 ms,
+and 3x the host time of one call) so that the host has enqueued the whole call before
+the start event runs: the figures are GPU times, and host overhead per call is reported separately (``*_host_us``: wall time
+per call while the GPU is held busy, so calls only enqueue). Tables are random
+normal (never zeros).
+
+Flush (``--flush``): ``clean`` (default) reads a 512 MB buffer, which evicts the L2
+and leaves only clean lines in it, as Nsight Compute's cache control does (write
+back and invalidate). ``dirty`` overwrites the buffer instead, as a ``zero_()``
+flush does: that leaves ~50-60 MB of dirty lines in the L2, which the timed call
+then pays to write back (docs/perf-log.md measures both side by side).
 
 Bytes: *compulsory* = unique rows touched x row bytes + indices + offsets +
 per-sample weights + output; *logical* counts every row read. Speedup is torch's
@@ -37,7 +43,9 @@ from reference_kernels.tbe import TableBatchedEmbeddingBag
 
 DEV = "cuda"
 FLUSH_BYTES = 512 << 20
-SLEEP_CYCLES = 500_000  # ~0.25 ms at 1.98 GHz: the host's head start before each timed call
+SLEEP_CYCLES = 500_000  # ~0.25 ms at 1.98 GHz: the host's least head start before each timed call
+SLEEP_CLOCK_HZ = 1.98e9  # H200 boost clock: converts host seconds into sleep cycles
+MAX_SLEEP_CYCLES = 40_000_000  # ~20 ms
 DCN_POOLING = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1]
 DCN_ROWS = [40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10, 2209,
             11938, 155, 4, 976, 14, 40000000, 40000000, 40000000, 590152, 12973, 108, 36]
@@ -65,6 +73,8 @@ class Result:
     row_bytes: int = 0
     ours_host_us: Optional[float] = None
     torch_host_us: Optional[float] = None
+    reuse: float = 1.0  # logical / compulsory bytes: how often, on average, a touched row is read
+    logical_pct_copy: float = 0.0
     notes: str = ""
 
 
@@ -72,16 +82,37 @@ class Result:
 class Timer:
     reps: int
     warmup: int = 5
-    flush: torch.Tensor = field(default_factory=lambda: torch.empty(FLUSH_BYTES // 4, device=DEV))
+    flush_mode: str = "clean"
+    flush: torch.Tensor = field(default_factory=lambda: torch.ones(FLUSH_BYTES // 4, device=DEV))
+    sink: torch.Tensor = field(default_factory=lambda: torch.empty((), device=DEV))
+
+    def evict_l2(self) -> None:
+        if self.flush_mode == "dirty":
+            self.flush.fill_(1.0)
+        else:  # a read-only sweep: the L2 ends up holding clean lines of this buffer only
+            torch.sum(self.flush, dim=0, out=self.sink)
+
+    def head_start_cycles(self, fn: Callable[[], object]) -> int:
+        """GPU sleep before each timed call: at least 3x the host time of one call, so that a
+        call that enqueues many launches (one per table) is still timed as GPU time only."""
+        torch.cuda.synchronize()
+        host = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            fn()
+            host.append(time.perf_counter() - t0)
+            torch.cuda.synchronize()
+        return min(MAX_SLEEP_CYCLES, max(SLEEP_CYCLES, int(3 * min(host) * SLEEP_CLOCK_HZ)))
 
     def median_us(self, fn: Callable[[], object]) -> float:
         for _ in range(self.warmup):
             fn()
+        sleep = self.head_start_cycles(fn)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
         for s, e in zip(starts, ends):
-            self.flush.fill_(1.0)
-            torch.cuda._sleep(SLEEP_CYCLES)
+            self.evict_l2()
+            torch.cuda._sleep(sleep)
             s.record()
             fn()
             e.record()
@@ -142,12 +173,14 @@ def finish(r: Result, copy_gbps: float) -> Result:
     r.pct_copy = 100 * r.ours_gbps / copy_gbps
     r.torch_pct_copy = 100 * r.torch_gbps / copy_gbps
     r.speedup = r.torch_us / r.ours_us
+    r.reuse = r.logical_bytes / r.compulsory_bytes
+    r.logical_pct_copy = 100 * r.logical_gbps / copy_gbps
     return r
 
 
 class Suite:
-    def __init__(self, reps: int, quick: bool, seed: int) -> None:
-        self.timer = Timer(reps)
+    def __init__(self, reps: int, quick: bool, seed: int, flush_mode: str = "clean") -> None:
+        self.timer = Timer(reps, flush_mode=flush_mode)
         self.quick = quick
         self.gen = torch.Generator(device=DEV).manual_seed(seed)
         self.results: list[Result] = []
@@ -370,9 +403,74 @@ def profile_cases(suite: "Suite") -> None:
         weight = table(5_000_000, 128, dtype, suite.gen)
         idx = zipf_indices(2048 * 150, 5_000_000, 0.0, suite.gen).view(2048, 150)
         for _ in range(2):
-            suite.timer.flush.fill_(1.0)
+            suite.timer.evict_l2()
             rk.embedding_bag(idx, weight, mode="sum", check_indices=False)
         torch.cuda.synchronize()
+
+
+def probe(suite: "Suite") -> None:
+    """Side-by-side evidence for docs/perf-log.md: the same calls timed after a dirty and after a
+    clean L2 flush, the smallest launch (the timing floor), tuning variants, a bag kernel given
+    32x more bags, and the parts of the suite-1 backward."""
+    clean = suite.timer
+    dirty = Timer(clean.reps, flush_mode="dirty", flush=clean.flush)
+    gb = suite.copy_gbps
+
+    def both(label: str, fn: Callable[[], object], nbytes: int) -> None:
+        d, c = dirty.median_us(fn), clean.median_us(fn)
+        print(f"probe {label:44s} dirty {d:8.1f} us ({100 * nbytes / (d * 1e-6) / 1e9 / gb:5.1f}%)"
+              f"  clean {c:8.1f} us ({100 * nbytes / (c * 1e-6) / 1e9 / gb:5.1f}%)  delta {d - c:6.1f} us", flush=True)
+
+    src = torch.randn(1 << 28, device=DEV)  # 1 GiB
+    dst = torch.empty_like(src)
+    both("copy 1 GiB", lambda: dst.copy_(src), 2 << 30)
+    del src, dst
+    for dtype in (torch.float32, torch.bfloat16):
+        weight = table(5_000_000, 128, dtype, suite.gen)
+        idx = zipf_indices(2048 * 150, 5_000_000, 0, suite.gen).view(2048, 150)
+        comp, _ = bag_bytes(weight, idx, None, False, 2048 * 128)
+        name = str(dtype)[6:]
+        with torch.no_grad():
+            both(f"suite1 sum {name} ours", lambda: rk.embedding_bag(idx, weight, check_indices=False), comp)
+            both(f"suite1 sum {name} torch", lambda: F.embedding_bag(idx, weight), comp)
+            for spec in ("UNROLL=8", "UNROLL=4", "MIN_BLOCKS=1"):
+                _launch.TUNE = spec
+                us = clean.median_us(lambda: rk.embedding_bag(idx, weight, check_indices=False))
+                print(f"probe suite1 sum {name} ours {spec:16s} clean {us:8.1f} us "
+                      f"({100 * comp / (us * 1e-6) / 1e9 / gb:5.1f}%)", flush=True)
+            _launch.TUNE = ""
+            flat = idx.view(-1)[:262144]
+            gathered = int(torch.unique(flat).numel()) * 128 * weight.element_size() + flat.numel() * (
+                8 + 128 * weight.element_size())
+            both(f"one-hot 262144 {name} ours", lambda: rk.embedding(flat, weight, check_indices=False), gathered)
+            both(f"one-hot 262144 {name} torch", lambda: F.embedding(flat, weight), gathered)
+            if dtype == torch.float32:
+                one = flat[:1]
+                both("floor: ours gather of 1 row", lambda: rk.embedding(one, weight, check_indices=False), 0)
+                both("floor: torch gather of 1 row", lambda: F.embedding(one, weight), 0)
+                many = zipf_indices(65536 * 150, 5_000_000, 0, suite.gen).view(65536, 150)
+                comp_many, logical_many = bag_bytes(weight, many, None, False, 65536 * 128)
+                both("B65536 L150 sum f32 ours (compulsory)", lambda: rk.embedding_bag(many, weight,
+                                                                                         check_indices=False), comp_many)
+                both("B65536 L150 sum f32 ours (logical)", lambda: rk.embedding_bag(many, weight,
+                                                                                      check_indices=False), logical_many)
+                del many
+        del weight
+        torch.cuda.empty_cache()
+    # suite-1 backward, piece by piece
+    weight = table(5_000_000, 128, torch.float32, suite.gen).requires_grad_(True)
+    idx = zipf_indices(2048 * 150, 5_000_000, 0, suite.gen).view(2048, 150)
+    grad = torch.randn(2048, 128, generator=suite.gen, device=DEV)
+    dense = 5_000_000 * 128 * 4
+    both("bwd part: torch.zeros of the 5Mx128 grad", lambda: torch.zeros(5_000_000, 128, device=DEV), dense)
+    buf = torch.empty(5_000_000, 128, device=DEV)
+    both("bwd part: zero_() of an existing 5Mx128", lambda: buf.zero_(), dense)
+    del buf
+    both("bwd part: stable sort of 307200 indices", lambda: torch.sort(idx.view(-1), stable=True), 0)
+    out_ours = rk.embedding_bag(idx, weight, check_indices=False)
+    out_torch = F.embedding_bag(idx, weight)
+    both("bwd ours", lambda: torch.autograd.grad(out_ours, weight, grad, retain_graph=True), dense)
+    both("bwd torch", lambda: torch.autograd.grad(out_torch, weight, grad, retain_graph=True), dense)
 
 
 def geomean(values: list[float]) -> float:
@@ -436,19 +534,21 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--quick", action="store_true", help="a small subset (smoke test)")
     p.add_argument("--only", default="",
                    help="comma-separated groups: simple,large,tables,big,sweep,dcnv2,onehot,backward (default: all)"
-                        "; also tune, profile")
+                        "; also tune, profile, probe")
     p.add_argument("--seed", type=int, default=int(time.time()))
+    p.add_argument("--flush", choices=("clean", "dirty"), default="clean",
+                   help="how the L2 is emptied before each timed call (see above)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("reference_kernels.bench needs a CUDA GPU", file=sys.stderr)
         return 2
     if args.reps < 100 and not args.quick:
         p.error("--reps must be at least 100 (use --quick for a smoke test)")
-    suite = Suite(args.reps, args.quick, args.seed)
+    suite = Suite(args.reps, args.quick, args.seed, args.flush)
     steps = {"simple": suite.simple, "large": suite.single_table, "tables": suite.twelve_tables, "big": suite.two_big_tables,
              "sweep": suite.sweep, "dcnv2": suite.dcnv2, "onehot": suite.one_hot, "backward": suite.backward,
-             "tune": lambda: tune(suite), "profile": lambda: profile_cases(suite)}
-    chosen = [s for s in args.only.split(",") if s] or [s for s in steps if s not in ("tune", "profile")]
+             "tune": lambda: tune(suite), "profile": lambda: profile_cases(suite), "probe": lambda: probe(suite)}
+    chosen = [s for s in args.only.split(",") if s] or [s for s in steps if s not in ("tune", "profile", "probe")]
     t0 = time.perf_counter()
     for name in chosen:
         steps[name]()

@@ -19,8 +19,16 @@
 //   (The host compiles the two passes as separate modules, BACKWARD_PASS = 1, 2,
 //   which keeps each compile well under a second.)
 //
-// Rows nobody looked up stay as the host initialised them (zero); the padding
-// row is left at zero. The same inputs always give bit-identical gradients.
+// Rows nobody looked up (and the padding row) are zeroed by a third module,
+// BACKWARD_PASS = 3, which the host runs on a second stream while it sorts and
+// runs the two passes above, so that writing the dense zeros (most of the bytes:
+// 2.56 GB for a 5M x 128 float32 table) overlaps the rest:
+//   embedding_bag_backward_mark: one bit per table row, set for every looked-up
+//     row (atomicOr of fixed bits: the bitmap does not depend on the order).
+//   embedding_bag_backward_fill: zeroes every row whose bit is clear, and the
+//     padding row; the passes above write every other row, so no row is
+//     written by both and the order of the two streams does not matter.
+// The same inputs always give bit-identical gradients.
 #include "common.cuh"
 
 #ifndef VEC
@@ -47,8 +55,12 @@
 #ifndef BLOCK
 #define BLOCK 256
 #endif
-#ifndef BACKWARD_PASS  // 1: the chunk kernel only, 2: the combine kernel only, 0: both
+#ifndef BACKWARD_PASS  // 1: the chunk kernel, 2: the combine kernel, 3: mark + fill, 0: all
 #define BACKWARD_PASS 0
+#endif
+
+#ifndef FILL_BYTES  // word size of the zero fill: 16 when the row size is a multiple of 16 bytes
+#define FILL_BYTES 16
 #endif
 
 #define TILE_COLS (ROW_LANES * CHUNKS * VEC)
@@ -129,7 +141,7 @@ __device__ __forceinline__ int flush_segment(i64 row, const RowAcc& a, bool firs
   return 0;
 }
 
-#if BACKWARD_PASS != 2
+#if BACKWARD_PASS == 0 || BACKWARD_PASS == 1
 extern "C" __global__ void __launch_bounds__(BLOCK, 2) embedding_bag_backward(
     const weight_t* __restrict__ grad_out, i64 dim,
     const i64* __restrict__ sorted_rows, const i64* __restrict__ positions, i64 num_indices,
@@ -215,7 +227,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, 2) embedding_bag_backward(
   if (row_lane == 0 && col0 == 0) carries[chunk] = carry;
 }
 
-#endif  // BACKWARD_PASS != 2
+#endif  // BACKWARD_PASS == 0 || BACKWARD_PASS == 1
 
 // One row piece of the partial buffer (this lane's columns), loaded / added.
 __device__ __forceinline__ void load_partial(RowAcc& x, const float* src, i64 dim, i64 col0, int row_lane) {
@@ -239,7 +251,7 @@ __device__ __forceinline__ void add(RowAcc& a, const RowAcc& x) {
     for (int e = 0; e < VEC; ++e) a.v[c][e] += x.v[c][e];
 }
 
-#if BACKWARD_PASS != 1
+#if BACKWARD_PASS == 0 || BACKWARD_PASS == 2
 // Adds the pieces of runs that cross chunk boundaries: slot 1 of the run's first
 // chunk, then slot 0 of each following chunk that still starts with the row.
 // COMBINE_UNROLL chunks are examined at a time, their loads in flight together.
@@ -278,4 +290,42 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_backward_combi
   }
   store_row(grad_weight + row * dim, acc, dim, col0, row_lane);
 }
-#endif  // BACKWARD_PASS != 1
+#endif  // BACKWARD_PASS == 0 || BACKWARD_PASS == 2
+
+#if BACKWARD_PASS == 0 || BACKWARD_PASS == 3
+// Bit r of `touched` (u32 words, zeroed by the host): row r is looked up at least once.
+extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_backward_mark(
+    const i64* __restrict__ rows, i64 num_indices, i64 num_weights, u32* __restrict__ touched) {
+  const i64 stride = (i64)gridDim.x * BLOCK;
+  for (i64 i = (i64)blockIdx.x * BLOCK + threadIdx.x; i < num_indices; i += stride) {
+    const i64 r = rows[i];
+    if (r >= 0 && r < num_weights) atomicOr(touched + (r >> 5), 1u << (r & 31));
+  }
+}
+
+// Zeroes the rows the passes above do not write: those with a clear bit, and the padding
+// row. One warp per 32 rows (one bitmap word); `grad` is viewed as 16-byte words when the
+// row size allows (row_words words per row), else as 4-byte words.
+typedef RawWord<FILL_BYTES>::type FillWord;
+
+extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_backward_fill(
+    const u32* __restrict__ touched, i64 num_weights, i64 row_words, i64 padding_idx,
+    FillWord* __restrict__ grad) {
+  const int lane = threadIdx.x & 31;
+  const i64 warps = (i64)gridDim.x * (BLOCK / 32);
+  const i64 groups = (num_weights + 31) / 32;
+  const FillWord zero_word = {};
+  for (i64 g = ((i64)blockIdx.x * BLOCK + threadIdx.x) / 32; g < groups; g += warps) {
+    u32 clear = ~touched[g];
+    const i64 first = g * 32;
+    if (padding_idx >= first && padding_idx < first + 32) clear |= 1u << (padding_idx - first);
+    if (first + 32 > num_weights) clear &= (1u << (num_weights - first)) - 1u;
+    while (clear != 0) {  // the same bits in every lane: the warp walks them together
+      const int j = __ffs(clear) - 1;
+      clear &= clear - 1;
+      FillWord* row = grad + (first + j) * row_words;
+      for (i64 k = lane; k < row_words; k += 32) row[k] = zero_word;
+    }
+  }
+}
+#endif  // BACKWARD_PASS == 0 || BACKWARD_PASS == 3

@@ -29,7 +29,8 @@ NVCC_VARIANTS: dict[str, list[str]] = {
         "-DHAS_PSW=1 -DVEC=1 -DROW_LANES=4 -DTEAM=32 -DUNROLL=4",
     ],
     "embedding_bag_backward.cu": ["", "-DWEIGHT_DTYPE=2 -DVEC=8 -DROW_LANES=16 -DHAS_PSW=1 -DHAS_SCALE=1",
-                                  "-DBACKWARD_PASS=1 -DVEC=4 -DROW_LANES=16 -DCHUNKS=3 -DUNROLL=1"],
+                                  "-DBACKWARD_PASS=1 -DVEC=4 -DROW_LANES=16 -DCHUNKS=3 -DUNROLL=1",
+                                  "-DBACKWARD_PASS=3 -DFILL_BYTES=2"],
     "embedding_gather.cu": ["", "-DCHUNK_BYTES=2 -DROW_LANES=4 -DINDEX_T=int"],
     "index_check.cu": ["", "-DINDEX_T=int"],
 }
@@ -68,6 +69,38 @@ def test_nvcc_compiles_every_kernel_for_sm80_and_sm90(tmp_path: Path) -> None:
             failures.append(f"{source} {arch} {flags}: {proc.stderr[-2000:]}")
         elif re.search(r"[1-9]\d* bytes spill (stores|loads)", proc.stderr):
             failures.append(f"{source} {arch} {flags}: spills ({report})")
+    assert not failures, "\n".join(failures)
+
+
+def _launcher_picks() -> list[str]:
+    """The forward variants the launcher itself picks with more than two blocks per SM (short
+    bags: fewer rows in flight, a tighter register cap), one per register-relevant shape."""
+    from reference_kernels import _launch
+
+    picks: dict[tuple[object, ...], str] = {}
+    for code, size in ((0, 4), (1, 2), (2, 2)):
+        for dim in (32, 64, 128, 192, 256):
+            tiling = _launch.RowTiling.for_row(dim, _launch.vector_width(dim, size, 0))
+            for mode, psw, argmax in (("sum", 0, 0), ("sum", 1, 0), ("mean", 0, 0), ("max", 0, 1), ("max", 0, 0)):
+                for avg_len in (1, 2, 4, 8, 16, 32, 150):
+                    d = _launch.forward_defines(code, "i64", mode, bool(psw), bool(argmax), tiling, avg_len)
+                    shape = tuple(d[k] for k in ("WEIGHT_DTYPE", "MODE", "HAS_PSW", "VEC", "CHUNKS", "UNROLL",
+                                                 "MIN_BLOCKS"))
+                    if int(d["MIN_BLOCKS"]) > 2:  # type: ignore[call-overload]
+                        picks.setdefault(shape, " ".join(f"-D{k}={v}" for k, v in d.items()))
+    return list(picks.values())
+
+
+@pytest.mark.skipif(_nvcc() is None, reason="nvcc is not on PATH")
+def test_high_occupancy_variants_the_launcher_picks_do_not_spill(tmp_path: Path) -> None:
+    """Short bags get fewer rows in flight and 3-4 blocks per SM (a 64-85 register cap): a
+    spill there would cost more than the occupancy buys, so every such pick is compiled."""
+    picks = _launcher_picks()
+    assert len(picks) > 10
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        results = list(pool.map(lambda flags: _compile("embedding_bag_forward.cu", flags, "sm_90", tmp_path), picks))
+    failures = [f"{flags}: {_ptxas_report(proc.stderr)}" for _, flags, _, proc in results
+                if proc.returncode != 0 or re.search(r"[1-9]\d* bytes spill (stores|loads)", proc.stderr)]
     assert not failures, "\n".join(failures)
 
 

@@ -271,6 +271,60 @@ def test_backward_hot_rows_cross_chunks(mode: str, dtype: torch.dtype, gen: torc
     assert torch.equal(ours[7], torch.zeros_like(ours[7]))
 
 
+@pytest.mark.parametrize("dtype,dim", [(torch.float32, 96), (torch.float16, 3), (torch.bfloat16, 130)], ids=str)
+@pytest.mark.parametrize("padding", ["untouched", "touched"])
+def test_backward_large_table_few_rows(dtype: torch.dtype, dim: int, padding: str, gen: torch.Generator) -> None:
+    """Most rows are never looked up: they are zeroed on a second stream while the touched
+    rows are computed (the gradient starts as NaN here, so a missed row shows). Row count not
+    a multiple of 32, rows of 6 bytes (2-byte fill words) to 520; run on a caller's stream."""
+    rows = 100_003
+    weight = random_table(rows, dim, dtype, gen)
+    idx = torch.randint(0, rows, (64, 5), generator=gen, device="cuda")
+    idx[0, 0] = rows - 1
+    if padding == "touched":
+        pad = int(idx[1, 1])
+    else:
+        pad = rows - 2
+        idx[idx == pad] = 0
+    grad_out = torch.randn(64, dim, generator=gen, device="cuda").to(dtype)
+    bags = Bags(idx, None, False, 5)
+    caller = torch.cuda.Stream()
+    caller.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(caller):
+        ours, _ = _bag_grad(ours_bag, bags, weight, "sum", grad_out, None, pad)
+        again, _ = _bag_grad(ours_bag, bags, weight, "sum", grad_out, None, pad)
+    torch.cuda.current_stream().wait_stream(caller)
+    assert torch.equal(ours, again)
+    ref, _ = _bag_grad(torch_bag, bags, weight.double(), "sum", grad_out.double(), None, pad)
+    abs_ref, _ = _bag_grad(torch_bag, bags, weight.double(), "sum", grad_out.double().abs(), None, pad)
+    occurrences = int(torch.bincount(idx.view(-1), minlength=rows).max())
+    assert_within(ours, ref, pooled_tolerance(ref, abs_ref, occurrences, dtype), "sparse grad")
+    looked_up = torch.zeros(rows, dtype=torch.bool, device="cuda")
+    looked_up[idx.view(-1)] = True
+    looked_up[pad] = False
+    assert int((ours[~looked_up] != 0).sum()) == 0, "rows nobody looked up (and the padding row) must be zero"
+
+
+def test_backward_under_cuda_graph_capture(gen: torch.Generator) -> None:
+    """The side stream forks from and joins the capturing stream, so the backward can be
+    captured and replayed; replays give the eager gradient bit for bit."""
+    weight = random_table(5000, 64, torch.float32, gen).requires_grad_(True)
+    idx = torch.randint(0, 5000, (32, 6), generator=gen, device="cuda")
+    grad_out = torch.randn(32, 64, generator=gen, device="cuda")
+    eager = torch.autograd.grad(rk.embedding_bag(idx, weight), weight, grad_out)[0]
+    graph = torch.cuda.CUDAGraph()
+    warm = torch.cuda.Stream()
+    warm.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(warm):  # warm-up outside capture: compiles, allocates
+        torch.autograd.grad(rk.embedding_bag(idx, weight, check_indices=False), weight, grad_out)
+    torch.cuda.current_stream().wait_stream(warm)
+    with torch.cuda.graph(graph):
+        captured = torch.autograd.grad(rk.embedding_bag(idx, weight, check_indices=False), weight, grad_out)[0]
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, eager)
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_max_backward(layout: str, gen: torch.Generator) -> None:
     weight = random_table(300, 64, torch.float32, gen)
