@@ -278,7 +278,30 @@ def gather(weight: "torch.Tensor", indices: "torch.Tensor") -> "torch.Tensor":
     return out
 
 
-BACKWARD_CHUNK = 128  # sorted positions per team in the backward kernel (CHUNK_POS)
+BACKWARD_CHUNKS = (128, 64, 32)  # sorted positions per team in the backward kernel (CHUNK_POS)
+
+
+def backward_chunk(num_indices: int, sms: int) -> int:
+    """The longest chunk that still gives every SM 64 teams; else the shortest. Short chunks
+    mean more teams, each with fewer dependent rounds (suite 1: 307200 positions, passes
+    62 us at 128, run 17); long chunks mean fewer partial sums to combine per hot row."""
+    for chunk in BACKWARD_CHUNKS:
+        if num_indices // chunk >= 64 * sms:
+            return chunk
+    return BACKWARD_CHUNKS[-1]
+# Zero the untouched gradient rows on a second stream, overlapping the sort and the passes
+# (False: on the caller's stream, one after the other; the benchmark's probe compares both).
+# Only when lookups are few per table row: then the sort and the passes are small and
+# latency-bound and hide under the fill (suite 1, 0.06 lookups per row: 624 us instead of
+# ~700); with many (suite 3, 0.21 per row) both sides are memory-bound, contend for DRAM,
+# and a memset followed by the passes is faster (2.90 ms sequential vs 3.10 overlapped; run 17).
+OVERLAP_ZERO_FILL = True
+OVERLAP_MAX_LOOKUPS_PER_ROW = 0.1
+# Blocks per SM for the zero fill's grid. Fewer do not leave the sort more room: it is slowed
+# by the fill's DRAM traffic, not by a lack of SM slots (2, 4, 16 blocks: the backward ended at
+# 710, 692, 687 us with evict-first stores; run 17, scripts/bwd_timeline.py).
+FILL_BLOCKS_PER_SM = 16
+FILL_STREAMING = True  # evict-first stores for the zero fill (see embedding_bag_backward.cu)
 
 
 def bag_backward(grad_out: "torch.Tensor", indices: "torch.Tensor", bag_of: "torch.Tensor | None",
@@ -293,21 +316,28 @@ def bag_backward(grad_out: "torch.Tensor", indices: "torch.Tensor", bag_of: "tor
     n = indices.numel()
     if n == 0 or dim == 0:
         return torch.zeros((num_weights, dim), dtype=grad_out.dtype, device=grad_out.device)
-    grad_weight = new_output((num_weights, dim), grad_out)
     flat = indices.reshape(-1).to(torch.int64)
     main = torch.cuda.current_stream(grad_out.device)
-    side = _side_stream(grad_out.device.index)
-    side.wait_stream(main)
-    with torch.cuda.stream(side):  # zeros for the rows nobody looked up, meanwhile
-        _zero_untouched_rows(grad_weight, flat, padding_idx)
-    sorted_rows, positions = torch.sort(flat, stable=True)
+    side = main
+    if OVERLAP_ZERO_FILL and n <= OVERLAP_MAX_LOOKUPS_PER_ROW * num_weights:
+        grad_weight = new_output((num_weights, dim), grad_out)
+        side = _side_stream(grad_out.device.index)
+        side.wait_stream(main)
+        with torch.cuda.stream(side):  # zeros for the rows nobody looked up, meanwhile
+            _zero_untouched_rows(grad_weight, flat, padding_idx)
+    else:  # many lookups per row: a plain memset first, then the passes, one after the other
+        grad_weight = torch.zeros((num_weights, dim), dtype=grad_out.dtype, device=grad_out.device)
+    # int32 keys halve the radix passes (73 vs 119 us for suite 1's 307200 keys; run 17)
+    keys = flat.to(torch.int32) if num_weights < 2**31 else flat
+    sorted_rows, positions = torch.sort(keys, stable=True)
     tiling = RowTiling.for_row(dim, vector_width(dim, grad_out.element_size(), grad_out.data_ptr()))
+    chunk = backward_chunk(n, sm_count(grad_out.device))
     defines = {"WEIGHT_DTYPE": _dtype_code(grad_out.dtype), "VEC": tiling.vec, "ROW_LANES": tiling.row_lanes,
                "CHUNKS": tiling.chunks, "UNROLL": _floor_pow2(max(1, 4 // tiling.chunks)),
                "HAS_PSW": int(per_sample_weights is not None), "HAS_SCALE": int(bag_scale is not None),
-               "CHUNK_POS": BACKWARD_CHUNK, "BLOCK": BLOCK}
+               "CHUNK_POS": chunk, "BLOCK": BLOCK, "ROW_T": _index_type(keys.dtype)}
     device = grad_out.device.index
-    chunks = -(-n // BACKWARD_CHUNK)
+    chunks = -(-n // chunk)
     partial = torch.empty((chunks * 2, dim), dtype=torch.float32, device=grad_out.device)
     carries = torch.empty((chunks,), dtype=torch.int32, device=grad_out.device)
     grid = -(-chunks * tiling.col_tiles * tiling.row_lanes // BLOCK)
@@ -323,9 +353,10 @@ def bag_backward(grad_out: "torch.Tensor", indices: "torch.Tensor", bag_of: "tor
     _launch_on(grad_out, combine, grid, [
         (sorted_rows.data_ptr(), PTR), (n, I64), (dim, I64), (tiling.col_tiles, I32), (partial.data_ptr(), PTR),
         (carries.data_ptr(), PTR), (grad_weight.data_ptr(), PTR)])
-    main.wait_stream(side)
-    for t in (flat, grad_weight):  # used on both streams: not reused before the side work is done
-        t.record_stream(side)
+    if side is not main:
+        main.wait_stream(side)
+        for t in (flat, grad_weight):  # used on both streams: not reused before the side work is done
+            t.record_stream(side)
     return grad_weight
 
 
@@ -352,8 +383,11 @@ def _zero_untouched_rows(grad_weight: "torch.Tensor", rows: "torch.Tensor", padd
     row_bytes = dim * grad_weight.element_size()
     word = next(w for w in (16, 8, 4, 2) if row_bytes % w == 0 and grad_weight.data_ptr() % w == 0)
     fill = _nvrtc.get_function("embedding_bag_backward.cu", "embedding_bag_backward_fill",
-                               {"BACKWARD_PASS": 3, "BLOCK": BLOCK, "FILL_BYTES": word}, device)
-    grid = max(1, min(-(-touched.numel() * 32 // BLOCK), sm_count(grad_weight.device) * 16))
+                               {"BACKWARD_PASS": 3, "BLOCK": BLOCK, "FILL_BYTES": word,
+                                "FILL_STREAMING": int(FILL_STREAMING)}, device)
+    row_words = row_bytes // word
+    row_shift = row_words.bit_length() - 1 if row_words & (row_words - 1) == 0 else -1
+    grid = max(1, min(-(-num_weights * row_words // BLOCK), sm_count(grad_weight.device) * FILL_BLOCKS_PER_SM))
     _launch_on(grad_weight, fill, grid, [
-        (touched.data_ptr(), PTR), (num_weights, I64), (row_bytes // word, I64), (padding_idx, I64),
+        (touched.data_ptr(), PTR), (num_weights, I64), (row_words, I64), (row_shift, I32), (padding_idx, I64),
         (grad_weight.data_ptr(), PTR)])

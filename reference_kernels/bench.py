@@ -467,9 +467,25 @@ def probe(suite: "Suite") -> None:
     both("bwd part: zero_() of an existing 5Mx128", lambda: buf.zero_(), dense)
     del buf
     both("bwd part: stable sort of 307200 indices", lambda: torch.sort(idx.view(-1), stable=True), 0)
+    buf = torch.empty(5_000_000, 128, device=DEV)
+    rows = idx.view(-1)
+    out_ours = rk.embedding_bag(idx, weight, check_indices=False)
+    chosen = _launch.FILL_BLOCKS_PER_SM
+    for blocks in (2, 4, 16):
+        _launch.FILL_BLOCKS_PER_SM = blocks
+        both(f"bwd part: bitmap + zero fill, {blocks} blocks/SM", lambda: _launch._zero_untouched_rows(buf, rows, -1),
+             dense)
+        both(f"bwd ours, fill {blocks} blocks/SM", lambda: torch.autograd.grad(out_ours, weight, grad,
+                                                                               retain_graph=True), dense)
+    _launch.FILL_BLOCKS_PER_SM = chosen
+    del buf
     out_ours = rk.embedding_bag(idx, weight, check_indices=False)
     out_torch = F.embedding_bag(idx, weight)
     both("bwd ours", lambda: torch.autograd.grad(out_ours, weight, grad, retain_graph=True), dense)
+    _launch.OVERLAP_ZERO_FILL = False
+    both("bwd ours, memset then the passes (no overlap)", lambda: torch.autograd.grad(out_ours, weight, grad,
+                                                                            retain_graph=True), dense)
+    _launch.OVERLAP_ZERO_FILL = True
     both("bwd torch", lambda: torch.autograd.grad(out_torch, weight, grad, retain_graph=True), dense)
 
 

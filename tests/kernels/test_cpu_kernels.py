@@ -30,7 +30,8 @@ NVCC_VARIANTS: dict[str, list[str]] = {
     ],
     "embedding_bag_backward.cu": ["", "-DWEIGHT_DTYPE=2 -DVEC=8 -DROW_LANES=16 -DHAS_PSW=1 -DHAS_SCALE=1",
                                   "-DBACKWARD_PASS=1 -DVEC=4 -DROW_LANES=16 -DCHUNKS=3 -DUNROLL=1",
-                                  "-DBACKWARD_PASS=3 -DFILL_BYTES=2"],
+                                  "-DBACKWARD_PASS=3 -DFILL_BYTES=2",
+                                  "-DBACKWARD_PASS=1 -DROW_T=int -DCHUNK_POS=32 -DHAS_SCALE=1"],
     "embedding_gather.cu": ["", "-DCHUNK_BYTES=2 -DROW_LANES=4 -DINDEX_T=int"],
     "index_check.cu": ["", "-DINDEX_T=int"],
 }
@@ -160,6 +161,15 @@ def test_import_does_not_load_torch_or_cuda_bindings() -> None:
             "print(sorted(m for m in ('torch', 'cupy', 'cuda', 'cuda.core', 'cuda.bindings') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_backward_chunk_fills_the_gpu_before_it_lengthens() -> None:
+    from reference_kernels import _launch
+
+    assert _launch.backward_chunk(2048 * 150, 132) == 32  # suite 1: 9600 teams
+    assert _launch.backward_chunk(65536 * 32 * 2, 132) == 128  # suite 3: 32768 teams
+    assert _launch.backward_chunk(64 * 132 * 64, 132) == 64
+    assert _launch.backward_chunk(1, 132) == 32
 
 
 def test_vector_width_and_row_tiling() -> None:
