@@ -72,6 +72,11 @@ def _ptr(t: "torch.Tensor | None") -> int:
     return 0 if t is None else t.data_ptr()
 
 
+def grid_stride_blocks(threads: int, device: "torch.device", per_sm: int) -> int:
+    """Blocks for a grid-stride kernel: enough for ``threads``, at most ``per_sm`` per SM."""
+    return max(1, min(-(-threads // BLOCK), sm_count(device) * per_sm))
+
+
 def _launch_on(t: "torch.Tensor", fn: object, grid: int, args: list[tuple[object, str]]) -> None:
     """Launch on the current stream of ``t``'s device; under a device guard only when that is
     not the current device (the guard costs more than the check)."""
@@ -146,7 +151,7 @@ def index_check(indices: "torch.Tensor", num_embeddings: int, offsets: "torch.Te
     n_off = 0 if offsets is None else offsets.numel()
     fn = _nvrtc.get_function("index_check.cu", "index_check", {"INDEX_T": _index_type(indices.dtype)},
                              indices.device.index)
-    grid = max(1, min(-(-max(n, n_off) // BLOCK), sm_count(indices.device) * 8))
+    grid = grid_stride_blocks(max(n, n_off), indices.device, 8)
     _launch_on(indices, fn, grid, [
         (_ptr(indices), PTR), (n, I64), (num_embeddings, I64),
         (_ptr(offsets), PTR), (n_off, I64), (status.data_ptr(), PTR)])
@@ -271,7 +276,7 @@ def gather(weight: "torch.Tensor", indices: "torch.Tensor") -> "torch.Tensor":
                "CHUNKS": tiling.chunks, "UNROLL": unroll, "BLOCK": BLOCK}
     fn = _nvrtc.get_function("embedding_gather.cu", "embedding_gather", defines, weight.device.index)
     items = -(-indices.numel() // unroll) * tiling.col_tiles
-    grid = max(1, min(-(-items * tiling.row_lanes // BLOCK), sm_count(weight.device) * 16))
+    grid = grid_stride_blocks(items * tiling.row_lanes, weight.device, 16)
     _launch_on(weight, fn, grid, [
         (weight.data_ptr(), PTR), (row_bytes // word, I64), (_ptr(indices), PTR), (indices.numel(), I64),
         (out.data_ptr(), PTR)])
@@ -289,6 +294,8 @@ def backward_chunk(num_indices: int, sms: int) -> int:
         if num_indices // chunk >= 64 * sms:
             return chunk
     return BACKWARD_CHUNKS[-1]
+
+
 # Zero the untouched gradient rows on a second stream, overlapping the sort and the passes
 # (False: on the caller's stream, one after the other; the benchmark's probe compares both).
 # Only when lookups are few per table row: then the sort and the passes are small and
@@ -301,7 +308,6 @@ OVERLAP_MAX_LOOKUPS_PER_ROW = 0.1
 # by the fill's DRAM traffic, not by a lack of SM slots (2, 4, 16 blocks: the backward ended at
 # 710, 692, 687 us with evict-first stores; run 17, scripts/bwd_timeline.py).
 FILL_BLOCKS_PER_SM = 16
-FILL_STREAMING = True  # evict-first stores for the zero fill (see embedding_bag_backward.cu)
 
 
 def bag_backward(grad_out: "torch.Tensor", indices: "torch.Tensor", bag_of: "torch.Tensor | None",
@@ -377,17 +383,16 @@ def _zero_untouched_rows(grad_weight: "torch.Tensor", rows: "torch.Tensor", padd
     device = grad_weight.device.index
     mark = _nvrtc.get_function("embedding_bag_backward.cu", "embedding_bag_backward_mark",
                                {"BACKWARD_PASS": 3, "BLOCK": BLOCK}, device)
-    grid = max(1, min(-(-rows.numel() // BLOCK), sm_count(grad_weight.device) * 8))
+    grid = grid_stride_blocks(rows.numel(), grad_weight.device, 8)
     _launch_on(grad_weight, mark, grid, [
         (rows.data_ptr(), PTR), (rows.numel(), I64), (num_weights, I64), (touched.data_ptr(), PTR)])
     row_bytes = dim * grad_weight.element_size()
-    word = next(w for w in (16, 8, 4, 2) if row_bytes % w == 0 and grad_weight.data_ptr() % w == 0)
+    word = vector_width(row_bytes, 1, grad_weight.data_ptr())  # bytes per zeroed word: 2..16
     fill = _nvrtc.get_function("embedding_bag_backward.cu", "embedding_bag_backward_fill",
-                               {"BACKWARD_PASS": 3, "BLOCK": BLOCK, "FILL_BYTES": word,
-                                "FILL_STREAMING": int(FILL_STREAMING)}, device)
+                               {"BACKWARD_PASS": 3, "BLOCK": BLOCK, "FILL_BYTES": word}, device)
     row_words = row_bytes // word
     row_shift = row_words.bit_length() - 1 if row_words & (row_words - 1) == 0 else -1
-    grid = max(1, min(-(-num_weights * row_words // BLOCK), sm_count(grad_weight.device) * FILL_BLOCKS_PER_SM))
+    grid = grid_stride_blocks(num_weights * row_words, grad_weight.device, FILL_BLOCKS_PER_SM)
     _launch_on(grad_weight, fill, grid, [
         (touched.data_ptr(), PTR), (num_weights, I64), (row_words, I64), (row_shift, I32), (padding_idx, I64),
         (grad_weight.data_ptr(), PTR)])

@@ -5,9 +5,9 @@ device-to-device copy, bytes read + written); every figure is the median of
 ``--reps`` (>= 100) calls timed with CUDA events after warm-up; before every timed
 call the 60 MB L2 is flushed (cold figures), then the GPU sleeps (at least ~0.25 ms,
 and 3x the host time of one call) so that the host has enqueued the whole call before
-the start event runs: the figures are GPU times, and host overhead per call is reported separately (``*_host_us``: wall time
-per call while the GPU is held busy, so calls only enqueue). Tables are random
-normal (never zeros).
+the start event runs: the figures are GPU times, and host overhead per call is
+reported separately (``*_host_us``: wall time per call while the GPU is held busy,
+so calls only enqueue). Tables are random normal (never zeros).
 
 Flush (``--flush``): ``clean`` (default) reads a 512 MB buffer, which evicts the L2
 and leaves only clean lines in it, as Nsight Compute's cache control does (write
@@ -416,10 +416,14 @@ def probe(suite: "Suite") -> None:
     dirty = Timer(clean.reps, flush_mode="dirty", flush=clean.flush)
     gb = suite.copy_gbps
 
-    def both(label: str, fn: Callable[[], object], nbytes: int) -> None:
+    def pct(nbytes: int, us: float) -> float:
+        return 100 * nbytes / (us * 1e-6) / 1e9 / gb
+
+    def both(label: str, fn: Callable[[], object], nbytes: int, logical: int = 0) -> None:
         d, c = dirty.median_us(fn), clean.median_us(fn)
-        print(f"probe {label:44s} dirty {d:8.1f} us ({100 * nbytes / (d * 1e-6) / 1e9 / gb:5.1f}%)"
-              f"  clean {c:8.1f} us ({100 * nbytes / (c * 1e-6) / 1e9 / gb:5.1f}%)  delta {d - c:6.1f} us", flush=True)
+        extra = f"  logical: dirty {pct(logical, d):5.1f}%, clean {pct(logical, c):5.1f}%" if logical else ""
+        print(f"probe {label:44s} dirty {d:8.1f} us ({pct(nbytes, d):5.1f}%)  clean {c:8.1f} us "
+              f"({pct(nbytes, c):5.1f}%)  delta {d - c:6.1f} us{extra}", flush=True)
 
     src = torch.randn(1 << 28, device=DEV)  # 1 GiB
     dst = torch.empty_like(src)
@@ -436,8 +440,8 @@ def probe(suite: "Suite") -> None:
             for spec in ("UNROLL=8", "UNROLL=4", "MIN_BLOCKS=1"):
                 _launch.TUNE = spec
                 us = clean.median_us(lambda: rk.embedding_bag(idx, weight, check_indices=False))
-                print(f"probe suite1 sum {name} ours {spec:16s} clean {us:8.1f} us "
-                      f"({100 * comp / (us * 1e-6) / 1e9 / gb:5.1f}%)", flush=True)
+                print(f"probe suite1 sum {name} ours {spec:16s} clean {us:8.1f} us ({pct(comp, us):5.1f}%)",
+                      flush=True)
             _launch.TUNE = ""
             flat = idx.view(-1)[:262144]
             gathered = int(torch.unique(flat).numel()) * 128 * weight.element_size() + flat.numel() * (
@@ -450,10 +454,8 @@ def probe(suite: "Suite") -> None:
                 both("floor: torch gather of 1 row", lambda: F.embedding(one, weight), 0)
                 many = zipf_indices(65536 * 150, 5_000_000, 0, suite.gen).view(65536, 150)
                 comp_many, logical_many = bag_bytes(weight, many, None, False, 65536 * 128)
-                both("B65536 L150 sum f32 ours (compulsory)", lambda: rk.embedding_bag(many, weight,
-                                                                                         check_indices=False), comp_many)
-                both("B65536 L150 sum f32 ours (logical)", lambda: rk.embedding_bag(many, weight,
-                                                                                      check_indices=False), logical_many)
+                both("B65536 L150 sum f32 ours", lambda: rk.embedding_bag(many, weight, check_indices=False),
+                     comp_many, logical_many)
                 del many
         del weight
         torch.cuda.empty_cache()
@@ -465,9 +467,7 @@ def probe(suite: "Suite") -> None:
     both("bwd part: torch.zeros of the 5Mx128 grad", lambda: torch.zeros(5_000_000, 128, device=DEV), dense)
     buf = torch.empty(5_000_000, 128, device=DEV)
     both("bwd part: zero_() of an existing 5Mx128", lambda: buf.zero_(), dense)
-    del buf
     both("bwd part: stable sort of 307200 indices", lambda: torch.sort(idx.view(-1), stable=True), 0)
-    buf = torch.empty(5_000_000, 128, device=DEV)
     rows = idx.view(-1)
     out_ours = rk.embedding_bag(idx, weight, check_indices=False)
     chosen = _launch.FILL_BLOCKS_PER_SM
@@ -479,7 +479,6 @@ def probe(suite: "Suite") -> None:
                                                                                retain_graph=True), dense)
     _launch.FILL_BLOCKS_PER_SM = chosen
     del buf
-    out_ours = rk.embedding_bag(idx, weight, check_indices=False)
     out_torch = F.embedding_bag(idx, weight)
     both("bwd ours", lambda: torch.autograd.grad(out_ours, weight, grad, retain_graph=True), dense)
     _launch.OVERLAP_ZERO_FILL = False

@@ -73,7 +73,7 @@ _launch.OVERLAP_ZERO_FILL = True
 for blocks in (4, 16):
     _launch.FILL_BLOCKS_PER_SM = blocks
     backward()
-    report(f"streaming={_launch.FILL_STREAMING} blocks/SM={blocks}")
+    report(f"blocks/SM={blocks}")
     backward(torch.cuda.Stream(priority=-1))
     report(f"high-priority caller stream, blocks/SM={blocks}")
 torch.sort = real_sort
