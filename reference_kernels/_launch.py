@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import EmbeddingIndexError, _nvrtc
-from ._nvrtc import I32, I64, PTR
+from ._nvrtc import F32, I32, I64, PTR
 
 if TYPE_CHECKING:
     import torch
@@ -310,12 +310,21 @@ OVERLAP_MAX_LOOKUPS_PER_ROW = 0.1
 FILL_BLOCKS_PER_SM = 16
 
 
+# Positions each lane of the backward's chunk kernel keeps in flight (gradient rows loaded
+# before any is added), and that kernel's occupancy floor (__launch_bounds__ minimum blocks).
+BACKWARD_ROWS_IN_FLIGHT = 4
+BACKWARD_MIN_BLOCKS = 2
+BACKWARD_STREAMING_ROWS = 1
+
+
 def bag_backward(grad_out: "torch.Tensor", indices: "torch.Tensor", bag_of: "torch.Tensor | None",
                  bag_size: int, num_weights: int, per_sample_weights: "torch.Tensor | None",
-                 bag_scale: "torch.Tensor | None", padding_idx: int) -> "torch.Tensor":
+                 bag_scale: "torch.Tensor | None", padding_idx: int, scale: float = 1.0) -> "torch.Tensor":
     """Deterministic weight gradient (embedding_bag_backward.cu): positions sorted stably by
     row, fixed chunks of sorted positions per team, runs that cross chunks combined in order.
-    ``bag_of`` maps each flat position to its bag (None: fixed layout, bag = position // bag_size)."""
+    ``bag_of`` maps each flat position to its bag (None: fixed layout, bag = position // bag_size).
+    Every contribution is multiplied by ``scale`` (mean over bags of one known size: 1 / size),
+    and by ``bag_scale[bag]`` when given (mean over bags of varying size)."""
     import torch
 
     dim = grad_out.shape[1]
@@ -333,15 +342,42 @@ def bag_backward(grad_out: "torch.Tensor", indices: "torch.Tensor", bag_of: "tor
             _zero_untouched_rows(grad_weight, flat, padding_idx)
     else:  # many lookups per row: a plain memset first, then the passes, one after the other
         grad_weight = torch.zeros((num_weights, dim), dtype=grad_out.dtype, device=grad_out.device)
-    # int32 keys halve the radix passes (73 vs 119 us for suite 1's 307200 keys; run 17)
+    sorted_rows, positions = sort_by_row(flat, num_weights)
+    backward_passes(grad_out, sorted_rows, positions, bag_of, bag_size, per_sample_weights, bag_scale,
+                    padding_idx, scale, grad_weight)
+    if side is not main:
+        main.wait_stream(side)
+        for t in (flat, grad_weight):  # used on both streams: not reused before the side work is done
+            t.record_stream(side)
+    return grad_weight
+
+
+def sort_by_row(flat: "torch.Tensor", num_weights: int) -> "tuple[torch.Tensor, torch.Tensor]":
+    """(sorted rows, their positions in ``flat``): a stable sort, so each row's positions
+    stay in order. int32 keys halve the radix passes (73 vs 119 us for suite 1's 307200
+    keys; run 17)."""
+    import torch
+
     keys = flat.to(torch.int32) if num_weights < 2**31 else flat
-    sorted_rows, positions = torch.sort(keys, stable=True)
+    return torch.sort(keys, stable=True)
+
+
+def backward_passes(grad_out: "torch.Tensor", sorted_rows: "torch.Tensor", positions: "torch.Tensor",
+                    bag_of: "torch.Tensor | None", bag_size: int, per_sample_weights: "torch.Tensor | None",
+                    bag_scale: "torch.Tensor | None", padding_idx: int, scale: float,
+                    grad_weight: "torch.Tensor") -> None:
+    """The chunk and combine kernels: write every looked-up row of ``grad_weight``."""
+    import torch
+
+    dim = grad_out.shape[1]
+    n = sorted_rows.numel()
     tiling = RowTiling.for_row(dim, vector_width(dim, grad_out.element_size(), grad_out.data_ptr()))
     chunk = backward_chunk(n, sm_count(grad_out.device))
     defines = {"WEIGHT_DTYPE": _dtype_code(grad_out.dtype), "VEC": tiling.vec, "ROW_LANES": tiling.row_lanes,
-               "CHUNKS": tiling.chunks, "UNROLL": _floor_pow2(max(1, 4 // tiling.chunks)),
+               "CHUNKS": tiling.chunks, "UNROLL": _floor_pow2(max(1, BACKWARD_ROWS_IN_FLIGHT // tiling.chunks)),
                "HAS_PSW": int(per_sample_weights is not None), "HAS_SCALE": int(bag_scale is not None),
-               "CHUNK_POS": chunk, "BLOCK": BLOCK, "ROW_T": _index_type(keys.dtype)}
+               "CHUNK_POS": chunk, "BLOCK": BLOCK, "ROW_T": _index_type(sorted_rows.dtype),
+               "MIN_BLOCKS": BACKWARD_MIN_BLOCKS, "STREAMING_ROWS": BACKWARD_STREAMING_ROWS}
     device = grad_out.device.index
     chunks = -(-n // chunk)
     partial = torch.empty((chunks * 2, dim), dtype=torch.float32, device=grad_out.device)
@@ -352,18 +388,13 @@ def bag_backward(grad_out: "torch.Tensor", indices: "torch.Tensor", bag_of: "tor
     _launch_on(grad_out, fn, grid, [
         (grad_out.data_ptr(), PTR), (dim, I64), (sorted_rows.data_ptr(), PTR), (positions.data_ptr(), PTR),
         (n, I64), (_ptr(bag_of), PTR), (max(1, bag_size), I64), (_ptr(per_sample_weights), PTR),
-        (_ptr(bag_scale), PTR), (padding_idx, I64), (tiling.col_tiles, I32), (grad_weight.data_ptr(), PTR),
-        (partial.data_ptr(), PTR), (carries.data_ptr(), PTR)])
+        (_ptr(bag_scale), PTR), (scale, F32), (padding_idx, I64), (tiling.col_tiles, I32),
+        (grad_weight.data_ptr(), PTR), (partial.data_ptr(), PTR), (carries.data_ptr(), PTR)])
     combine = _nvrtc.get_function("embedding_bag_backward.cu", "embedding_bag_backward_combine",
                                   {**defines, "BACKWARD_PASS": 2}, device)
     _launch_on(grad_out, combine, grid, [
         (sorted_rows.data_ptr(), PTR), (n, I64), (dim, I64), (tiling.col_tiles, I32), (partial.data_ptr(), PTR),
         (carries.data_ptr(), PTR), (grad_weight.data_ptr(), PTR)])
-    if side is not main:
-        main.wait_stream(side)
-        for t in (flat, grad_weight):  # used on both streams: not reused before the side work is done
-            t.record_stream(side)
-    return grad_weight
 
 
 @functools.lru_cache(maxsize=None)

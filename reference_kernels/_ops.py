@@ -59,14 +59,15 @@ def _(weight: Tensor, indices: Tensor, offsets: Optional[Tensor], per_sample_wei
 @torch.library.custom_op("reference_kernels::embedding_bag_backward", mutates_args=(), device_types="cuda")
 def embedding_bag_backward_op(grad_out: Tensor, indices: Tensor, bag_of: Optional[Tensor], bag_size: int,
                               num_weights: int, per_sample_weights: Optional[Tensor],
-                              bag_scale: Optional[Tensor], padding_idx: int) -> Tensor:
+                              bag_scale: Optional[Tensor], padding_idx: int, scale: float = 1.0) -> Tensor:
     return _launch.bag_backward(grad_out.contiguous(), indices, bag_of, bag_size, num_weights,
-                                per_sample_weights, bag_scale, padding_idx)
+                                per_sample_weights, bag_scale, padding_idx, scale)
 
 
 @embedding_bag_backward_op.register_fake
 def _(grad_out: Tensor, indices: Tensor, bag_of: Optional[Tensor], bag_size: int, num_weights: int,
-      per_sample_weights: Optional[Tensor], bag_scale: Optional[Tensor], padding_idx: int) -> Tensor:
+      per_sample_weights: Optional[Tensor], bag_scale: Optional[Tensor], padding_idx: int,
+      scale: float = 1.0) -> Tensor:
     return grad_out.new_empty((num_weights, grad_out.shape[1]))
 
 
@@ -138,9 +139,13 @@ def _backward_bag(ctx: Any, grad_out: Tensor, _grad_argmax: Tensor) -> tuple[Opt
         return _max_backward(grad_out, argmax, ctx.num_weights), None, None, None, None, None, None, None, None
     bag_of = None if offsets is None else bag_of_positions(indices, offsets, ctx.include_last_offset)
     bag_size = indices.shape[1] if offsets is None else 0
-    scale = _bag_scale(indices, bag_of, num_bags, ctx.padding_idx) if ctx.mode == "mean" else None
+    bag_scale, scale = None, 1.0
+    if ctx.mode == "mean" and bag_of is None and ctx.padding_idx < 0:
+        scale = 1.0 / max(1, bag_size)  # every bag pools bag_size rows: no per-bag counts to compute
+    elif ctx.mode == "mean":
+        bag_scale = _bag_scale(indices, bag_of, num_bags, ctx.padding_idx)
     grad_weight = embedding_bag_backward_op(grad_out, indices, bag_of, bag_size, ctx.num_weights,
-                                            psw, scale, ctx.padding_idx)
+                                            psw, bag_scale, ctx.padding_idx, scale)
     grad_psw = None
     if ctx.psw_needs_grad:
         if bag_of is None:

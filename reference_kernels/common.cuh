@@ -70,6 +70,13 @@ __device__ __forceinline__ void store_pack(T* p, const Pack<T, N>& pack) {
   *reinterpret_cast<Pack<T, N>*>(p) = pack;
 }
 
+// Streaming store (st.global.cs): the lines are evicted first, soon after they are written.
+template <typename T, int N>
+__device__ __forceinline__ void store_pack_streaming(T* p, const Pack<T, N>& pack) {
+  typedef typename RawWord<sizeof(T) * N>::type Raw;
+  __stcs(reinterpret_cast<Raw*>(p), *reinterpret_cast<const Raw*>(&pack));
+}
+
 // All N elements of a pack as floats. 16-bit types are converted two per 32-bit
 // word (bfloat16: a shift and a mask; float16: split the word, two cvt), which
 // keeps the packed registers packed instead of extracting every half first.

@@ -3,7 +3,9 @@ docs/perf-log.md; results in reference_kernels/results/h200-run17-backward-timel
 
 Event timestamps (us from the op's start) around the zero fill (on its stream), the sort
 and the end of the op, for the fill overlapped or not, per fill grid size, and on a
-high-priority caller stream; then the sort alone with int64 and int32 keys."""
+high-priority caller stream; then the sort alone with int64 and int32 keys; then the two
+passes alone (after the sort, on a zeroed gradient) per chunk length, rows in flight and
+occupancy floor, with each chunk kernel's registers, and the whole op for each variant."""
 from typing import Any, Callable
 
 import torch
@@ -85,3 +87,61 @@ for name, keys in (("int64", idx.reshape(-1)), ("int32", idx.reshape(-1).to(torc
         ev("end")
         torch.cuda.synchronize()
     print(f"sort alone, {name} keys: {us('end'):.0f} us")
+
+
+def passes_alone(reps: int = 20) -> tuple[float, float]:
+    """Medians of the chunk kernel and of the combine kernel alone, L2 flushed, given the
+    sorted positions (events after each launch)."""
+    flat = idx.reshape(-1)
+    rows, positions = _launch.sort_by_row(flat, ROWS)
+    grad_weight = torch.zeros(ROWS, DIM, device="cuda")
+    launch_on = _launch._launch_on
+    stamps: list[torch.cuda.Event] = []
+
+    def launch_and_stamp(*args: Any) -> None:
+        launch_on(*args)
+        stamps.append(torch.cuda.Event(enable_timing=True))
+        stamps[-1].record()
+
+    _launch._launch_on = launch_and_stamp
+    chunk, combine = [], []
+    for _ in range(reps):
+        torch.sum(flush, dim=0, out=sink)
+        torch.cuda._sleep(200_000)
+        stamps.clear()
+        stamps.append(torch.cuda.Event(enable_timing=True))
+        stamps[0].record()
+        _launch.backward_passes(grad, rows, positions, None, 150, None, None, -1, 1.0, grad_weight)
+        torch.cuda.synchronize()
+        chunk.append(stamps[0].elapsed_time(stamps[1]) * 1e3)
+        combine.append(stamps[1].elapsed_time(stamps[2]) * 1e3)
+    _launch._launch_on = launch_on
+    return sorted(chunk)[reps // 2], sorted(combine)[reps // 2]
+
+
+def variants() -> None:
+    default = (_launch.BACKWARD_CHUNKS, _launch.BACKWARD_ROWS_IN_FLIGHT, _launch.BACKWARD_MIN_BLOCKS,
+               _launch.BACKWARD_STREAMING_ROWS)
+    # (rows in flight, occupancy floor) pairs that nvcc compiles without spills (sm_90: 78 and
+    # 107 registers; at 3-4 blocks per SM both spill)
+    for chunk, rows_in_flight, min_blocks, streaming in ((32, 4, 2, 0), (32, 4, 2, 1), (32, 8, 2, 1),
+                                                         (64, 4, 2, 1), (128, 4, 2, 1)):
+        _launch.BACKWARD_CHUNKS = (chunk,)
+        _launch.BACKWARD_ROWS_IN_FLIGHT, _launch.BACKWARD_MIN_BLOCKS = rows_in_flight, min_blocks
+        _launch.BACKWARD_STREAMING_ROWS = streaming
+        chunk_us, combine_us = passes_alone()
+        ends, sorts = [], []
+        for _ in range(5):
+            backward()
+            ends.append(us("end"))
+            sorts.append(us("sort1"))
+        print(f"chunk {chunk}, rows in flight {rows_in_flight}, min blocks {min_blocks}, streaming stores "
+              f"{streaming}: alone: chunk kernel {chunk_us:.1f} us, combine {combine_us:.1f} us; "
+              f"op (median of 5): sort ends {sorted(sorts)[2]:.0f} us, end {sorted(ends)[2]:.0f} us", flush=True)
+    (_launch.BACKWARD_CHUNKS, _launch.BACKWARD_ROWS_IN_FLIGHT, _launch.BACKWARD_MIN_BLOCKS,
+     _launch.BACKWARD_STREAMING_ROWS) = default
+
+
+torch.sort = timed(real_sort)
+variants()
+torch.sort = real_sort

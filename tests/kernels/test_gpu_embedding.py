@@ -305,6 +305,28 @@ def test_backward_large_table_few_rows(dtype: torch.dtype, dim: int, padding: st
     assert int((ours[~looked_up] != 0).sum()) == 0, "rows nobody looked up (and the padding row) must be zero"
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("rows", [150, 100_003], ids=["memset-path", "overlapped-path"])
+def test_mean_backward_without_padding_row(rows: int, dtype: torch.dtype, gen: torch.Generator) -> None:
+    """Fixed-size bags and no padding row: the mean's 1 / L is one scalar for every lookup (no
+    per-bag counts), on both the memset path (many lookups per row, runs crossing chunks) and
+    the overlapped zero fill (few lookups per row)."""
+    weight = random_table(rows, 72, dtype, gen)
+    idx = torch.randint(0, rows, (300, 17), generator=gen, device="cuda")
+    bags = Bags(idx, None, False, 17)
+    grad_out = torch.randn(300, 72, generator=gen, device="cuda").to(dtype)
+    ours, _ = _bag_grad(ours_bag, bags, weight, "mean", grad_out, None, None)
+    again, _ = _bag_grad(ours_bag, bags, weight, "mean", grad_out, None, None)
+    assert torch.equal(ours, again), "the weight gradient must be bit-reproducible"
+    ref, _ = _bag_grad(torch_bag, bags, weight.double(), "mean", grad_out.double(), None, None)
+    abs_ref, _ = _bag_grad(torch_bag, bags, weight.double(), "mean", grad_out.double().abs(), None, None)
+    occurrences = int(torch.bincount(idx.view(-1), minlength=rows).max())
+    assert_within(ours, ref, pooled_tolerance(ref, abs_ref, occurrences + 1, dtype), "mean grad")
+    untouched = torch.ones(rows, dtype=torch.bool, device="cuda")
+    untouched[idx.view(-1)] = False
+    assert int((ours[untouched] != 0).sum()) == 0
+
+
 def test_backward_under_cuda_graph_capture(gen: torch.Generator) -> None:
     """The side stream forks from and joins the capturing stream, so the backward can be
     captured and replayed; replays give the eager gradient bit for bit."""
