@@ -358,3 +358,136 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_backward_fill(
   }
 }
 #endif  // BACKWARD_PASS == 0 || BACKWARD_PASS == 3
+
+#if BACKWARD_PASS == 0 || BACKWARD_PASS == 4
+// Stable LSD radix sort of the row numbers (int keys) with their positions (i64 values),
+// SORT_BITS per pass, used instead of torch.sort on the overlapped path: torch's onesweep
+// sort chains every tile to the one before it (decoupled look-back), and beside the zero
+// fill's DRAM traffic each link waits so long that 307K keys took ~540 us instead of 71
+// (run 17 timeline). Here a pass is three launches without any chain between blocks:
+//   radix_histogram: per tile (SORT_TILE consecutive keys), how many keys have each digit;
+//     counts[digit * num_tiles + tile].
+//   radix_scan: one block per digit scans that digit's tile counts; the scatter adds where
+//     the digit starts (an exclusive scan of the digit totals, in each block).
+//   radix_scatter: each warp ranks its keys in order (match_any: lanes with the same
+//     digit), so equal digits keep their input order: the sort is stable, and the result
+//     is unique (the same as any stable sort).
+// The first pass reads the int64 indices (IN_KEY_T) and takes the positions as values.
+#ifndef SORT_BITS
+#define SORT_BITS 8
+#endif
+#ifndef IN_KEY_T
+#define IN_KEY_T int
+#endif
+#define RADIX (1 << SORT_BITS)
+#define SORT_WARPS (BLOCK / 32)
+#define SORT_KEYS_PER_LANE 8
+#define SORT_TILE (BLOCK * SORT_KEYS_PER_LANE)
+static_assert(RADIX <= BLOCK, "one thread per digit in the scatter's prefix step");
+
+__device__ __forceinline__ int radix_digit(const IN_KEY_T* keys, i64 i, i64 n, int shift) {
+  return i < n ? (int)(((u32)keys[i] >> shift) & (RADIX - 1)) : RADIX;  // RADIX: no key
+}
+
+extern "C" __global__ void __launch_bounds__(BLOCK) radix_histogram(
+    const IN_KEY_T* __restrict__ keys, i64 n, int shift, int num_tiles, int* __restrict__ counts) {
+  __shared__ int hist[RADIX];
+  for (int d = threadIdx.x; d < RADIX; d += BLOCK) hist[d] = 0;
+  __syncthreads();
+  const i64 first = (i64)blockIdx.x * SORT_TILE;
+  int digits[SORT_KEYS_PER_LANE];
+#pragma unroll
+  for (int k = 0; k < SORT_KEYS_PER_LANE; ++k) digits[k] = radix_digit(keys, first + k * BLOCK + threadIdx.x, n, shift);
+#pragma unroll
+  for (int k = 0; k < SORT_KEYS_PER_LANE; ++k)  // counts: the order of the additions does not matter
+    if (digits[k] < RADIX) atomicAdd(hist + digits[k], 1);
+  __syncthreads();
+  for (int d = threadIdx.x; d < RADIX; d += BLOCK) counts[(i64)d * num_tiles + blockIdx.x] = hist[d];
+}
+
+// Inclusive scan of v[0 .. BLOCK) in shared memory (Hillis-Steele); ends synchronised.
+__device__ __forceinline__ void block_inclusive_scan(int* v) {
+  __syncthreads();
+  for (int step = 1; step < BLOCK; step <<= 1) {
+    const int add = threadIdx.x >= step ? v[threadIdx.x - step] : 0;
+    __syncthreads();
+    v[threadIdx.x] += add;
+    __syncthreads();
+  }
+}
+
+// One block per digit d: counts[d * num_tiles + t] becomes the number of keys with digit d
+// in tiles before t (in place), totals[d] the number in all tiles. Coalesced, BLOCK tiles
+// at a time: no thread walks a long serial slice.
+extern "C" __global__ void __launch_bounds__(BLOCK) radix_scan(int* __restrict__ counts, int num_tiles,
+                                                              int* __restrict__ totals) {
+  __shared__ int v[BLOCK];
+  int* digit_counts = counts + (i64)blockIdx.x * num_tiles;
+  int carry = 0;
+  for (int t0 = 0; t0 < num_tiles; t0 += BLOCK) {
+    const int t = t0 + threadIdx.x;
+    const int c = t < num_tiles ? digit_counts[t] : 0;
+    v[threadIdx.x] = c;
+    block_inclusive_scan(v);
+    if (t < num_tiles) digit_counts[t] = carry + v[threadIdx.x] - c;
+    carry += v[BLOCK - 1];
+    __syncthreads();  // v is rewritten by the next round
+  }
+  if (threadIdx.x == 0) totals[blockIdx.x] = carry;
+}
+
+// values_in == 0: the value of key i is i (its position).
+extern "C" __global__ void __launch_bounds__(BLOCK) radix_scatter(
+    const IN_KEY_T* __restrict__ keys_in, const i64* __restrict__ values_in, i64 n, int shift, int num_tiles,
+    const int* __restrict__ starts, const int* __restrict__ totals, int* __restrict__ keys_out,
+    i64* __restrict__ values_out) {
+  __shared__ int base[SORT_WARPS][RADIX];  // per warp: its keys counted, then its first slot
+  __shared__ int digit_start[BLOCK];       // where each digit's keys start in the output
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const u32 lanes_below = (1u << lane) - 1u;
+  // warp w holds the tile's keys [w * 32 * K, (w + 1) * 32 * K), walked 32 at a time in order
+  const i64 first = (i64)blockIdx.x * SORT_TILE + (i64)warp * 32 * SORT_KEYS_PER_LANE;
+  for (int d = lane; d < RADIX; d += 32) base[warp][d] = 0;
+  __syncwarp();
+  int keys[SORT_KEYS_PER_LANE], digits[SORT_KEYS_PER_LANE];
+  i64 values[SORT_KEYS_PER_LANE];
+#pragma unroll
+  for (int k = 0; k < SORT_KEYS_PER_LANE; ++k) {  // all loads first, then the ranking
+    const i64 i = first + k * 32 + lane;
+    keys[k] = i < n ? (int)keys_in[i] : 0;
+    values[k] = i < n && values_in != 0 ? values_in[i] : i;
+    digits[k] = i < n ? (int)(((u32)keys[k] >> shift) & (RADIX - 1)) : RADIX;  // RADIX: no key
+  }
+#pragma unroll
+  for (int k = 0; k < SORT_KEYS_PER_LANE; ++k) {
+    const u32 peers = __match_any_sync(0xffffffffu, digits[k]);
+    if (digits[k] < RADIX && (peers & lanes_below) == 0) base[warp][digits[k]] += __popc(peers);
+    __syncwarp();
+  }
+  const int total = threadIdx.x < RADIX ? totals[threadIdx.x] : 0;
+  digit_start[threadIdx.x] = total;
+  block_inclusive_scan(digit_start);
+  for (int d = threadIdx.x; d < RADIX; d += BLOCK) {  // warps in order after the digit's start
+    int slot = digit_start[d] - total + starts[(i64)d * num_tiles + blockIdx.x];
+    for (int w = 0; w < SORT_WARPS; ++w) {
+      const int c = base[w][d];
+      base[w][d] = slot;
+      slot += c;
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < SORT_KEYS_PER_LANE; ++k) {
+    const u32 peers = __match_any_sync(0xffffffffu, digits[k]);
+    if (digits[k] < RADIX) {
+      const int slot = base[warp][digits[k]] + __popc(peers & lanes_below);
+      keys_out[slot] = keys[k];
+      values_out[slot] = values[k];
+    }
+    __syncwarp();
+    if (digits[k] < RADIX && (peers & lanes_below) == 0) base[warp][digits[k]] += __popc(peers);
+    __syncwarp();
+  }
+}
+#endif  // BACKWARD_PASS == 0 || BACKWARD_PASS == 4
