@@ -352,60 +352,14 @@ def bag_backward(grad_out: "torch.Tensor", indices: "torch.Tensor", bag_of: "tor
     return grad_weight
 
 
-# Sort the lookups by row with the radix sort in embedding_bag_backward.cu (BACKWARD_PASS 4)
-# rather than torch.sort, up to this many keys (tables below 2^31 rows). Beside the zero fill
-# torch's sort is slowed ~7x (its tiles wait on each other); the radix sort's blocks do not.
-RADIX_SORT = True
-RADIX_SORT_MAX_KEYS = 1 << 22
-SORT_BITS = 8
-SORT_TILE = BLOCK * 8  # keys per block (SORT_KEYS_PER_LANE = 8)
-
-
 def sort_by_row(flat: "torch.Tensor", num_weights: int) -> "tuple[torch.Tensor, torch.Tensor]":
-    """(sorted rows, their positions in ``flat``) by a stable sort, so each row's positions
-    stay in order; int32 rows when the table has fewer than 2^31 rows (torch.sort: 73 vs
-    119 us for suite 1's 307200 keys; run 17)."""
+    """(sorted rows, their positions in ``flat``): a stable sort, so each row's positions
+    stay in order. int32 keys halve the radix passes (73 vs 119 us for suite 1's 307200
+    keys; run 17)."""
     import torch
 
-    if num_weights >= 2**31:
-        return torch.sort(flat, stable=True)
-    if RADIX_SORT and flat.numel() <= RADIX_SORT_MAX_KEYS:
-        return radix_sort_rows(flat, num_weights)
-    return torch.sort(flat.to(torch.int32), stable=True)
-
-
-def radix_sort_rows(flat: "torch.Tensor", num_weights: int) -> "tuple[torch.Tensor, torch.Tensor]":
-    """Stable LSD radix sort of row numbers (int64 or int32) in [0, num_weights < 2^31):
-    (int32 rows, int64 positions), equal to torch.sort(flat.to(torch.int32), stable=True)."""
-    import torch
-
-    n = flat.numel()
-    tiles = -(-n // SORT_TILE)
-    passes = -(-max(1, (num_weights - 1).bit_length()) // SORT_BITS)
-    device = flat.device.index
-    keys = [torch.empty(n, dtype=torch.int32, device=flat.device) for _ in range(2)]
-    values = [torch.empty(n, dtype=torch.int64, device=flat.device) for _ in range(2)]
-    counts = torch.empty((1 << SORT_BITS) * tiles, dtype=torch.int32, device=flat.device)
-    totals = torch.empty(1 << SORT_BITS, dtype=torch.int32, device=flat.device)
-    source_keys, source_values = flat, None
-    for p in range(passes):
-        defines = {"BACKWARD_PASS": 4, "BLOCK": BLOCK, "SORT_BITS": SORT_BITS,
-                   "IN_KEY_T": _index_type(flat.dtype) if p == 0 else "int"}
-        shift = p * SORT_BITS
-        histogram = _nvrtc.get_function("embedding_bag_backward.cu", "radix_histogram", defines, device)
-        _launch_on(flat, histogram, tiles, [
-            (source_keys.data_ptr(), PTR), (n, I64), (shift, I32), (tiles, I32), (counts.data_ptr(), PTR)])
-        scan = _nvrtc.get_function("embedding_bag_backward.cu", "radix_scan", defines, device)
-        _launch_on(flat, scan, 1 << SORT_BITS, [(counts.data_ptr(), PTR), (tiles, I32), (totals.data_ptr(), PTR)])
-        scatter = _nvrtc.get_function("embedding_bag_backward.cu", "radix_scatter", defines, device)
-        out_keys, out_values = keys[p % 2], values[p % 2]
-        _launch_on(flat, scatter, tiles, [
-            (source_keys.data_ptr(), PTR), (_ptr(source_values), PTR), (n, I64), (shift, I32), (tiles, I32),
-            (counts.data_ptr(), PTR), (totals.data_ptr(), PTR), (out_keys.data_ptr(), PTR),
-            (out_values.data_ptr(), PTR)])
-        source_keys, source_values = out_keys, out_values
-    assert source_values is not None
-    return source_keys, source_values
+    keys = flat.to(torch.int32) if num_weights < 2**31 else flat
+    return torch.sort(keys, stable=True)
 
 
 def backward_passes(grad_out: "torch.Tensor", sorted_rows: "torch.Tensor", positions: "torch.Tensor",

@@ -67,7 +67,6 @@ real_sort = torch.sort
 torch.sort = timed(real_sort)
 _launch._zero_untouched_rows = timed(_launch._zero_untouched_rows)
 _launch.OVERLAP_MAX_LOOKUPS_PER_ROW = 1.0  # suite 1 takes the overlapped path either way
-_launch.RADIX_SORT = False  # the sections up to the variants time torch.sort inside the op
 for overlap in (True, False):
     _launch.OVERLAP_ZERO_FILL = overlap
     backward()
@@ -80,7 +79,7 @@ for blocks in (4, 16):
     backward(torch.cuda.Stream(priority=-1))
     report(f"high-priority caller stream, blocks/SM={blocks}")
 torch.sort = real_sort
-for name, keys in (("int64", idx.reshape(-1)), ("int32", idx.reshape(-1).to(torch.int32))):  # torch.sort
+for name, keys in (("int64", idx.reshape(-1)), ("int32", idx.reshape(-1).to(torch.int32))):
     for _ in range(3):
         torch.sum(flush, dim=0, out=sink)
         ev("start")
@@ -143,37 +142,6 @@ def variants() -> None:
      _launch.BACKWARD_STREAMING_ROWS) = default
 
 
-
-
-def sort_alone(label: str, sort: Callable[[], Any]) -> None:
-    times = []
-    for _ in range(5):
-        torch.sum(flush, dim=0, out=sink)
-        ev("start")
-        sort()
-        ev("end")
-        torch.cuda.synchronize()
-        times.append(us("end"))
-    print(f"sort alone, {label}: {sorted(times)[2]:.0f} us (median of 5)", flush=True)
-
-
-for n in (307_200, 2_097_152, 4_194_304):
-    keys = torch.randint(0, ROWS, (n,), device="cuda", generator=gen)
-    sort_alone(f"{n} keys, torch.sort of int32", lambda: torch.sort(keys.to(torch.int32), stable=True))
-    sort_alone(f"{n} keys, radix sort", lambda: _launch.radix_sort_rows(keys, ROWS))
 torch.sort = timed(real_sort)
-for radix in (False, True):  # the sort inside the op: torch's or the radix sort
-    _launch.RADIX_SORT = radix
-    _launch.radix_sort_rows = timed(_launch.radix_sort_rows) if radix else _launch.radix_sort_rows
-    ends, sorts = [], []
-    for _ in range(5):
-        backward()
-        ends.append(us("end"))
-        sorts.append(us("radix_sort_rows1" if radix else "sort1"))
-    print(f"op with {'the radix sort' if radix else 'torch.sort'} (median of 5): fill "
-          f"{us('_zero_untouched_rows0'):.0f}-{us('_zero_untouched_rows1'):.0f} us, sort ends "
-          f"{sorted(sorts)[2]:.0f} us, end {sorted(ends)[2]:.0f} us", flush=True)
-_launch.RADIX_SORT = False
 variants()
-_launch.RADIX_SORT = True
 torch.sort = real_sort

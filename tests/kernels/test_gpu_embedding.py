@@ -327,27 +327,6 @@ def test_mean_backward_without_padding_row(rows: int, dtype: torch.dtype, gen: t
     assert int((ours[untouched] != 0).sum()) == 0
 
 
-@pytest.mark.parametrize("n,num_weights", [(1, 1), (2047, 2), (2048, 256), (2049, 257), (100_000, 70_001),
-                                           (307_200, 5_000_000), (50_000, 2**31 - 1)])
-@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=str)
-def test_radix_sort_of_rows_equals_torch_stable_sort(n: int, num_weights: int, index_dtype: torch.dtype,
-                                                     gen: torch.Generator) -> None:
-    """The backward's own radix sort gives exactly torch's stable sort: rows and positions
-    (a stable sort's result is unique). Tiles of 2048 keys, full and partial; 1 to 4 passes
-    of 8 bits; heavy duplicates (a quarter of the keys on three rows)."""
-    from reference_kernels import _launch
-
-    keys = torch.randint(0, num_weights, (n,), generator=gen, device="cuda")
-    hot = torch.randint(0, num_weights, (3,), generator=gen, device="cuda")
-    pick = torch.randint(0, 12, (n,), generator=gen, device="cuda")
-    keys = torch.where(pick < 3, hot[pick.clamp(max=2)], keys).to(index_dtype)
-    rows, positions = _launch.radix_sort_rows(keys, num_weights)
-    ref_rows, ref_positions = torch.sort(keys.to(torch.int32), stable=True)
-    assert rows.dtype == torch.int32 and positions.dtype == torch.int64
-    assert torch.equal(rows, ref_rows)
-    assert torch.equal(positions, ref_positions)
-
-
 def test_backward_under_cuda_graph_capture(gen: torch.Generator) -> None:
     """The side stream forks from and joins the capturing stream, so the backward can be
     captured and replayed; replays give the eager gradient bit for bit."""
