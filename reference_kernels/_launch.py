@@ -331,23 +331,30 @@ def bag_backward(grad_out: "torch.Tensor", indices: "torch.Tensor", bag_of: "tor
     n = indices.numel()
     if n == 0 or dim == 0:
         return torch.zeros((num_weights, dim), dtype=grad_out.dtype, device=grad_out.device)
-    flat = indices.reshape(-1).to(torch.int64)
+    flat = indices.reshape(-1)
     main = torch.cuda.current_stream(grad_out.device)
     side = main
     if OVERLAP_ZERO_FILL and n <= OVERLAP_MAX_LOOKUPS_PER_ROW * num_weights:
         grad_weight = new_output((num_weights, dim), grad_out)
+        # the side stream's first kernel (the bitmap) also writes the int32 sort keys: one
+        # launch fewer before the sort, and launches beside the fill are slow (perf-log)
+        keys = torch.empty(n, dtype=torch.int32, device=flat.device) if num_weights < 2**31 else None
         side = _side_stream(grad_out.device.index)
         side.wait_stream(main)
         with torch.cuda.stream(side):  # zeros for the rows nobody looked up, meanwhile
-            _zero_untouched_rows(grad_weight, flat, padding_idx)
+            marked = _zero_untouched_rows(grad_weight, flat, padding_idx, keys)
+        main.wait_event(marked)
+        if keys is None:
+            keys = flat.to(torch.int64)
+        sorted_rows, positions = torch.sort(keys, stable=True)
     else:  # many lookups per row: a plain memset first, then the passes, one after the other
         grad_weight = torch.zeros((num_weights, dim), dtype=grad_out.dtype, device=grad_out.device)
-    sorted_rows, positions = sort_by_row(flat, num_weights)
+        sorted_rows, positions = sort_by_row(flat, num_weights)
     backward_passes(grad_out, sorted_rows, positions, bag_of, bag_size, per_sample_weights, bag_scale,
                     padding_idx, scale, grad_weight)
     if side is not main:
         main.wait_stream(side)
-        for t in (flat, grad_weight):  # used on both streams: not reused before the side work is done
+        for t in (flat, grad_weight, keys):  # used on both streams: not reused before the side work is done
             t.record_stream(side)
     return grad_weight
 
@@ -358,7 +365,7 @@ def sort_by_row(flat: "torch.Tensor", num_weights: int) -> "tuple[torch.Tensor, 
     keys; run 17)."""
     import torch
 
-    keys = flat.to(torch.int32) if num_weights < 2**31 else flat
+    keys = flat.to(torch.int32) if num_weights < 2**31 else flat.to(torch.int64)
     return torch.sort(keys, stable=True)
 
 
@@ -404,19 +411,25 @@ def _side_stream(device_index: int) -> "torch.cuda.Stream":
     return torch.cuda.Stream(device_index)
 
 
-def _zero_untouched_rows(grad_weight: "torch.Tensor", rows: "torch.Tensor", padding_idx: int) -> None:
-    """On the current stream: a bitmap of the looked-up rows, then zeros in every other row
-    (and the padding row). The backward passes write exactly the rows this leaves alone."""
+def _zero_untouched_rows(grad_weight: "torch.Tensor", rows: "torch.Tensor", padding_idx: int,
+                         keys: "torch.Tensor | None") -> "torch.cuda.Event":
+    """On the current stream: a bitmap of the looked-up rows (``rows``: int32 or int64; also
+    copied to the int32 ``keys`` when given), then zeros in every other row (and the padding
+    row). The backward passes write exactly the rows this leaves alone. Returns an event
+    recorded after the bitmap (and keys) are written."""
     import torch
 
     num_weights, dim = grad_weight.shape
     touched = torch.zeros((num_weights + 31) // 32, dtype=torch.int32, device=grad_weight.device)
     device = grad_weight.device.index
     mark = _nvrtc.get_function("embedding_bag_backward.cu", "embedding_bag_backward_mark",
-                               {"BACKWARD_PASS": 3, "BLOCK": BLOCK}, device)
+                               {"BACKWARD_PASS": 3, "BLOCK": BLOCK, "INDEX_T": _index_type(rows.dtype)}, device)
     grid = grid_stride_blocks(rows.numel(), grad_weight.device, 8)
     _launch_on(grad_weight, mark, grid, [
-        (rows.data_ptr(), PTR), (rows.numel(), I64), (num_weights, I64), (touched.data_ptr(), PTR)])
+        (rows.data_ptr(), PTR), (rows.numel(), I64), (num_weights, I64), (touched.data_ptr(), PTR),
+        (_ptr(keys), PTR)])
+    marked = torch.cuda.Event()
+    marked.record()
     row_bytes = dim * grad_weight.element_size()
     word = vector_width(row_bytes, 1, grad_weight.data_ptr())  # bytes per zeroed word: 2..16
     fill = _nvrtc.get_function("embedding_bag_backward.cu", "embedding_bag_backward_fill",
@@ -427,3 +440,4 @@ def _zero_untouched_rows(grad_weight: "torch.Tensor", rows: "torch.Tensor", padd
     _launch_on(grad_weight, fill, grid, [
         (touched.data_ptr(), PTR), (num_weights, I64), (row_words, I64), (row_shift, I32), (padding_idx, I64),
         (grad_weight.data_ptr(), PTR)])
+    return marked

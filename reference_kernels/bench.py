@@ -473,8 +473,8 @@ def probe(suite: "Suite") -> None:
     chosen = _launch.FILL_BLOCKS_PER_SM
     for blocks in (2, 4, 16):
         _launch.FILL_BLOCKS_PER_SM = blocks
-        both(f"bwd part: bitmap + zero fill, {blocks} blocks/SM", lambda: _launch._zero_untouched_rows(buf, rows, -1),
-             dense)
+        both(f"bwd part: bitmap + zero fill, {blocks} blocks/SM",
+             lambda: _launch._zero_untouched_rows(buf, rows, -1, None), dense)
         both(f"bwd ours, fill {blocks} blocks/SM", lambda: torch.autograd.grad(out_ours, weight, grad,
                                                                                retain_graph=True), dense)
     _launch.FILL_BLOCKS_PER_SM = chosen

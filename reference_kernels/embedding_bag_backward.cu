@@ -322,12 +322,18 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_backward_combi
 #endif  // BACKWARD_PASS == 0 || BACKWARD_PASS == 2
 
 #if BACKWARD_PASS == 0 || BACKWARD_PASS == 3
+#ifndef INDEX_T  // the lookups' index type: i64 or int
+#define INDEX_T i64
+#endif
 // Bit r of `touched` (u32 words, zeroed by the host): row r is looked up at least once.
+// keys32 (may be null): the rows as int, the sort's keys (tables below 2^31 rows).
 extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_backward_mark(
-    const i64* __restrict__ rows, i64 num_indices, i64 num_weights, u32* __restrict__ touched) {
+    const INDEX_T* __restrict__ rows, i64 num_indices, i64 num_weights, u32* __restrict__ touched,
+    int* __restrict__ keys32) {
   const i64 stride = (i64)gridDim.x * BLOCK;
   for (i64 i = (i64)blockIdx.x * BLOCK + threadIdx.x; i < num_indices; i += stride) {
     const i64 r = rows[i];
+    if (keys32 != 0) keys32[i] = (int)r;
     if (r >= 0 && r < num_weights) atomicOr(touched + (r >> 5), 1u << (r & 31));
   }
 }

@@ -273,13 +273,16 @@ def test_backward_hot_rows_cross_chunks(mode: str, dtype: torch.dtype, gen: torc
 
 @pytest.mark.parametrize("dtype,dim", [(torch.float32, 96), (torch.float16, 3), (torch.bfloat16, 130)], ids=str)
 @pytest.mark.parametrize("padding", ["untouched", "touched"])
-def test_backward_large_table_few_rows(dtype: torch.dtype, dim: int, padding: str, gen: torch.Generator) -> None:
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=str)
+def test_backward_large_table_few_rows(dtype: torch.dtype, dim: int, padding: str, index_dtype: torch.dtype,
+                                       gen: torch.Generator) -> None:
     """Most rows are never looked up: they are zeroed on a second stream while the touched
     rows are computed (the gradient starts as NaN here, so a missed row shows). Row count not
-    a multiple of 32, rows of 6 bytes (2-byte fill words) to 520; run on a caller's stream."""
+    a multiple of 32, rows of 6 bytes (2-byte fill words) to 520; run on a caller's stream;
+    int32 and int64 indices (the bitmap kernel also writes the sort keys)."""
     rows = 100_003
     weight = random_table(rows, dim, dtype, gen)
-    idx = torch.randint(0, rows, (64, 5), generator=gen, device="cuda")
+    idx = torch.randint(0, rows, (64, 5), generator=gen, device="cuda", dtype=index_dtype)
     idx[0, 0] = rows - 1
     if padding == "touched":
         pad = int(idx[1, 1])
