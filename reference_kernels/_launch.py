@@ -262,14 +262,6 @@ def bag_forward(weight: "torch.Tensor", indices: "torch.Tensor", offsets: "torch
     return out, argmax
 
 
-# The unpooled gather: rows each team copies per step, grid size, evict-first output stores,
-# and whether the next step's indices are loaded during this step's rows.
-GATHER_ROWS_IN_FLIGHT = 4
-GATHER_BLOCKS_PER_SM = 16
-GATHER_STREAMING_STORES = 0
-GATHER_PREFETCH_INDICES = 0
-
-
 def gather(weight: "torch.Tensor", indices: "torch.Tensor") -> "torch.Tensor":
     """Unpooled lookup: out[i] = weight[indices[i]] for flat contiguous ``indices``."""
     dim = weight.shape[1]
@@ -279,13 +271,12 @@ def gather(weight: "torch.Tensor", indices: "torch.Tensor") -> "torch.Tensor":
     row_bytes = dim * weight.element_size()
     word = vector_width(row_bytes, 1, weight.data_ptr())  # bytes per copied word: 2..16
     tiling = RowTiling.for_row(row_bytes // word, 1)
-    unroll = min(GATHER_ROWS_IN_FLIGHT, tiling.row_lanes)
+    unroll = min(4, tiling.row_lanes)
     defines = {"INDEX_T": _index_type(indices.dtype), "CHUNK_BYTES": word, "ROW_LANES": tiling.row_lanes,
-               "CHUNKS": tiling.chunks, "UNROLL": unroll, "BLOCK": BLOCK,
-               "STREAMING_STORES": GATHER_STREAMING_STORES, "PREFETCH_INDICES": GATHER_PREFETCH_INDICES}
+               "CHUNKS": tiling.chunks, "UNROLL": unroll, "BLOCK": BLOCK}
     fn = _nvrtc.get_function("embedding_gather.cu", "embedding_gather", defines, weight.device.index)
     items = -(-indices.numel() // unroll) * tiling.col_tiles
-    grid = grid_stride_blocks(items * tiling.row_lanes, weight.device, GATHER_BLOCKS_PER_SM)
+    grid = grid_stride_blocks(items * tiling.row_lanes, weight.device, 16)
     _launch_on(weight, fn, grid, [
         (weight.data_ptr(), PTR), (row_bytes // word, I64), (_ptr(indices), PTR), (indices.numel(), I64),
         (out.data_ptr(), PTR)])

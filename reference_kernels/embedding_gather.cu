@@ -26,12 +26,6 @@
 #ifndef BLOCK
 #define BLOCK 256
 #endif
-#ifndef STREAMING_STORES  // 1: output written with evict-first stores
-#define STREAMING_STORES 0
-#endif
-#ifndef PREFETCH_INDICES  // 1: the next item's indices are loaded while this item's rows are
-#define PREFETCH_INDICES 0
-#endif
 
 static_assert(ROW_LANES <= 32 && (ROW_LANES & (ROW_LANES - 1)) == 0, "ROW_LANES: power of two <= 32");
 static_assert(UNROLL <= ROW_LANES, "a team reads its UNROLL indices one per lane");
@@ -51,22 +45,11 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_gather(
   const i64 col_tiles = (row_words + tile_words - 1) / tile_words;
   const i64 items = (num_indices + UNROLL - 1) / UNROLL * col_tiles;
 
-  i64 next_index = -1;
-  if (PREFETCH_INDICES && team < items) {
-    const i64 first = (team / col_tiles) * UNROLL;
-    next_index = row_lane < UNROLL && first + row_lane < num_indices ? (i64)indices[first + row_lane] : -1;
-  }
   for (i64 item = team; item < items; item += teams) {  // same trip count for the team
     const i64 first = (item / col_tiles) * UNROLL;
     const i64 col0 = (item % col_tiles) * tile_words;
-    i64 my_index;
-    if (PREFETCH_INDICES) {
-      my_index = next_index;
-      const i64 ahead = ((item + teams) / col_tiles) * UNROLL + row_lane;
-      next_index = item + teams < items && row_lane < UNROLL && ahead < num_indices ? (i64)indices[ahead] : -1;
-    } else {
-      my_index = row_lane < UNROLL && first + row_lane < num_indices ? (i64)indices[first + row_lane] : -1;
-    }
+    const i64 my_index = row_lane < UNROLL && first + row_lane < num_indices
+                             ? (i64)indices[first + row_lane] : -1;
     Word x[UNROLL][CHUNKS];
     i64 row[UNROLL];
 #pragma unroll
@@ -84,12 +67,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_gather(
 #pragma unroll
       for (int c = 0; c < CHUNKS; ++c) {
         const i64 col = col0 + c * ROW_LANES + row_lane;
-        if (row[u] < 0 || col >= row_words) continue;
-#if STREAMING_STORES
-        __stcs(out + (first + u) * row_words + col, x[u][c]);
-#else
-        out[(first + u) * row_words + col] = x[u][c];
-#endif
+        if (row[u] >= 0 && col < row_words) out[(first + u) * row_words + col] = x[u][c];
       }
     }
   }
