@@ -311,7 +311,9 @@ FILL_BLOCKS_PER_SM = 16
 
 
 # Positions each lane of the backward's chunk kernel keeps in flight (gradient rows loaded
-# before any is added), and that kernel's occupancy floor (__launch_bounds__ minimum blocks).
+# before any is added), that kernel's occupancy floor (__launch_bounds__ minimum blocks), and
+# evict-first stores for the rows it writes (scripts/bwd_timeline.py compares the choices;
+# docs/perf-log.md, changes 19-20).
 BACKWARD_ROWS_IN_FLIGHT = 4
 BACKWARD_MIN_BLOCKS = 2
 BACKWARD_STREAMING_ROWS = 1

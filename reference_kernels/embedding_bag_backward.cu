@@ -5,9 +5,10 @@
 // positions that hit one row form a contiguous run of the sorted array. Each
 // sorted position contributes
 //     scale * grad_out[bag(p)] * per_sample_weight[p] * bag_scale[bag(p)]
-// to its row (scale: 1, or 1 / L for the mean over bags of one size L). Runs can be very long (a hot row under Zipf-skewed indices is hit
-// hundreds of thousands of times), so the work is cut into fixed chunks of
-// CHUNK_POS sorted positions instead of one team per run:
+// to its row (scale: 1, or 1 / L for the mean over bags of one size L). Runs can
+// be very long (a hot row under Zipf-skewed indices is hit hundreds of thousands
+// of times), so the work is cut into fixed chunks of CHUNK_POS sorted positions
+// instead of one team per run:
 //
 //   embedding_bag_backward: one team per chunk walks it in order, summing each
 //     segment (the part of a run inside the chunk) in float32. A segment that is
@@ -56,8 +57,8 @@
 #ifndef BLOCK
 #define BLOCK 256
 #endif
-#ifndef STREAMING_ROWS  // 1: gradient rows written with evict-first stores
-#define STREAMING_ROWS 0
+#ifndef STREAMING_ROWS  // 1: gradient rows written with evict-first stores (0: plain stores)
+#define STREAMING_ROWS 1
 #endif
 #ifndef MIN_BLOCKS  // occupancy floor of the chunk kernel (blocks per SM)
 #define MIN_BLOCKS 2

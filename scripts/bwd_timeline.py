@@ -3,9 +3,9 @@ docs/perf-log.md; results in reference_kernels/results/h200-run17-backward-timel
 
 Event timestamps (us from the op's start) around the zero fill (on its stream), the sort
 and the end of the op, for the fill overlapped or not, per fill grid size, and on a
-high-priority caller stream; then the sort alone with int64 and int32 keys; then the two
-passes alone (after the sort, on a zeroed gradient) per chunk length, rows in flight and
-occupancy floor, with each chunk kernel's registers, and the whole op for each variant."""
+high-priority caller stream; then the sort alone with int64 and int32 keys; then each of
+the two passes alone (after the sort, on a zeroed gradient) and the whole op, per chunk
+length, rows in flight, occupancy floor and store kind of the chunk kernel."""
 from typing import Any, Callable
 
 import torch

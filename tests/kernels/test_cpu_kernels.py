@@ -31,7 +31,7 @@ NVCC_VARIANTS: dict[str, list[str]] = {
     "embedding_bag_backward.cu": ["", "-DWEIGHT_DTYPE=2 -DVEC=8 -DROW_LANES=16 -DHAS_PSW=1 -DHAS_SCALE=1",
                                   "-DBACKWARD_PASS=1 -DVEC=4 -DROW_LANES=16 -DCHUNKS=3 -DUNROLL=1",
                                   "-DBACKWARD_PASS=3 -DFILL_BYTES=2 -DINDEX_T=int",
-                                  "-DBACKWARD_PASS=1 -DROW_T=int -DCHUNK_POS=32 -DHAS_SCALE=1 -DSTREAMING_ROWS=1"],
+                                  "-DBACKWARD_PASS=1 -DROW_T=int -DCHUNK_POS=32 -DHAS_SCALE=1 -DSTREAMING_ROWS=0"],
     "embedding_gather.cu": ["", "-DCHUNK_BYTES=2 -DROW_LANES=4 -DINDEX_T=int"],
     "index_check.cu": ["", "-DINDEX_T=int"],
 }
