@@ -200,6 +200,65 @@ def _rows_in_flight(tiling: RowTiling, has_psw: bool, need_argmax: bool, rows_pe
     return unroll, 2 if has_psw and tiling.vec > 4 else 3
 
 
+# Short bags of one fixed size ([B, L] indices, one table): embedding_bag_forward_short pools
+# several bags per team step, with SHORT_STEP_VECTORS vectors in flight per lane (bags per step
+# = SHORT_STEP_VECTORS // (L * CHUNKS), halved when argmax is written). Used when at least two
+# bags fit a step; 0 turns it off (the benchmark compares both). Its grid: SHORT_GRID_PER_SM
+# blocks per SM, teams striding over the steps.
+SHORT_STEP_VECTORS = 8
+SHORT_GRID_PER_SM = 8
+
+
+def short_bag_defines(weight_code: int, index_type: str, mode: str, has_psw: bool, need_argmax: bool,
+                      tiling: RowTiling, bag_len: int) -> "dict[str, object] | None":
+    """Compile-time variant of embedding_bag_forward_short for [B, ``bag_len``] indices, or None
+    when fewer than two bags fit a step (pure: testable on CPU)."""
+    budget = SHORT_STEP_VECTORS // 2 if need_argmax else SHORT_STEP_VECTORS
+    if bag_len < 1:
+        return None
+    bags = budget // (bag_len * tiling.chunks)
+    if bags < 2:
+        return None
+    _, min_blocks = _rows_in_flight(tiling, has_psw, need_argmax, bags * bag_len)
+    defines: dict[str, object] = {
+        "WEIGHT_DTYPE": weight_code, "INDEX_T": index_type, "MODE": MODES[mode], "HAS_PSW": int(has_psw),
+        "WRITE_ARGMAX": int(need_argmax), "VEC": tiling.vec, "ROW_LANES": tiling.row_lanes,
+        "TEAM": tiling.row_lanes, "CHUNKS": tiling.chunks, "BAGS_PER_STEP": bags, "BAG_LEN": bag_len,
+        "BLOCK": BLOCK, "MIN_BLOCKS": min_blocks,
+    }
+    defines.update(tuning_overrides(TUNE))
+    return defines
+
+
+@dataclass(frozen=True)
+class ShortPlan:
+    """A short-bag forward call's kernel, its team width, bags per team step and column tiles."""
+
+    fn: object
+    row_lanes: int
+    bags_per_step: int
+    col_tiles: int
+
+
+_SHORT_PLANS: dict[tuple[object, ...], "ShortPlan | None"] = {}
+
+
+def _short_plan(weight: "torch.Tensor", indices: "torch.Tensor", mode: str, has_psw: bool, need_argmax: bool,
+                bag_len: int) -> "ShortPlan | None":
+    dim = weight.shape[1]
+    key = (weight.dtype, dim, weight.data_ptr() % 16, indices.dtype, mode, has_psw, need_argmax, bag_len,
+           weight.device.index, TUNE, SHORT_STEP_VECTORS)
+    if key not in _SHORT_PLANS:
+        tiling = RowTiling.for_row(dim, vector_width(dim, weight.element_size(), weight.data_ptr()))
+        defines = short_bag_defines(_dtype_code(weight.dtype), _index_type(indices.dtype), mode, has_psw,
+                                    need_argmax, tiling, bag_len)
+        _SHORT_PLANS[key] = None if defines is None else ShortPlan(
+            _nvrtc.get_function("embedding_bag_forward.cu", "embedding_bag_forward_short", defines,
+                                weight.device.index),
+            tiling.row_lanes, int(defines["BAGS_PER_STEP"]), tiling.col_tiles)  # type: ignore[call-overload]
+    return _SHORT_PLANS[key]
+
+
 @dataclass(frozen=True)
 class ForwardPlan:
     """What a forward call needs besides its tensors: the kernel and its grid shape."""
@@ -250,6 +309,16 @@ def bag_forward(weight: "torch.Tensor", indices: "torch.Tensor", offsets: "torch
         return out, argmax
     n = indices.numel()
     bag_size = indices.shape[1] if offsets is None else 0
+    short = None
+    if offsets is None and table_rows is None:
+        short = _short_plan(weight, indices, mode, per_sample_weights is not None, need_argmax, bag_size)
+    if short is not None:
+        steps = -(-num_bags // short.bags_per_step) * short.col_tiles
+        grid = grid_stride_blocks(steps * short.row_lanes, weight.device, SHORT_GRID_PER_SM)
+        _launch_on(weight, short.fn, grid, [
+            (weight.data_ptr(), PTR), (dim, I64), (_ptr(indices), PTR), (num_bags, I64), (short.col_tiles, I32),
+            (_ptr(per_sample_weights), PTR), (padding_idx, I64), (out.data_ptr(), PTR), (_ptr(argmax), PTR)])
+        return out, argmax
     avg_len = bag_size if offsets is None else max(1, n // max(1, num_bags))
     plan = _forward_plan(weight, indices, mode, per_sample_weights is not None, need_argmax, avg_len)
     grid = -(-num_bags * plan.col_tiles * plan.team // BLOCK)

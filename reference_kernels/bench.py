@@ -16,7 +16,11 @@ flush does: that leaves ~50-60 MB of dirty lines in the L2, which the timed call
 then pays to write back (docs/perf-log.md measures both side by side).
 
 Bytes: *compulsory* = unique rows touched x row bytes + indices + offsets +
-per-sample weights + output; *logical* counts every row read. Speedup is torch's
+per-sample weights + output; *logical* counts every row read. Each forward case
+also times a plain copy that moves the same compulsory bytes (``same_size_copy``):
+the copy's own percentage of the ceiling at that size, launch floor included, is
+the most any kernel moving those bytes could show (the summary's ``targets``
+splits the missed cases by it). Speedup is torch's
 median over ours, measured side by side on the same inputs. ``ours`` skips the
 index check (inputs are generated in range); ``ours+check`` includes the
 separate validation pass and its host synchronisation.
@@ -76,6 +80,10 @@ class Result:
     reuse: float = 1.0  # logical / compulsory bytes: how often, on average, a touched row is read
     logical_pct_copy: float = 0.0
     notes: str = ""
+    # A plain device-to-device copy that moves the case's compulsory bytes (half read, half
+    # written), timed the same way: what a copy reaches at this size, launch floor included.
+    same_size_copy_us: Optional[float] = None
+    same_size_copy_pct: Optional[float] = None  # its compulsory bandwidth / copy ceiling
 
 
 @dataclass
@@ -175,6 +183,8 @@ def finish(r: Result, copy_gbps: float) -> Result:
     r.speedup = r.torch_us / r.ours_us
     r.reuse = r.logical_bytes / r.compulsory_bytes
     r.logical_pct_copy = 100 * r.logical_gbps / copy_gbps
+    if r.same_size_copy_us:
+        r.same_size_copy_pct = 100 * r.compulsory_bytes / (r.same_size_copy_us * 1e-6) / 1e9 / copy_gbps
     return r
 
 
@@ -184,14 +194,29 @@ class Suite:
         self.quick = quick
         self.gen = torch.Generator(device=DEV).manual_seed(seed)
         self.results: list[Result] = []
+        self._copy_buffers: Optional[tuple[torch.Tensor, torch.Tensor]] = None  # same-size copies
         self.copy_gbps = copy_ceiling_gbps(self.timer)
         print(f"copy ceiling: {self.copy_gbps:.0f} GB/s (read + write)", flush=True)
 
     def add(self, r: Result) -> None:
+        if r.group != "bwd":
+            r.same_size_copy_us = self.same_size_copy_us(r.compulsory_bytes)
         self.results.append(finish(r, self.copy_gbps))
         host = f" host {r.ours_host_us:5.1f}/{r.torch_host_us:5.1f} us" if r.ours_host_us else ""
+        same = f" (same-size copy {r.same_size_copy_pct:5.1f}%)" if r.same_size_copy_pct else ""
         print(f"{r.case:58s} ours {r.ours_us:9.1f} us torch {r.torch_us:9.1f} us  x{r.speedup:5.2f}  "
-              f"{r.ours_gbps:6.0f} GB/s {r.pct_copy:5.1f}% copy{host}", flush=True)
+              f"{r.ours_gbps:6.0f} GB/s {r.pct_copy:5.1f}% copy{same}{host}", flush=True)
+
+    def same_size_copy_us(self, nbytes: int) -> float:
+        """Median time of a copy of nbytes / 2 bytes (nbytes moved): the buffers grow as needed."""
+        half = max(16, nbytes // 32 * 16)
+        if self._copy_buffers is None or self._copy_buffers[0].numel() < half:
+            self._copy_buffers = None
+            torch.cuda.empty_cache()
+            src = torch.randint(1, 255, (half,), dtype=torch.uint8, device=DEV, generator=self.gen)
+            self._copy_buffers = (src, torch.empty_like(src))
+        src, dst = (t[:half] for t in self._copy_buffers)
+        return self.timer.median_us(lambda: dst.copy_(src))
 
     def bag_case(self, name: str, group: str, weight: torch.Tensor, idx: torch.Tensor,
                  offsets: Optional[torch.Tensor], mode: str, psw: bool) -> None:
@@ -450,6 +475,8 @@ def probe(suite: "Suite") -> None:
             both(f"one-hot 262144 {name} torch", lambda: F.embedding(flat, weight), gathered)
             if dtype == torch.float32:
                 one = flat[:1]
+                both("floor: two events, nothing between", lambda: None, 0)
+                both("floor: an empty kernel (sleep 0)", lambda: torch.cuda._sleep(0), 0)
                 both("floor: ours gather of 1 row", lambda: rk.embedding(one, weight, check_indices=False), 0)
                 both("floor: torch gather of 1 row", lambda: F.embedding(one, weight), 0)
                 many = zipf_indices(65536 * 150, 5_000_000, 0, suite.gen).view(65536, 150)
@@ -504,6 +531,25 @@ def summary(results: list[Result], copy_gbps: float) -> dict[str, object]:
         "slower_than_torch": [r.case for r in results if r.speedup < 1.0],
         "uniform_pct_copy_256B_plus": [round(r.pct_copy, 1) for r in uniform if r.row_bytes >= 256 and r.mode != "gather"],
         "uniform_pct_copy_64_128B": [round(r.pct_copy, 1) for r in uniform if 64 <= r.row_bytes <= 128],
+        "targets": {
+            "rows_256B_plus_at_90pct": target_report([r for r in uniform if r.row_bytes >= 256], 90.0),
+            "rows_64_128B_at_75pct": target_report([r for r in uniform if 64 <= r.row_bytes <= 128], 75.0),
+        },
+    }
+
+
+def target_report(results: list[Result], target: float) -> dict[str, object]:
+    """A bandwidth target against each case, and against a copy of the case's own size: where
+    even that copy falls short, no kernel that moves the compulsory bytes can meet the target."""
+    met = [r.case for r in results if r.pct_copy >= target]
+    size_bound = [r.case for r in results if r.pct_copy < target and (r.same_size_copy_pct or 0) < target]
+    kernel_gap = [r.case for r in results if r.pct_copy < target and (r.same_size_copy_pct or 0) >= target]
+    return {
+        "target_pct": target, "cases": len(results), "met": met,
+        "missed_same_size_copy_also_below": size_bound, "missed_same_size_copy_reaches_it": kernel_gap,
+        "figures": [{"case": r.case, "pct_copy": round(r.pct_copy, 1),
+                     "same_size_copy_pct": None if r.same_size_copy_pct is None else round(r.same_size_copy_pct, 1)}
+                    for r in results],
     }
 
 
@@ -579,7 +625,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         json.dump({"environment": environment(), "method": __doc__, "summary": info,
                    "results": [asdict(r) for r in suite.results]}, f, indent=1)
     chart(suite.results, suite.copy_gbps, args.chart)
-    print(json.dumps({k: v for k, v in info.items() if k != "compile_plus_load_s"}, indent=1))
+    shown = {k: v for k, v in info.items() if k != "compile_plus_load_s"}
+    shown["targets"] = {name: {k: v for k, v in t.items() if k != "figures"}  # type: ignore[union-attr]
+                        for name, t in info["targets"].items()}  # type: ignore[union-attr]
+    print(json.dumps(shown, indent=1))
     cl = info["compile_plus_load_s"]
     if cl:
         print(f"compile+load per kernel: max {max(cl.values()):.3f} s, median {statistics.median(cl.values()):.3f} s, "

@@ -16,6 +16,8 @@
 // relative to its first row table_rows[t], and the output row of bag (t, b) is
 // out[b, t * dim : (t + 1) * dim] of a [bags_per_table, T * dim] result
 // (out_row_stride = T * dim). A single table is T = 1 with table_rows == 0.
+// With BAGS_PER_STEP defined, the file compiles embedding_bag_forward_short instead: short
+// bags of one fixed size, several bags per team (see that kernel).
 // The hot loop does no bounds check on indices: index_check.cu validates them
 // in a separate pass before this kernel runs. Negative indices and padding_idx
 // are skipped. All address arithmetic is 64-bit.
@@ -140,6 +142,26 @@ __device__ __forceinline__ float acc_finish(const Acc& a, float v) {
   return v;
 }
 
+// The output row of a team (lanes of the first row group only): finished values, and the
+// winning rows when argmax is written. Columns past ``dim`` (the last tile) are skipped.
+__device__ __forceinline__ void store_result(const Acc& acc, i64 col0, int row_lane, weight_t* __restrict__ out,
+                                             i64* __restrict__ argmax, i64 out_row, i64 dim) {
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    const i64 col = col0 + (i64)(c * ROW_LANES + row_lane) * VEC;
+    if (col >= dim) continue;
+    Vec y;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) y.v[e] = from_float(acc_finish(acc, acc.v[c][e]));
+    store_pack<weight_t, VEC>(out + out_row + col, y);
+#if WRITE_ARGMAX
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) argmax[out_row + col + e] = acc.arg[c][e];
+#endif
+  }
+}
+
+#ifndef BAGS_PER_STEP
 extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_forward(
     const weight_t* __restrict__ weight, i64 dim,
     const INDEX_T* __restrict__ indices, i64 num_indices,
@@ -229,18 +251,82 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
   }
 
   acc_team_reduce(acc, mask);
-  if (group != 0) return;
+  if (group == 0) store_result(acc, col0, row_lane, out, argmax, out_row, dim);
+}
+
+#else  // BAGS_PER_STEP: the short-bag kernel below instead
+
+// Short bags of one fixed size (the [B, L] layout, L = BAG_LEN, one table). The kernel above
+// gives a lane at most L rows in flight, and a 1-row bag one: too few bytes in flight to
+// cover DRAM latency (the sweep's L 1 cases ran at 44-59 % of copy, its gathers at 87 %).
+// Here a team of ROW_LANES lanes (one row wide, TEAM = ROW_LANES) pools BAGS_PER_STEP
+// consecutive bags per step: their BAGS_PER_STEP * L indices are contiguous, so the team
+// reads them coalesced, issues every row's loads, then reduces bag by bag. Teams stride
+// over the steps (a grid of a few blocks per SM instead of one team per bag).
+#define STEP_ROWS (BAGS_PER_STEP * BAG_LEN)
+#define STEP_INDEX_LOADS ((STEP_ROWS + ROW_LANES - 1) / ROW_LANES)
+static_assert(TEAM == ROW_LANES, "short bags: one row group per team");
+static_assert(STEP_ROWS <= 32, "valid-row bits live in one 32-bit word");
+
+extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_forward_short(
+    const weight_t* __restrict__ weight, i64 dim,
+    const INDEX_T* __restrict__ indices, i64 num_bags, int col_tiles,
+    const weight_t* __restrict__ per_sample_weights, i64 padding_idx,
+    weight_t* __restrict__ out, i64* __restrict__ argmax) {
+  const int lane = threadIdx.x & 31;
+  const int row_lane = lane & (ROW_LANES - 1);
+  const u32 mask = team_mask<ROW_LANES>(lane);
+  const i64 team = ((i64)blockIdx.x * BLOCK + threadIdx.x) / ROW_LANES;
+  const i64 teams = (i64)gridDim.x * BLOCK / ROW_LANES;
+  const i64 num_indices = num_bags * BAG_LEN;
+  const i64 steps = (num_bags + BAGS_PER_STEP - 1) / BAGS_PER_STEP * col_tiles;
+
+  for (i64 step = team; step < steps; step += teams) {  // same trip count for the whole team
+    const i64 bag0 = (step / col_tiles) * BAGS_PER_STEP;
+    const i64 col0 = (step % col_tiles) * (i64)TILE_COLS;
+    const i64 pos0 = bag0 * BAG_LEN;
+    i64 my_index[STEP_INDEX_LOADS];
+    float my_weight[STEP_INDEX_LOADS];
 #pragma unroll
-  for (int c = 0; c < CHUNKS; ++c) {
-    const i64 col = col0 + (i64)(c * ROW_LANES + row_lane) * VEC;
-    if (col >= dim) continue;
-    Vec y;
+    for (int q = 0; q < STEP_INDEX_LOADS; ++q) {  // the step's indices, one per lane per load
+      const i64 p = pos0 + q * ROW_LANES + row_lane;
+      const bool in = q * ROW_LANES + row_lane < STEP_ROWS && p < num_indices;
+      my_index[q] = in ? (i64)indices[p] : -1;
+      my_weight[q] = HAS_PSW && in ? to_float(per_sample_weights[p]) : 1.0f;
+    }
+    Vec x[STEP_ROWS][CHUNKS];
+    i64 row[STEP_ROWS];  // only read for argmax; dead code otherwise
+    float w[STEP_ROWS];
+    u32 valid = 0;       // bit k: position k of the step is a real (non-padding) row
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) y.v[e] = from_float(acc_finish(acc, acc.v[c][e]));
-    store_pack<weight_t, VEC>(out + out_row + col, y);
-#if WRITE_ARGMAX
+    for (int k = 0; k < STEP_ROWS; ++k) {  // issue every load first ...
+      row[k] = __shfl_sync(mask, my_index[k / ROW_LANES], k % ROW_LANES, ROW_LANES);
+      w[k] = HAS_PSW ? __shfl_sync(mask, my_weight[k / ROW_LANES], k % ROW_LANES, ROW_LANES) : 1.0f;
+      if (row[k] < 0 || row[k] == padding_idx) continue;
+      valid |= 1u << k;
+      const weight_t* src = weight + row[k] * dim + col0 + row_lane * VEC;
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) argmax[out_row + col + e] = acc.arg[c][e];
-#endif
+      for (int c = 0; c < CHUNKS; ++c) {
+        if (col0 + (c * ROW_LANES + row_lane) * VEC < dim) x[k][c] = load_pack<weight_t, VEC>(src + c * ROW_LANES * VEC);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < BAGS_PER_STEP; ++b) {  // ... then pool them bag by bag
+      if (bag0 + b >= num_bags) break;
+      Acc acc;
+      acc_init(acc);
+#pragma unroll
+      for (int l = 0; l < BAG_LEN; ++l) {
+        const int k = b * BAG_LEN + l;
+        if (!(valid & (1u << k))) continue;
+        acc.count += 1;
+#pragma unroll
+        for (int c = 0; c < CHUNKS; ++c) {
+          if (col0 + (c * ROW_LANES + row_lane) * VEC < dim) acc_add(acc, c, x[k][c], w[k], row[k]);
+        }
+      }
+      store_result(acc, col0, row_lane, out, argmax, (bag0 + b) * dim, dim);
+    }
   }
 }
+#endif  // BAGS_PER_STEP

@@ -27,6 +27,8 @@ NVCC_VARIANTS: dict[str, list[str]] = {
         "-DMODE=1 -DUNROLL=16 -DMIN_BLOCKS=2",
         "-DMODE=1 -DVEC=4 -DROW_LANES=16 -DCHUNKS=3 -DUNROLL=4",
         "-DHAS_PSW=1 -DVEC=1 -DROW_LANES=4 -DTEAM=32 -DUNROLL=4",
+        "-DBAGS_PER_STEP=8 -DBAG_LEN=1 -DMIN_BLOCKS=3",
+        "-DBAGS_PER_STEP=2 -DBAG_LEN=3 -DWEIGHT_DTYPE=1 -DVEC=8 -DROW_LANES=16 -DTEAM=16 -DHAS_PSW=1 -DINDEX_T=int",
     ],
     "embedding_bag_backward.cu": ["", "-DWEIGHT_DTYPE=2 -DVEC=8 -DROW_LANES=16 -DHAS_PSW=1 -DHAS_SCALE=1",
                                   "-DBACKWARD_PASS=1 -DVEC=4 -DROW_LANES=16 -DCHUNKS=3 -DUNROLL=1",
@@ -75,7 +77,8 @@ def test_nvcc_compiles_every_kernel_for_sm80_and_sm90(tmp_path: Path) -> None:
 
 def _launcher_picks() -> list[str]:
     """The forward variants the launcher itself picks with more than two blocks per SM (short
-    bags: fewer rows in flight, a tighter register cap), one per register-relevant shape."""
+    bags: fewer rows in flight, a tighter register cap), and every short-bag kernel variant,
+    one per register-relevant shape."""
     from reference_kernels import _launch
 
     picks: dict[tuple[object, ...], str] = {}
@@ -83,12 +86,17 @@ def _launcher_picks() -> list[str]:
         for dim in (32, 64, 128, 192, 256):
             tiling = _launch.RowTiling.for_row(dim, _launch.vector_width(dim, size, 0))
             for mode, psw, argmax in (("sum", 0, 0), ("sum", 1, 0), ("mean", 0, 0), ("max", 0, 1), ("max", 0, 0)):
-                for avg_len in (1, 2, 4, 8, 16, 32, 150):
+                for avg_len in (1, 2, 3, 4, 8, 16, 32, 150):
                     d = _launch.forward_defines(code, "i64", mode, bool(psw), bool(argmax), tiling, avg_len)
                     shape = tuple(d[k] for k in ("WEIGHT_DTYPE", "MODE", "HAS_PSW", "VEC", "CHUNKS", "UNROLL",
                                                  "MIN_BLOCKS"))
                     if int(d["MIN_BLOCKS"]) > 2:  # type: ignore[call-overload]
                         picks.setdefault(shape, " ".join(f"-D{k}={v}" for k, v in d.items()))
+                    short = _launch.short_bag_defines(code, "i64", mode, bool(psw), bool(argmax), tiling, avg_len)
+                    if short is not None:  # the short-bag kernel: every pick, whatever its occupancy
+                        key = ("short",) + tuple(short[k] for k in ("WEIGHT_DTYPE", "MODE", "HAS_PSW", "WRITE_ARGMAX",
+                                                                    "VEC", "CHUNKS", "BAGS_PER_STEP", "BAG_LEN"))
+                        picks.setdefault(key, " ".join(f"-D{k}={v}" for k, v in short.items()))
     return list(picks.values())
 
 
@@ -130,6 +138,10 @@ def test_nvrtc_compiles_the_variants_the_launcher_picks(mode: str, dim: int) -> 
         defines = _launch.forward_defines(1, "int", mode, mode == "sum", mode == "max", tiling, avg_len)
         cubin = _nvrtc.compile_cubin("embedding_bag_forward.cu", _nvrtc.compile_options("sm_90", defines))
         assert cubin[:4] == b"\x7fELF"
+    short = _launch.short_bag_defines(1, "int", mode, mode == "sum", False, tiling, 1)
+    assert short is not None  # without argmax, every width takes the short-bag kernel for 1-row bags
+    cubin = _nvrtc.compile_cubin("embedding_bag_forward.cu", _nvrtc.compile_options("sm_90", short))
+    assert cubin[:4] == b"\x7fELF"
 
 
 @needs_nvrtc
@@ -185,6 +197,21 @@ def test_vector_width_and_row_tiling() -> None:
     assert RowTiling.for_row(3, 1) == RowTiling(1, 1, 3, 1)  # one lane, three chunks: no idle lane
     assert RowTiling.for_row(192, 8) == RowTiling(8, 8, 3, 1)
     assert RowTiling.for_row(4096, 4) == RowTiling(4, 32, 4, 8)
+
+
+def test_short_bag_kernel_takes_two_or_more_bags_per_step() -> None:
+    from reference_kernels._launch import RowTiling, short_bag_defines
+
+    def bags(tiling: RowTiling, length: int, argmax: bool = False) -> object:
+        d = short_bag_defines(0, "i64", "max" if argmax else "sum", False, argmax, tiling, length)
+        return None if d is None else d["BAGS_PER_STEP"]
+
+    d128 = RowTiling.for_row(128, 4)  # 32 lanes x 1 vector
+    assert [bags(d128, n) for n in (1, 2, 3, 4, 5, 150)] == [8, 4, 2, 2, None, None]
+    assert bags(d128, 1, argmax=True) == 4  # argmax: half the rows in flight (registers)
+    assert bags(d128, 0) is None  # [B, 0]: empty bags, the regular kernel writes the zeros
+    assert bags(RowTiling.for_row(192, 4), 1) == 2  # 3 vectors per lane per row
+    assert bags(RowTiling.for_row(192, 4), 2) is None
 
 
 def test_skip_index_check_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,48 @@
+"""Short fixed-size bags side by side (device diagnostics for docs/perf-log.md, change 25).
+
+For [B, L] lookups with L of 1-4 rows: the general forward kernel (one team per bag) against
+the short-bag kernel (several bags per team step) with 4, 8 and 16 vectors in flight per lane
+and 4, 8 or 16 blocks per SM, each next to a plain copy of the case's compulsory bytes.
+Median of 100 cold calls (the benchmark's Timer: clean L2 flush, head start)."""
+from typing import Optional
+
+import torch
+
+import reference_kernels as rk
+from reference_kernels import _launch
+from reference_kernels.bench import Suite, bag_bytes, table, zipf_indices
+
+suite = Suite(reps=100, quick=False, seed=11)
+DEFAULTS = (_launch.SHORT_STEP_VECTORS, _launch.SHORT_GRID_PER_SM)
+CASES = [(dim, dtype, batch, pooling) for dim, dtype in ((32, torch.float32), (128, torch.float32),
+                                                         (128, torch.bfloat16))
+         for batch in (32768, 131072) for pooling in (1, 2, 4)]
+VARIANTS: list[tuple[str, int, int, Optional[str]]] = [
+    ("general", 0, 8, None), ("short 4v", 4, 8, None), ("short 8v", 8, 8, None), ("short 16v", 16, 8, None),
+    ("short 8v 4/SM", 8, 4, None), ("short 8v 16/SM", 8, 16, None), ("short 8v MIN_BLOCKS=2", 8, 8, "MIN_BLOCKS=2")]
+tables = {(dim, dtype): table(1_000_000, dim, dtype, suite.gen) for dim, dtype, _, _ in CASES}
+for dim, dtype, batch, pooling in CASES:
+    weight = tables[(dim, dtype)]
+    idx = zipf_indices(batch * pooling, 1_000_000, 0.0, suite.gen).view(batch, pooling)
+    comp, _ = bag_bytes(weight, idx, None, False, batch * dim)
+    copy_us = suite.same_size_copy_us(comp)
+    torch_us = suite.timer.median_us(lambda: torch.nn.functional.embedding_bag(idx, weight))
+
+    def pct(us: float) -> float:
+        return 100 * comp / (us * 1e-6) / 1e9 / suite.copy_gbps
+
+    line = [f"d{dim} {str(dtype)[6:]:8s} B{batch:<6d} L{pooling}: copy {copy_us:5.1f}us {pct(copy_us):3.0f}% "
+            f"torch {torch_us:6.1f}"]
+    reference = None
+    for label, vectors, per_sm, tune in VARIANTS:
+        _launch.SHORT_STEP_VECTORS, _launch.SHORT_GRID_PER_SM = vectors, per_sm
+        _launch.TUNE = tune or ""
+        with torch.no_grad():
+            out = rk.embedding_bag(idx, weight, check_indices=False)
+            if reference is None:
+                reference = out.float()
+            torch.testing.assert_close(out.float(), reference, rtol=2e-2, atol=2e-2)
+            us = suite.timer.median_us(lambda: rk.embedding_bag(idx, weight, check_indices=False))
+        line.append(f"{label} {us:6.1f}us {pct(us):3.0f}%")
+    (_launch.SHORT_STEP_VECTORS, _launch.SHORT_GRID_PER_SM), _launch.TUNE = DEFAULTS, ""
+    print(" | ".join(line), flush=True)
