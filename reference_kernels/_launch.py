@@ -201,24 +201,24 @@ def _rows_in_flight(tiling: RowTiling, has_psw: bool, need_argmax: bool, rows_pe
 
 
 # Short bags of one fixed size ([B, L] indices, one table): embedding_bag_forward_short pools
-# several bags per team step, with SHORT_STEP_VECTORS vectors in flight per lane (bags per step
-# = SHORT_STEP_VECTORS // (L * CHUNKS), halved when argmax is written). Used when at least two
-# bags fit a step; 0 turns it off (the benchmark compares both). Its grid: SHORT_GRID_PER_SM
-# blocks per SM, teams striding over the steps.
-SHORT_STEP_VECTORS = 8
+# several bags per team step: SHORT_STEP_VECTORS // (L * CHUNKS) bags, at least two, up to
+# twice that many vectors in flight per lane (halved when argmax is written). 4 measured best
+# for L 1-2 against 8 and 16 (d32/d128, f32/bf16, B 32768/131072), and two bags of L 4 beat
+# the general kernel (run 25, scripts/short_bags.py). 0 turns the short kernel off. Its grid:
+# SHORT_GRID_PER_SM blocks per SM (8 and 16 alike, 4 slower), teams striding over the steps.
+SHORT_STEP_VECTORS = 4
 SHORT_GRID_PER_SM = 8
 
 
 def short_bag_defines(weight_code: int, index_type: str, mode: str, has_psw: bool, need_argmax: bool,
                       tiling: RowTiling, bag_len: int) -> "dict[str, object] | None":
     """Compile-time variant of embedding_bag_forward_short for [B, ``bag_len``] indices, or None
-    when fewer than two bags fit a step (pure: testable on CPU)."""
+    when two bags do not fit a step (pure: testable on CPU)."""
     budget = SHORT_STEP_VECTORS // 2 if need_argmax else SHORT_STEP_VECTORS
-    if bag_len < 1:
+    vectors_per_bag = bag_len * tiling.chunks
+    if bag_len < 1 or budget < 1 or vectors_per_bag > budget:
         return None
-    bags = budget // (bag_len * tiling.chunks)
-    if bags < 2:
-        return None
+    bags = max(2, budget // vectors_per_bag)
     _, min_blocks = _rows_in_flight(tiling, has_psw, need_argmax, bags * bag_len)
     defines: dict[str, object] = {
         "WEIGHT_DTYPE": weight_code, "INDEX_T": index_type, "MODE": MODES[mode], "HAS_PSW": int(has_psw),

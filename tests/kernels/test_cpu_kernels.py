@@ -207,8 +207,8 @@ def test_short_bag_kernel_takes_two_or_more_bags_per_step() -> None:
         return None if d is None else d["BAGS_PER_STEP"]
 
     d128 = RowTiling.for_row(128, 4)  # 32 lanes x 1 vector
-    assert [bags(d128, n) for n in (1, 2, 3, 4, 5, 150)] == [8, 4, 2, 2, None, None]
-    assert bags(d128, 1, argmax=True) == 4  # argmax: half the rows in flight (registers)
+    assert [bags(d128, n) for n in (1, 2, 3, 4, 5, 150)] == [4, 2, 2, 2, None, None]
+    assert [bags(d128, n, argmax=True) for n in (1, 2, 3)] == [2, 2, None]  # argmax: half the budget
     assert bags(d128, 0) is None  # [B, 0]: empty bags, the regular kernel writes the zeros
     assert bags(RowTiling.for_row(192, 4), 1) == 2  # 3 vectors per lane per row
     assert bags(RowTiling.for_row(192, 4), 2) is None

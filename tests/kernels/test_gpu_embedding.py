@@ -173,7 +173,7 @@ def test_bag_lengths(mode: str, batch: int, pooling: int, layout: str, gen: torc
 
 SHORT_CASES = [  # (dtype, dim, bag length): fixed-layout bags short enough for the short-bag kernel
     (torch.float32, 128, 1), (torch.float32, 32, 3), (torch.float16, 128, 2), (torch.bfloat16, 64, 4),
-    (torch.bfloat16, 192, 1), (torch.float32, 1000, 1), (torch.float16, 3, 1), (torch.float32, 5, 2)]
+    (torch.bfloat16, 192, 1), (torch.float32, 1000, 1), (torch.float16, 3, 1), (torch.float32, 5, 1)]
 
 
 @pytest.mark.parametrize("dtype,dim,pooling", SHORT_CASES, ids=str)
@@ -194,15 +194,19 @@ def test_short_fixed_bags(mode: str, with_psw: bool, dtype: torch.dtype, dim: in
     assert [p for p in _launch._SHORT_PLANS.values() if p is not None], "the short-bag kernel was not used"
 
 
-@pytest.mark.parametrize("pooling", [1, 3])
+@pytest.mark.parametrize("pooling", [1, 2])
 def test_short_fixed_bags_max_backward(pooling: int, gen: torch.Generator) -> None:
     """Max mode under autograd writes the winning rows (argmax) from the short-bag kernel too."""
+    from reference_kernels import _launch
+
+    _launch._SHORT_PLANS.clear()
     weight = random_table(300, 128, torch.float32, gen)
     bags = make_bags("fixed", 333, pooling, 300, torch.int64, gen)
     grad_out = torch.randn(333, 128, generator=gen, device="cuda")
     ours_w, _ = _bag_grad(ours_bag, bags, weight, "max", grad_out, None, None)
     ref_w, _ = _bag_grad(torch_bag, bags, weight, "max", grad_out, None, None)
     torch.testing.assert_close(ours_w, ref_w, rtol=1e-5, atol=1e-5)
+    assert [p for p in _launch._SHORT_PLANS.values() if p is not None], "the short-bag kernel was not used"
 
 
 def test_all_bags_empty_and_trailing_empty(gen: torch.Generator) -> None:
