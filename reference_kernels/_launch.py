@@ -173,11 +173,17 @@ def forward_defines(weight_code: int, index_type: str, mode: str, has_psw: bool,
     A team reads as many rows at once as fit in a warp, but no more than a bag holds."""
     rows_at_once = min(32 // tiling.row_lanes, _floor_pow2(avg_len))
     unroll, min_blocks = _rows_in_flight(tiling, has_psw, need_argmax, -(-max(1, avg_len) // rows_at_once))
+    return _bag_defines(weight_code, index_type, mode, has_psw, need_argmax, tiling, min_blocks,
+                        TEAM=tiling.row_lanes * rows_at_once, UNROLL=unroll)
+
+
+def _bag_defines(weight_code: int, index_type: str, mode: str, has_psw: bool, need_argmax: bool,
+                 tiling: RowTiling, min_blocks: int, **kernel_specific: int) -> dict[str, object]:
+    """The defines both forward entries take, then the entry's own, then the TUNE overrides."""
     defines: dict[str, object] = {
         "WEIGHT_DTYPE": weight_code, "INDEX_T": index_type, "MODE": MODES[mode], "HAS_PSW": int(has_psw),
         "WRITE_ARGMAX": int(need_argmax), "VEC": tiling.vec, "ROW_LANES": tiling.row_lanes,
-        "TEAM": tiling.row_lanes * rows_at_once, "CHUNKS": tiling.chunks,
-        "UNROLL": unroll, "BLOCK": BLOCK, "MIN_BLOCKS": min_blocks,
+        "CHUNKS": tiling.chunks, "BLOCK": BLOCK, "MIN_BLOCKS": min_blocks, **kernel_specific,
     }
     defines.update(tuning_overrides(TUNE))
     return defines
@@ -220,14 +226,8 @@ def short_bag_defines(weight_code: int, index_type: str, mode: str, has_psw: boo
         return None
     bags = max(2, budget // vectors_per_bag)
     _, min_blocks = _rows_in_flight(tiling, has_psw, need_argmax, bags * bag_len)
-    defines: dict[str, object] = {
-        "WEIGHT_DTYPE": weight_code, "INDEX_T": index_type, "MODE": MODES[mode], "HAS_PSW": int(has_psw),
-        "WRITE_ARGMAX": int(need_argmax), "VEC": tiling.vec, "ROW_LANES": tiling.row_lanes,
-        "TEAM": tiling.row_lanes, "CHUNKS": tiling.chunks, "BAGS_PER_STEP": bags, "BAG_LEN": bag_len,
-        "BLOCK": BLOCK, "MIN_BLOCKS": min_blocks,
-    }
-    defines.update(tuning_overrides(TUNE))
-    return defines
+    return _bag_defines(weight_code, index_type, mode, has_psw, need_argmax, tiling, min_blocks,
+                        TEAM=tiling.row_lanes, BAGS_PER_STEP=bags, BAG_LEN=bag_len)
 
 
 @dataclass(frozen=True)

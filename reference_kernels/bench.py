@@ -541,19 +541,24 @@ def summary(results: list[Result], copy_gbps: float) -> dict[str, object]:
 REREAD = 1.10  # reuse (logical / compulsory bytes) from which a case's DRAM traffic exceeds its compulsory bytes
 
 
+def miss_cause(r: Result, target: float) -> str:
+    """Why a case misses a bandwidth target: "size" (a copy of the case's own compulsory bytes
+    falls short too: no kernel moving those bytes can meet it), "reuse" (the case re-reads rows:
+    a table far larger than the L2 fetches a re-read row again, so DRAM moves more than the
+    compulsory bytes), else "kernel" (the kernel's own gap)."""
+    if (r.same_size_copy_pct or 0) < target:
+        return "size"
+    return "reuse" if r.reuse >= REREAD else "kernel"
+
+
 def target_report(results: list[Result], target: float) -> dict[str, object]:
-    """A bandwidth target against each case, split by why a case misses it: a copy of the case's
-    own compulsory bytes falls short too (no kernel moving those bytes can meet it); the case
-    re-reads rows (reuse >= REREAD: a table far larger than the L2 fetches a re-read row again,
-    so DRAM moves more than the compulsory bytes); or neither (the kernel's own gap)."""
-    missed = [r for r in results if r.pct_copy < target]
-    size_bound = [r for r in missed if (r.same_size_copy_pct or 0) < target]
-    reuse_bound = [r for r in missed if r not in size_bound and r.reuse >= REREAD]
+    """A bandwidth target against each case; the missed ones grouped by miss_cause."""
+    causes = {r.case: miss_cause(r, target) for r in results if r.pct_copy < target}
     return {
         "target_pct": target, "cases": len(results), "met": [r.case for r in results if r.pct_copy >= target],
-        "missed_same_size_copy_also_below": [r.case for r in size_bound],
-        "missed_rows_re_read": [r.case for r in reuse_bound],
-        "missed_kernel_gap": [r.case for r in missed if r not in size_bound and r not in reuse_bound],
+        "missed_same_size_copy_also_below": [c for c, why in causes.items() if why == "size"],
+        "missed_rows_re_read": [c for c, why in causes.items() if why == "reuse"],
+        "missed_kernel_gap": [c for c, why in causes.items() if why == "kernel"],
         "figures": [{"case": r.case, "pct_copy": round(r.pct_copy, 1), "reuse": round(r.reuse, 2),
                      "same_size_copy_pct": None if r.same_size_copy_pct is None else round(r.same_size_copy_pct, 1)}
                     for r in results],
