@@ -142,6 +142,25 @@ __device__ __forceinline__ float acc_finish(const Acc& a, float v) {
   return v;
 }
 
+// The lane's vectors of one table row (columns past ``dim`` in the last tile are not read).
+__device__ __forceinline__ void load_row(Vec (&x)[CHUNKS], const weight_t* __restrict__ weight, i64 row, i64 dim,
+                                         i64 col0, int row_lane) {
+  const weight_t* src = weight + row * dim + col0 + row_lane * VEC;
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    if (col0 + (c * ROW_LANES + row_lane) * VEC < dim) x[c] = load_pack<weight_t, VEC>(src + c * ROW_LANES * VEC);
+  }
+}
+
+// Pools a row loaded by load_row into the accumulator (weight w; the row for argmax).
+__device__ __forceinline__ void add_row(Acc& acc, const Vec (&x)[CHUNKS], float w, i64 row, i64 dim, i64 col0,
+                                        int row_lane) {
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    if (col0 + (c * ROW_LANES + row_lane) * VEC < dim) acc_add(acc, c, x[c], w, row);
+  }
+}
+
 // The output row of a team (lanes of the first row group only): finished values, and the
 // winning rows when argmax is written. Columns past ``dim`` (the last tile) are skipped.
 __device__ __forceinline__ void store_result(const Acc& acc, i64 col0, int row_lane, weight_t* __restrict__ out,
@@ -233,19 +252,12 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
         row[u] = r + row_base;
         if (r < 0 || r == padding_idx) continue;
         valid |= 1u << u;
-        const weight_t* src = weight + row[u] * dim + col0 + row_lane * VEC;
-#pragma unroll
-        for (int c = 0; c < CHUNKS; ++c) {
-          if (col0 + (c * ROW_LANES + row_lane) * VEC < dim) x[u][c] = load_pack<weight_t, VEC>(src + c * ROW_LANES * VEC);
-        }
+        load_row(x[u], weight, row[u], dim, col0, row_lane);
       }
 #pragma unroll
       for (int u = 0; u < UNROLL_EFF; ++u) {  // ... then consume them
         if (!(valid & (1u << u))) continue;
-#pragma unroll
-        for (int c = 0; c < CHUNKS; ++c) {
-          if (col0 + (c * ROW_LANES + row_lane) * VEC < dim) acc_add(acc, c, x[u][c], w[u], row[u]);
-        }
+        add_row(acc, x[u], w[u], row[u], dim, col0, row_lane);
       }
     }
   }
@@ -304,11 +316,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
       w[k] = HAS_PSW ? __shfl_sync(mask, my_weight[k / ROW_LANES], k % ROW_LANES, ROW_LANES) : 1.0f;
       if (row[k] < 0 || row[k] == padding_idx) continue;
       valid |= 1u << k;
-      const weight_t* src = weight + row[k] * dim + col0 + row_lane * VEC;
-#pragma unroll
-      for (int c = 0; c < CHUNKS; ++c) {
-        if (col0 + (c * ROW_LANES + row_lane) * VEC < dim) x[k][c] = load_pack<weight_t, VEC>(src + c * ROW_LANES * VEC);
-      }
+      load_row(x[k], weight, row[k], dim, col0, row_lane);
     }
 #pragma unroll
     for (int b = 0; b < BAGS_PER_STEP; ++b) {  // ... then pool them bag by bag
@@ -320,10 +328,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
         const int k = b * BAG_LEN + l;
         if (!(valid & (1u << k))) continue;
         acc.count += 1;
-#pragma unroll
-        for (int c = 0; c < CHUNKS; ++c) {
-          if (col0 + (c * ROW_LANES + row_lane) * VEC < dim) acc_add(acc, c, x[k][c], w[k], row[k]);
-        }
+        add_row(acc, x[k], w[k], row[k], dim, col0, row_lane);
       }
       store_result(acc, col0, row_lane, out, argmax, (bag0 + b) * dim, dim);
     }
