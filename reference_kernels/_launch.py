@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from . import EmbeddingIndexError, _nvrtc
 from ._nvrtc import F32, I32, I64, PTR
@@ -230,9 +230,73 @@ def short_bag_defines(weight_code: int, index_type: str, mode: str, has_psw: boo
                         TEAM=tiling.row_lanes, BAGS_PER_STEP=bags, BAG_LEN=bag_len)
 
 
+# Short bags of varying size (CSR offsets, table-batched lookups):
+# embedding_bag_forward_segmented walks segments of consecutive bags of one table as one stream
+# of rows, SEGMENT_VECTORS vectors in flight per lane whatever the bag boundaries. A table's
+# segments hold SEGMENT_ROWS // (its average bag length) bags (2 to a team's lanes - 1), or one
+# bag where that average exceeds SEGMENT_MAX_AVG. Used when the call's average bag holds at
+# most SEGMENT_MAX_AVG rows (0 turns the kernel off). Grid: SEGMENT_GRID_PER_SM blocks per SM.
+# At most SEGMENT_MAX_BAGS bags per segment: 31 left B32768 L1 with 8 warps per SM (15.5 us
+# against 13.7 at 16). Measured choices (runs 29-33, scripts/segments.py): 32 rows per segment
+# against 16 and 64 (64 won on float32 DCNv2, 209 against 222 us, and lost on bfloat16, 143
+# against 128), 4 vectors against 8 (alike, mean slower at 8), 8 blocks per SM against 16
+# (DCNv2 float32 222 against 229 us in two runs, alike elsewhere).
+SEGMENT_ROWS = 32
+SEGMENT_VECTORS = 4
+SEGMENT_MAX_AVG = 8
+SEGMENT_MAX_BAGS = 16
+SEGMENT_GRID_PER_SM = 8
+# Segments never leave fewer than SEGMENT_MIN_WARPS_PER_SM warps' worth of teams per SM: a team
+# walks its bags' rows a few at a time, so a small batch in long segments is a chain of DRAM
+# round trips (B1024 L1: 8.5-10.2 us against 5.8-5.9 for the general kernel, run 32; DCNv2's
+# 16-bit tables one launch each, B6912 at 9 warps/SM: 8-11 % slower, run 33). Below two bags
+# per segment the general kernel runs instead.
+SEGMENT_MIN_WARPS_PER_SM = 16
+
+
+def segment_capacity(row_lanes: int) -> int:
+    """The most bags a segment may hold: one offset per lane, SEGMENT_MAX_BAGS at most."""
+    return min(SEGMENT_MAX_BAGS, row_lanes - 1)
+
+
+def segment_bags(avg_len: int, row_lanes: int) -> int:
+    """Bags per segment for a table of ``avg_len`` rows per bag (the kernel's table_segment_bags)."""
+    if avg_len > SEGMENT_MAX_AVG:
+        return 1
+    return min(segment_capacity(row_lanes), max(2, SEGMENT_ROWS // max(1, avg_len)))
+
+
+def segment_cap(row_lanes: int, num_bags: int, sms: int) -> int:
+    """The most bags per segment for a call of ``num_bags`` bags: room in a team, and enough
+    warps (teams of ``row_lanes`` lanes)."""
+    return min(segment_capacity(row_lanes), num_bags * row_lanes // max(1, 32 * sms * SEGMENT_MIN_WARPS_PER_SM))
+
+
+def segmented_defines(weight_code: int, index_type: str, mode: str, has_psw: bool, need_argmax: bool,
+                      tiling: RowTiling, avg_len: int) -> "dict[str, object] | None":
+    """Compile-time variant of embedding_bag_forward_segmented for CSR bags of ``avg_len`` rows
+    on average, or None when the general kernel serves better: long bags, a team too narrow
+    to hold two bags' offsets, or 16-bit weights with mean or per-sample weights (DCNv2, run 32:
+    194 and 178 us against the general kernel's 187 and 173 in run 26) (pure: testable on CPU)."""
+    vectors = SEGMENT_VECTORS // 2 if need_argmax else SEGMENT_VECTORS
+    if avg_len > SEGMENT_MAX_AVG or tiling.row_lanes < 4 or vectors < tiling.chunks:
+        return None
+    if tiling.vec > 4 and (has_psw or mode == "mean"):
+        return None
+    unroll = min(tiling.row_lanes, _floor_pow2(vectors // tiling.chunks))
+    # the walk's bag cursor and table bookkeeping cost registers: 4 blocks per SM (64) spill;
+    # 3 (80) fit sum and max, but not per-sample weights or mean (its division in every bag store)
+    min_blocks = 2 if has_psw or mode == "mean" else min(3, _rows_in_flight(tiling, has_psw, need_argmax, unroll)[1])
+    return _bag_defines(weight_code, index_type, mode, has_psw, need_argmax, tiling, min_blocks,
+                        TEAM=tiling.row_lanes, UNROLL=unroll, SEGMENT_BAGS=segment_capacity(tiling.row_lanes),
+                        SEGMENT_ROWS=SEGMENT_ROWS, SEGMENT_MAX_AVG=SEGMENT_MAX_AVG)
+
+
 @dataclass(frozen=True)
-class ShortPlan:
-    """A short-bag forward call's kernel, its team width, bags per team step and column tiles."""
+class StepPlan:
+    """A forward call whose teams stride over steps of several bags (the short-bag and the
+    segmented kernel): the kernel, its team width, bags per team step (the segmented kernel:
+    the most a segment may hold) and column tiles."""
 
     fn: object
     row_lanes: int
@@ -240,23 +304,44 @@ class ShortPlan:
     col_tiles: int
 
 
-_SHORT_PLANS: dict[tuple[object, ...], "ShortPlan | None"] = {}
+_SHORT_PLANS: dict[tuple[object, ...], "StepPlan | None"] = {}
+_SEGMENT_PLANS: dict[tuple[object, ...], "StepPlan | None"] = {}
+
+
+def _step_plan(plans: "dict[tuple[object, ...], StepPlan | None]", entry: str, steps_define: str,
+               make_defines: "Callable[[RowTiling], dict[str, object] | None]", weight: "torch.Tensor",
+               key: tuple[object, ...]) -> "StepPlan | None":
+    """Memoised per ``key`` (plus the weight's width, alignment, device and the tuning knobs)."""
+    dim = weight.shape[1]
+    key = (*key, weight.dtype, dim, weight.data_ptr() % 16, weight.device.index, TUNE, SHORT_STEP_VECTORS,
+           SEGMENT_ROWS, SEGMENT_VECTORS, SEGMENT_MAX_AVG, SEGMENT_MAX_BAGS)
+    if key not in plans:
+        tiling = RowTiling.for_row(dim, vector_width(dim, weight.element_size(), weight.data_ptr()))
+        defines = make_defines(tiling)
+        plans[key] = None if defines is None else StepPlan(
+            _nvrtc.get_function("embedding_bag_forward.cu", entry, defines, weight.device.index),
+            tiling.row_lanes, int(defines[steps_define]), tiling.col_tiles)  # type: ignore[call-overload]
+    return plans[key]
 
 
 def _short_plan(weight: "torch.Tensor", indices: "torch.Tensor", mode: str, has_psw: bool, need_argmax: bool,
-                bag_len: int) -> "ShortPlan | None":
-    dim = weight.shape[1]
-    key = (weight.dtype, dim, weight.data_ptr() % 16, indices.dtype, mode, has_psw, need_argmax, bag_len,
-           weight.device.index, TUNE, SHORT_STEP_VECTORS)
-    if key not in _SHORT_PLANS:
-        tiling = RowTiling.for_row(dim, vector_width(dim, weight.element_size(), weight.data_ptr()))
-        defines = short_bag_defines(_dtype_code(weight.dtype), _index_type(indices.dtype), mode, has_psw,
-                                    need_argmax, tiling, bag_len)
-        _SHORT_PLANS[key] = None if defines is None else ShortPlan(
-            _nvrtc.get_function("embedding_bag_forward.cu", "embedding_bag_forward_short", defines,
-                                weight.device.index),
-            tiling.row_lanes, int(defines["BAGS_PER_STEP"]), tiling.col_tiles)  # type: ignore[call-overload]
-    return _SHORT_PLANS[key]
+                bag_len: int) -> "StepPlan | None":
+    def defines(tiling: RowTiling) -> "dict[str, object] | None":
+        return short_bag_defines(_dtype_code(weight.dtype), _index_type(indices.dtype), mode, has_psw,
+                                 need_argmax, tiling, bag_len)
+
+    return _step_plan(_SHORT_PLANS, "embedding_bag_forward_short", "BAGS_PER_STEP", defines, weight,
+                      (indices.dtype, mode, has_psw, need_argmax, bag_len))
+
+
+def _segment_plan(weight: "torch.Tensor", indices: "torch.Tensor", mode: str, has_psw: bool, need_argmax: bool,
+                  avg_len: int) -> "StepPlan | None":
+    def defines(tiling: RowTiling) -> "dict[str, object] | None":
+        return segmented_defines(_dtype_code(weight.dtype), _index_type(indices.dtype), mode, has_psw,
+                                 need_argmax, tiling, avg_len)
+
+    return _step_plan(_SEGMENT_PLANS, "embedding_bag_forward_segmented", "SEGMENT_BAGS", defines, weight,
+                      (indices.dtype, mode, has_psw, need_argmax, avg_len <= SEGMENT_MAX_AVG))
 
 
 @dataclass(frozen=True)
@@ -320,6 +405,9 @@ def bag_forward(weight: "torch.Tensor", indices: "torch.Tensor", offsets: "torch
             (_ptr(per_sample_weights), PTR), (padding_idx, I64), (out.data_ptr(), PTR), (_ptr(argmax), PTR)])
         return out, argmax
     avg_len = bag_size if offsets is None else max(1, n // max(1, num_bags))
+    if offsets is not None and _segmented_forward(weight, indices, offsets, num_bags, per_sample_weights, mode,
+                                                  padding_idx, table_rows, avg_len, out, argmax):
+        return out, argmax
     plan = _forward_plan(weight, indices, mode, per_sample_weights is not None, need_argmax, avg_len)
     grid = -(-num_bags * plan.col_tiles * plan.team // BLOCK)
     _launch_on(weight, plan.fn, grid, [
@@ -329,6 +417,34 @@ def bag_forward(weight: "torch.Tensor", indices: "torch.Tensor", offsets: "torch
         (_ptr(table_rows), PTR), (num_bags // tables, I64), (tables * dim, I64), (out.data_ptr(), PTR),
         (_ptr(argmax), PTR)])
     return out, argmax
+
+
+def _segmented_forward(weight: "torch.Tensor", indices: "torch.Tensor", offsets: "torch.Tensor", num_bags: int,
+                       per_sample_weights: "torch.Tensor | None", mode: str, padding_idx: int,
+                       table_rows: "torch.Tensor | None", avg_len: int, out: "torch.Tensor",
+                       argmax: "torch.Tensor | None") -> bool:
+    """Launch embedding_bag_forward_segmented for CSR bags if it serves this call; False if not."""
+    n = indices.numel()
+    if n >= 2**31:  # the kernel's positions are 32-bit
+        return False
+    segment = _segment_plan(weight, indices, mode, per_sample_weights is not None, argmax is not None, avg_len)
+    if segment is None:
+        return False
+    tables = 1 if table_rows is None else table_rows.numel()
+    cap = segment_cap(segment.row_lanes, num_bags, sm_count(weight.device))
+    # one table: its segment size is known here; several: each team works out each table's
+    bags = min(cap, segment_bags(avg_len, segment.row_lanes)) if tables == 1 else 0
+    if cap < 2 or bags == 1:
+        return False
+    dim = weight.shape[1]
+    units = (-(-num_bags // bags) if bags else num_bags) * segment.col_tiles
+    grid = grid_stride_blocks(units * segment.row_lanes, weight.device, SEGMENT_GRID_PER_SM)
+    _launch_on(weight, segment.fn, grid, [
+        (weight.data_ptr(), PTR), (dim, I64), (_ptr(indices), PTR), (n, I64), (_ptr(offsets), PTR),
+        (offsets.numel(), I64), (num_bags, I64), (segment.col_tiles, I32), (bags, I32), (cap, I32),
+        (_ptr(per_sample_weights), PTR), (padding_idx, I64), (_ptr(table_rows), PTR), (num_bags // tables, I64),
+        (tables * dim, I64), (out.data_ptr(), PTR), (_ptr(argmax), PTR)])
+    return True
 
 
 def gather(weight: "torch.Tensor", indices: "torch.Tensor") -> "torch.Tensor":

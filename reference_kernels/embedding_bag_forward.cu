@@ -17,7 +17,8 @@
 // out[b, t * dim : (t + 1) * dim] of a [bags_per_table, T * dim] result
 // (out_row_stride = T * dim). A single table is T = 1 with table_rows == 0.
 // With BAGS_PER_STEP defined, the file compiles embedding_bag_forward_short instead: short
-// bags of one fixed size, several bags per team (see that kernel).
+// bags of one fixed size, several bags per team (see that kernel). With SEGMENT_BAGS defined,
+// embedding_bag_forward_segmented: short bags of varying size (CSR offsets, table-batched).
 // The hot loop does no bounds check on indices: index_check.cu validates them
 // in a separate pass before this kernel runs. Negative indices and padding_idx
 // are skipped. All address arithmetic is 64-bit.
@@ -180,7 +181,7 @@ __device__ __forceinline__ void store_result(const Acc& acc, i64 col0, int row_l
   }
 }
 
-#ifndef BAGS_PER_STEP
+#if !defined(BAGS_PER_STEP) && !defined(SEGMENT_BAGS)
 extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_forward(
     const weight_t* __restrict__ weight, i64 dim,
     const INDEX_T* __restrict__ indices, i64 num_indices,
@@ -266,7 +267,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
   if (group == 0) store_result(acc, col0, row_lane, out, argmax, out_row, dim);
 }
 
-#else  // BAGS_PER_STEP: the short-bag kernel below instead
+#elif defined(BAGS_PER_STEP)  // the short-bag kernel below instead
 
 // Short bags of one fixed size (the [B, L] layout, L = BAG_LEN, one table). The kernel above
 // gives a lane at most L rows in flight, and a 1-row bag one: too few bytes in flight to
@@ -334,4 +335,172 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
     }
   }
 }
-#endif  // BAGS_PER_STEP
+
+#else  // SEGMENT_BAGS: the segmented kernel below instead
+
+// Short bags of varying size (CSR offsets; table-batched lookups). The general kernel gives a
+// lane at most L rows in flight and pays the offsets -> indices -> rows chain once per bag:
+// a table-batched DLRM launch, where 12 of 26 tables hold 1-row bags, spends most of its time
+// on those chains. Here a team of ROW_LANES lanes (one row wide) walks a SEGMENT of
+// consecutive bags of one table as one stream of positions: it reads the segment's offsets
+// (one per lane), then its indices ROW_LANES at a time, coalesced, issues UNROLL rows' loads
+// whatever bags they belong to, then adds them in order, storing a bag's result when the walk
+// passes its end. Teams stride over the units of work (a segment and a column tile).
+// Segment size per table: SEGMENT_ROWS / (the table's average bag length), 2 to SEGMENT_BAGS
+// bags, and a single bag when that average exceeds SEGMENT_MAX_AVG: a long bag walked with
+// others would leave one team with a long tail (a DCNv2 segment of four 100-row bags took
+// longer than the rest of the launch). The host passes the size when it knows it (one table:
+// fixed_bags); otherwise (fixed_bags == 0) each team works it out from the tables' offsets, at
+// most max_bags (the host's cap, so that the launch still has enough teams).
+// Positions are 32-bit (the launcher keeps this kernel to fewer than 2^31 indices).
+static_assert(TEAM == ROW_LANES, "segments: one row group per team");
+static_assert(SEGMENT_BAGS >= 2 && SEGMENT_BAGS < ROW_LANES, "a segment's offsets: one per lane");
+// SEGMENT_BAGS: the most bags a segment may hold (fixed_bags and max_bags never exceed it)
+
+__device__ __forceinline__ i64 offset_at(const INDEX_T* __restrict__ offsets, i64 num_offsets, i64 num_indices,
+                                         i64 bag) {
+  return bag < num_offsets ? (i64)offsets[bag] : num_indices;
+}
+
+// Bags per segment for a table whose bags hold ``rows`` rows in all.
+__device__ __forceinline__ int table_segment_bags(i64 rows, i64 bags_per_table, int max_bags) {
+  const i64 avg = rows / bags_per_table;
+  if (avg > SEGMENT_MAX_AVG) return 1;
+  const i64 bags = SEGMENT_ROWS / (avg > 0 ? avg : 1);
+  return bags < 2 ? 2 : bags > max_bags ? max_bags : (int)bags;
+}
+
+// Where the units of work of tables chunk .. chunk + ROW_LANES - 1 lie: lane l describes table
+// chunk + l (its bags per segment, its first unit and the unit after its last); lanes past
+// the last table describe empty tables.
+struct TableChunk {
+  i64 first;  // first table of the chunk
+  i64 unit_begin, unit_end;
+  int bags;
+};
+
+__device__ __forceinline__ void describe_tables(TableChunk& c, i64 units_before, i64 tables, i64 bags_per_table,
+                                                int col_tiles, int fixed_bags, int max_bags,
+                                                const INDEX_T* __restrict__ offsets,
+                                                i64 num_offsets, i64 num_indices, int row_lane, u32 mask) {
+  const i64 t = c.first + row_lane;
+  i64 units = 0;
+  c.bags = 1;
+  if (t < tables) {
+    c.bags = fixed_bags;
+    if (c.bags == 0) {
+      const i64 rows = offset_at(offsets, num_offsets, num_indices, (t + 1) * bags_per_table) -
+                       offset_at(offsets, num_offsets, num_indices, t * bags_per_table);
+      c.bags = table_segment_bags(rows, bags_per_table, max_bags);
+    }
+    units = (bags_per_table + c.bags - 1) / c.bags * col_tiles;
+  }
+  i64 inclusive = units;  // scan over the team's lanes
+#pragma unroll
+  for (int d = 1; d < ROW_LANES; d <<= 1) {
+    const i64 other = __shfl_up_sync(mask, inclusive, d, ROW_LANES);
+    if (row_lane >= d) inclusive += other;
+  }
+  c.unit_begin = units_before + inclusive - units;
+  c.unit_end = units_before + inclusive;
+}
+
+extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_forward_segmented(
+    const weight_t* __restrict__ weight, i64 dim,
+    const INDEX_T* __restrict__ indices, i64 num_indices,
+    const INDEX_T* __restrict__ offsets, i64 num_offsets, i64 num_bags, int col_tiles, int fixed_bags, int max_bags,
+    const weight_t* __restrict__ per_sample_weights, i64 padding_idx,
+    const i64* __restrict__ table_rows, i64 bags_per_table, i64 out_row_stride,
+    weight_t* __restrict__ out, i64* __restrict__ argmax) {
+  const int lane = threadIdx.x & 31;
+  const int row_lane = lane & (ROW_LANES - 1);
+  const u32 mask = team_mask<ROW_LANES>(lane);
+  const int team_shift = lane & ~(ROW_LANES - 1);
+  const i64 teams = (i64)gridDim.x * BLOCK / ROW_LANES;
+  const i64 tables = num_bags / bags_per_table;
+  TableChunk chunk;
+  chunk.first = 0;
+  describe_tables(chunk, 0, tables, bags_per_table, col_tiles, fixed_bags, max_bags, offsets, num_offsets,
+                  num_indices, row_lane, mask);
+
+  // units of work only grow along a team's walk, so the chunk of tables only moves forward
+  for (i64 work = ((i64)blockIdx.x * BLOCK + threadIdx.x) / ROW_LANES;; work += teams) {
+    u32 hit = ((__ballot_sync(mask, work < chunk.unit_end) & mask) >> team_shift);
+    while (hit == 0) {  // past this chunk of tables: describe the next, or stop after the last
+      const i64 units_before = __shfl_sync(mask, chunk.unit_end, ROW_LANES - 1, ROW_LANES);
+      chunk.first += ROW_LANES;
+      if (chunk.first >= tables) return;  // whole teams leave together
+      describe_tables(chunk, units_before, tables, bags_per_table, col_tiles, fixed_bags, max_bags, offsets,
+                      num_offsets, num_indices, row_lane, mask);
+      hit = ((__ballot_sync(mask, work < chunk.unit_end) & mask) >> team_shift);
+    }
+    const int k = __ffs(hit) - 1;  // the lane describing this unit's table
+    const i64 table = chunk.first + k;
+    const int table_bags = __shfl_sync(mask, chunk.bags, k, ROW_LANES);
+    const i64 unit = work - __shfl_sync(mask, chunk.unit_begin, k, ROW_LANES);
+    const i64 col0 = (unit % col_tiles) * (i64)TILE_COLS;
+    const i64 first = (unit / col_tiles) * table_bags;  // bag within the table
+    const int bags = (int)min((i64)table_bags, bags_per_table - first);
+    const i64 bag0 = table * bags_per_table + first;
+    const i64 row_base = table_rows != 0 ? table_rows[table] : 0;
+    const i64 out_row0 = first * out_row_stride + table * dim;
+    // lane k <= bags: where bag bag0 + k starts (k == bags: where the segment ends)
+    const int my_offset = row_lane <= bags ? (int)offset_at(offsets, num_offsets, num_indices, bag0 + row_lane) : 0;
+    const int begin = __shfl_sync(mask, my_offset, 0, ROW_LANES);
+    const int end = __shfl_sync(mask, my_offset, bags, ROW_LANES);
+    int bag = 0;  // the bag being pooled, within the segment
+    int bag_end = __shfl_sync(mask, my_offset, 1, ROW_LANES);
+    Acc acc;
+    acc_init(acc);
+    i64 next_index = begin + row_lane < end ? (i64)indices[begin + row_lane] : -1;
+    float next_weight = 1.0f;
+#if HAS_PSW
+    if (begin + row_lane < end) next_weight = to_float(per_sample_weights[begin + row_lane]);
+#endif
+    for (int base = begin; base < end; base += ROW_LANES) {
+      const i64 my_index = next_index;
+      const float my_weight = next_weight;
+      const int ahead = base + ROW_LANES + row_lane;  // prefetch the team's next batch
+      next_index = ahead < end ? (i64)indices[ahead] : -1;
+#if HAS_PSW
+      if (ahead < end) next_weight = to_float(per_sample_weights[ahead]);
+#endif
+#pragma unroll 1  // one copy of the walk: unrolled, mean and 16-bit variants ran 24-42 % slower
+      for (int m = 0; m < ROW_LANES; m += UNROLL_EFF) {
+        if (base + m >= end) break;  // same decision for the whole team
+        Vec x[UNROLL_EFF][CHUNKS];
+        i64 row[UNROLL_EFF];  // only read for argmax; dead code otherwise
+        float w[UNROLL_EFF];
+        u32 valid = 0;        // bit u: row u is a real (non-padding) row inside the segment
+#pragma unroll
+        for (int u = 0; u < UNROLL_EFF; ++u) {  // issue every load first ...
+          const i64 r = __shfl_sync(mask, my_index, m + u, ROW_LANES);  // -1 past the segment
+          w[u] = HAS_PSW ? __shfl_sync(mask, my_weight, m + u, ROW_LANES) : 1.0f;
+          row[u] = r + row_base;
+          if (r < 0 || r == padding_idx) continue;
+          valid |= 1u << u;
+          load_row(x[u], weight, row[u], dim, col0, row_lane);
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL_EFF; ++u) {  // ... then pool them in order, bag by bag
+          const int pos = base + m + u;
+          if (pos >= end) break;
+          while (pos >= bag_end) {  // the walk leaves a bag (empty ones too): store it
+            store_result(acc, col0, row_lane, out, argmax, out_row0 + bag * out_row_stride, dim);
+            acc_init(acc);
+            ++bag;
+            bag_end = __shfl_sync(mask, my_offset, bag + 1, ROW_LANES);
+          }
+          if (!(valid & (1u << u))) continue;
+          acc.count += 1;
+          add_row(acc, x[u], w[u], row[u], dim, col0, row_lane);
+        }
+      }
+    }
+    for (; bag < bags; ++bag) {  // the last bag pooled, then any empty ones after it
+      store_result(acc, col0, row_lane, out, argmax, out_row0 + bag * out_row_stride, dim);
+      acc_init(acc);
+    }
+  }
+}
+#endif  // BAGS_PER_STEP / SEGMENT_BAGS

@@ -77,8 +77,8 @@ def test_nvcc_compiles_every_kernel_for_sm80_and_sm90(tmp_path: Path) -> None:
 
 def _launcher_picks() -> list[str]:
     """The forward variants the launcher itself picks with more than two blocks per SM (short
-    bags: fewer rows in flight, a tighter register cap), and every short-bag kernel variant,
-    one per register-relevant shape."""
+    bags: fewer rows in flight, a tighter register cap), and every short-bag and segmented
+    kernel variant, one per register-relevant shape."""
     from reference_kernels import _launch
 
     picks: dict[tuple[object, ...], str] = {}
@@ -97,6 +97,12 @@ def _launcher_picks() -> list[str]:
                         key = ("short",) + tuple(short[k] for k in ("WEIGHT_DTYPE", "MODE", "HAS_PSW", "WRITE_ARGMAX",
                                                                     "VEC", "CHUNKS", "BAGS_PER_STEP", "BAG_LEN"))
                         picks.setdefault(key, " ".join(f"-D{k}={v}" for k, v in short.items()))
+                    segmented = _launch.segmented_defines(code, "i64", mode, bool(psw), bool(argmax), tiling,
+                                                          avg_len)
+                    if segmented is not None:  # the segmented kernel: every pick too
+                        key = ("segmented",) + tuple(segmented[k] for k in (
+                            "WEIGHT_DTYPE", "MODE", "HAS_PSW", "WRITE_ARGMAX", "VEC", "CHUNKS", "UNROLL", "SEGMENT_BAGS"))
+                        picks.setdefault(key, " ".join(f"-D{k}={v}" for k, v in segmented.items()))
     return list(picks.values())
 
 
@@ -142,6 +148,12 @@ def test_nvrtc_compiles_the_variants_the_launcher_picks(mode: str, dim: int) -> 
     assert short is not None  # without argmax, every width takes the short-bag kernel for 1-row bags
     cubin = _nvrtc.compile_cubin("embedding_bag_forward.cu", _nvrtc.compile_options("sm_90", short))
     assert cubin[:4] == b"\x7fELF"
+    segmented = _launch.segmented_defines(1, "int", mode, False, False, tiling, 2)
+    # general kernel instead: teams too narrow for two bags' offsets; 16-bit mean (slower there)
+    if tiling.row_lanes >= 4 and not (mode == "mean" and tiling.vec > 4):
+        assert segmented is not None
+        cubin = _nvrtc.compile_cubin("embedding_bag_forward.cu", _nvrtc.compile_options("sm_90", segmented))
+        assert cubin[:4] == b"\x7fELF"
 
 
 @needs_nvrtc
@@ -212,6 +224,30 @@ def test_short_bag_kernel_takes_two_or_more_bags_per_step() -> None:
     assert bags(d128, 0) is None  # [B, 0]: empty bags, the regular kernel writes the zeros
     assert bags(RowTiling.for_row(192, 4), 1) == 2  # 3 vectors per lane per row
     assert bags(RowTiling.for_row(192, 4), 2) is None
+
+
+def test_segmented_kernel_holds_every_offset_of_a_segment_in_one_team() -> None:
+    from reference_kernels._launch import SEGMENT_MAX_AVG, RowTiling, segment_bags, segment_cap, segmented_defines
+
+    def pick(dim: int, avg_len: int, argmax: bool = False) -> object:
+        d = segmented_defines(0, "i64", "max" if argmax else "sum", False, argmax, RowTiling.for_row(dim, 4),
+                              avg_len)
+        return None if d is None else (d["SEGMENT_BAGS"], d["UNROLL"], d["TEAM"])
+
+    assert pick(128, 1) == (16, 4, 32)  # 32 lanes: room for 31 bags' offsets, 16 at most
+    assert pick(128, SEGMENT_MAX_AVG) == (16, 4, 32)
+    assert pick(128, SEGMENT_MAX_AVG + 1) is None  # long bags: the general kernel
+    assert pick(32, 1) == (7, 4, 8)  # 8 lanes x 1 vector: up to 7 bags, 4 rows in flight per lane
+    assert pick(16, 1) == (3, 4, 4)
+    assert pick(8, 1) is None  # 2 lanes: one bag per step, no gain over the general kernel
+    assert pick(128, 1, argmax=True) == (16, 2, 32)  # argmax: half the rows in flight
+    assert [segment_bags(n, 32) for n in (1, 2, 4, 8, SEGMENT_MAX_AVG + 1, 100)] == [16, 16, 8, 4, 1, 1]
+    assert segment_bags(1, 8) == 7 and segment_bags(1, 4) == 3  # never more bags than a team has lanes - 1
+    assert [segment_cap(32, b, 132) for b in (1024, 6912, 32768, 131072)] == [0, 3, 15, 16]  # >= 16 warps/SM
+    assert segment_cap(8, 131072, 132) == 7 and segment_cap(8, 32768, 132) == 3  # 4 teams per warp
+    assert segment_cap(16, 6912, 132) == 1  # 16-lane teams, B6912: the general kernel
+    for lanes in (4, 8, 16, 32):  # a short table's segments: two or more bags
+        assert all(2 <= segment_bags(n, lanes) < lanes for n in range(1, SEGMENT_MAX_AVG + 1))
 
 
 def test_skip_index_check_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -209,6 +209,58 @@ def test_short_fixed_bags_max_backward(pooling: int, gen: torch.Generator) -> No
     assert [p for p in _launch._SHORT_PLANS.values() if p is not None], "the short-bag kernel was not used"
 
 
+SEGMENT_CASES = [  # (dtype, dim, pooling): CSR bags short enough for the segmented kernel (0..2*pooling rows)
+    (torch.float32, 128, 1), (torch.float32, 32, 2), (torch.float16, 128, 4), (torch.bfloat16, 64, 1),
+    (torch.bfloat16, 192, 3), (torch.float32, 1000, 1), (torch.float32, 16, 1), (torch.float32, 128, 8)]
+
+
+def _check_segmented_plan_used(dtype: torch.dtype, mode: str, with_psw: bool) -> None:
+    """The segmented kernel served the calls, except where the launcher leaves it out on purpose
+    (16-bit weights with mean or per-sample weights: the general kernel is faster there)."""
+    from reference_kernels import _launch
+
+    used = [p for p in _launch._SEGMENT_PLANS.values() if p is not None]
+    expected = dtype == torch.float32 or not (mode == "mean" or with_psw)
+    assert bool(used) == expected, f"segmented kernel used: {bool(used)}, expected: {expected}"
+
+
+@pytest.fixture
+def segments_at_any_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The segmented kernel even for batches too small to fill the GPU (small tests, same code)."""
+    from reference_kernels import _launch
+
+    monkeypatch.setattr(_launch, "SEGMENT_MIN_WARPS_PER_SM", 0)
+    _launch._SEGMENT_PLANS.clear()
+
+
+@pytest.mark.parametrize("dtype,dim,pooling", SEGMENT_CASES, ids=str)
+@pytest.mark.parametrize("mode,with_psw", [("sum", False), ("sum", True), ("mean", False), ("max", False)])
+def test_short_csr_bags(mode: str, with_psw: bool, dtype: torch.dtype, dim: int, pooling: int,
+                        gen: torch.Generator, segments_at_any_batch: None) -> None:
+    """embedding_bag_forward_segmented: bags of random length (empty ones included, so segments
+    start, end and hold empty bags), an odd batch (the last segment is partial), both offset
+    layouts, int32 and int64 indices, with and without a padding row; the launcher must really
+    pick that kernel."""
+    rows = 50  # small table: the padding row is frequent
+    weight = random_table(rows, dim, dtype, gen)
+    for layout, index_dtype, padding_idx in (("csr", torch.int64, None), ("csr_last", torch.int32, 7)):
+        bags = make_bags(layout, 1001, pooling, rows, index_dtype, gen)
+        psw = torch.rand(bags.input.shape, generator=gen, device="cuda").to(dtype) if with_psw else None
+        check_bag(bags, weight, mode, psw, padding_idx)
+    _check_segmented_plan_used(dtype, mode, with_psw)
+
+
+def test_short_csr_bags_max_backward(gen: torch.Generator, segments_at_any_batch: None) -> None:
+    """Max mode under autograd writes the winning rows (argmax) from the segmented kernel too."""
+    weight = random_table(300, 128, torch.float32, gen)
+    bags = make_bags("csr_last", 333, 2, 300, torch.int64, gen)
+    grad_out = torch.randn(333, 128, generator=gen, device="cuda")
+    ours_w, _ = _bag_grad(ours_bag, bags, weight, "max", grad_out, None, None)
+    ref_w, _ = _bag_grad(torch_bag, bags, weight, "max", grad_out, None, None)
+    torch.testing.assert_close(ours_w, ref_w, rtol=1e-5, atol=1e-5)
+    _check_segmented_plan_used(torch.float32, "max", False)
+
+
 def test_all_bags_empty_and_trailing_empty(gen: torch.Generator) -> None:
     weight = random_table(10, 16, torch.float32, gen)
     idx = torch.tensor([1, 2, 3], device="cuda")
@@ -524,3 +576,44 @@ def test_table_batched(mode: str, gen: torch.Generator) -> None:
     bad[starts[1]] = rows[1]  # in range for table 0 and 2, not for table 1
     with pytest.raises(rk.EmbeddingIndexError, match="table 1"):
         tbe(bad, offsets)
+
+
+MIXED_TABLES = {  # (rows, pooling, batch, dim) of table-batched calls with short and long bags
+    "5 tables": ([3, 1000, 40, 7, 5000], [1, 1, 2, 30, 1], 333, 128),
+    # more tables than a team has lanes (8 at dim 32): the teams' table bookkeeping moves on
+    "37 tables": ([11 + 97 * t for t in range(37)], [1 + t % 3 if t % 9 else 20 for t in range(37)], 17, 32),
+}
+
+
+@pytest.mark.parametrize("tables", list(MIXED_TABLES))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("mode,with_psw", [("sum", False), ("sum", True), ("mean", False), ("max", False)])
+def test_table_batched_mixed_bag_lengths(mode: str, with_psw: bool, dtype: torch.dtype, tables: str,
+                                         gen: torch.Generator, segments_at_any_batch: None) -> None:
+    """The DLRM-DCNv2 shape in small: tables whose bags hold 1, 2 or 20-60 rows in one launch
+    (the segmented kernel: per-table segment sizes, segments never cross tables), odd batches,
+    random lengths (0 to twice the table's pooling)."""
+    from reference_kernels.tbe import TableBatchedEmbeddingBag
+
+    rows, pooling, batch, dim = MIXED_TABLES[tables]
+    tbe = TableBatchedEmbeddingBag(rows, dim, mode, dtype, "cuda")
+    per_table = [make_bags("csr_last", batch, p, r, torch.int64, gen) for r, p in zip(rows, pooling)]
+    indices = torch.cat([b.input for b in per_table])
+    starts = [0] + torch.tensor([b.input.numel() for b in per_table]).cumsum(0).tolist()
+    offsets = torch.cat([per_table[0].offsets[:1]] + [b.offsets[1:] + s for b, s in zip(per_table, starts)])
+    psw = torch.rand(indices.shape, generator=gen, device="cuda").to(dtype) if with_psw else None
+    with torch.no_grad():
+        out = tbe(indices, offsets, psw)
+    for t, bags in enumerate(per_table):
+        weight = tbe.table(t).detach()
+        part = None if psw is None else psw[starts[t]:starts[t + 1]]
+        got = out[:, t * dim:(t + 1) * dim]
+        if mode == "max":
+            assert torch.equal(got, torch_bag(bags, weight, mode, None, None))
+            continue
+        part64 = None if part is None else part.double()
+        ref = torch_bag(bags, weight.double(), mode, part64, None)
+        abs_ref = torch_bag(bags, weight.double().abs(), mode, None if part64 is None else part64.abs(), None)
+        terms = bags.longest + (1 if mode == "mean" else 0)
+        assert_within(got, ref, pooled_tolerance(ref, abs_ref, terms, dtype), f"table {t} {mode} {dtype}")
+    _check_segmented_plan_used(dtype, mode, with_psw)
