@@ -233,7 +233,7 @@ def short_bag_defines(weight_code: int, index_type: str, mode: str, has_psw: boo
 # Short bags of varying size (CSR offsets, table-batched lookups):
 # embedding_bag_forward_segmented walks segments of consecutive bags of one table as one stream
 # of rows, SEGMENT_VECTORS vectors in flight per lane whatever the bag boundaries. A table's
-# segments hold SEGMENT_ROWS // (its average bag length) bags (2 to a team's lanes - 1), or one
+# segments hold SEGMENT_ROWS // (its average bag length) bags (2 to segment_capacity), or one
 # bag where that average exceeds SEGMENT_MAX_AVG. Used when the call's average bag holds at
 # most SEGMENT_MAX_AVG rows (0 turns the kernel off). Grid: SEGMENT_GRID_PER_SM blocks per SM.
 # At most SEGMENT_MAX_BAGS bags per segment: 31 left B32768 L1 with 8 warps per SM (15.5 us
@@ -432,10 +432,11 @@ def _segmented_forward(weight: "torch.Tensor", indices: "torch.Tensor", offsets:
         return False
     tables = 1 if table_rows is None else table_rows.numel()
     cap = segment_cap(segment.row_lanes, num_bags, sm_count(weight.device))
-    # one table: its segment size is known here; several: each team works out each table's
-    bags = min(cap, segment_bags(avg_len, segment.row_lanes)) if tables == 1 else 0
-    if cap < 2 or bags == 1:
+    if cap < 2:
         return False
+    # one table: its segment size is known here (2 or more: avg_len <= SEGMENT_MAX_AVG);
+    # several: each team works out each table's, at most cap
+    bags = min(cap, segment_bags(avg_len, segment.row_lanes)) if tables == 1 else 0
     dim = weight.shape[1]
     units = (-(-num_bags // bags) if bags else num_bags) * segment.col_tiles
     grid = grid_stride_blocks(units * segment.row_lanes, weight.device, SEGMENT_GRID_PER_SM)
