@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from . import EmbeddingIndexError, _nvrtc
 from ._nvrtc import F32, I32, I64, PTR
@@ -308,40 +308,27 @@ _SHORT_PLANS: dict[tuple[object, ...], "StepPlan | None"] = {}
 _SEGMENT_PLANS: dict[tuple[object, ...], "StepPlan | None"] = {}
 
 
-def _step_plan(plans: "dict[tuple[object, ...], StepPlan | None]", entry: str, steps_define: str,
-               make_defines: "Callable[[RowTiling], dict[str, object] | None]", weight: "torch.Tensor",
-               key: tuple[object, ...]) -> "StepPlan | None":
-    """Memoised per ``key`` (plus the weight's width, alignment, device and the tuning knobs)."""
+def _step_plan(entry: str, weight: "torch.Tensor", indices: "torch.Tensor", mode: str, has_psw: bool,
+               need_argmax: bool, length: int) -> "StepPlan | None":
+    """The short-bag (``length``: the bag size) or the segmented entry (``length``: the average
+    bag), or None where it does not serve; memoised per call shape and tuning knobs."""
+    plans, make_defines, steps_define, length_class = {
+        "embedding_bag_forward_short": (_SHORT_PLANS, short_bag_defines, "BAGS_PER_STEP", length),
+        "embedding_bag_forward_segmented": (_SEGMENT_PLANS, segmented_defines, "SEGMENT_BAGS",
+                                            length <= SEGMENT_MAX_AVG),
+    }[entry]
     dim = weight.shape[1]
-    key = (*key, weight.dtype, dim, weight.data_ptr() % 16, weight.device.index, TUNE, SHORT_STEP_VECTORS,
-           SEGMENT_ROWS, SEGMENT_VECTORS, SEGMENT_MAX_AVG, SEGMENT_MAX_BAGS)
+    key = (indices.dtype, mode, has_psw, need_argmax, length_class, weight.dtype, dim, weight.data_ptr() % 16,
+           weight.device.index, TUNE, SHORT_STEP_VECTORS, SEGMENT_ROWS, SEGMENT_VECTORS, SEGMENT_MAX_AVG,
+           SEGMENT_MAX_BAGS)
     if key not in plans:
         tiling = RowTiling.for_row(dim, vector_width(dim, weight.element_size(), weight.data_ptr()))
-        defines = make_defines(tiling)
+        defines = make_defines(_dtype_code(weight.dtype), _index_type(indices.dtype), mode, has_psw, need_argmax,
+                               tiling, length)
         plans[key] = None if defines is None else StepPlan(
             _nvrtc.get_function("embedding_bag_forward.cu", entry, defines, weight.device.index),
             tiling.row_lanes, int(defines[steps_define]), tiling.col_tiles)  # type: ignore[call-overload]
     return plans[key]
-
-
-def _short_plan(weight: "torch.Tensor", indices: "torch.Tensor", mode: str, has_psw: bool, need_argmax: bool,
-                bag_len: int) -> "StepPlan | None":
-    def defines(tiling: RowTiling) -> "dict[str, object] | None":
-        return short_bag_defines(_dtype_code(weight.dtype), _index_type(indices.dtype), mode, has_psw,
-                                 need_argmax, tiling, bag_len)
-
-    return _step_plan(_SHORT_PLANS, "embedding_bag_forward_short", "BAGS_PER_STEP", defines, weight,
-                      (indices.dtype, mode, has_psw, need_argmax, bag_len))
-
-
-def _segment_plan(weight: "torch.Tensor", indices: "torch.Tensor", mode: str, has_psw: bool, need_argmax: bool,
-                  avg_len: int) -> "StepPlan | None":
-    def defines(tiling: RowTiling) -> "dict[str, object] | None":
-        return segmented_defines(_dtype_code(weight.dtype), _index_type(indices.dtype), mode, has_psw,
-                                 need_argmax, tiling, avg_len)
-
-    return _step_plan(_SEGMENT_PLANS, "embedding_bag_forward_segmented", "SEGMENT_BAGS", defines, weight,
-                      (indices.dtype, mode, has_psw, need_argmax, avg_len <= SEGMENT_MAX_AVG))
 
 
 @dataclass(frozen=True)
@@ -396,7 +383,8 @@ def bag_forward(weight: "torch.Tensor", indices: "torch.Tensor", offsets: "torch
     bag_size = indices.shape[1] if offsets is None else 0
     short = None
     if offsets is None and table_rows is None:
-        short = _short_plan(weight, indices, mode, per_sample_weights is not None, need_argmax, bag_size)
+        short = _step_plan("embedding_bag_forward_short", weight, indices, mode, per_sample_weights is not None,
+                           need_argmax, bag_size)
     if short is not None:
         steps = -(-num_bags // short.bags_per_step) * short.col_tiles
         grid = grid_stride_blocks(steps * short.row_lanes, weight.device, SHORT_GRID_PER_SM)
@@ -427,7 +415,8 @@ def _segmented_forward(weight: "torch.Tensor", indices: "torch.Tensor", offsets:
     n = indices.numel()
     if n >= 2**31:  # the kernel's positions are 32-bit
         return False
-    segment = _segment_plan(weight, indices, mode, per_sample_weights is not None, argmax is not None, avg_len)
+    segment = _step_plan("embedding_bag_forward_segmented", weight, indices, mode, per_sample_weights is not None,
+                         argmax is not None, avg_len)
     if segment is None:
         return False
     tables = 1 if table_rows is None else table_rows.numel()
