@@ -308,15 +308,19 @@ _SHORT_PLANS: dict[tuple[object, ...], "StepPlan | None"] = {}
 _SEGMENT_PLANS: dict[tuple[object, ...], "StepPlan | None"] = {}
 
 
+# entry -> (its plan cache, its defines, the define that holds its bags per step)
+_STEP_ENTRIES = {
+    "embedding_bag_forward_short": (_SHORT_PLANS, short_bag_defines, "BAGS_PER_STEP"),
+    "embedding_bag_forward_segmented": (_SEGMENT_PLANS, segmented_defines, "SEGMENT_BAGS"),
+}
+
+
 def _step_plan(entry: str, weight: "torch.Tensor", indices: "torch.Tensor", mode: str, has_psw: bool,
                need_argmax: bool, length: int) -> "StepPlan | None":
     """The short-bag (``length``: the bag size) or the segmented entry (``length``: the average
     bag), or None where it does not serve; memoised per call shape and tuning knobs."""
-    plans, make_defines, steps_define, length_class = {
-        "embedding_bag_forward_short": (_SHORT_PLANS, short_bag_defines, "BAGS_PER_STEP", length),
-        "embedding_bag_forward_segmented": (_SEGMENT_PLANS, segmented_defines, "SEGMENT_BAGS",
-                                            length <= SEGMENT_MAX_AVG),
-    }[entry]
+    plans, make_defines, steps_define = _STEP_ENTRIES[entry]
+    length_class = length <= SEGMENT_MAX_AVG if plans is _SEGMENT_PLANS else length  # what changes the plan
     dim = weight.shape[1]
     key = (indices.dtype, mode, has_psw, need_argmax, length_class, weight.dtype, dim, weight.data_ptr() % 16,
            weight.device.index, TUNE, SHORT_STEP_VECTORS, SEGMENT_ROWS, SEGMENT_VECTORS, SEGMENT_MAX_AVG,
