@@ -4,7 +4,8 @@
 // CHUNK_BYTES-wide words (16 where the row size and alignment allow).
 // ROW_LANES lanes share one row, each moving CHUNKS words; a team first reads
 // UNROLL indices (one per lane, coalesced), then issues all UNROLL rows' loads
-// before the first store, so several rows are in flight per lane.
+// before the first store, so several rows are in flight per lane. The launcher gives
+// every team one step (a grid over all the work); the loop strides past a capped grid.
 // Indices were validated by index_check.cu; address arithmetic is 64-bit.
 #include "common.cuh"
 

@@ -1,9 +1,9 @@
 """Short CSR and table-batched bags side by side (device diagnostics for docs/perf-log.md, change 27).
 
 The general forward kernel (one team per bag) against the segmented kernel (a team walks
-several consecutive bags as one stream of rows) with different rows per segment, vectors in
-flight per lane and blocks per SM, on the DLRM-DCNv2 table-batched layout (26 tables, bags of
-1-100 rows, one launch) and single-table CSR bags of fixed and of random length, each next to
+several consecutive bags as one stream of rows) with different rows per segment and blocks
+per SM (or a grid with one segment per team, run 42, change 28), on the DLRM-DCNv2
+table-batched layout (26 tables, bags of 1-100 rows, one launch) and single-table CSR bags of fixed and of random length, each next to
 a plain copy of the case's compulsory bytes. Median of 100 cold calls (the benchmark's Timer:
 L2 flushed, head start). Every variant's output is compared with the general kernel's."""
 from typing import Callable, Optional
@@ -19,8 +19,9 @@ suite = Suite(reps=100, quick=False, seed=13)
 DEFAULTS = (_launch.SEGMENT_ROWS, _launch.SEGMENT_VECTORS, _launch.SEGMENT_MAX_AVG, _launch.SEGMENT_GRID_PER_SM)
 assert DEFAULTS == (32, 4, 8, 8), "the variants below vary the defaults one at a time"
 # (label, rows per segment, vectors in flight, longest average bag in a segment, blocks per SM)
-VARIANTS = [("general", 32, 4, 0, 8), ("segmented", *DEFAULTS), ("seg G16", 32, 4, 8, 16), ("seg V8", 32, 8, 8, 8),
-            ("seg R16", 16, 4, 8, 8), ("seg R64", 64, 4, 8, 8), ("seg max16", 32, 4, 16, 8)]
+FULL_GRID = 1 << 30  # blocks per SM beyond any case's segments: a grid with one segment per team
+VARIANTS = [("general", 32, 4, 0, 8), ("segmented", *DEFAULTS), ("seg G16", 32, 4, 8, 16),
+            ("seg one segment/team", 32, 4, 8, FULL_GRID), ("seg R64 one segment/team", 64, 4, 8, FULL_GRID)]
 
 
 def dcnv2(dtype: torch.dtype, mode: str) -> tuple[str, Callable[[], torch.Tensor], int]:

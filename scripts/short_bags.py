@@ -1,8 +1,9 @@
 """Short fixed-size bags side by side (device diagnostics for docs/perf-log.md, change 25).
 
 For [B, L] lookups with L of 1-4 rows: the general forward kernel (one team per bag) against
-the short-bag kernel (several bags per team step) with 4, 8 and 16 vectors in flight per lane
-and 4, 8 or 16 blocks per SM, each next to a plain copy of the case's compulsory bytes.
+the short-bag kernel (several bags per team step) with 4 or 8 vectors in flight per lane,
+8 or 16 blocks per SM, or a grid with one step per team (run 42, change 28), each next to a
+plain copy of the case's compulsory bytes.
 Median of 100 cold calls (the benchmark's Timer: clean L2 flush, head start)."""
 from typing import Optional
 
@@ -17,9 +18,10 @@ DEFAULTS = (_launch.SHORT_STEP_VECTORS, _launch.SHORT_GRID_PER_SM)
 CASES = [(dim, dtype, batch, pooling) for dim, dtype in ((32, torch.float32), (128, torch.float32),
                                                          (128, torch.bfloat16))
          for batch in (32768, 131072) for pooling in (1, 2, 4)]
+FULL_GRID = 1 << 30  # blocks per SM beyond any case's steps: a grid with one step per team
 VARIANTS: list[tuple[str, int, int, Optional[str]]] = [
-    ("general", 0, 8, None), ("short 4v", 4, 8, None), ("short 8v", 8, 8, None), ("short 16v", 16, 8, None),
-    ("short 8v 4/SM", 8, 4, None), ("short 8v 16/SM", 8, 16, None), ("short 8v MIN_BLOCKS=2", 8, 8, "MIN_BLOCKS=2")]
+    ("general", 0, 8, None), ("short 4v", 4, 8, None), ("short 4v 16/SM", 4, 16, None),
+    ("short 4v one step/team", 4, FULL_GRID, None), ("short 8v one step/team", 8, FULL_GRID, None)]
 tables = {(dim, dtype): table(1_000_000, dim, dtype, suite.gen) for dim, dtype, _, _ in CASES}
 for dim, dtype, batch, pooling in CASES:
     weight = tables[(dim, dtype)]

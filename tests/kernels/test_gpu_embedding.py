@@ -295,6 +295,18 @@ def test_embedding_dims(dtype: torch.dtype, dim: int, gen: torch.Generator) -> N
     assert torch.equal(rk.embedding(idx, weight, padding_idx=3), F.embedding(idx, weight, padding_idx=3))
 
 
+@pytest.mark.parametrize("dim", [128, 1000])  # 1000 float32: two column tiles per row
+def test_embedding_strides_past_a_capped_grid(dim: int, gen: torch.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher gives every team one step; with the grid capped, teams must stride (the
+    output is poisoned, so a row no team reached fails)."""
+    from reference_kernels import _launch
+
+    monkeypatch.setattr(_launch, "MAX_GRID", 3)
+    weight = random_table(4000, dim, torch.float32, gen)
+    idx = torch.randint(0, 4000, (5001,), generator=gen, device="cuda")
+    assert torch.equal(rk.embedding(idx, weight), F.embedding(idx, weight))
+
+
 def _grad_bound(ref_fn, ours_grad: torch.Tensor, ref_grad: torch.Tensor, terms: int, dtype: torch.dtype,
                 what: str) -> None:
     abs_grad = ref_fn()
