@@ -15,6 +15,14 @@ back and invalidate). ``dirty`` overwrites the buffer instead, as a ``zero_()``
 flush does: that leaves ~50-60 MB of dirty lines in the L2, which the timed call
 then pays to write back (docs/perf-log.md measures both side by side).
 
+Processes: each group (``--only``) runs in a fresh worker process of its own and the
+parent merges their results, so no figure depends on what earlier groups allocated and
+freed: after the big-table groups had freed 15 GB, a 2.56 GB table's random rows took 8 %
+longer to gather in the same process, the same rows in ascending order did not
+(docs/perf-log.md, change 28). Each process measures its own copy ceiling, and its cases'
+percentages use it; the summary reports the median. ``--one-process`` runs every group in
+one process, as before.
+
 Bytes: *compulsory* = unique rows touched x row bytes + indices + offsets +
 per-sample weights + output; *logical* counts every row read. Each forward case
 also times a plain copy that moves the same compulsory bytes (``same_size_copy``):
@@ -33,9 +41,12 @@ import json
 import math
 import platform
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Callable, Optional
 
 import torch
@@ -588,8 +599,6 @@ def chart(results: list[Result], copy_gbps: float, path: str) -> None:
 def environment() -> dict[str, object]:
     props = torch.cuda.get_device_properties(0)
     try:
-        import subprocess
-
         driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                                 capture_output=True, text=True, timeout=20).stdout.strip()
     except Exception:  # nvidia-smi absent: record that, do not fail the run
@@ -599,52 +608,124 @@ def environment() -> dict[str, object]:
             "nvrtc": list(_nvrtc.nvrtc_version()), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--json", required=True, help="where to write every figure (JSON)")
-    p.add_argument("--chart", required=True, help="where to write the bandwidth chart (PNG)")
-    p.add_argument("--reps", type=int, default=100, help="timed calls per figure (median; at least 100)")
-    p.add_argument("--quick", action="store_true", help="a small subset (smoke test)")
-    p.add_argument("--only", default="",
-                   help="comma-separated groups: simple,large,tables,big,sweep,dcnv2,onehot,backward (default: all)"
-                        "; also tune, profile, probe")
-    p.add_argument("--seed", type=int, default=int(time.time()))
-    p.add_argument("--flush", choices=("clean", "dirty"), default="clean",
-                   help="how the L2 is emptied before each timed call (see above)")
-    args = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("reference_kernels.bench needs a CUDA GPU", file=sys.stderr)
-        return 2
-    if args.reps < 100 and not args.quick:
-        p.error("--reps must be at least 100 (use --quick for a smoke test)")
+GROUPS = ("simple", "large", "tables", "big", "sweep", "dcnv2", "onehot", "backward")
+EXTRAS = ("tune", "profile", "probe")  # side-by-side evidence: printed, no results
+
+
+class WorkerError(RuntimeError):
+    """A group's worker process failed or wrote no results."""
+
+
+def compile_seconds() -> dict[str, float]:
+    """NVRTC compile (on a cache miss) plus module load time per kernel variant, this process."""
+    return {k: _nvrtc.STATS.compile_s.get(k, 0.0) + v for k, v in _nvrtc.STATS.load_s.items()}
+
+
+def run_groups(args: argparse.Namespace, chosen: list[str]) -> tuple[list[Result], float]:
+    """Run the chosen groups in this process: their results and this process's copy ceiling."""
     suite = Suite(args.reps, args.quick, args.seed, args.flush)
     steps = {"simple": suite.simple, "large": suite.single_table, "tables": suite.twelve_tables, "big": suite.two_big_tables,
              "sweep": suite.sweep, "dcnv2": suite.dcnv2, "onehot": suite.one_hot, "backward": suite.backward,
              "tune": lambda: tune(suite), "profile": lambda: profile_cases(suite), "probe": lambda: probe(suite)}
-    chosen = [s for s in args.only.split(",") if s] or [s for s in steps if s not in ("tune", "profile", "probe")]
-    t0 = time.perf_counter()
     for name in chosen:
         steps[name]()
         torch.cuda.empty_cache()
-    if not suite.results:
+    return suite.results, suite.copy_gbps
+
+
+def worker_command(args: argparse.Namespace, group: str, out: str) -> list[str]:
+    """The command that runs one group in a fresh process and writes its results to ``out``."""
+    return [sys.executable, "-m", "reference_kernels.bench", "--worker", out, "--only", group, "--reps", str(args.reps),
+            "--seed", str(args.seed), "--flush", args.flush] + (["--quick"] if args.quick else [])
+
+
+def run_isolated(args: argparse.Namespace, chosen: list[str],
+                 runner: Callable[[list[str]], int] = lambda cmd: subprocess.run(cmd).returncode,
+                 ) -> tuple[list[Result], dict[str, float], dict[str, float]]:
+    """Run each group in its own process (``runner`` runs a command, returns its exit code):
+    a case's figure must not depend on what earlier groups allocated and freed (the one-hot
+    f32 gather ran 8 % slower after the big-table groups, docs/perf-log.md change 28).
+    Returns the results, each process's copy ceiling and the compile + load seconds."""
+    results: list[Result] = []
+    ceilings: dict[str, float] = {}
+    compiles: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="rk-bench-") as tmp:
+        for group in chosen:
+            out = str(Path(tmp) / f"{group}.json")
+            code = runner(worker_command(args, group, out))
+            if code != 0:
+                raise WorkerError(f"group {group!r}: its worker process exited with {code}")
+            try:
+                data = json.loads(Path(out).read_text())
+                ceilings[group] = float(data["copy_ceiling_gbps"])
+                results += [Result(**r) for r in data["results"]]
+                compiles.update(data["compile_plus_load_s"])
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise WorkerError(f"group {group!r}: unreadable worker output {out}: {exc}") from exc
+    return results, ceilings, compiles
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", help="where to write every figure (JSON); required")
+    p.add_argument("--chart", help="where to write the bandwidth chart (PNG); required")
+    p.add_argument("--reps", type=int, default=100, help="timed calls per figure (median; at least 100)")
+    p.add_argument("--quick", action="store_true", help="a small subset (smoke test)")
+    p.add_argument("--only", default="",
+                   help=f"comma-separated groups: {','.join(GROUPS)} (default: all); also {', '.join(EXTRAS)}")
+    p.add_argument("--seed", type=int, default=int(time.time()))
+    p.add_argument("--flush", choices=("clean", "dirty"), default="clean",
+                   help="how the L2 is emptied before each timed call (see above)")
+    p.add_argument("--one-process", action="store_true",
+                   help="run every group in this process instead of one fresh process per group")
+    p.add_argument("--worker", help=argparse.SUPPRESS)  # internal: run --only here, write results to this file
+    args = p.parse_args(argv)
+    if not args.worker and not (args.json and args.chart):
+        p.error("--json and --chart are required")
+    chosen = [s for s in args.only.split(",") if s] or list(GROUPS)
+    unknown = [s for s in chosen if s not in GROUPS + EXTRAS]
+    if unknown:
+        p.error(f"unknown group(s) in --only: {', '.join(unknown)}")
+    if args.reps < 100 and not args.quick:
+        p.error("--reps must be at least 100 (use --quick for a smoke test)")
+    if not torch.cuda.is_available():
+        print("reference_kernels.bench needs a CUDA GPU", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    if args.worker:
+        results, gbps = run_groups(args, chosen)
+        Path(args.worker).write_text(json.dumps({"copy_ceiling_gbps": gbps, "results": [asdict(r) for r in results],
+                                                 "compile_plus_load_s": compile_seconds()}))
         return 0
-    forward = [r for r in suite.results if r.group != "bwd"]
-    info = summary(forward, suite.copy_gbps)
-    info["backward_speedups"] = {r.case: round(r.speedup, 2) for r in suite.results if r.group == "bwd"}
+    if args.one_process:
+        results, gbps = run_groups(args, chosen)
+        ceilings, compiles = {"all groups": gbps}, compile_seconds()
+    else:
+        try:
+            results, ceilings, compiles = run_isolated(args, chosen)
+        except WorkerError as exc:
+            print(f"reference_kernels.bench: {exc}", file=sys.stderr)
+            return 1
+        gbps = statistics.median(ceilings.values())
+    if not results:
+        return 0
+    forward = [r for r in results if r.group != "bwd"]
+    info = summary(forward, gbps)
+    info["copy_ceiling_gbps_per_process"] = ceilings
+    info["backward_speedups"] = {r.case: round(r.speedup, 2) for r in results if r.group == "bwd"}
     info["seconds"] = time.perf_counter() - t0
-    info["compile_plus_load_s"] = {k: _nvrtc.STATS.compile_s.get(k, 0.0) + v for k, v in _nvrtc.STATS.load_s.items()}
+    info["compile_plus_load_s"] = compiles
     with open(args.json, "w") as f:
         json.dump({"environment": environment(), "method": __doc__, "summary": info,
-                   "results": [asdict(r) for r in suite.results]}, f, indent=1)
-    chart(suite.results, suite.copy_gbps, args.chart)
+                   "results": [asdict(r) for r in results]}, f, indent=1)
+    chart(results, gbps, args.chart)
     shown = {k: v for k, v in info.items() if k != "compile_plus_load_s"}
     shown["targets"] = {name: {k: v for k, v in t.items() if k != "figures"}  # type: ignore[union-attr]
                         for name, t in info["targets"].items()}  # type: ignore[union-attr]
     print(json.dumps(shown, indent=1))
-    cl = info["compile_plus_load_s"]
-    if cl:
-        print(f"compile+load per kernel: max {max(cl.values()):.3f} s, median {statistics.median(cl.values()):.3f} s, "
-              f"{len(cl)} variants")
+    if compiles:
+        print(f"compile+load per kernel: max {max(compiles.values()):.3f} s, median "
+              f"{statistics.median(compiles.values()):.3f} s, {len(compiles)} variants")
     return 0
 
 
