@@ -8,6 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from hypothesis import given, strategies as st
 
 torch = pytest.importorskip("torch")
 from reference_kernels import bench  # noqa: E402
@@ -85,3 +86,16 @@ def test_usage_errors_exit_2_before_any_gpu_work(argv: list[str], message: str,
         bench.main(argv)
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@given(nbytes=st.integers(0, 1 << 40), align=st.sampled_from([16, 512, 8 << 10, bench.COPY_ALIGN]))
+def test_same_size_copy_moves_the_nearest_aligned_size(nbytes: int, align: int) -> None:
+    moved = bench.copy_bytes(nbytes, align)
+    assert moved % (2 * align) == 0 and moved >= 2 * align
+    assert abs(moved - nbytes) <= align or (nbytes < 2 * align and moved == 2 * align)
+
+
+def test_same_size_copy_figure_uses_the_bytes_the_copy_moved() -> None:
+    r = bench.Result("c", "g", "float32", "sum", False, 10.0, 20.0, None, 100_000, 100_000, same_size_copy_us=1.0)
+    bench.finish(r, 1000.0)
+    assert r.same_size_copy_pct == pytest.approx(100 * bench.copy_bytes(100_000) / 1e-6 / 1e9 / 1000.0)
