@@ -1,13 +1,26 @@
 // Unpooled lookup (torch.nn.functional.embedding): out[i, :] = weight[indices[i], :].
 //
-// A pure copy, so it is independent of the element type: rows are moved as
-// CHUNK_BYTES-wide words (16 where the row size and alignment allow).
-// ROW_LANES lanes share one row, each moving CHUNKS words; a team first reads
-// UNROLL indices (one per lane, coalesced), then issues all UNROLL rows' loads
-// before the first store, so several rows are in flight per lane. The launcher gives
-// every team one step (a grid over all the work); the loop strides past a capped grid.
+// Two entries from this file, both pure copies (independent of the element type):
+//
+// embedding_gather (default): rows are moved as CHUNK_BYTES-wide words (16 where the row
+// size and alignment allow). ROW_LANES lanes share one row, each moving CHUNKS words; a team
+// first reads UNROLL indices (one per lane, coalesced), then issues all UNROLL rows' loads
+// before the first store, so several rows are in flight per lane. The launcher gives every
+// team one step (a grid over all the work); the loop strides past a capped grid.
+//
+// embedding_gather_bulk (BULK_ROWS defined; sm_90 and newer): rows are moved by the Hopper
+// bulk-copy engine and never pass through registers. Each warp moves BULK_ROWS rows of
+// ROW_BYTES per step: lanes 0..BULK_ROWS-1 read one index each and start one cp.async.bulk
+// global -> shared copy of their row, completing on the stage's mbarrier; when the stage is
+// full, lane 0 writes it to the output with one bulk shared -> global copy. Two stages per
+// warp: the next step's rows load while this step's wait or store. ROW_BYTES is a multiple of
+// 16 and both pointers are 16-byte aligned (the launcher checks). Rows of negative indices
+// are not copied (their output rows are left unspecified, as in the other entry).
+//
 // Indices were validated by index_check.cu; address arithmetic is 64-bit.
 #include "common.cuh"
+
+#ifndef BULK_ROWS
 
 #ifndef INDEX_T
 #define INDEX_T i64
@@ -73,3 +86,90 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_gather(
     }
   }
 }
+
+#else  // BULK_ROWS: the bulk-copy entry
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "embedding_gather_bulk needs sm_90 or newer (cp.async.bulk)"
+#endif
+#ifndef INDEX_T
+#define INDEX_T i64
+#endif
+#ifndef ROW_BYTES
+#define ROW_BYTES 512
+#endif
+#ifndef BLOCK
+#define BLOCK 128
+#endif
+#define WARPS (BLOCK / 32)
+#define STAGE_BYTES (BULK_ROWS * ROW_BYTES)
+static_assert(ROW_BYTES % 16 == 0, "bulk copies move multiples of 16 bytes");
+static_assert(BULK_ROWS >= 1 && BULK_ROWS <= 32, "one row per lane");
+static_assert(2 * WARPS * STAGE_BYTES <= 48 * 1024, "two stages per warp in static shared memory");
+
+__device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void wait_parity(u32 bar, u32 parity) {
+  u32 done;
+  do {
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  } while (!done);
+}
+
+// Lanes < rows read an index and start the copy of its row into the stage; the stage's
+// barrier expects the bytes of the rows that are copied.
+__device__ __forceinline__ void load_stage(const char* __restrict__ weight, const INDEX_T* __restrict__ indices,
+                                           i64 first, int rows, char* stage, u32 bar, int lane) {
+  const i64 idx = lane < rows ? (i64)indices[first + lane] : -1;
+  const u32 copied = __ballot_sync(0xffffffffu, idx >= 0);
+  if (lane == 0)
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                 :: "r"(bar), "r"((u32)__popc(copied) * (u32)ROW_BYTES) : "memory");
+  __syncwarp();
+  if (idx >= 0)
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(smem_addr(stage + lane * ROW_BYTES)), "l"(weight + idx * ROW_BYTES), "r"((u32)ROW_BYTES),
+                    "r"(bar) : "memory");
+}
+
+extern "C" __global__ void __launch_bounds__(BLOCK) embedding_gather_bulk(
+    const char* __restrict__ weight, const INDEX_T* __restrict__ indices, i64 num_indices, char* __restrict__ out) {
+  __shared__ __align__(128) char stages[WARPS][2][STAGE_BYTES];
+  __shared__ __align__(8) u64 bars[WARPS][2];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(smem_addr(&bars[warp][0])) : "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(smem_addr(&bars[warp][1])) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncwarp();
+  const i64 steps = (num_indices + BULK_ROWS - 1) / BULK_ROWS;
+  const i64 stride = (i64)gridDim.x * WARPS;
+  i64 step = (i64)blockIdx.x * WARPS + warp;
+  if (step >= steps) return;
+  u32 parities = 0;  // bit s: the phase that stage s waits for next
+  int s = 0;
+  load_stage(weight, indices, step * BULK_ROWS, (int)min((i64)BULK_ROWS, num_indices - step * BULK_ROWS),
+             stages[warp][0], smem_addr(&bars[warp][0]), lane);
+  for (; step < steps; step += stride, s ^= 1) {
+    const i64 next = step + stride;
+    if (next < steps) {  // into the other stage, once its last store has finished reading it
+      if (lane == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+      __syncwarp();
+      load_stage(weight, indices, next * BULK_ROWS, (int)min((i64)BULK_ROWS, num_indices - next * BULK_ROWS),
+                 stages[warp][s ^ 1], smem_addr(&bars[warp][s ^ 1]), lane);
+    }
+    wait_parity(smem_addr(&bars[warp][s]), (parities >> s) & 1u);
+    parities ^= 1u << s;
+    if (lane == 0) {
+      const i64 rows = min((i64)BULK_ROWS, num_indices - step * BULK_ROWS);
+      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
+                   :: "l"(out + step * STAGE_BYTES), "r"(smem_addr(stages[warp][s])), "r"((u32)(rows * ROW_BYTES))
+                   : "memory");
+      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    }
+  }
+  if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // the stores, before exit
+}
+#endif

@@ -37,6 +37,14 @@ NVCC_VARIANTS: dict[str, list[str]] = {
     "embedding_gather.cu": ["", "-DCHUNK_BYTES=2 -DROW_LANES=4 -DINDEX_T=int"],
     "index_check.cu": ["", "-DINDEX_T=int"],
 }
+# Entries that need sm_90 (the bulk-copy engine): compiled for sm_90 only. The bulk gather
+# at the row sizes the launcher admits (128 B to 4 KB: 32 rows to 1 row per stage).
+SM90_VARIANTS: dict[str, list[str]] = {
+    "embedding_gather.cu": ["-DBULK_ROWS=32 -DROW_BYTES=128 -DBLOCK=128 -DINDEX_T=int",
+                            "-DBULK_ROWS=8 -DROW_BYTES=512 -DBLOCK=128",
+                            "-DBULK_ROWS=1 -DROW_BYTES=4096 -DBLOCK=128",
+                            "-DBULK_ROWS=1 -DROW_BYTES=4000 -DBLOCK=128 -DINDEX_T=int"],
+}
 
 
 def _nvcc() -> str | None:
@@ -57,11 +65,13 @@ def _compile(source: str, flags: str, arch: str, out_dir: Path) -> tuple[str, st
 
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc is not on PATH")
 def test_nvcc_compiles_every_kernel_for_sm80_and_sm90(tmp_path: Path) -> None:
-    """Every .cu file (all listed variants) compiles with nvcc for sm_80 and sm_90, without
-    spills; registers and spills are printed (pytest -s) for the resource report."""
+    """Every .cu file (all listed variants) compiles with nvcc for sm_80 and sm_90 (the bulk
+    gather for sm_90 only), without spills; registers and spills are printed (pytest -s) for
+    the resource report."""
     assert set(NVCC_VARIANTS) == set(KERNEL_SOURCES)
     jobs = [(src, flags, arch) for src, variants in NVCC_VARIANTS.items() for flags in variants
             for arch in ("sm_80", "sm_90")]
+    jobs += [(src, flags, "sm_90") for src, variants in SM90_VARIANTS.items() for flags in variants]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         results = list(pool.map(lambda job: _compile(*job, tmp_path), jobs))
     failures = []
@@ -148,6 +158,11 @@ def test_nvrtc_compiles_the_variants_the_launcher_picks(mode: str, dim: int) -> 
     assert short is not None  # without argmax, every width takes the short-bag kernel for 1-row bags
     cubin = _nvrtc.compile_cubin("embedding_bag_forward.cu", _nvrtc.compile_options("sm_90", short))
     assert cubin[:4] == b"\x7fELF"
+    bulk = _launch.bulk_gather_plan(dim * 4, 1000, True, 90, 132)  # float32 rows
+    if bulk is not None:
+        defines = {"INDEX_T": "int", "BULK_ROWS": bulk.rows, "ROW_BYTES": dim * 4, "BLOCK": _launch.BULK_BLOCK}
+        cubin = _nvrtc.compile_cubin("embedding_gather.cu", _nvrtc.compile_options("sm_90", defines))
+        assert cubin[:4] == b"\x7fELF"
     segmented = _launch.segmented_defines(1, "int", mode, False, False, tiling, 2)
     # general kernel instead: teams too narrow for two bags' offsets; 16-bit mean (slower there)
     if tiling.row_lanes >= 4 and not (mode == "mean" and tiling.vec > 4):
@@ -325,6 +340,27 @@ def test_custom_ops_are_registered_with_fake_kernels() -> None:
         assert out.shape == (3, 16) and argmax.shape == (3, 16) and argmax.dtype == torch.int64
         emb = torch.ops.reference_kernels.embedding(weight, idx.view(7, 1), -1, False)
         assert emb.shape == (7, 1, 16)
+
+
+def test_bulk_gather_applies_on_hopper_to_aligned_rows_of_128_bytes_to_4_kb() -> None:
+    from reference_kernels._launch import BULK_BLOCK, BulkPlan, bulk_gather_plan
+
+    def plan(row_bytes: int, n: int = 262144, aligned: bool = True, arch: int = 90) -> object:
+        return bulk_gather_plan(row_bytes, n, aligned, arch, 132)
+
+    assert plan(512, arch=80) is None and plan(512, arch=89) is None and plan(512, arch=100) is not None
+    assert plan(512, aligned=False) is None
+    assert [plan(b) is None for b in (16, 112, 136, 144, 4096, 4112, 8192)] == [True, True, True, False, False,
+                                                                               True, True]
+    assert [plan(b).rows for b in (128, 144, 256, 512, 2048, 4000, 4096)] == [32, 28, 16, 8, 2, 1, 1]
+    warps = BULK_BLOCK // 32
+    wave = 6 * 132  # 32 KB of stages per block: 6 blocks per SM
+    # bf16 N262144: 16384 steps, 5 per warp in one resident wave
+    assert plan(256) == BulkPlan(16, wave)
+    # N1M: 21 steps per warp in one wave, more than 8: one step per warp instead
+    assert plan(256, n=1 << 20) == BulkPlan(16, (1 << 20) // 16 // warps)
+    assert plan(512, n=5) == BulkPlan(8, 1)  # fewer rows than one stage
+    assert plan(4096, n=1) == BulkPlan(1, 1)
 
 
 def test_kernel_manifest_is_valid_and_matches_the_sources() -> None:

@@ -295,16 +295,95 @@ def test_embedding_dims(dtype: torch.dtype, dim: int, gen: torch.Generator) -> N
     assert torch.equal(rk.embedding(idx, weight, padding_idx=3), F.embedding(idx, weight, padding_idx=3))
 
 
-@pytest.mark.parametrize("dim", [128, 1000])  # 1000 float32: two column tiles per row
-def test_embedding_strides_past_a_capped_grid(dim: int, gen: torch.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The launcher gives every team one step; with the grid capped, teams must stride (the
-    output is poisoned, so a row no team reached fails)."""
+def _hopper() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+
+
+def _gather_kernels_used(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The gather entries the launcher asks for from now on (a spy on get_function)."""
+    from reference_kernels import _launch, _nvrtc
+
+    names: list[str] = []
+    real = _nvrtc.get_function
+
+    def spy(filename: str, name: str, defines: dict, device: int) -> object:
+        if filename == "embedding_gather.cu":
+            names.append(name)
+        return real(filename, name, defines, device)
+
+    monkeypatch.setattr(_launch._nvrtc, "get_function", spy)
+    return names
+
+
+@pytest.mark.parametrize("path", ["bulk", "register"])
+@pytest.mark.parametrize("dim", [128, 1000])  # 1000 float32: two column tiles per row (register path)
+def test_embedding_strides_past_a_capped_grid(dim: int, path: str, gen: torch.Generator,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher gives every team (warp) one step; with the grid capped, they must stride,
+    through both stages of the bulk path (the output is poisoned, so a row no team reached
+    fails)."""
     from reference_kernels import _launch
 
+    if path == "bulk" and not _hopper():
+        pytest.skip("the bulk-copy gather needs sm_90")
+    if path == "register":
+        monkeypatch.setattr(_launch, "BULK_MIN_ARCH", 10**6)
     monkeypatch.setattr(_launch, "MAX_GRID", 3)
+    used = _gather_kernels_used(monkeypatch)
     weight = random_table(4000, dim, torch.float32, gen)
     idx = torch.randint(0, 4000, (5001,), generator=gen, device="cuda")
     assert torch.equal(rk.embedding(idx, weight), F.embedding(idx, weight))
+    assert used == ["embedding_gather_bulk" if path == "bulk" else "embedding_gather"]
+
+
+@pytest.mark.skipif(not _hopper(), reason="the bulk-copy gather needs sm_90")
+@pytest.mark.parametrize("steps_per_warp", [0, 10**9], ids=["one-step-per-warp", "one-wave"])
+@pytest.mark.parametrize("dtype, dim", [(torch.float32, 32), (torch.float32, 36), (torch.bfloat16, 128),
+                                        (torch.float32, 128), (torch.float16, 1000), (torch.float32, 1024)],
+                         ids=["128B", "144B", "256B", "512B", "2000B", "4096B"])
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=str)
+def test_bulk_gather_rows_stages_and_grids(dtype: torch.dtype, dim: int, index_dtype: torch.dtype,
+                                           steps_per_warp: int, gen: torch.Generator,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every row size the bulk path takes (32 rows per stage down to 1), partial last stages
+    and fewer rows than one stage, under both grid policies; exact against torch."""
+    from reference_kernels import _launch
+
+    monkeypatch.setattr(_launch, "BULK_MAX_STEPS_PER_WARP", steps_per_warp)
+    used = _gather_kernels_used(monkeypatch)
+    weight = random_table(3001, dim, dtype, gen)
+    for n in (1, 7, 33, 1001, 70001):
+        idx = torch.randint(0, 3001, (n,), generator=gen, device="cuda").to(index_dtype)
+        idx[-1] = 3000
+        assert torch.equal(rk.embedding(idx, weight), F.embedding(idx, weight)), n
+    assert set(used) == {"embedding_gather_bulk"}
+
+
+@pytest.mark.skipif(not _hopper(), reason="the bulk-copy gather needs sm_90")
+def test_bulk_gather_skips_negative_indices_unchecked(gen: torch.Generator) -> None:
+    """With the index check off, a negative index copies nothing (its row is unspecified) and
+    neither faults nor disturbs the other rows of its stage."""
+    weight = random_table(500, 128, torch.float32, gen)
+    idx = torch.randint(0, 500, (1000,), generator=gen, device="cuda")
+    idx[::7] = -1
+    out = rk.embedding(idx, weight, check_indices=False)
+    torch.cuda.synchronize()
+    valid = idx >= 0
+    assert torch.equal(out[valid], weight[idx[valid]])
+
+
+@pytest.mark.parametrize("aligned", [True, False])
+def test_unaligned_table_takes_the_register_gather(aligned: bool, gen: torch.Generator,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table view that starts 4 bytes into its storage cannot use bulk copies (16-byte
+    alignment); the launcher falls back to the register gather, with the same result."""
+    used = _gather_kernels_used(monkeypatch)
+    storage = random_table(301, 129, torch.float32, gen)
+    weight = storage.view(-1)[1:1 + 300 * 128].view(300, 128) if not aligned else storage[:, :128].contiguous()
+    idx = torch.randint(0, 300, (999,), generator=gen, device="cuda")
+    assert torch.equal(rk.embedding(idx, weight), F.embedding(idx, weight))
+    expected = "embedding_gather_bulk" if aligned and _hopper() else "embedding_gather"
+    assert used == [expected]
 
 
 def _grad_bound(ref_fn, ours_grad: torch.Tensor, ref_grad: torch.Tensor, terms: int, dtype: torch.dtype,
