@@ -14,8 +14,10 @@
 // global -> shared copy of their row, completing on the stage's mbarrier; when the stage is
 // full, lane 0 writes it to the output with one bulk shared -> global copy. Two stages per
 // warp: the next step's rows load while this step's wait or store. ROW_BYTES is a multiple of
-// 16 and both pointers are 16-byte aligned (the launcher checks). Rows of negative indices
-// are not copied (their output rows are left unspecified, as in the other entry).
+// 16 and both pointers are 16-byte aligned (the launcher checks).
+//
+// A negative index (possible only with the index check off) gives a row of zeros in both
+// entries, as a skipped row gives nothing to a bag.
 //
 // Indices were validated by index_check.cu; address arithmetic is 64-bit.
 #include "common.cuh"
@@ -72,6 +74,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_gather(
 #pragma unroll
       for (int c = 0; c < CHUNKS; ++c) {
         const i64 col = col0 + c * ROW_LANES + row_lane;
+        x[u][c] = Word();  // a negative index (index check off) gives a row of zeros
         if (row[u] >= 0 && col < row_words) x[u][c] = __ldg(weight + row[u] * row_words + col);
       }
     }
@@ -81,7 +84,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_gather(
 #pragma unroll
       for (int c = 0; c < CHUNKS; ++c) {
         const i64 col = col0 + c * ROW_LANES + row_lane;
-        if (row[u] >= 0 && col < row_words) out[(first + u) * row_words + col] = x[u][c];
+        if (col < row_words) out[(first + u) * row_words + col] = x[u][c];
       }
     }
   }
@@ -118,16 +121,22 @@ __device__ __forceinline__ void wait_parity(u32 bar, u32 parity) {
 }
 
 // Lanes < rows read an index and start the copy of its row into the stage; the stage's
-// barrier expects the bytes of the rows that are copied.
+// barrier expects the bytes of the rows that are copied. A negative index's slot is zeroed
+// by its lane instead (generic stores, made visible to the bulk store by a proxy fence).
 __device__ __forceinline__ void load_stage(const char* __restrict__ weight, const INDEX_T* __restrict__ indices,
                                            i64 first, int rows, char* stage, u32 bar, int lane) {
-  const i64 idx = lane < rows ? (i64)indices[first + lane] : -1;
-  const u32 copied = __ballot_sync(0xffffffffu, idx >= 0);
+  const i64 idx = lane < rows ? (i64)indices[first + lane] : 0;
+  if (idx < 0) {
+    uint4* slot = reinterpret_cast<uint4*>(stage + lane * ROW_BYTES);
+    for (int w = 0; w < ROW_BYTES / 16; ++w) slot[w] = make_uint4(0, 0, 0, 0);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  const u32 copied = __ballot_sync(0xffffffffu, lane < rows && idx >= 0);
   if (lane == 0)
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
                  :: "r"(bar), "r"((u32)__popc(copied) * (u32)ROW_BYTES) : "memory");
   __syncwarp();
-  if (idx >= 0)
+  if (lane < rows && idx >= 0)
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                  :: "r"(smem_addr(stage + lane * ROW_BYTES)), "l"(weight + idx * ROW_BYTES), "r"((u32)ROW_BYTES),
                     "r"(bar) : "memory");
@@ -162,6 +171,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_gather_bulk(
     }
     wait_parity(smem_addr(&bars[warp][s]), (parities >> s) & 1u);
     parities ^= 1u << s;
+    __syncwarp();  // zeroed slots (negative indices) are written before the store reads them
     if (lane == 0) {
       const i64 rows = min((i64)BULK_ROWS, num_indices - step * BULK_ROWS);
       asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"

@@ -359,17 +359,52 @@ def test_bulk_gather_rows_stages_and_grids(dtype: torch.dtype, dim: int, index_d
     assert set(used) == {"embedding_gather_bulk"}
 
 
-@pytest.mark.skipif(not _hopper(), reason="the bulk-copy gather needs sm_90")
-def test_bulk_gather_skips_negative_indices_unchecked(gen: torch.Generator) -> None:
-    """With the index check off, a negative index copies nothing (its row is unspecified) and
-    neither faults nor disturbs the other rows of its stage."""
+@pytest.mark.parametrize("path", ["bulk", "register"])
+def test_gather_gives_zeros_for_negative_indices_unchecked(path: str, gen: torch.Generator,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the index check off, a negative index gives a row of zeros (over the poisoned
+    output) and disturbs no other row of its stage or step."""
+    from reference_kernels import _launch
+
+    if path == "bulk" and not _hopper():
+        pytest.skip("the bulk-copy gather needs sm_90")
+    if path == "register":
+        monkeypatch.setattr(_launch, "BULK_MIN_ARCH", 10**6)
     weight = random_table(500, 128, torch.float32, gen)
     idx = torch.randint(0, 500, (1000,), generator=gen, device="cuda")
     idx[::7] = -1
     out = rk.embedding(idx, weight, check_indices=False)
-    torch.cuda.synchronize()
     valid = idx >= 0
     assert torch.equal(out[valid], weight[idx[valid]])
+    assert torch.equal(out[~valid], torch.zeros_like(out[~valid]))
+
+
+@pytest.mark.skipif(not _hopper(), reason="the bulk-copy gather needs sm_90")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_one_row_bags_take_the_bulk_gather(mode: str, dtype: torch.dtype, gen: torch.Generator,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """[B, 1] bags without per-sample weights, padding row or argmax are their row in every
+    mode: the launcher moves them with the bulk gather, bit for bit torch's result; with any
+    of those three the bag kernels run instead."""
+    used = _gather_kernels_used(monkeypatch)
+    weight = random_table(700, 128, dtype, gen)
+    idx = torch.randint(0, 700, (3001, 1), generator=gen, device="cuda")
+    with torch.no_grad():
+        assert torch.equal(rk.embedding_bag(idx, weight, mode=mode), F.embedding_bag(idx, weight, mode=mode))
+    assert used == ["embedding_gather_bulk"]
+    used.clear()
+    with torch.no_grad():
+        ours = rk.embedding_bag(idx, weight, mode=mode, padding_idx=3)
+        assert torch.equal(ours, F.embedding_bag(idx, weight, mode=mode, padding_idx=3))
+        if mode == "sum":
+            psw = torch.rand(idx.shape, generator=gen, device="cuda").to(dtype)
+            ours = rk.embedding_bag(idx, weight, mode=mode, per_sample_weights=psw)
+            torch.testing.assert_close(ours, F.embedding_bag(idx, weight, mode=mode, per_sample_weights=psw))
+    if mode == "max":
+        leaf = weight.clone().requires_grad_(True)
+        rk.embedding_bag(idx, leaf, mode="max").sum().backward()  # needs the argmax
+    assert used == []
 
 
 @pytest.mark.parametrize("aligned", [True, False])
