@@ -447,7 +447,7 @@ def _segmented_forward(weight: "torch.Tensor", indices: "torch.Tensor", offsets:
 
 # The bulk-copy gather (embedding_gather_bulk, sm_90+): two BULK_STAGE_BYTES stages per warp,
 # BULK_BLOCK threads per block, for rows of BULK_ROW_BYTES (a multiple of 16). Against the
-# register gather, side by side (runs 56-58, scripts/gather_bulk.py, median of 100): 262144
+# register gather, side by side (runs 56-59, scripts/gather_bulk.py, median of 100): 262144
 # uniform rows of 5M x 128 bf16 36.3 -> 34.3 us (86.6 -> 91.7 % of copy), f32 68.5 -> 67.7-67.9,
 # 1M rows alike or 0.7 % faster; f32 rows of 1 KB 37.9 -> 34.1 us (N65536) and of 2 KB 84.4 ->
 # 66.9 us; 128-byte rows alike or 3 % faster. Grid: one resident wave while a warp has at most
@@ -512,7 +512,8 @@ def _one_row_bags_as_gather(weight: "torch.Tensor", indices: "torch.Tensor", off
     """Bags of exactly one row ([B, 1], one table, no per-sample weights, no padding row, no
     argmax) are that row in every mode (a mean over one row divides by 1; 16-bit values are
     pooled in float32 and rounded back unchanged): the bulk-copy gather moves them where it
-    applies (d128 f32 B131072: 36.4 us in the short-bag kernel, 84 % of copy, run 59). False
+    applies (d128 f32 B131072: 36.4 us in the short-bag kernel, 84.0 % of copy, run 60; 33.8 us,
+    90.0 %, run 62). False
     if the call is not such or the bulk gather does not serve it."""
     if offsets is not None or indices.shape[1] != 1 or per_sample_weights is not None or padding_idx >= 0:
         return False

@@ -2,7 +2,7 @@
 diagnostics for docs/perf-log.md, change 31).
 
 embedding_gather.cu's bulk entry (embedding_gather_bulk) moves rows with cp.async.bulk
-global -> shared -> global, two stages per warp, no row in registers. Runs 56-58 used the
+global -> shared -> global, two stages per warp, no row in registers. Runs 56-59 used the
 same kernel from scripts/kernels/ before it joined the project (then without the skip of
 negative indices). Side by side with the register gather (rk.embedding before change 31) on 65536,
 262144 (the benchmark's one-hot case) and 1M uniform rows of 5M x 128 and 262144 rows in
