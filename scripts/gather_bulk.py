@@ -61,40 +61,36 @@ def bulk(weight: torch.Tensor, idx: torch.Tensor, stage: int, block: int, grid_s
     return call
 
 
+def compare(label: str, weight: torch.Tensor, idx: torch.Tensor, names: object, sep: str) -> None:
+    """The register gather and the named bulk variants (all where names is None) on one case."""
+    row = weight.shape[1] * weight.element_size()
+    nbytes = int(torch.unique(idx).numel()) * row + idx.numel() * (8 + row)
+    variants = [("register gather", lambda: register_gather(idx, weight))]
+    variants += [(name, bulk(weight, idx, stage, block, spec)) for name, stage, block, spec in VARIANTS
+                 if (names is None or name in names) and stage >= row and stage // row <= 32]
+    line = [label]
+    for name, fn in variants:
+        assert torch.equal(fn(), F.embedding(idx, weight)), name
+        us = suite.timer.median_us(fn)
+        line.append(f"{name} {us:6.1f} us {100 * nbytes / us / 1e3 / suite.copy_gbps:5.1f}%")
+    print(sep.join(line), flush=True)
+
+
 for dtype in (torch.float32, torch.bfloat16):
     weight = table(5_000_000, 128, dtype, suite.gen)
-    row = 128 * weight.element_size()
     for label, idx in (("N65536 uniform", zipf_indices(65536, 5_000_000, 0.0, suite.gen)),
                        ("N262144 uniform", zipf_indices(262144, 5_000_000, 0.0, suite.gen)),
                        ("N1M uniform", zipf_indices(1 << 20, 5_000_000, 0.0, suite.gen)),
                        ("N262144 in order", torch.arange(262144, device="cuda"))):
-        nbytes = int(torch.unique(idx).numel()) * row + idx.numel() * (8 + row)
-        line = [f"{str(dtype)[6:]} {label}"]
-        variants = [("register gather", lambda: register_gather(idx, weight))]
-        variants += [(name, bulk(weight, idx, stage, block, spec)) for name, stage, block, spec in VARIANTS]
-        for name, fn in variants:
-            assert torch.equal(fn(), F.embedding(idx, weight)), name
-            us = suite.timer.median_us(fn)
-            line.append(f"{name} {us:6.1f} us {100 * nbytes / us / 1e3 / suite.copy_gbps:5.1f}%")
-        print("\n  ".join(line), flush=True)
+        compare(f"{str(dtype)[6:]} {label}", weight, idx, None, "\n  ")
     del weight
     torch.cuda.empty_cache()
 
 # other row sizes (d32 f32 = 128 B, d256 f32 = 1 KB, d512 f32 = 2 KB), the two grids that won above
 for dim in (32, 256, 512):
     weight = table(1_000_000 if dim > 128 else 5_000_000, dim, torch.float32, suite.gen)
-    row = dim * 4
     for n in (65536, 262144):
         idx = zipf_indices(n, weight.shape[0], 0.0, suite.gen)
-        nbytes = int(torch.unique(idx).numel()) * row + n * (8 + row)
-        line = [f"float32 d{dim} N{n} uniform"]
-        variants = [("register gather", lambda: register_gather(idx, weight))]
-        variants += [(name, bulk(weight, idx, stage, block, spec)) for name, stage, block, spec in VARIANTS
-                     if name in ("4K b128 6/SM", "4K b128 1 step") and stage >= row and stage // row <= 32]
-        for name, fn in variants:
-            assert torch.equal(fn(), F.embedding(idx, weight)), name
-            us = suite.timer.median_us(fn)
-            line.append(f"{name} {us:6.1f} us {100 * nbytes / us / 1e3 / suite.copy_gbps:5.1f}%")
-        print(" | ".join(line), flush=True)
+        compare(f"float32 d{dim} N{n} uniform", weight, idx, ("4K b128 6/SM", "4K b128 1 step"), " | ")
     del weight
     torch.cuda.empty_cache()
