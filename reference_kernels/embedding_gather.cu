@@ -142,6 +142,11 @@ __device__ __forceinline__ void load_stage(const char* __restrict__ weight, cons
                     "r"(bar) : "memory");
 }
 
+// Rows in step ``step`` (BULK_ROWS, fewer in the last).
+__device__ __forceinline__ int stage_rows(i64 step, i64 num_indices) {
+  return (int)min((i64)BULK_ROWS, num_indices - step * BULK_ROWS);
+}
+
 extern "C" __global__ void __launch_bounds__(BLOCK) embedding_gather_bulk(
     const char* __restrict__ weight, const INDEX_T* __restrict__ indices, i64 num_indices, char* __restrict__ out) {
   __shared__ __align__(128) char stages[WARPS][2][STAGE_BYTES];
@@ -159,23 +164,23 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_gather_bulk(
   if (step >= steps) return;
   u32 parities = 0;  // bit s: the phase that stage s waits for next
   int s = 0;
-  load_stage(weight, indices, step * BULK_ROWS, (int)min((i64)BULK_ROWS, num_indices - step * BULK_ROWS),
-             stages[warp][0], smem_addr(&bars[warp][0]), lane);
+  load_stage(weight, indices, step * BULK_ROWS, stage_rows(step, num_indices), stages[warp][0],
+             smem_addr(&bars[warp][0]), lane);
   for (; step < steps; step += stride, s ^= 1) {
     const i64 next = step + stride;
     if (next < steps) {  // into the other stage, once its last store has finished reading it
       if (lane == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
       __syncwarp();
-      load_stage(weight, indices, next * BULK_ROWS, (int)min((i64)BULK_ROWS, num_indices - next * BULK_ROWS),
-                 stages[warp][s ^ 1], smem_addr(&bars[warp][s ^ 1]), lane);
+      load_stage(weight, indices, next * BULK_ROWS, stage_rows(next, num_indices), stages[warp][s ^ 1],
+                 smem_addr(&bars[warp][s ^ 1]), lane);
     }
     wait_parity(smem_addr(&bars[warp][s]), (parities >> s) & 1u);
     parities ^= 1u << s;
     __syncwarp();  // zeroed slots (negative indices) are written before the store reads them
     if (lane == 0) {
-      const i64 rows = min((i64)BULK_ROWS, num_indices - step * BULK_ROWS);
+      const u32 bytes = (u32)stage_rows(step, num_indices) * (u32)ROW_BYTES;
       asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
-                   :: "l"(out + step * STAGE_BYTES), "r"(smem_addr(stages[warp][s])), "r"((u32)(rows * ROW_BYTES))
+                   :: "l"(out + step * STAGE_BYTES), "r"(smem_addr(stages[warp][s])), "r"(bytes)
                    : "memory");
       asm volatile("cp.async.bulk.commit_group;" ::: "memory");
     }
