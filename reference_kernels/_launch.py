@@ -387,6 +387,9 @@ def bag_forward(weight: "torch.Tensor", indices: "torch.Tensor", offsets: "torch
     if _one_row_bags_as_gather(weight, indices, offsets, per_sample_weights, padding_idx, need_argmax, table_rows,
                                out):
         return out, argmax
+    if _one_row_csr_bags(weight, indices, offsets, num_bags, per_sample_weights, mode, padding_idx, need_argmax,
+                         table_rows, out):
+        return out, argmax
     n = indices.numel()
     bag_size = indices.shape[1] if offsets is None else 0
     short = None
@@ -489,20 +492,61 @@ def bulk_gather_plan(row_bytes: int, num_indices: int, aligned: bool, arch: int,
     return BulkPlan(rows, max(1, min(grid, MAX_GRID)))
 
 
+def _bulk_plan(weight: "torch.Tensor", out: "torch.Tensor", items: int) -> "BulkPlan | None":
+    """bulk_gather_plan for ``items`` output rows of ``weight``'s width written to ``out``."""
+    row_bytes = weight.shape[1] * weight.element_size()
+    arch = int(_nvrtc.device_arch(weight.device.index)[3:])
+    aligned = weight.data_ptr() % 16 == 0 and out.data_ptr() % 16 == 0
+    return bulk_gather_plan(row_bytes, items, aligned, arch, sm_count(weight.device))
+
+
+def _bulk_defines(weight: "torch.Tensor", indices: "torch.Tensor", bulk: BulkPlan) -> dict[str, object]:
+    return {"INDEX_T": _index_type(indices.dtype), "BULK_ROWS": bulk.rows,
+            "ROW_BYTES": weight.shape[1] * weight.element_size(), "BLOCK": BULK_BLOCK}
+
+
 def _bulk_gather(weight: "torch.Tensor", indices: "torch.Tensor", out: "torch.Tensor") -> bool:
     """Launch embedding_gather_bulk into ``out`` if it serves this call; False if not."""
-    row_bytes = weight.shape[1] * weight.element_size()
-    device = weight.device.index
-    arch = int(_nvrtc.device_arch(device)[3:])
-    aligned = weight.data_ptr() % 16 == 0 and out.data_ptr() % 16 == 0
-    bulk = bulk_gather_plan(row_bytes, indices.numel(), aligned, arch, sm_count(weight.device))
+    bulk = _bulk_plan(weight, out, indices.numel())
     if bulk is None:
         return False
-    defines = {"INDEX_T": _index_type(indices.dtype), "BULK_ROWS": bulk.rows, "ROW_BYTES": row_bytes,
-               "BLOCK": BULK_BLOCK}
-    fn = _nvrtc.get_function("embedding_gather.cu", "embedding_gather_bulk", defines, device)
+    fn = _nvrtc.get_function("embedding_gather.cu", "embedding_gather_bulk", _bulk_defines(weight, indices, bulk),
+                             weight.device.index)
     _launch_on(weight, fn, bulk.grid, [(weight.data_ptr(), PTR), (_ptr(indices), PTR), (indices.numel(), I64),
                                        (out.data_ptr(), PTR)], block=BULK_BLOCK)
+    return True
+
+
+# CSR bags as many as their indices go to embedding_bag_forward_bulk (False: to the segmented
+# or general kernel, as before change 34; scripts/csr_one_row.py times both), when the call
+# has at least BULK_BAGS_MIN_STEPS_PER_SM warp steps per SM: below that each warp is a chain of
+# dependent loads with nothing beside it (d32 f32 B1024: 6.3 us against 5.6 for the general
+# kernel and torch's 6.0; 32 steps), while from B32768 up it wins (run 68).
+BULK_ONE_ROW_CSR = True
+BULK_BAGS_MIN_STEPS_PER_SM = 1
+
+
+def _one_row_csr_bags(weight: "torch.Tensor", indices: "torch.Tensor", offsets: "torch.Tensor | None",
+                      num_bags: int, per_sample_weights: "torch.Tensor | None", mode: str, padding_idx: int,
+                      need_argmax: bool, table_rows: "torch.Tensor | None", out: "torch.Tensor") -> bool:
+    """CSR bags as many as their indices (one table, no per-sample weights, no argmax): most
+    likely one row each, which only the device can tell. embedding_bag_forward_bulk copies a
+    bag of one valid row with the bulk-copy engine and pools any other bag in the warp (d128 f32
+    B131072 L1 CSR: 40.0 us, 76.7 % of copy, in the segmented kernel, run 62). False if the call
+    is not such or the bulk path does not serve it."""
+    if offsets is None or table_rows is not None or per_sample_weights is not None or need_argmax:
+        return False
+    if not BULK_ONE_ROW_CSR or indices.numel() != num_bags:
+        return False
+    bulk = _bulk_plan(weight, out, num_bags)
+    if bulk is None or -(-num_bags // bulk.rows) < BULK_BAGS_MIN_STEPS_PER_SM * sm_count(weight.device):
+        return False
+    defines = {**_bulk_defines(weight, indices, bulk), "BULK_BAGS": 1, "MODE": MODES[mode],
+               "WEIGHT_DTYPE": _dtype_code(weight.dtype)}
+    fn = _nvrtc.get_function("embedding_gather.cu", "embedding_bag_forward_bulk", defines, weight.device.index)
+    _launch_on(weight, fn, bulk.grid, [
+        (weight.data_ptr(), PTR), (_ptr(indices), PTR), (indices.numel(), I64), (_ptr(offsets), PTR),
+        (offsets.numel(), I64), (num_bags, I64), (padding_idx, I64), (out.data_ptr(), PTR)], block=BULK_BLOCK)
     return True
 
 

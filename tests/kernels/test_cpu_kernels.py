@@ -38,12 +38,17 @@ NVCC_VARIANTS: dict[str, list[str]] = {
     "index_check.cu": ["", "-DINDEX_T=int"],
 }
 # Entries that need sm_90 (the bulk-copy engine): compiled for sm_90 only. The bulk gather
-# at the row sizes the launcher admits (128 B to 4 KB: 32 rows to 1 row per stage).
+# and the one-row-bag entry at the row sizes the launcher admits (128 B to 4 KB: 32 rows to
+# 1 row per stage).
 SM90_VARIANTS: dict[str, list[str]] = {
     "embedding_gather.cu": ["-DBULK_ROWS=32 -DROW_BYTES=128 -DBLOCK=128 -DINDEX_T=int",
                             "-DBULK_ROWS=8 -DROW_BYTES=512 -DBLOCK=128",
                             "-DBULK_ROWS=1 -DROW_BYTES=4096 -DBLOCK=128",
-                            "-DBULK_ROWS=1 -DROW_BYTES=4000 -DBLOCK=128 -DINDEX_T=int"],
+                            "-DBULK_ROWS=1 -DROW_BYTES=4000 -DBLOCK=128 -DINDEX_T=int",
+                            # embedding_bag_forward_bulk: one-row CSR bags, each mode and dtype once
+                            "-DBULK_ROWS=32 -DROW_BYTES=128 -DBLOCK=128 -DINDEX_T=int -DBULK_BAGS=1 -DMODE=2",
+                            "-DBULK_ROWS=8 -DROW_BYTES=512 -DBLOCK=128 -DBULK_BAGS=1 -DMODE=1 -DWEIGHT_DTYPE=2",
+                            "-DBULK_ROWS=1 -DROW_BYTES=4096 -DBLOCK=128 -DBULK_BAGS=1 -DMODE=0 -DWEIGHT_DTYPE=1"],
 }
 
 

@@ -407,6 +407,85 @@ def test_one_row_bags_take_the_bulk_gather(mode: str, dtype: torch.dtype, gen: t
     assert used == []
 
 
+def one_row_csr_bags(batch: int, rows: int, index_dtype: torch.dtype, layout: str, mixed: bool,
+                     gen: torch.Generator) -> Bags:
+    """CSR bags with as many indices as bags: each holds one row, or (mixed) the lengths are
+    shuffled so that empty bags and bags of 2-4 rows occur while the total stays ``batch``."""
+    lengths = torch.ones(batch, dtype=torch.int64, device="cuda")
+    if mixed:
+        for _ in range(batch // 3):
+            i, j = (int(v) for v in torch.randint(0, batch, (2,), generator=gen, device="cuda"))
+            if lengths[i] > 0 and lengths[j] < 4:
+                lengths[i] -= 1
+                lengths[j] += 1
+        lengths[0], lengths[1] = 0, lengths[1] + lengths[0]  # the first bag empty, the total kept
+    idx = torch.randint(0, rows, (batch,), generator=gen, device="cuda")
+    idx[0], idx[-1] = 0, rows - 1
+    offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
+    if layout == "csr":
+        offsets = offsets[:-1]
+    return Bags(idx.to(index_dtype), offsets.to(index_dtype), layout == "csr_last", int(lengths.max()))
+
+
+@pytest.mark.skipif(not _hopper(), reason="the bulk-copy path needs sm_90")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_one_row_csr_bags_take_the_bulk_path(mode: str, dtype: torch.dtype, gen: torch.Generator,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """CSR bags as many as their indices go to embedding_bag_forward_bulk: bags of one row are
+    their row bit for bit; in mixed lengths the empty and longer bags (and the padding row)
+    are pooled by the warp, as torch pools them. Both offset layouts, int32 and int64 indices.
+    With per-sample weights, argmax, more indices than bags, or fewer warp steps than SMs (a
+    small batch) the bag kernels run instead."""
+    used = _gather_kernels_used(monkeypatch)
+    weight = random_table(700, 128, dtype, gen)
+    for layout, index_dtype in (("csr", torch.int64), ("csr_last", torch.int32)):
+        bags = one_row_csr_bags(3001, 700, index_dtype, layout, False, gen)
+        with torch.no_grad():
+            assert torch.equal(ours_bag(bags, weight, mode, None, None), torch_bag(bags, weight, mode, None, None))
+        for padding_idx in (None, int(bags.input[5])):
+            with torch.no_grad():
+                check_bag(one_row_csr_bags(3001, 700, index_dtype, layout, True, gen), weight, mode, None,
+                          padding_idx)
+    assert used == ["embedding_bag_forward_bulk"] * 6
+    used.clear()
+    bags = one_row_csr_bags(3001, 700, torch.int64, "csr", False, gen)
+    with torch.no_grad():
+        if mode == "sum":
+            psw = torch.rand(bags.input.shape, generator=gen, device="cuda").to(dtype)
+            check_bag(bags, weight, mode, psw)
+        longer = Bags(torch.cat([bags.input, bags.input[:1]]), bags.offsets, False, 2)  # last bag: 2 rows
+        check_bag(longer, weight, mode)
+        small = one_row_csr_bags(1024, 700, torch.int64, "csr", False, gen)  # 32 steps of 32 rows of 128 B
+        check_bag(small, random_table(700, 32, torch.float32, gen), mode)
+    if mode == "max":
+        leaf = weight.clone().requires_grad_(True)
+        ours_bag(bags, leaf, "max", None, None).sum().backward()  # needs the argmax
+    assert used == []
+
+
+@pytest.mark.skipif(not _hopper(), reason="the bulk-copy path needs sm_90")
+@pytest.mark.parametrize("steps_per_warp", [0, 10**9], ids=["one-step-per-warp", "one-wave"])
+@pytest.mark.parametrize("dtype, dim", [(torch.float32, 32), (torch.bfloat16, 128), (torch.float16, 1000),
+                                        (torch.float32, 1024)], ids=["128B", "256B", "2000B", "4096B"])
+@pytest.mark.parametrize("mode", ["sum", "max"])
+def test_one_row_csr_bags_row_sizes_and_grids(mode: str, dtype: torch.dtype, dim: int, steps_per_warp: int,
+                                              gen: torch.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bulk bag path at every stage shape (32 bags per stage down to 1; rows of 4 KB are
+    pooled by lanes that each take eight vectors), partial last stages, both grid policies."""
+    from reference_kernels import _launch
+
+    monkeypatch.setattr(_launch, "BULK_MAX_STEPS_PER_WARP", steps_per_warp)
+    monkeypatch.setattr(_launch, "BULK_BAGS_MIN_STEPS_PER_SM", 0)  # small batches too (same code)
+    used = _gather_kernels_used(monkeypatch)
+    weight = random_table(3001, dim, dtype, gen)
+    for batch in (1, 7, 33, 5001):
+        bags = one_row_csr_bags(batch, 3001, torch.int64, "csr_last", batch > 1, gen)
+        with torch.no_grad():
+            check_bag(bags, weight, mode)
+    assert set(used) == {"embedding_bag_forward_bulk"}
+
+
 @pytest.mark.parametrize("aligned", [True, False])
 def test_unaligned_table_takes_the_register_gather(aligned: bool, gen: torch.Generator,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
