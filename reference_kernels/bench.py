@@ -125,14 +125,20 @@ class Timer:
             torch.cuda.synchronize()
         return min(MAX_SLEEP_CYCLES, max(SLEEP_CYCLES, int(3 * min(host) * SLEEP_CLOCK_HZ)))
 
-    def median_us(self, fn: Callable[[], object]) -> float:
+    def median_us(self, fn: Callable[[], object], before: Optional[Callable[[], object]] = None) -> float:
+        """Median GPU time of ``fn`` over ``reps`` cold calls; ``before`` (if given) runs ahead of
+        each call, outside the timed window (the diagnostics scripts reset state with it)."""
         for _ in range(self.warmup):
+            if before:
+                before()
             fn()
         sleep = self.head_start_cycles(fn)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
         for s, e in zip(starts, ends):
             self.evict_l2()
+            if before:
+                before()
             torch.cuda._sleep(sleep)
             s.record()
             fn()

@@ -30,7 +30,6 @@ Percentages are of the copy ceiling measured in the same run, over suite 1's com
 (unique rows, indices, output), exactly as the benchmark counts them."""
 import functools
 import shutil
-import statistics
 import tempfile
 from pathlib import Path
 
@@ -204,28 +203,6 @@ VARIANTS = {  # name -> (entry, defines, threads per block, blocks per SM)
 }
 
 
-def timed(suite: Suite, fn, before=None) -> float:  # type: ignore[no-untyped-def]
-    """Suite.timer.median_us with a step run before each timed window (outside it)."""
-    timer = suite.timer
-    for _ in range(timer.warmup):
-        if before:
-            before()
-        fn()
-    sleep = timer.head_start_cycles(fn)
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(timer.reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(timer.reps)]
-    for s, e in zip(starts, ends):
-        timer.evict_l2()
-        if before:
-            before()
-        torch.cuda._sleep(sleep)
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
-
-
 def main() -> None:
     suite = Suite(reps=100, quick=False, seed=67)
     ceiling = copy_ceiling_gbps(suite.timer)
@@ -243,7 +220,7 @@ def main() -> None:
               f"{logical / (us * 1e3) / ceiling:6.1%} logical", flush=True)
 
     ours = lambda: _launch.bag_forward(weight, idx, None, batch, None, "sum", -1, False)  # noqa: E731
-    report("ours (bag kernel, as the benchmark calls it)", timed(suite, ours))
+    report("ours (bag kernel, as the benchmark calls it)", suite.timer.median_us(ours))
     ordered = idx.reshape(-1).sort().values.view(batch, pooling)  # the same rows, ascending
     contiguous = torch.arange(batch * pooling, device="cuda").view(batch, pooling)  # a sequential read
     with tempfile.TemporaryDirectory() as tmp_dir:
@@ -269,21 +246,21 @@ def main() -> None:
                     if not defines.get("HASH"):  # every row read once: the warps' sums add up to the rows'
                         want = weight[indices.reshape(-1)].sum(0)
                         torch.testing.assert_close(out.view(-1, dim).sum(0), want, rtol=1e-3, atol=1e-1)
-                    report(label, timed(suite, call, reset))
+                    report(label, suite.timer.median_us(call, reset))
                     if reset:
-                        report(label + ", counter zeroed inside", timed(suite, lambda: (counter.zero_(), call())))
+                        report(label + ", counter zeroed inside", suite.timer.median_us(lambda: (counter.zero_(), call())))
         finally:
             _nvrtc.KERNEL_DIR = kernel_dir
     ours_sorted = functools.partial(_launch.bag_forward, weight, ordered, None, batch, None, "sum", -1, False)
-    report("ours, rows ascending", timed(suite, ours_sorted))
+    report("ours, rows ascending", suite.timer.median_us(ours_sorted))
     ours_contiguous = functools.partial(_launch.bag_forward, weight, contiguous, None, batch, None, "sum", -1, False)
-    report("ours, rows 0..N-1", timed(suite, ours_contiguous))
+    report("ours, rows 0..N-1", suite.timer.median_us(ours_contiguous))
     stream = torch.ones(logical // 4, device="cuda")
     sink = torch.empty((), device="cuda")
-    us = timed(suite, lambda: torch.sum(stream, dim=0, out=sink))
+    us = suite.timer.median_us(lambda: torch.sum(stream, dim=0, out=sink))
     print(f"{'read-only sequential: torch.sum of the logical bytes':44s} {us:7.2f} us  "
           f"{logical / (us * 1e3) / ceiling:6.1%} of the ceiling (bytes read)", flush=True)
-    report("ours again", timed(suite, ours))
+    report("ours again", suite.timer.median_us(ours))
     report("copy of the compulsory bytes (32 KB multiple)", suite.same_size_copy_us(compulsory))
     report("copy of the logical bytes (32 KB multiple)", suite.same_size_copy_us(logical))
     print(f"resources (registers, local bytes): {_nvrtc.STATS.resources}", flush=True)
