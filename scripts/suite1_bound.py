@@ -116,34 +116,17 @@ extern "C" __global__ void __launch_bounds__(256, MINB) flat_read(
 #else
 // The same units through the bulk-copy engine: each warp keeps NST stages of STAGE_ROWS rows in
 // flight (cp.async.bulk global -> shared, completing on an mbarrier), then sums them from shared.
+// The barrier and copy helpers are embedding_gather.cu's (its bulk entries compile alongside).
 #define ROW_BYTES 512
-#define STAGE_BYTES (STAGE_ROWS * ROW_BYTES)
+#define BULK_ROWS STAGE_ROWS
+#include "embedding_gather.cu"  // BLOCK threads per block: WARPS warps
 static_assert(WARPS * NST * STAGE_BYTES <= 48 * 1024, "static shared memory");
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void wait_parity(unsigned bar, unsigned parity) {
-  unsigned done;
-  do {
-    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-  } while (!done);
-}
-
-__device__ __forceinline__ void load_stage(const char* __restrict__ w, const i64* __restrict__ idx, i64 unit,
-                                           i64 n, char* stage, unsigned bar, int lane) {
+__device__ __forceinline__ void load_unit(const char* __restrict__ w, const i64* __restrict__ idx, i64 unit,
+                                          i64 n, char* stage, unsigned bar, int lane) {
   const i64 p = unit * STAGE_ROWS + lane;
   const bool mine = lane < STAGE_ROWS && p < n;
-  const i64 r = mine ? idx[p] : 0;
-  const unsigned count = __popc(__ballot_sync(~0u, mine));
-  if (lane == 0)
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(count * ROW_BYTES)
-                 : "memory");
-  __syncwarp();
-  if (mine)
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 :: "r"(smem_addr(stage + lane * ROW_BYTES)), "l"(w + r * ROW_BYTES), "r"(ROW_BYTES), "r"(bar)
-                 : "memory");
+  start_copies(w, mine ? idx[p] : 0, mine, stage, bar, lane);
 }
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32) flat_bulk(
@@ -162,7 +145,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) flat_bulk(
   const i64 units = (n + STAGE_ROWS - 1) / STAGE_ROWS;
   for (int s = 0; s < NST; ++s)
     if (warp + s * warps < units)
-      load_stage(w, idx, warp + s * warps, n, stages[wid][s], smem_addr(&bars[wid][s]), lane);
+      load_unit(w, idx, warp + s * warps, n, stages[wid][s], smem_addr(&bars[wid][s]), lane);
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   unsigned parities = 0;
   int s = 0;
@@ -178,7 +161,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) flat_bulk(
     __syncwarp();
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // our reads before the next bulk write
     const i64 refill = unit + NST * warps;
-    if (refill < units) load_stage(w, idx, refill, n, stages[wid][s], smem_addr(&bars[wid][s]), lane);
+    if (refill < units) load_unit(w, idx, refill, n, stages[wid][s], smem_addr(&bars[wid][s]), lane);
     s = s + 1 == NST ? 0 : s + 1;
   }
   out[warp * 32 + lane] = acc;
@@ -196,10 +179,10 @@ VARIANTS = {  # name -> (entry, defines, threads per block, blocks per SM)
     "flat hash (no index loads), 32-row units": ("flat_read", {**FLAT, "ROWS": 32, "HASH": 1}, 256, 2),
     "flat static, 8 rows in flight, 3 blocks/SM": ("flat_read", {**FLAT, "ROWS": 32, "UNR": 8, "MINB": 3}, 256, 3),
     "flat static, 8 rows in flight, 4 blocks/SM": ("flat_read", {**FLAT, "ROWS": 32, "UNR": 8, "MINB": 4}, 256, 4),
-    "flat bulk, 2 x 16 rows/warp, 12 warps/SM": ("flat_bulk", {"STAGE_ROWS": 16, "NST": 2, "WARPS": 2}, 64, 6),
-    "flat bulk, 3 x 16 rows/warp, 8 warps/SM": ("flat_bulk", {"STAGE_ROWS": 16, "NST": 3, "WARPS": 1}, 32, 8),
-    "flat bulk, 2 x 32 rows/warp, 6 warps/SM": ("flat_bulk", {"STAGE_ROWS": 32, "NST": 2, "WARPS": 1}, 32, 6),
-    "flat bulk, 1 x 32 rows/warp, 12 warps/SM": ("flat_bulk", {"STAGE_ROWS": 32, "NST": 1, "WARPS": 1}, 32, 12),
+    "flat bulk, 2 x 16 rows/warp, 12 warps/SM": ("flat_bulk", {"STAGE_ROWS": 16, "NST": 2, "BLOCK": 64}, 64, 6),
+    "flat bulk, 3 x 16 rows/warp, 8 warps/SM": ("flat_bulk", {"STAGE_ROWS": 16, "NST": 3, "BLOCK": 32}, 32, 8),
+    "flat bulk, 2 x 32 rows/warp, 6 warps/SM": ("flat_bulk", {"STAGE_ROWS": 32, "NST": 2, "BLOCK": 32}, 32, 6),
+    "flat bulk, 1 x 32 rows/warp, 12 warps/SM": ("flat_bulk", {"STAGE_ROWS": 32, "NST": 1, "BLOCK": 32}, 32, 12),
 }
 
 
@@ -224,7 +207,9 @@ def main() -> None:
     ordered = idx.reshape(-1).sort().values.view(batch, pooling)  # the same rows, ascending
     contiguous = torch.arange(batch * pooling, device="cuda").view(batch, pooling)  # a sequential read
     with tempfile.TemporaryDirectory() as tmp_dir:
-        (Path(tmp_dir) / "flat_read.cu").write_text(SOURCE)
+        # NVRTC sees only common.cuh as a header: embedding_gather.cu is pasted in, not included
+        gather = (_nvrtc.KERNEL_DIR / "embedding_gather.cu").read_text()
+        (Path(tmp_dir) / "flat_read.cu").write_text(SOURCE.replace('#include "embedding_gather.cu"', gather))
         shutil.copy(_nvrtc.KERNEL_DIR / "common.cuh", Path(tmp_dir) / "common.cuh")
         kernel_dir, _nvrtc.KERNEL_DIR = _nvrtc.KERNEL_DIR, Path(tmp_dir)
         try:
