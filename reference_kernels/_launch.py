@@ -458,6 +458,14 @@ def _segmented_forward(weight: "torch.Tensor", indices: "torch.Tensor", offsets:
 # warp), else one step per warp (bf16 N1M: 21 steps, 132.8 against 136.2 us in one wave).
 BULK_MIN_ARCH = 90
 BULK_ROW_BYTES = (128, 4096)
+# The gather (unpooled lookups and [B, 1] bags) takes the bulk path only from rows of this
+# size: bulk copies read from the L2 and never hit in the L1, where the register gather finds a
+# skewed table's hot rows. For 128-byte rows (d32 f32 B131072, 1M rows, run 72) the bulk gather
+# was 2 % faster on uniform indices (12.2 against 12.5 us) and 10-18 % slower on Zipf 1.15 ones
+# (12.0 against 10.8 us in the short-bag kernel, 9.8 us in the register gather); from 256 bytes
+# up it keeps the one-hot targets (change 31). CSR one-row bags keep BULK_ROW_BYTES: the
+# segmented kernel they would go back to was slower on both (change 34).
+BULK_GATHER_MIN_ROW_BYTES = 256
 BULK_STAGE_BYTES = 4096
 BULK_BLOCK = 128
 BULK_MAX_STEPS_PER_WARP = 8
@@ -474,11 +482,12 @@ class BulkPlan:
     grid: int  # blocks of BULK_BLOCK threads
 
 
-def bulk_gather_plan(row_bytes: int, num_indices: int, aligned: bool, arch: int, sms: int) -> "BulkPlan | None":
+def bulk_gather_plan(row_bytes: int, num_indices: int, aligned: bool, arch: int, sms: int,
+                     min_row_bytes: int = 0) -> "BulkPlan | None":
     """The bulk-copy gather's launch for rows of ``row_bytes`` (None where it does not apply:
-    older GPUs, rows outside BULK_ROW_BYTES or not a multiple of 16, pointers not 16-byte
-    aligned). Pure: testable on CPU."""
-    low, high = BULK_ROW_BYTES
+    older GPUs, rows outside BULK_ROW_BYTES, below ``min_row_bytes`` or not a multiple of 16,
+    pointers not 16-byte aligned). Pure: testable on CPU."""
+    low, high = max(BULK_ROW_BYTES[0], min_row_bytes), BULK_ROW_BYTES[1]
     if arch < BULK_MIN_ARCH or not aligned or row_bytes % 16 or not low <= row_bytes <= high:
         return None
     rows = min(32, BULK_STAGE_BYTES // row_bytes)
@@ -492,12 +501,12 @@ def bulk_gather_plan(row_bytes: int, num_indices: int, aligned: bool, arch: int,
     return BulkPlan(rows, max(1, min(grid, MAX_GRID)))
 
 
-def _bulk_plan(weight: "torch.Tensor", out: "torch.Tensor", items: int) -> "BulkPlan | None":
+def _bulk_plan(weight: "torch.Tensor", out: "torch.Tensor", items: int, min_row_bytes: int = 0) -> "BulkPlan | None":
     """bulk_gather_plan for ``items`` output rows of ``weight``'s width written to ``out``."""
     row_bytes = weight.shape[1] * weight.element_size()
     arch = int(_nvrtc.device_arch(weight.device.index)[3:])
     aligned = weight.data_ptr() % 16 == 0 and out.data_ptr() % 16 == 0
-    return bulk_gather_plan(row_bytes, items, aligned, arch, sm_count(weight.device))
+    return bulk_gather_plan(row_bytes, items, aligned, arch, sm_count(weight.device), min_row_bytes)
 
 
 def _bulk_defines(weight: "torch.Tensor", indices: "torch.Tensor", bulk: BulkPlan) -> dict[str, object]:
@@ -507,7 +516,7 @@ def _bulk_defines(weight: "torch.Tensor", indices: "torch.Tensor", bulk: BulkPla
 
 def _bulk_gather(weight: "torch.Tensor", indices: "torch.Tensor", out: "torch.Tensor") -> bool:
     """Launch embedding_gather_bulk into ``out`` if it serves this call; False if not."""
-    bulk = _bulk_plan(weight, out, indices.numel())
+    bulk = _bulk_plan(weight, out, indices.numel(), BULK_GATHER_MIN_ROW_BYTES)
     if bulk is None:
         return False
     fn = _nvrtc.get_function("embedding_gather.cu", "embedding_gather_bulk", _bulk_defines(weight, indices, bulk),

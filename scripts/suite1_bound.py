@@ -28,15 +28,22 @@ the difference:
 
 Percentages are of the copy ceiling measured in the same run, over suite 1's compulsory bytes
 (unique rows, indices, output), exactly as the benchmark counts them."""
+import contextlib
 import functools
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-
 from reference_kernels import _launch, _nvrtc
-from reference_kernels.bench import Suite, bag_bytes, copy_ceiling_gbps, table, zipf_indices
+from reference_kernels.bench import (
+    Suite,
+    bag_bytes,
+    copy_ceiling_gbps,
+    table,
+    zipf_indices,
+)
 
 SOURCE = r"""
 typedef long long i64;
@@ -186,6 +193,21 @@ VARIANTS = {  # name -> (entry, defines, threads per block, blocks per SM)
 }
 
 
+@contextlib.contextmanager
+def experiment_kernels(filename: str, source: str) -> Iterator[None]:
+    """While open, _nvrtc compiles ``filename`` from ``source``, with embedding_gather.cu pasted
+    in where the source includes it (NVRTC sees only common.cuh as a header)."""
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        gather = (_nvrtc.KERNEL_DIR / "embedding_gather.cu").read_text()
+        (Path(tmp_dir) / filename).write_text(source.replace('#include "embedding_gather.cu"', gather))
+        shutil.copy(_nvrtc.KERNEL_DIR / "common.cuh", Path(tmp_dir) / "common.cuh")
+        kernel_dir, _nvrtc.KERNEL_DIR = _nvrtc.KERNEL_DIR, Path(tmp_dir)
+        try:
+            yield
+        finally:
+            _nvrtc.KERNEL_DIR = kernel_dir
+
+
 def main() -> None:
     suite = Suite(reps=100, quick=False, seed=67)
     ceiling = copy_ceiling_gbps(suite.timer)
@@ -202,40 +224,32 @@ def main() -> None:
         print(f"{name:44s} {us:7.2f} us  {compulsory / (us * 1e3) / ceiling:6.1%} compulsory  "
               f"{logical / (us * 1e3) / ceiling:6.1%} logical", flush=True)
 
-    ours = lambda: _launch.bag_forward(weight, idx, None, batch, None, "sum", -1, False)  # noqa: E731
+    ours = lambda: _launch.bag_forward(weight, idx, None, batch, None, "sum", -1, False)
     report("ours (bag kernel, as the benchmark calls it)", suite.timer.median_us(ours))
     ordered = idx.reshape(-1).sort().values.view(batch, pooling)  # the same rows, ascending
     contiguous = torch.arange(batch * pooling, device="cuda").view(batch, pooling)  # a sequential read
-    with tempfile.TemporaryDirectory() as tmp_dir:
-        # NVRTC sees only common.cuh as a header: embedding_gather.cu is pasted in, not included
-        gather = (_nvrtc.KERNEL_DIR / "embedding_gather.cu").read_text()
-        (Path(tmp_dir) / "flat_read.cu").write_text(SOURCE.replace('#include "embedding_gather.cu"', gather))
-        shutil.copy(_nvrtc.KERNEL_DIR / "common.cuh", Path(tmp_dir) / "common.cuh")
-        kernel_dir, _nvrtc.KERNEL_DIR = _nvrtc.KERNEL_DIR, Path(tmp_dir)
-        try:
-            for name, (entry, defines, block, per_sm) in VARIANTS.items():
-                fn = _nvrtc.get_function("flat_read.cu", entry, defines, weight.device.index)
-                orders = [(name, idx)]
-                if name in SORTED:
-                    orders += [(name + ", rows ascending", ordered), (name + ", rows 0..N-1", contiguous)]
-                for label, indices in orders:
-                    out.zero_()
-                    args = [(weight.data_ptr(), _nvrtc.PTR), (indices.data_ptr(), _nvrtc.PTR),
-                            (indices.numel(), _nvrtc.I64), (rows, _nvrtc.I64), (out.data_ptr(), _nvrtc.PTR),
-                            (counter.data_ptr(), _nvrtc.PTR)]
-                    call = functools.partial(_launch._launch_on, weight, fn, sms * per_sm, args, block=block)
-                    reset = counter.zero_ if defines.get("DYN") else None
-                    if reset:
-                        reset()
-                    call()
-                    if not defines.get("HASH"):  # every row read once: the warps' sums add up to the rows'
-                        want = weight[indices.reshape(-1)].sum(0)
-                        torch.testing.assert_close(out.view(-1, dim).sum(0), want, rtol=1e-3, atol=1e-1)
-                    report(label, suite.timer.median_us(call, reset))
-                    if reset:
-                        report(label + ", counter zeroed inside", suite.timer.median_us(lambda: (counter.zero_(), call())))
-        finally:
-            _nvrtc.KERNEL_DIR = kernel_dir
+    with experiment_kernels("flat_read.cu", SOURCE):
+        for name, (entry, defines, block, per_sm) in VARIANTS.items():
+            fn = _nvrtc.get_function("flat_read.cu", entry, defines, weight.device.index)
+            orders = [(name, idx)]
+            if name in SORTED:
+                orders += [(name + ", rows ascending", ordered), (name + ", rows 0..N-1", contiguous)]
+            for label, indices in orders:
+                out.zero_()
+                args = [(weight.data_ptr(), _nvrtc.PTR), (indices.data_ptr(), _nvrtc.PTR),
+                        (indices.numel(), _nvrtc.I64), (rows, _nvrtc.I64), (out.data_ptr(), _nvrtc.PTR),
+                        (counter.data_ptr(), _nvrtc.PTR)]
+                call = functools.partial(_launch._launch_on, weight, fn, sms * per_sm, args, block=block)
+                reset = counter.zero_ if defines.get("DYN") else None
+                if reset:
+                    reset()
+                call()
+                if not defines.get("HASH"):  # every row read once: the warps' sums add up to the rows'
+                    want = weight[indices.reshape(-1)].sum(0)
+                    torch.testing.assert_close(out.view(-1, dim).sum(0), want, rtol=1e-3, atol=1e-1)
+                report(label, suite.timer.median_us(call, reset))
+                if reset:
+                    report(label + ", counter zeroed inside", suite.timer.median_us(lambda: (counter.zero_(), call())))
     ours_sorted = functools.partial(_launch.bag_forward, weight, ordered, None, batch, None, "sum", -1, False)
     report("ours, rows ascending", suite.timer.median_us(ours_sorted))
     ours_contiguous = functools.partial(_launch.bag_forward, weight, contiguous, None, batch, None, "sum", -1, False)

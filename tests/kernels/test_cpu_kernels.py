@@ -348,7 +348,7 @@ def test_custom_ops_are_registered_with_fake_kernels() -> None:
 
 
 def test_bulk_gather_applies_on_hopper_to_aligned_rows_of_128_bytes_to_4_kb() -> None:
-    from reference_kernels._launch import BULK_BLOCK, BulkPlan, bulk_gather_plan
+    from reference_kernels._launch import BULK_BLOCK, BULK_GATHER_MIN_ROW_BYTES, BulkPlan, bulk_gather_plan
 
     def plan(row_bytes: int, n: int = 262144, aligned: bool = True, arch: int = 90) -> object:
         return bulk_gather_plan(row_bytes, n, aligned, arch, 132)
@@ -366,6 +366,9 @@ def test_bulk_gather_applies_on_hopper_to_aligned_rows_of_128_bytes_to_4_kb() ->
     assert plan(256, n=1 << 20) == BulkPlan(16, (1 << 20) // 16 // warps)
     assert plan(512, n=5) == BulkPlan(8, 1)  # fewer rows than one stage
     assert plan(4096, n=1) == BulkPlan(1, 1)
+    # the gather's own floor (BULK_GATHER_MIN_ROW_BYTES): 128-byte rows stay on the register gather
+    assert bulk_gather_plan(128, 262144, True, 90, 132, BULK_GATHER_MIN_ROW_BYTES) is None
+    assert bulk_gather_plan(256, 262144, True, 90, 132, BULK_GATHER_MIN_ROW_BYTES) == plan(256)
 
 
 def test_kernel_manifest_is_valid_and_matches_the_sources() -> None:

@@ -346,10 +346,13 @@ def test_bulk_gather_rows_stages_and_grids(dtype: torch.dtype, dim: int, index_d
                                            steps_per_warp: int, gen: torch.Generator,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Every row size the bulk path takes (32 rows per stage down to 1), partial last stages
-    and fewer rows than one stage, under both grid policies; exact against torch."""
+    and fewer rows than one stage, under both grid policies; exact against torch. Rows under
+    BULK_GATHER_MIN_ROW_BYTES (the launcher's choice for the gather) are let in here: the
+    one-row CSR path copies them with the same stages."""
     from reference_kernels import _launch
 
     monkeypatch.setattr(_launch, "BULK_MAX_STEPS_PER_WARP", steps_per_warp)
+    monkeypatch.setattr(_launch, "BULK_GATHER_MIN_ROW_BYTES", 0)
     used = _gather_kernels_used(monkeypatch)
     weight = random_table(3001, dim, dtype, gen)
     for n in (1, 7, 33, 1001, 70001):
@@ -484,6 +487,21 @@ def test_one_row_csr_bags_row_sizes_and_grids(mode: str, dtype: torch.dtype, dim
         with torch.no_grad():
             check_bag(bags, weight, mode)
     assert set(used) == {"embedding_bag_forward_bulk"}
+
+
+@pytest.mark.parametrize("dtype, dim", [(torch.float32, 32), (torch.bfloat16, 64)], ids=["f32", "bf16"])
+def test_gathers_of_128_byte_rows_take_the_register_gather(dtype: torch.dtype, dim: int, gen: torch.Generator,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows under BULK_GATHER_MIN_ROW_BYTES keep the register gather (it reads hot rows from
+    the L1, bulk copies do not), for embedding and for [B, 1] bags; exact against torch."""
+    used = _gather_kernels_used(monkeypatch)
+    weight = random_table(1000, dim, dtype, gen)
+    idx = torch.randint(0, 1000, (5000,), generator=gen, device="cuda")
+    assert torch.equal(rk.embedding(idx, weight), F.embedding(idx, weight))
+    with torch.no_grad():
+        assert torch.equal(rk.embedding_bag(idx.view(-1, 1), weight, mode="sum"),
+                           F.embedding_bag(idx.view(-1, 1), weight, mode="sum"))
+    assert used == ["embedding_gather"]
 
 
 @pytest.mark.parametrize("aligned", [True, False])
