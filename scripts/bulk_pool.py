@@ -402,4 +402,24 @@ with experiment_kernels("bulk_pool.cu", SOURCE):
             case(label, tables[dim, dt], idx if offsets is not None else idx.view(batch, pooling), offsets, mode, False)
     del tables
     torch.cuda.empty_cache()
+# The gather of 128-byte rows (d32 f32, 1M rows, [B, 1] bags and embedding): the bulk gather
+# (BULK_GATHER_MIN_ROW_BYTES 0) against the launcher's choice (the register kernels), by skew.
+w32 = table(1_000_000, 32, torch.float32, suite.gen)
+for batch, alpha in itertools.product((32768, 131072), (0.0, 1.05, 1.15)):
+    label = f"7 d32 f32 B{batch} L1 a{alpha} fixed sum and embedding"
+    if not wanted(label):
+        continue
+    idx = zipf_indices(batch, 1_000_000, alpha, suite.gen)
+    times = {}
+    for floor in (0, _launch.BULK_GATHER_MIN_ROW_BYTES):
+        default, _launch.BULK_GATHER_MIN_ROW_BYTES = _launch.BULK_GATHER_MIN_ROW_BYTES, floor
+        with torch.no_grad():
+            bag = lambda idx=idx: rk.embedding_bag(idx.view(-1, 1), w32, mode="sum", check_indices=False)
+            flat = lambda idx=idx: rk.embedding(idx, w32, check_indices=False)
+            assert torch.equal(bag(), w32[idx]) and torch.equal(flat(), w32[idx])
+            times[floor] = (suite.timer.median_us(bag), suite.timer.median_us(flat))
+        _launch.BULK_GATHER_MIN_ROW_BYTES = default
+    (bulk_bag, bulk_flat), (reg_bag, reg_flat) = times.values()
+    print(f"{label:46s} [B, 1] bags: bulk gather {bulk_bag:5.1f} us, short-bag kernel {reg_bag:5.1f} us; "
+          f"embedding: bulk {bulk_flat:5.1f} us, register gather {reg_flat:5.1f} us", flush=True)
 print(f"resources (registers, local bytes): {_nvrtc.STATS.resources}", flush=True)
