@@ -196,11 +196,13 @@ VARIANTS = {  # name -> (entry, defines, threads per block, blocks per SM)
 @contextlib.contextmanager
 def experiment_kernels(filename: str, source: str) -> Iterator[None]:
     """While open, _nvrtc compiles ``filename`` from ``source``, with embedding_gather.cu pasted
-    in where the source includes it (NVRTC sees only common.cuh as a header)."""
+    in where the source includes it (NVRTC sees only common.cuh as a header), beside copies of
+    the package's kernel sources (so that its own kernels still compile meanwhile)."""
     with tempfile.TemporaryDirectory() as tmp_dir:
+        for kernel_source in _nvrtc.KERNEL_DIR.glob("*.cu*"):
+            shutil.copy(kernel_source, Path(tmp_dir) / kernel_source.name)
         gather = (_nvrtc.KERNEL_DIR / "embedding_gather.cu").read_text()
         (Path(tmp_dir) / filename).write_text(source.replace('#include "embedding_gather.cu"', gather))
-        shutil.copy(_nvrtc.KERNEL_DIR / "common.cuh", Path(tmp_dir) / "common.cuh")
         kernel_dir, _nvrtc.KERNEL_DIR = _nvrtc.KERNEL_DIR, Path(tmp_dir)
         try:
             yield
