@@ -15,12 +15,12 @@ over a NaN-filled buffer. Arguments: substrings of the case labels to run (defau
 import itertools
 import sys
 
-import reference_kernels as rk
 import torch
 import torch.nn.functional as F
+
+import reference_kernels as rk
 from reference_kernels import _launch, _nvrtc
 from reference_kernels.bench import Suite, bag_bytes, table, zipf_indices
-
 from suite1_bound import experiment_kernels
 
 SOURCE = r"""

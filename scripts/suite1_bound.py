@@ -36,14 +36,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+
 from reference_kernels import _launch, _nvrtc
-from reference_kernels.bench import (
-    Suite,
-    bag_bytes,
-    copy_ceiling_gbps,
-    table,
-    zipf_indices,
-)
+from reference_kernels.bench import Suite, bag_bytes, copy_ceiling_gbps, table, zipf_indices
 
 SOURCE = r"""
 typedef long long i64;
@@ -226,7 +221,7 @@ def main() -> None:
         print(f"{name:44s} {us:7.2f} us  {compulsory / (us * 1e3) / ceiling:6.1%} compulsory  "
               f"{logical / (us * 1e3) / ceiling:6.1%} logical", flush=True)
 
-    ours = lambda: _launch.bag_forward(weight, idx, None, batch, None, "sum", -1, False)
+    ours = lambda: _launch.bag_forward(weight, idx, None, batch, None, "sum", -1, False)  # noqa: E731
     report("ours (bag kernel, as the benchmark calls it)", suite.timer.median_us(ours))
     ordered = idx.reshape(-1).sort().values.view(batch, pooling)  # the same rows, ascending
     contiguous = torch.arange(batch * pooling, device="cuda").view(batch, pooling)  # a sequential read
