@@ -277,17 +277,19 @@ def segmented_defines(weight_code: int, index_type: str, mode: str, has_psw: boo
                       tiling: RowTiling, avg_len: int) -> "dict[str, object] | None":
     """Compile-time variant of embedding_bag_forward_segmented for CSR bags of ``avg_len`` rows
     on average, or None when the general kernel serves better: long bags, a team too narrow
-    to hold two bags' offsets, or 16-bit weights with mean or per-sample weights (DCNv2, run 32:
-    194 and 178 us against the general kernel's 187 and 173 in run 26) (pure: testable on CPU)."""
+    to hold two bags' offsets (pure: testable on CPU)."""
     vectors = SEGMENT_VECTORS // 2 if need_argmax else SEGMENT_VECTORS
     if avg_len > SEGMENT_MAX_AVG or tiling.row_lanes < 4 or vectors < tiling.chunks:
         return None
-    if tiling.vec > 4 and (has_psw or mode == "mean"):
-        return None
     unroll = min(tiling.row_lanes, _floor_pow2(vectors // tiling.chunks))
-    # the walk's bag cursor and table bookkeeping cost registers: 4 blocks per SM (64) spill;
-    # 3 (80) fit sum and max, but not per-sample weights or mean (its division in every bag store)
-    min_blocks = 2 if has_psw or mode == "mean" else min(3, _rows_in_flight(tiling, has_psw, need_argmax, unroll)[1])
+    # the walk's bag cursor and table bookkeeping cost registers: 4 blocks per SM (64) spill,
+    # 3 (80) fit every mode (tests/kernels compiles each pick with nvcc and fails on a spill).
+    # Mean and per-sample weights keep 2 for float32 rows: 3 was 1 % slower on DCNv2 (229.6
+    # against 231.8 us for mean, 226.2 against 227.7 with weights; run 74), where 16-bit rows
+    # gained 21-22 % (change 37).
+    min_blocks = min(3, _rows_in_flight(tiling, has_psw, need_argmax, unroll)[1])
+    if (has_psw or mode == "mean") and tiling.vec <= 4:
+        min_blocks = 2
     return _bag_defines(weight_code, index_type, mode, has_psw, need_argmax, tiling, min_blocks,
                         TEAM=tiling.row_lanes, UNROLL=unroll, SEGMENT_BAGS=segment_capacity(tiling.row_lanes),
                         SEGMENT_ROWS=SEGMENT_ROWS, SEGMENT_MAX_AVG=SEGMENT_MAX_AVG)

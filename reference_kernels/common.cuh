@@ -111,3 +111,17 @@ __device__ __forceinline__ u32 team_mask(int lane) {
   const u32 ones = WIDTH == 32 ? 0xffffffffu : (1u << (WIDTH & 31)) - 1u;
   return ones << (lane & ~(WIDTH - 1));
 }
+
+// v / count, correctly rounded (as torch's division), without the division's slow-path call:
+// a correctly rounded reciprocal, the quotient from it, and one correction from the exact
+// remainder (fma). Markstein's theorem makes the corrected quotient the correctly rounded one
+// while nothing underflows; an infinite or NaN v keeps the first quotient (the remainder is
+// NaN). In the segmented kernel's bag stores the plain division took 85 registers against
+// 78 (change 37). count must be positive.
+__device__ __forceinline__ float divide_by_count(float v, int count) {
+  const float c = (float)count;
+  const float inv = __frcp_rn(c);
+  const float q = v * inv;
+  const float rem = fmaf(-q, c, v);
+  return isfinite(rem) ? fmaf(rem, inv, q) : q;
+}

@@ -138,7 +138,7 @@ __device__ __forceinline__ void acc_team_reduce(Acc& a, u32 mask) {
 // Final value of one output element: mean divides by the pooled row count;
 // an empty bag (or one with only padding) gives 0 in every mode, as torch does.
 __device__ __forceinline__ float acc_finish(const Acc& a, float v) {
-  if (MODE == 1) return a.count > 0 ? v / (float)a.count : 0.0f;
+  if (MODE == 1) return a.count > 0 ? divide_by_count(v, a.count) : 0.0f;
   if (MODE == 2) return a.count > 0 ? v : 0.0f;
   return v;
 }
@@ -470,12 +470,10 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
         if (base + m >= end) break;  // same decision for the whole team
         Vec x[UNROLL_EFF][CHUNKS];
         i64 row[UNROLL_EFF];  // only read for argmax; dead code otherwise
-        float w[UNROLL_EFF];
         u32 valid = 0;        // bit u: row u is a real (non-padding) row inside the segment
 #pragma unroll
         for (int u = 0; u < UNROLL_EFF; ++u) {  // issue every load first ...
           const i64 r = __shfl_sync(mask, my_index, m + u, ROW_LANES);  // -1 past the segment
-          w[u] = HAS_PSW ? __shfl_sync(mask, my_weight, m + u, ROW_LANES) : 1.0f;
           row[u] = r + row_base;
           if (r < 0 || r == padding_idx) continue;
           valid |= 1u << u;
@@ -491,9 +489,12 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
             ++bag;
             bag_end = __shfl_sync(mask, my_offset, bag + 1, ROW_LANES);
           }
+          // the row's weight is fetched here, not with its load: no register per row in flight
+          // (16-bit per-sample-weight variants then fit 3 blocks per SM without spilling)
+          const float w = HAS_PSW ? __shfl_sync(mask, my_weight, m + u, ROW_LANES) : 1.0f;
           if (!(valid & (1u << u))) continue;
           acc.count += 1;
-          add_row(acc, x[u], w[u], row[u], dim, col0, row_lane);
+          add_row(acc, x[u], w, row[u], dim, col0, row_lane);
         }
       }
     }

@@ -171,6 +171,29 @@ def test_bag_lengths(mode: str, batch: int, pooling: int, layout: str, gen: torc
     check_bag(bags, weight, mode)
 
 
+@pytest.mark.parametrize("layout,pooling", [("fixed", 2), ("fixed", 7), ("fixed", 150), ("csr_last", 3), ("csr", 100),
+                                            ("one-row-mixed", 1)])
+def test_mean_is_the_correctly_rounded_quotient(layout: str, pooling: int, gen: torch.Generator,
+                                                segments_at_any_batch: None) -> None:
+    """Mean divides each bag's sum by its row count, correctly rounded, as torch's division does
+    (the kernels divide with a reciprocal and one fma correction: common.cuh). Integer-valued
+    float32 rows make every sum exact in any order, so ours must equal torch's sum / count bit
+    for bit, whichever kernel serves the layout: short-bag (L 2), general (L 7, L 150, CSR of
+    0-200 rows), segmented (CSR of 0-6 rows), the one-row bulk path (bags of 0-4 rows)."""
+    rows, dim = 1000, 128
+    weight = torch.randint(-(2**15), 2**15, (rows, dim), generator=gen, device="cuda").float()
+    if layout == "one-row-mixed":
+        bags = one_row_csr_bags(6000, rows, torch.int64, "csr_last", True, gen)
+    else:
+        bags = make_bags(layout, 4099, pooling, rows, torch.int64, gen)
+    batch = bags.input.shape[0] if bags.offsets is None else bags.offsets.numel() - int(bags.include_last_offset)
+    counts = torch.bincount(bag_of(bags), minlength=batch).float().unsqueeze(1)
+    sums = torch_bag(bags, weight, "sum", None, None)
+    assert torch.equal(sums, torch_bag(bags, weight.double(), "sum", None, None).float())  # exact sums
+    expected = torch.where(counts > 0, sums / counts.clamp(min=1), torch.zeros_like(sums))
+    assert torch.equal(ours_bag(bags, weight, "mean", None, None), expected)
+
+
 SHORT_CASES = [  # (dtype, dim, bag length): fixed-layout bags short enough for the short-bag kernel
     (torch.float32, 128, 1), (torch.float32, 32, 3), (torch.float16, 128, 2), (torch.bfloat16, 64, 4),
     (torch.bfloat16, 192, 1), (torch.float32, 1000, 1), (torch.float16, 3, 1), (torch.float32, 5, 1)]
@@ -214,14 +237,11 @@ SEGMENT_CASES = [  # (dtype, dim, pooling): CSR bags short enough for the segmen
     (torch.bfloat16, 192, 3), (torch.float32, 1000, 1), (torch.float32, 16, 1), (torch.float32, 128, 8)]
 
 
-def _check_segmented_plan_used(dtype: torch.dtype, mode: str, with_psw: bool) -> None:
-    """The segmented kernel served the calls, except where the launcher leaves it out on purpose
-    (16-bit weights with mean or per-sample weights: the general kernel is faster there)."""
+def _check_segmented_plan_used() -> None:
+    """The segmented kernel served the calls (every mode and dtype takes it for short CSR bags)."""
     from reference_kernels import _launch
 
-    used = [p for p in _launch._SEGMENT_PLANS.values() if p is not None]
-    expected = dtype == torch.float32 or not (mode == "mean" or with_psw)
-    assert bool(used) == expected, f"segmented kernel used: {bool(used)}, expected: {expected}"
+    assert [p for p in _launch._SEGMENT_PLANS.values() if p is not None], "the segmented kernel was not used"
 
 
 @pytest.fixture
@@ -247,7 +267,7 @@ def test_short_csr_bags(mode: str, with_psw: bool, dtype: torch.dtype, dim: int,
         bags = make_bags(layout, 1001, pooling, rows, index_dtype, gen)
         psw = torch.rand(bags.input.shape, generator=gen, device="cuda").to(dtype) if with_psw else None
         check_bag(bags, weight, mode, psw, padding_idx)
-    _check_segmented_plan_used(dtype, mode, with_psw)
+    _check_segmented_plan_used()
 
 
 def test_short_csr_bags_max_backward(gen: torch.Generator, segments_at_any_batch: None) -> None:
@@ -258,7 +278,7 @@ def test_short_csr_bags_max_backward(gen: torch.Generator, segments_at_any_batch
     ours_w, _ = _bag_grad(ours_bag, bags, weight, "max", grad_out, None, None)
     ref_w, _ = _bag_grad(torch_bag, bags, weight, "max", grad_out, None, None)
     torch.testing.assert_close(ours_w, ref_w, rtol=1e-5, atol=1e-5)
-    _check_segmented_plan_used(torch.float32, "max", False)
+    _check_segmented_plan_used()
 
 
 def test_all_bags_empty_and_trailing_empty(gen: torch.Generator) -> None:
@@ -839,4 +859,4 @@ def test_table_batched_mixed_bag_lengths(mode: str, with_psw: bool, dtype: torch
         abs_ref = torch_bag(bags, weight.double().abs(), mode, None if part64 is None else part64.abs(), None)
         terms = bags.longest + (1 if mode == "mean" else 0)
         assert_within(got, ref, pooled_tolerance(ref, abs_ref, terms, dtype), f"table {t} {mode} {dtype}")
-    _check_segmented_plan_used(dtype, mode, with_psw)
+    _check_segmented_plan_used()

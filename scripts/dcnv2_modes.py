@@ -1,0 +1,68 @@
+"""DCNv2's table-batched lookup in every mode and dtype, one line per case (device diagnostics
+for docs/perf-log.md, change 37).
+
+Times the one-launch TBE call on the benchmark's DCNv2 layout (26 tables, the 40M-row tables
+shrunk to 4M, dim 128, B 6912, uniform indices; median of 100 cold calls, the benchmark's L2
+flush), and suite 1's mean in float32 and bfloat16, after checking each output against torch.
+It imports reference_kernels from wherever PYTHONPATH points, so that two versions of the
+package can be timed one after the other in one device call."""
+import torch
+import torch.nn.functional as F
+
+import reference_kernels as rk
+from reference_kernels.bench import DCN_POOLING, DCN_ROW_CAP, DCN_ROWS, Suite, bag_bytes, table, zipf_indices
+from reference_kernels.tbe import TableBatchedEmbeddingBag
+
+DEV = "cuda"
+BATCH = 6912
+
+
+def dcnv2(suite: Suite, dtype: torch.dtype) -> None:
+    rows = [min(r, DCN_ROW_CAP) for r in DCN_ROWS]
+    per_idx = [zipf_indices(BATCH * p, r, 0.0, suite.gen) for r, p in zip(rows, DCN_POOLING)]
+    lengths = torch.tensor([p for p in DCN_POOLING for _ in range(BATCH)], device=DEV)
+    offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
+    idx = torch.cat(per_idx)
+    psw = torch.rand(idx.shape, generator=suite.gen, device=DEV).to(dtype)
+    per_w = list(torch.split(psw, [i.numel() for i in per_idx]))
+    for mode, with_psw in (("sum", False), ("sum", True), ("mean", False), ("max", False)):
+        tbe = TableBatchedEmbeddingBag(rows, 128, mode, dtype, DEV)
+        tbe.check_indices = False
+        w = psw if with_psw else None
+        tables = [tbe.table(t).detach() for t in range(len(rows))]
+        expected = torch.cat([F.embedding_bag(i, t, torch.arange(0, i.numel() + 1, p, device=DEV), mode=mode,
+                                              include_last_offset=True, per_sample_weights=per_w[k] if w is not None
+                                              else None)
+                              for k, (i, t, p) in enumerate(zip(per_idx, tables, DCN_POOLING))], dim=1)
+        tol = 1e-5 if dtype == torch.float32 else 2e-2
+        torch.testing.assert_close(tbe(idx, offsets, w), expected, rtol=tol, atol=tol)
+        us = suite.timer.median_us(lambda: tbe(idx, offsets, w))
+        comp = sum(bag_bytes(t, i, torch.arange(0, i.numel() + 1, p, device=DEV), with_psw, BATCH * 128)[0]
+                   for t, i, p in zip(tables, per_idx, DCN_POOLING))
+        pct = 100 * comp / (us * 1e-6) / 1e9 / suite.copy_gbps
+        label = f"DCNv2 TBE {mode}{'+psw' if with_psw else ''} {dtype}".replace("torch.", "")
+        print(f"{label:36s} {us:7.1f} us {pct:5.1f}%", flush=True)
+        del tbe, tables
+        torch.cuda.empty_cache()
+
+
+def suite1_mean(suite: Suite, dtype: torch.dtype) -> None:
+    weight = table(5_000_000, 128, dtype, suite.gen)
+    idx = zipf_indices(2048 * 150, 5_000_000, 0.0, suite.gen).view(2048, 150)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(rk.embedding_bag(idx, weight, mode="mean", check_indices=False),
+                               F.embedding_bag(idx, weight, mode="mean"), rtol=tol, atol=tol)
+    us = suite.timer.median_us(lambda: rk.embedding_bag(idx, weight, mode="mean", check_indices=False))
+    comp, _ = bag_bytes(weight, idx, None, False, 2048 * 128)
+    label = f"suite 1 mean {dtype}".replace("torch.", "")
+    print(f"{label:36s} {us:7.1f} us {100 * comp / (us * 1e-6) / 1e9 / suite.copy_gbps:5.1f}%", flush=True)
+
+
+if __name__ == "__main__":
+    suite = Suite(reps=100, quick=False, seed=37)
+    print(f"reference_kernels from {rk.__file__}", flush=True)
+    with torch.no_grad():
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            dcnv2(suite, dtype)
+        for dtype in (torch.float32, torch.bfloat16):
+            suite1_mean(suite, dtype)
