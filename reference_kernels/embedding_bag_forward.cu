@@ -137,8 +137,9 @@ __device__ __forceinline__ void acc_team_reduce(Acc& a, u32 mask) {
 
 // Final value of one output element: mean divides by the pooled row count;
 // an empty bag (or one with only padding) gives 0 in every mode, as torch does.
-__device__ __forceinline__ float acc_finish(const Acc& a, float v) {
-  if (MODE == 1) return a.count > 0 ? divide_by_count(v, a.count) : 0.0f;
+// ``mean`` is count_divisor(max(a.count, 1)), made once per output row.
+__device__ __forceinline__ float acc_finish(const Acc& a, float v, const CountDivisor& mean) {
+  if (MODE == 1) return a.count > 0 ? divide(v, mean) : 0.0f;
   if (MODE == 2) return a.count > 0 ? v : 0.0f;
   return v;
 }
@@ -166,13 +167,14 @@ __device__ __forceinline__ void add_row(Acc& acc, const Vec (&x)[CHUNKS], float 
 // winning rows when argmax is written. Columns past ``dim`` (the last tile) are skipped.
 __device__ __forceinline__ void store_result(const Acc& acc, i64 col0, int row_lane, weight_t* __restrict__ out,
                                              i64* __restrict__ argmax, i64 out_row, i64 dim) {
+  const CountDivisor mean = count_divisor(acc.count > 0 ? acc.count : 1);  // dead code but in mean mode
 #pragma unroll
   for (int c = 0; c < CHUNKS; ++c) {
     const i64 col = col0 + (i64)(c * ROW_LANES + row_lane) * VEC;
     if (col >= dim) continue;
     Vec y;
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) y.v[e] = from_float(acc_finish(acc, acc.v[c][e]));
+    for (int e = 0; e < VEC; ++e) y.v[e] = from_float(acc_finish(acc, acc.v[c][e], mean));
     store_pack<weight_t, VEC>(out + out_row + col, y);
 #if WRITE_ARGMAX
 #pragma unroll

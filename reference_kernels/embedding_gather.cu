@@ -204,9 +204,10 @@ __device__ __noinline__ void pool_into_slot(const weight_t* __restrict__ weight,
       }
     }
     Vec16 y;
+    const CountDivisor mean = count_divisor(count > 0 ? count : 1);  // dead code but in mean mode
 #pragma unroll
     for (int e = 0; e < VEC_ELEMS; ++e) {
-      const float value = MODE == 1 ? (count > 0 ? divide_by_count(acc[e], count) : 0.0f) : (count > 0 ? acc[e] : 0.0f);
+      const float value = MODE == 1 ? (count > 0 ? divide(acc[e], mean) : 0.0f) : (count > 0 ? acc[e] : 0.0f);
       y.v[e] = from_float(value);
     }
     *reinterpret_cast<Vec16*>(slot + v * 16) = y;

@@ -1,11 +1,12 @@
-"""DCNv2's table-batched lookup in every mode and dtype, one line per case (device diagnostics
-for docs/perf-log.md, change 37).
+"""The table-batched lookups in every mode, one line per case, to time two versions of the
+package one after the other in one device call (device diagnostics for docs/perf-log.md,
+change 37).
 
 Times the one-launch TBE call on the benchmark's DCNv2 layout (26 tables, the 40M-row tables
-shrunk to 4M, dim 128, B 6912, uniform indices; median of 100 cold calls, the benchmark's L2
-flush), and suite 1's mean in float32 and bfloat16, after checking each output against torch.
-It imports reference_kernels from wherever PYTHONPATH points, so that two versions of the
-package can be timed one after the other in one device call."""
+shrunk to 4M, dim 128, B 6912, uniform indices) in every mode and dtype, suite 3's two
+10M x 192 tables (B 65536, L 32, Zipf 1.0) in sum and mean, float32 and float16, and suite 1's
+mean in float32 and bfloat16; median of 100 cold calls (the benchmark's L2 flush), each output
+checked against torch first. It imports reference_kernels from wherever PYTHONPATH points."""
 import torch
 import torch.nn.functional as F
 
@@ -46,6 +47,25 @@ def dcnv2(suite: Suite, dtype: torch.dtype) -> None:
         torch.cuda.empty_cache()
 
 
+def suite3(suite: Suite, dtype: torch.dtype) -> None:
+    rows, batch = [10_000_000] * 2, 65536
+    per_idx = [zipf_indices(batch * 32, r, 1.0, suite.gen) for r in rows]
+    offsets = torch.arange(0, 2 * batch * 32 + 1, 32, device=DEV)
+    idx = torch.cat(per_idx)
+    for mode in ("sum", "mean"):
+        tbe = TableBatchedEmbeddingBag(rows, 192, mode, dtype, DEV)
+        tbe.check_indices = False
+        tables = [tbe.table(t).detach() for t in range(2)]
+        expected = torch.cat([F.embedding_bag(i.view(batch, 32), t, mode=mode) for i, t in zip(per_idx, tables)], 1)
+        tol = 1e-5 if dtype == torch.float32 else 2e-2
+        torch.testing.assert_close(tbe(idx, offsets), expected, rtol=tol, atol=tol)
+        us = suite.timer.median_us(lambda: tbe(idx, offsets))
+        label = f"suite 3 TBE a1.0 {mode} {dtype}".replace("torch.", "")
+        print(f"{label:36s} {us:7.1f} us", flush=True)
+        del tbe, tables
+        torch.cuda.empty_cache()
+
+
 def suite1_mean(suite: Suite, dtype: torch.dtype) -> None:
     weight = table(5_000_000, 128, dtype, suite.gen)
     idx = zipf_indices(2048 * 150, 5_000_000, 0.0, suite.gen).view(2048, 150)
@@ -64,5 +84,7 @@ if __name__ == "__main__":
     with torch.no_grad():
         for dtype in (torch.float32, torch.float16, torch.bfloat16):
             dcnv2(suite, dtype)
+        for dtype in (torch.float32, torch.float16):
+            suite3(suite, dtype)
         for dtype in (torch.float32, torch.bfloat16):
             suite1_mean(suite, dtype)
