@@ -1,5 +1,5 @@
 """What do re-read rows cost the uniform cases that miss their target? (device diagnostics for
-docs/perf-log.md, change 37.)
+docs/perf-log.md, change 38.)
 
 The benchmark counts compulsory bytes: each distinct row once. With uniform indices over a table
 far larger than the L2, two lookups of the same row are far apart in time, so the row comes from
