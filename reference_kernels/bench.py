@@ -193,6 +193,29 @@ def bag_bytes(weight: torch.Tensor, idx: torch.Tensor, offsets: Optional[torch.T
     return unique * row + extra, idx.numel() * row + extra
 
 
+@dataclass
+class TableBatch:
+    """The indices of one table-batched call: B bags per table, a fixed pooling per table."""
+
+    per_table: list[torch.Tensor]  # each table's flat indices (B x its pooling)
+    per_table_offsets: list[torch.Tensor]  # each table's CSR offsets, B + 1 of them
+    indices: torch.Tensor  # every table's indices, table-major (what the TBE module takes)
+    offsets: torch.Tensor  # T x B + 1 offsets into ``indices``
+
+
+def table_batch(rows: list[int], batch: int, pooling: list[int], alpha: float, gen: torch.Generator) -> TableBatch:
+    per_table = [zipf_indices(batch * p, r, alpha, gen) for r, p in zip(rows, pooling)]
+    lengths = torch.tensor([p for p in pooling for _ in range(batch)], device=DEV)
+    return TableBatch(per_table, [torch.arange(0, i.numel() + 1, p, device=DEV) for i, p in zip(per_table, pooling)],
+                      torch.cat(per_table), torch.cat([lengths.new_zeros(1), lengths.cumsum(0)]))
+
+
+def table_batch_bytes(tables: list[torch.Tensor], tb: TableBatch, psw: bool, batch: int) -> tuple[int, int]:
+    """(compulsory, logical) bytes of a table-batched call: bag_bytes summed over the tables."""
+    sizes = [bag_bytes(t, i, o, psw, batch * t.shape[1]) for t, i, o in zip(tables, tb.per_table, tb.per_table_offsets)]
+    return sum(c for c, _ in sizes), sum(n for _, n in sizes)
+
+
 # The same-size copy moves a multiple of 2 x COPY_ALIGN bytes: a device-to-device copy whose
 # size is a multiple of 8 KB or more ran 4-7 points of the ceiling faster than one of a
 # neighbouring size that is a multiple of only 16-512 bytes (run 48, scripts/copy_sizes.py:
@@ -309,14 +332,11 @@ class Suite:
                     alpha: float, dtype: torch.dtype, mode: str, psw: bool) -> None:
         tbe = TableBatchedEmbeddingBag(rows, dim, mode, dtype, DEV)
         tbe.check_indices = False
-        per_idx = [zipf_indices(batch * p, r, alpha, self.gen) for r, p in zip(rows, pooling)]
-        lengths = torch.tensor([p for p in pooling for _ in range(batch)], device=DEV)
-        offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
-        idx = torch.cat(per_idx)
+        tb = table_batch(rows, batch, pooling, alpha, self.gen)
+        per_idx, per_off, idx, offsets = tb.per_table, tb.per_table_offsets, tb.indices, tb.offsets
         w = torch.rand(idx.shape, generator=self.gen, device=DEV).to(dtype) if psw else None
         tables = [tbe.table(t).detach() for t in range(len(rows))]
         per_w = None if w is None else list(torch.split(w, [i.numel() for i in per_idx]))
-        per_off = [torch.arange(0, i.numel() + 1, p, device=DEV) for i, p in zip(per_idx, pooling)]
 
         def one_launch() -> torch.Tensor:
             return tbe(idx, offsets, w)
@@ -335,8 +355,7 @@ class Suite:
             theirs = self.timer.median_us(torch_per_table)
             ours_tbe = self.timer.median_us(one_launch)
             ours_loop = self.timer.median_us(ours_per_table)
-        comp = sum(bag_bytes(t, i, o, psw, batch * dim)[0] for t, i, o in zip(tables, per_idx, per_off))
-        logical = sum(bag_bytes(t, i, o, psw, batch * dim)[1] for t, i, o in zip(tables, per_idx, per_off))
+        comp, logical = table_batch_bytes(tables, tb, psw, batch)
         label = f"{name} {mode}{'+psw' if psw else ''} {dtype}".replace("torch.", "")
         row = dim * tables[0].element_size()
         self.add(Result(label + " TBE", group, str(dtype)[6:], mode, psw, ours_tbe, theirs, None, comp, logical,

@@ -15,53 +15,38 @@ from reference_kernels.bench import DCN_POOLING, DCN_ROW_CAP, DCN_ROWS, Suite, b
 from reference_kernels.tbe import TableBatchedEmbeddingBag
 
 DEV = "cuda"
-BATCH = 6912
+# Not bench.table_batch: this script also runs against copies of older trees, whose bench lacks it.
 
 
-def dcnv2(suite: Suite, dtype: torch.dtype) -> None:
-    rows = [min(r, DCN_ROW_CAP) for r in DCN_ROWS]
-    per_idx = [zipf_indices(BATCH * p, r, 0.0, suite.gen) for r, p in zip(rows, DCN_POOLING)]
-    lengths = torch.tensor([p for p in DCN_POOLING for _ in range(BATCH)], device=DEV)
+def tolerance(dtype: torch.dtype) -> float:
+    return 1e-5 if dtype == torch.float32 else 2e-2
+
+
+def table_batched(suite: Suite, label: str, rows: list[int], dim: int, batch: int, pooling: list[int],
+                  alpha: float, dtype: torch.dtype, variants: list[tuple[str, bool]]) -> None:
+    """One TBE call per (mode, per-sample weights) variant, checked against one torch call per table."""
+    per_idx = [zipf_indices(batch * p, r, alpha, suite.gen) for r, p in zip(rows, pooling)]
+    per_off = [torch.arange(0, i.numel() + 1, p, device=DEV) for i, p in zip(per_idx, pooling)]
+    lengths = torch.tensor([p for p in pooling for _ in range(batch)], device=DEV)
     offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
     idx = torch.cat(per_idx)
     psw = torch.rand(idx.shape, generator=suite.gen, device=DEV).to(dtype)
     per_w = list(torch.split(psw, [i.numel() for i in per_idx]))
-    for mode, with_psw in (("sum", False), ("sum", True), ("mean", False), ("max", False)):
-        tbe = TableBatchedEmbeddingBag(rows, 128, mode, dtype, DEV)
+    for mode, with_psw in variants:
+        tbe = TableBatchedEmbeddingBag(rows, dim, mode, dtype, DEV)
         tbe.check_indices = False
         w = psw if with_psw else None
         tables = [tbe.table(t).detach() for t in range(len(rows))]
-        expected = torch.cat([F.embedding_bag(i, t, torch.arange(0, i.numel() + 1, p, device=DEV), mode=mode,
-                                              include_last_offset=True, per_sample_weights=per_w[k] if w is not None
-                                              else None)
-                              for k, (i, t, p) in enumerate(zip(per_idx, tables, DCN_POOLING))], dim=1)
-        tol = 1e-5 if dtype == torch.float32 else 2e-2
+        expected = torch.cat([F.embedding_bag(i, t, o, mode=mode, include_last_offset=True,
+                                              per_sample_weights=per_w[k] if with_psw else None)
+                              for k, (i, t, o) in enumerate(zip(per_idx, tables, per_off))], dim=1)
+        tol = tolerance(dtype)
         torch.testing.assert_close(tbe(idx, offsets, w), expected, rtol=tol, atol=tol)
         us = suite.timer.median_us(lambda: tbe(idx, offsets, w))
-        comp = sum(bag_bytes(t, i, torch.arange(0, i.numel() + 1, p, device=DEV), with_psw, BATCH * 128)[0]
-                   for t, i, p in zip(tables, per_idx, DCN_POOLING))
+        comp = sum(bag_bytes(t, i, o, with_psw, batch * dim)[0] for t, i, o in zip(tables, per_idx, per_off))
         pct = 100 * comp / (us * 1e-6) / 1e9 / suite.copy_gbps
-        label = f"DCNv2 TBE {mode}{'+psw' if with_psw else ''} {dtype}".replace("torch.", "")
-        print(f"{label:36s} {us:7.1f} us {pct:5.1f}%", flush=True)
-        del tbe, tables
-        torch.cuda.empty_cache()
-
-
-def suite3(suite: Suite, dtype: torch.dtype) -> None:
-    rows, batch = [10_000_000] * 2, 65536
-    per_idx = [zipf_indices(batch * 32, r, 1.0, suite.gen) for r in rows]
-    offsets = torch.arange(0, 2 * batch * 32 + 1, 32, device=DEV)
-    idx = torch.cat(per_idx)
-    for mode in ("sum", "mean"):
-        tbe = TableBatchedEmbeddingBag(rows, 192, mode, dtype, DEV)
-        tbe.check_indices = False
-        tables = [tbe.table(t).detach() for t in range(2)]
-        expected = torch.cat([F.embedding_bag(i.view(batch, 32), t, mode=mode) for i, t in zip(per_idx, tables)], 1)
-        tol = 1e-5 if dtype == torch.float32 else 2e-2
-        torch.testing.assert_close(tbe(idx, offsets), expected, rtol=tol, atol=tol)
-        us = suite.timer.median_us(lambda: tbe(idx, offsets))
-        label = f"suite 3 TBE a1.0 {mode} {dtype}".replace("torch.", "")
-        print(f"{label:36s} {us:7.1f} us", flush=True)
+        name = f"{label} {mode}{'+psw' if with_psw else ''} {dtype}".replace("torch.", "")
+        print(f"{name:36s} {us:7.1f} us {pct:5.1f}%", flush=True)
         del tbe, tables
         torch.cuda.empty_cache()
 
@@ -69,7 +54,7 @@ def suite3(suite: Suite, dtype: torch.dtype) -> None:
 def suite1_mean(suite: Suite, dtype: torch.dtype) -> None:
     weight = table(5_000_000, 128, dtype, suite.gen)
     idx = zipf_indices(2048 * 150, 5_000_000, 0.0, suite.gen).view(2048, 150)
-    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    tol = tolerance(dtype)
     torch.testing.assert_close(rk.embedding_bag(idx, weight, mode="mean", check_indices=False),
                                F.embedding_bag(idx, weight, mode="mean"), rtol=tol, atol=tol)
     us = suite.timer.median_us(lambda: rk.embedding_bag(idx, weight, mode="mean", check_indices=False))
@@ -83,8 +68,10 @@ if __name__ == "__main__":
     print(f"reference_kernels from {rk.__file__}", flush=True)
     with torch.no_grad():
         for dtype in (torch.float32, torch.float16, torch.bfloat16):
-            dcnv2(suite, dtype)
+            table_batched(suite, "DCNv2 TBE", [min(r, DCN_ROW_CAP) for r in DCN_ROWS], 128, 6912, DCN_POOLING, 0.0,
+                          dtype, [("sum", False), ("sum", True), ("mean", False), ("max", False)])
         for dtype in (torch.float32, torch.float16):
-            suite3(suite, dtype)
+            table_batched(suite, "suite 3 TBE a1.0", [10_000_000] * 2, 192, 65536, [32, 32], 1.0, dtype,
+                          [("sum", False), ("mean", False)])
         for dtype in (torch.float32, torch.bfloat16):
             suite1_mean(suite, dtype)

@@ -25,7 +25,8 @@ import torch
 import torch.nn.functional as F
 
 import reference_kernels as rk
-from reference_kernels.bench import DCN_POOLING, DCN_ROW_CAP, DCN_ROWS, Suite, bag_bytes, table, zipf_indices
+from reference_kernels.bench import (DCN_POOLING, DCN_ROW_CAP, DCN_ROWS, Suite, bag_bytes, table, table_batch,
+                                     table_batch_bytes, zipf_indices)
 from reference_kernels.tbe import TableBatchedEmbeddingBag
 
 DEV = "cuda"
@@ -84,20 +85,15 @@ def single(suite: Suite, label: str, rows: int, dim: int, batch: int, pooling: i
 def multi(suite: Suite, label: str, rows: list[int], batch: int, pooling: list[int]) -> None:
     tbe = TableBatchedEmbeddingBag(rows, 128, "sum", torch.float32, DEV)
     tbe.check_indices = False
-    per_idx = [zipf_indices(batch * p, r, 0.0, suite.gen) for r, p in zip(rows, pooling)]
-    lengths = torch.tensor([p for p in pooling for _ in range(batch)], device=DEV)
-    offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
-    idx = torch.cat(per_idx)
-    ordered = torch.cat([i.sort().values for i in per_idx])
-    calls: dict[str, Callable[[], torch.Tensor]] = {"own": lambda: tbe(idx, offsets), "sorted": lambda: tbe(ordered, offsets)}
+    tb = table_batch(rows, batch, pooling, 0.0, suite.gen)
+    ordered = torch.cat([i.sort().values for i in tb.per_table])
+    calls: dict[str, Callable[[], torch.Tensor]] = {"own": lambda: tbe(tb.indices, tb.offsets),
+                                                    "sorted": lambda: tbe(ordered, tb.offsets)}
     with torch.no_grad():
         times = {name: suite.timer.median_us(call) for name, call in calls.items()}
     # One sort over all tables' keys (table-major keys keep each table's segment apart).
-    times["sort"] = sort_cost(suite, idx)
-    tables = [tbe.table(t).detach() for t in range(len(rows))]
-    sizes = [bag_bytes(t, i, torch.arange(0, i.numel() + 1, p, device=DEV), False, batch * 128)
-             for t, i, p in zip(tables, per_idx, pooling)]
-    comp, logical = sum(s[0] for s in sizes), sum(s[1] for s in sizes)
+    times["sort"] = sort_cost(suite, tb.indices)
+    comp, logical = table_batch_bytes([tbe.table(t).detach() for t in range(len(rows))], tb, False, batch)
     report(suite, f"{label} f32 sum TBE", comp, logical, times, 90.0)
 
 
