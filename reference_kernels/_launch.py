@@ -34,6 +34,19 @@ UNROLL_ROWS = 16
 # fewer rows in flight per lane, hence fewer registers: those variants ask for 3 or 4 blocks
 # per SM (more warps to hide the offsets -> indices -> rows chain; docs/perf-log.md, run 17).
 MIN_BLOCKS = 2
+# The general forward kernel's grid for bags of at most PERSISTENT_MAX_GROUP_ROWS rows per lane
+# group (a bag's rows / the rows a team reads at once): FORWARD_RESIDENT_WAVES waves of resident
+# blocks (as many as fit on the SMs at once), teams striding over the bags and loading the next
+# bag's bounds and indices while this bag's rows are in flight (PERSISTENT); 0 turns it off.
+# Otherwise one team per bag, the block scheduler refilling the SMs. Measured side by side (run
+# 79, scripts/persistent_bags.py): at up to 20 rows per group one wave gained 5-14 % (suite 3's
+# 2 x 10M x 192 L32 TBE float32 575.5 -> 524.9 us, CSR L16 78.3 -> 74.3, L20 52.5 -> 49.3) and
+# two waves less; at 32 and more it lost 1-4 % (d128 f32 L32 128.7 -> 130.4, L64 243.4 ->
+# 247.3, 12 tables L150 404.5 -> 413.9), where a bag's own index batches already overlap its
+# rows. The 3-4 blocks-per-SM variants of short bags keep one team per bag: the stride's
+# registers spill them. docs/perf-log.md, change 39.
+FORWARD_RESIDENT_WAVES = 1
+PERSISTENT_MAX_GROUP_ROWS = 24
 
 
 # Experiment hook for the benchmark: REFERENCE_KERNELS_TUNE="UNROLL=8,MIN_BLOCKS=1" overrides
@@ -173,9 +186,11 @@ def forward_defines(weight_code: int, index_type: str, mode: str, has_psw: bool,
     """Compile-time variant of embedding_bag_forward.cu for one call (pure: testable on CPU).
     A team reads as many rows at once as fit in a warp, but no more than a bag holds."""
     rows_at_once = min(32 // tiling.row_lanes, _floor_pow2(avg_len))
-    unroll, min_blocks = _rows_in_flight(tiling, has_psw, need_argmax, -(-max(1, avg_len) // rows_at_once))
+    group_rows = -(-max(1, avg_len) // rows_at_once)
+    unroll, min_blocks = _rows_in_flight(tiling, has_psw, need_argmax, group_rows)
+    persistent = FORWARD_RESIDENT_WAVES > 0 and min_blocks <= MIN_BLOCKS and group_rows <= PERSISTENT_MAX_GROUP_ROWS
     return _bag_defines(weight_code, index_type, mode, has_psw, need_argmax, tiling, min_blocks,
-                        TEAM=tiling.row_lanes * rows_at_once, UNROLL=unroll)
+                        TEAM=tiling.row_lanes * rows_at_once, UNROLL=unroll, PERSISTENT=int(persistent))
 
 
 def _bag_defines(weight_code: int, index_type: str, mode: str, has_psw: bool, need_argmax: bool,
@@ -345,6 +360,14 @@ class ForwardPlan:
     fn: object
     team: int
     col_tiles: int
+    resident_blocks: int  # per SM with PERSISTENT; 0: one team per unit of work
+
+    def grid(self, num_bags: int, device: "torch.device") -> int:
+        """One team per unit of work, or FORWARD_RESIDENT_WAVES waves of resident blocks at most."""
+        threads = num_bags * self.col_tiles * self.team
+        if self.resident_blocks:
+            return grid_stride_blocks(threads, device, self.resident_blocks * FORWARD_RESIDENT_WAVES)
+        return -(-threads // BLOCK)
 
 
 _PLANS: dict[tuple[object, ...], ForwardPlan] = {}
@@ -356,7 +379,8 @@ def _forward_plan(weight: "torch.Tensor", indices: "torch.Tensor", mode: str, ha
     work per call is then one dictionary lookup."""
     dim = weight.shape[1]
     key = (weight.dtype, dim, weight.data_ptr() % 16, indices.dtype, mode, has_psw, need_argmax,
-           min(avg_len, 32 * UNROLL_ROWS), weight.device.index, TUNE)
+           min(avg_len, 32 * UNROLL_ROWS), weight.device.index, TUNE, FORWARD_RESIDENT_WAVES > 0,
+           PERSISTENT_MAX_GROUP_ROWS)
     plan = _PLANS.get(key)
     if plan is None:
         tiling = RowTiling.for_row(dim, vector_width(dim, weight.element_size(), weight.data_ptr()))
@@ -364,7 +388,8 @@ def _forward_plan(weight: "torch.Tensor", indices: "torch.Tensor", mode: str, ha
                                   need_argmax, tiling, avg_len)
         fn = _nvrtc.get_function("embedding_bag_forward.cu", "embedding_bag_forward", defines,
                                  weight.device.index)
-        plan = _PLANS[key] = ForwardPlan(fn, int(defines["TEAM"]), tiling.col_tiles)
+        resident = _nvrtc.resident_blocks(fn, BLOCK) if defines["PERSISTENT"] else 0
+        plan = _PLANS[key] = ForwardPlan(fn, int(defines["TEAM"]), tiling.col_tiles, resident)
     return plan
 
 
@@ -410,8 +435,7 @@ def bag_forward(weight: "torch.Tensor", indices: "torch.Tensor", offsets: "torch
                                                   padding_idx, table_rows, avg_len, out, argmax):
         return out, argmax
     plan = _forward_plan(weight, indices, mode, per_sample_weights is not None, need_argmax, avg_len)
-    grid = -(-num_bags * plan.col_tiles * plan.team // BLOCK)
-    _launch_on(weight, plan.fn, grid, [
+    _launch_on(weight, plan.fn, plan.grid(num_bags, weight.device), [
         (weight.data_ptr(), PTR), (dim, I64), (_ptr(indices), PTR), (n, I64),
         (_ptr(offsets), PTR), (0 if offsets is None else offsets.numel(), I64), (bag_size, I64),
         (num_bags, I64), (plan.col_tiles, I32), (_ptr(per_sample_weights), PTR), (padding_idx, I64),

@@ -177,6 +177,14 @@ def _resources(fn: Any) -> tuple[int, int]:
     return int(regs), int(local)
 
 
+def resident_blocks(fn: Any, block: int) -> int:
+    """How many blocks of ``block`` threads of ``fn`` fit on one SM at once (its registers and
+    shared memory against the SM's; the driver's occupancy calculator)."""
+    driver, _ = _bindings()
+    return int(_check(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(fn, block, 0),
+                      "cuOccupancyMaxActiveBlocksPerMultiprocessor"))
+
+
 def _module(filename: str, defines: dict[str, Any], device_index: int) -> Any:
     """The loaded module of one compile-time variant on one device (caller holds _LOCK)."""
     memo = (filename, tuple(sorted(defines.items())), device_index)

@@ -57,6 +57,9 @@
 #ifndef MIN_BLOCKS  // occupancy hint for the register allocator
 #define MIN_BLOCKS 1
 #endif
+#ifndef PERSISTENT  // general kernel: a team may pool several bags (see embedding_bag_forward)
+#define PERSISTENT 0
+#endif
 
 #define ROWS_AT_ONCE (TEAM / ROW_LANES)
 #define TILE_COLS (ROW_LANES * CHUNKS * VEC)
@@ -184,6 +187,34 @@ __device__ __forceinline__ void store_result(const Acc& acc, i64 col0, int row_l
 }
 
 #if !defined(BAGS_PER_STEP) && !defined(SEGMENT_BAGS)
+// Where bag ``bag``'s indices lie: [start, end).
+__device__ __forceinline__ void bag_bounds(i64 bag, const INDEX_T* __restrict__ offsets, i64 num_offsets,
+                                           i64 num_indices, i64 bag_size, i64& start, i64& end) {
+  if (offsets != 0) {
+    start = offsets[bag];
+    end = bag + 1 < num_offsets ? (i64)offsets[bag + 1] : num_indices;
+  } else {
+    start = bag * bag_size;
+    end = start + bag_size;
+  }
+}
+
+// The team's batch of indices (and per-sample weights) from ``base``: one per lane, -1 past ``end``.
+__device__ __forceinline__ void load_batch(i64 base, i64 end, int team_lane, const INDEX_T* __restrict__ indices,
+                                           const weight_t* __restrict__ per_sample_weights, i64& index,
+                                           float& weight) {
+  const i64 at = base + team_lane;
+  index = at < end ? (i64)indices[at] : -1;
+#if HAS_PSW
+  if (at < end) weight = to_float(per_sample_weights[at]);
+#endif
+}
+
+// A team pools a unit of work (a bag and a column tile). With PERSISTENT, teams stride over the
+// units (the launcher sizes the grid to the resident teams) and a team loads the next bag's
+// bounds and first batch of indices while this bag's rows are in flight, so that the offsets ->
+// indices chain no longer stands between two bags. The loop's extra registers spill the 3-4
+// blocks-per-SM variants of short bags, which therefore keep one unit per team.
 extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_forward(
     const weight_t* __restrict__ weight, i64 dim,
     const INDEX_T* __restrict__ indices, i64 num_indices,
@@ -198,75 +229,76 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
   const int group = team_lane / ROW_LANES;      // which of the R rows this lane reads
   const int row_lane = team_lane % ROW_LANES;   // position inside the row
   const u32 mask = team_mask<TEAM>(lane);
+  const i64 units = num_bags * col_tiles;
+  const i64 teams = (i64)gridDim.x * (BLOCK / TEAM);
 
-  const i64 work = ((i64)blockIdx.x * BLOCK + threadIdx.x) / TEAM;
-  if (work >= num_bags * col_tiles) return;     // whole teams leave together
-  const i64 bag = work / col_tiles;
-  const i64 col0 = (work % col_tiles) * (i64)TILE_COLS;
-
+  i64 work = ((i64)blockIdx.x * BLOCK + threadIdx.x) / TEAM;
+  if (work >= units) return;     // whole teams leave together
   i64 start, end;
-  if (offsets != 0) {
-    start = offsets[bag];
-    end = bag + 1 < num_offsets ? (i64)offsets[bag + 1] : num_indices;
-  } else {
-    start = bag * bag_size;
-    end = start + bag_size;
-  }
-
-  const i64 table = bag / bags_per_table;
-  const i64 row_base = table_rows != 0 ? table_rows[table] : 0;
-  const i64 out_row = (bag % bags_per_table) * out_row_stride + table * dim;
-
-  Acc acc;
-  acc_init(acc);
-  const i64 stride = TEAM;
-  i64 base = start;
-  i64 next_index = base + team_lane < end ? (i64)indices[base + team_lane] : -1;
+  bag_bounds(work / col_tiles, offsets, num_offsets, num_indices, bag_size, start, end);
+  i64 next_index;
   float next_weight = 1.0f;
-#if HAS_PSW
-  if (base + team_lane < end) next_weight = to_float(per_sample_weights[base + team_lane]);
-#endif
-  for (; base < end; base += stride) {
-    const i64 left = end - base;
-    const int n = left < TEAM ? (int)left : TEAM;
-    const i64 my_index = next_index;
-    const float my_weight = next_weight;
-    if (MODE != 0) {  // rows that count: one ballot per batch, not a count per row
-      const bool pooled = team_lane < n && my_index >= 0 && my_index != padding_idx;
-      acc.count += __popc(__ballot_sync(mask, pooled));
-    }
-    const i64 ahead = base + stride + team_lane;  // prefetch the team's next batch
-    next_index = ahead < end ? (i64)indices[ahead] : -1;
-#if HAS_PSW
-    if (ahead < end) next_weight = to_float(per_sample_weights[ahead]);
-#endif
-#pragma unroll
-    for (int m = 0; m < ROW_LANES; m += UNROLL_EFF) {
-      if (m * ROWS_AT_ONCE >= n) break;  // same decision for the whole team
-      Vec x[UNROLL_EFF][CHUNKS];
-      i64 row[UNROLL_EFF];  // only read for argmax; dead code otherwise
-      float w[UNROLL_EFF];
-      u32 valid = 0;        // bit u: row u is a real (non-padding) row
-#pragma unroll
-      for (int u = 0; u < UNROLL_EFF; ++u) {  // issue every load first ...
-        const int j = (m + u) * ROWS_AT_ONCE + group;
-        const i64 r = __shfl_sync(mask, my_index, j, TEAM);
-        w[u] = HAS_PSW ? __shfl_sync(mask, my_weight, j, TEAM) : 1.0f;
-        row[u] = r + row_base;
-        if (r < 0 || r == padding_idx) continue;
-        valid |= 1u << u;
-        load_row(x[u], weight, row[u], dim, col0, row_lane);
-      }
-#pragma unroll
-      for (int u = 0; u < UNROLL_EFF; ++u) {  // ... then consume them
-        if (!(valid & (1u << u))) continue;
-        add_row(acc, x[u], w[u], row[u], dim, col0, row_lane);
-      }
-    }
-  }
+  load_batch(start, end, team_lane, indices, per_sample_weights, next_index, next_weight);
+  for (;;) {
+    const i64 bag = work / col_tiles;
+    const i64 col0 = (work % col_tiles) * (i64)TILE_COLS;
+    const i64 table = bag / bags_per_table;
+    const i64 row_base = table_rows != 0 ? table_rows[table] : 0;
+    const i64 out_row = (bag % bags_per_table) * out_row_stride + table * dim;
+    const i64 next_work = work + teams;
+    i64 next_start = 0, next_end = 0;  // past the last unit: an empty bag, nothing loaded
+    if (PERSISTENT && next_work < units) bag_bounds(next_work / col_tiles, offsets, num_offsets, num_indices, bag_size,
+                                      next_start, next_end);
 
-  acc_team_reduce(acc, mask);
-  if (group == 0) store_result(acc, col0, row_lane, out, argmax, out_row, dim);
+    Acc acc;
+    acc_init(acc);
+    for (i64 base = start; base < end; base += TEAM) {
+      const i64 left = end - base;
+      const int n = left < TEAM ? (int)left : TEAM;
+      const i64 my_index = next_index;
+      const float my_weight = next_weight;
+      if (MODE != 0) {  // rows that count: one ballot per batch, not a count per row
+        const bool pooled = team_lane < n && my_index >= 0 && my_index != padding_idx;
+        acc.count += __popc(__ballot_sync(mask, pooled));
+      }
+      // prefetch the team's next batch: this bag's, or after its last the next bag's first
+      if (base + TEAM < end) load_batch(base + TEAM, end, team_lane, indices, per_sample_weights, next_index,
+                                        next_weight);
+      else if (PERSISTENT) load_batch(next_start, next_end, team_lane, indices, per_sample_weights, next_index, next_weight);
+#pragma unroll
+      for (int m = 0; m < ROW_LANES; m += UNROLL_EFF) {
+        if (m * ROWS_AT_ONCE >= n) break;  // same decision for the whole team
+        Vec x[UNROLL_EFF][CHUNKS];
+        i64 row[UNROLL_EFF];  // only read for argmax; dead code otherwise
+        float w[UNROLL_EFF];
+        u32 valid = 0;        // bit u: row u is a real (non-padding) row
+#pragma unroll
+        for (int u = 0; u < UNROLL_EFF; ++u) {  // issue every load first ...
+          const int j = (m + u) * ROWS_AT_ONCE + group;
+          const i64 r = __shfl_sync(mask, my_index, j, TEAM);
+          w[u] = HAS_PSW ? __shfl_sync(mask, my_weight, j, TEAM) : 1.0f;
+          row[u] = r + row_base;
+          if (r < 0 || r == padding_idx) continue;
+          valid |= 1u << u;
+          load_row(x[u], weight, row[u], dim, col0, row_lane);
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL_EFF; ++u) {  // ... then consume them
+          if (!(valid & (1u << u))) continue;
+          add_row(acc, x[u], w[u], row[u], dim, col0, row_lane);
+        }
+      }
+    }
+    if (PERSISTENT && start >= end)  // an empty bag ran no batch: the next bag's first is still to load
+      load_batch(next_start, next_end, team_lane, indices, per_sample_weights, next_index, next_weight);
+
+    acc_team_reduce(acc, mask);
+    if (group == 0) store_result(acc, col0, row_lane, out, argmax, out_row, dim);
+    work = next_work;
+    if (!PERSISTENT || work >= units) return;
+    start = next_start;
+    end = next_end;
+  }
 }
 
 #elif defined(BAGS_PER_STEP)  // the short-bag kernel below instead

@@ -286,6 +286,29 @@ def test_segmented_kernel_occupancy_by_mode_and_row_type() -> None:
         == [3, 2, 2, 3]
 
 
+def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PERSISTENT (teams striding over the bags, the next bag prefetched) for the 2-blocks-per-SM
+    variants whose bags hold at most PERSISTENT_MAX_GROUP_ROWS rows per lane group: it gained
+    5-14 % there and lost 1-4 % on longer bags (change 39); short-bag variants at 3-4 blocks
+    per SM never take it (the stride's registers spill them)."""
+    from reference_kernels import _launch
+    from reference_kernels._launch import RowTiling, forward_defines
+
+    def persistent(dim: int, avg_len: int, elem_bytes: int = 4, argmax: bool = False) -> object:
+        d = forward_defines(0 if elem_bytes == 4 else 2, "i64", "max" if argmax else "sum", False, argmax,
+                            RowTiling.for_row(dim, 16 // elem_bytes), avg_len)
+        return d["PERSISTENT"], d["MIN_BLOCKS"]
+
+    assert [persistent(128, n)[0] for n in (12, 16, 20, 24, 25, 32, 64, 150)] == [1, 1, 1, 1, 0, 0, 0, 0]
+    assert persistent(128, 4) == (0, 4) and persistent(128, 8) == (0, 3)  # high occupancy: one team per bag
+    assert persistent(128, 32, 2) == (1, 2)  # 16-bit d128: two rows at once, 16 rows per lane group
+    assert persistent(192, 32) == (1, 2)  # suite 3's rows: 2 rows at once, 3 vectors per lane
+    assert persistent(32, 64) == (1, 2) and persistent(32, 128) == (0, 2)  # 4 rows at once
+    assert persistent(128, 20, argmax=True) == (1, 2)
+    monkeypatch.setattr(_launch, "FORWARD_RESIDENT_WAVES", 0)
+    assert persistent(128, 16) == (0, 2)
+
+
 def test_skip_index_check_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torch")
     from reference_kernels._api import default_check_indices

@@ -281,6 +281,76 @@ def test_short_csr_bags_max_backward(gen: torch.Generator, segments_at_any_batch
     _check_segmented_plan_used()
 
 
+PERSISTENT_CASES = [  # (dtype, dim, pooling): bags of at most PERSISTENT_MAX_GROUP_ROWS rows per lane group
+    (torch.float32, 128, 12), (torch.bfloat16, 128, 20), (torch.float16, 192, 16), (torch.float32, 32, 40),
+    (torch.float32, 1000, 10)]
+
+
+def _bags_per_team(k: int) -> int:
+    """A batch of about ``k`` bags per resident team of the persistent variants (2 blocks of 8
+    teams per SM), plus a few: the last round leaves some teams idle."""
+    return k * torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count * 16 + 5
+
+
+def _persistent_plans(batch: int) -> list[object]:
+    """The general kernel's persistent plans used so far whose grid leaves each team several of
+    ``batch`` bags (so the tests really walk from bag to bag)."""
+    from reference_kernels import _launch
+
+    dev = torch.device("cuda", torch.cuda.current_device())
+    return [p for p in _launch._PLANS.values()
+            if p.resident_blocks and p.grid(batch, dev) * _launch.BLOCK // p.team < batch * p.col_tiles // 2]
+
+
+@pytest.mark.parametrize("dtype,dim,pooling", PERSISTENT_CASES, ids=str)
+@pytest.mark.parametrize("mode,with_psw", [("sum", False), ("sum", True), ("mean", False), ("max", False)])
+def test_persistent_teams_pool_several_bags(mode: str, with_psw: bool, dtype: torch.dtype, dim: int, pooling: int,
+                                            gen: torch.Generator) -> None:
+    """The general kernel with teams striding over the bags (PERSISTENT): a batch of several
+    bags per resident team, so each team loads its next bag's bounds and indices while pooling
+    this one; CSR lengths 0..2*pooling put empty bags anywhere in a team's walk (the prefetch
+    must skip them), both offset layouts and the fixed one, int32 and int64 indices, a padding
+    row; the launcher must really pick the persistent variant."""
+    from reference_kernels import _launch
+
+    _launch._PLANS.clear()
+    rows = 500
+    batch = _bags_per_team(6 if dim < 1000 else 3)
+    weight = random_table(rows, dim, dtype, gen)
+    for layout, index_dtype, padding_idx in (("fixed", torch.int64, None), ("csr", torch.int64, None),
+                                             ("csr_last", torch.int32, 7)):
+        bags = make_bags(layout, batch, pooling, rows, index_dtype, gen)
+        psw = torch.rand(bags.input.shape, generator=gen, device="cuda").to(dtype) if with_psw else None
+        check_bag(bags, weight, mode, psw, padding_idx)
+    assert _persistent_plans(batch), "the persistent general kernel was not used, or not over several bags per team"
+
+
+def test_persistent_teams_max_backward_and_table_batched(gen: torch.Generator) -> None:
+    """The persistent variant that writes argmax (max under autograd), and a table-batched call
+    (each bag's table, its first row and its output slot worked out anew at every bag)."""
+    from reference_kernels.tbe import TableBatchedEmbeddingBag
+
+    batch = _bags_per_team(4)
+    weight = random_table(400, 128, torch.float32, gen)
+    bags = make_bags("csr_last", batch, 12, 400, torch.int64, gen)
+    grad_out = torch.randn(batch, 128, generator=gen, device="cuda")
+    ours_w, _ = _bag_grad(ours_bag, bags, weight, "max", grad_out, None, None)
+    ref_w, _ = _bag_grad(torch_bag, bags, weight, "max", grad_out, None, None)
+    torch.testing.assert_close(ours_w, ref_w, rtol=1e-5, atol=1e-5)
+
+    rows, pooling = [300, 1000, 50], [12, 20, 16]
+    tbe = TableBatchedEmbeddingBag(rows, 128, "sum", torch.float32, "cuda")
+    per_table = [torch.randint(0, r, (batch * p,), generator=gen, device="cuda") for r, p in zip(rows, pooling)]
+    lengths = torch.tensor([p for p in pooling for _ in range(batch)], device="cuda")
+    offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
+    with torch.no_grad():
+        out = tbe(torch.cat(per_table), offsets)
+        expected = torch.cat([F.embedding_bag(i.view(batch, p), tbe.table(t), mode="sum")
+                              for t, (i, p) in enumerate(zip(per_table, pooling))], dim=1)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-4)
+    assert _persistent_plans(batch * len(rows)), "the persistent general kernel was not used"
+
+
 def test_all_bags_empty_and_trailing_empty(gen: torch.Generator) -> None:
     weight = random_table(10, 16, torch.float32, gen)
     idx = torch.tensor([1, 2, 3], device="cuda")
