@@ -38,13 +38,14 @@ MIN_BLOCKS = 2
 # group (a bag's rows / the rows a team reads at once): FORWARD_RESIDENT_WAVES waves of resident
 # blocks (as many as fit on the SMs at once), teams striding over the bags and loading the next
 # bag's bounds and indices while this bag's rows are in flight (PERSISTENT); 0 turns it off.
-# Otherwise one team per bag, the block scheduler refilling the SMs. Measured side by side (run
-# 79, scripts/persistent_bags.py): at up to 20 rows per group one wave gained 5-14 % (suite 3's
-# 2 x 10M x 192 L32 TBE float32 575.5 -> 524.9 us, CSR L16 78.3 -> 74.3, L20 52.5 -> 49.3) and
-# two waves less; at 32 and more it lost 1-4 % (d128 f32 L32 128.7 -> 130.4, L64 243.4 ->
-# 247.3, 12 tables L150 404.5 -> 413.9), where a bag's own index batches already overlap its
-# rows. The 3-4 blocks-per-SM variants of short bags keep one team per bag: the stride's
-# registers spill them. docs/perf-log.md, change 39.
+# Otherwise one team per bag, the block scheduler refilling the SMs. Measured side by side (runs
+# 80 and 82, scripts/persistent_bags.py, median of 100): at up to 20 rows per group one wave
+# gained up to 14 % and lost nowhere (suite 3's 2 x 10M x 192 L32 TBE float32 568.0 -> 518.9 us,
+# float16 369.8 -> 327.5; CSR L16 78.1 -> 74.8; L20 52.8 -> 49.7; fixed-layout L16 alike), also
+# with only 2-3 bags per team (B4224 and B6912), and two waves less; at 32 and more rows per group it lost 1-3 % (d128 f32 L32 130.4 ->
+# 132.3, L64 247.4 -> 251.4, 12 tables L150 411.2 -> 424.5), where a bag's own index batches
+# already overlap its rows. The 3-4 blocks-per-SM variants of short bags keep one team per bag:
+# the stride's registers spill them. docs/perf-log.md, change 39.
 FORWARD_RESIDENT_WAVES = 1
 PERSISTENT_MAX_GROUP_ROWS = 24
 

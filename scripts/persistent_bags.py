@@ -5,9 +5,12 @@ side by side (device diagnostics for docs/perf-log.md, change 39).
 Each case is timed with ``_launch.FORWARD_RESIDENT_WAVES`` = 0 (one team per bag, the block
 scheduler refilling the SMs), 1 and 2 (teams striding over the bags: one wave of resident
 blocks, and two), alternately, twice; median of 100 cold calls (the benchmark's L2 flush), each
-output checked against torch first. The cases are those that take the general kernel: bags of
-more than 8 rows, or the fixed layout with more rows than the short-bag kernel takes; uniform
-and Zipf-skewed indices, every mode, float32 and bfloat16, one table and table-batched."""
+output checked against torch first. The launcher's limit on striding is lifted here
+(PERSISTENT_MAX_GROUP_ROWS), so that the figures show the policy itself on every case; they are
+what set that limit. The cases are those that take the general
+kernel: bags of more than 8 rows, or the fixed layout with more rows than the short-bag kernel
+takes; uniform and Zipf-skewed indices, every mode, float32 and 16-bit, one table and
+table-batched; then a batch sweep from 2 to 8 bags per resident team."""
 import torch
 import torch.nn.functional as F
 
@@ -43,6 +46,13 @@ SINGLE = [
     (1_000_000, 32, 131072, 64, 1.15, False, "sum", torch.float32),
     (1_000_000, 128, 1024, 64, 0.0, False, "sum", torch.float32),
 ]
+# Bags per resident team (2 blocks of 8 teams per SM: 2112 teams on 132 SMs) from 2 to 8: does a
+# static stride's last round, which leaves some teams idle, cost more than the prefetch saves
+# when each team has only a few bags? (batch, pooling, dtype, psw)
+BATCH_SWEEP = [(b, pooling, dtype, psw) for pooling, dtype, psw in ((20, torch.float32, False),
+                                                                     (12, torch.bfloat16, True),
+                                                                     (27, torch.float16, True))
+               for b in (4224, 6912, 8448, 10560, 12672, 16896)]
 
 
 def name(dtype: torch.dtype) -> str:
@@ -69,21 +79,24 @@ def side_by_side(suite: Suite, label: str, comp: int, call: object) -> None:
 
 
 def single(suite: Suite, rows: int, dim: int, batch: int, pooling: int, alpha: float, csr: bool, mode: str,
-           dtype: torch.dtype) -> None:
+           dtype: torch.dtype, psw: bool = False) -> None:
     weight = table(rows, dim, dtype, suite.gen)
     idx = zipf_indices(batch * pooling, rows, alpha, suite.gen)
     offsets = torch.arange(0, batch * pooling, pooling, device=DEV) if csr else None
     if not csr:
         idx = idx.view(batch, pooling)
-    expected = F.embedding_bag(idx, weight, offsets, mode=mode)
+    w = torch.rand(idx.shape, generator=suite.gen, device=DEV).to(dtype) if psw else None
+    expected = F.embedding_bag(idx, weight, offsets, mode=mode, per_sample_weights=w)
     for g in GRIDS:
         _launch.FORWARD_RESIDENT_WAVES = g
         tol = tolerance(dtype)
-        torch.testing.assert_close(rk.embedding_bag(idx, weight, offsets, mode=mode, check_indices=False),
-                                   expected, rtol=tol, atol=tol)
-    comp, _ = bag_bytes(weight, idx, offsets, False, batch * dim)
-    label = f"{rows // 1000}Kx{dim} B{batch} L{pooling} a{alpha} {'csr' if csr else 'fixed'} {mode} {name(dtype)}"
-    side_by_side(suite, label, comp, lambda: rk.embedding_bag(idx, weight, offsets, mode=mode, check_indices=False))
+        torch.testing.assert_close(rk.embedding_bag(idx, weight, offsets, mode=mode, per_sample_weights=w,
+                                                    check_indices=False), expected, rtol=tol, atol=tol)
+    comp, _ = bag_bytes(weight, idx, offsets, psw, batch * dim)
+    label = (f"{rows // 1000}Kx{dim} B{batch} L{pooling} a{alpha} {'csr' if csr else 'fixed'} {mode}"
+             f"{'+psw' if psw else ''} {name(dtype)}")
+    side_by_side(suite, label, comp, lambda: rk.embedding_bag(idx, weight, offsets, mode=mode, per_sample_weights=w,
+                                                              check_indices=False))
 
 
 def multi(suite: Suite, label: str, rows: list[int], dim: int, batch: int, pooling: list[int], alpha: float,
@@ -107,10 +120,13 @@ def main() -> None:
     suite = Suite(reps=100, quick=False, seed=39)
     print(f"copy ceiling {suite.copy_gbps:.0f} GB/s; grids: 0 = one team per bag, N = N waves of resident blocks striding",
           flush=True)
+    _launch.PERSISTENT_MAX_GROUP_ROWS = 10**9  # the policy itself, on bags of any length
     with torch.no_grad():
         for case in SINGLE:
             single(suite, *case)
             torch.cuda.empty_cache()
+        for batch, pooling, dtype, psw in BATCH_SWEEP:
+            single(suite, 1_000_000, 128, batch, pooling, 0.0, True, "sum", dtype, psw)
         multi(suite, "2 12x500Kx128 B2048 L150 a0.0", [500_000] * 12, 128, 2048, [150] * 12, 0.0, torch.float32)
         multi(suite, "2 12x500Kx128 B2048 L150 a1.2", [500_000] * 12, 128, 2048, [150] * 12, 1.2, torch.float32)
         torch.cuda.empty_cache()

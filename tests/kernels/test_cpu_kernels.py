@@ -289,7 +289,7 @@ def test_segmented_kernel_occupancy_by_mode_and_row_type() -> None:
 def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group(monkeypatch: pytest.MonkeyPatch) -> None:
     """PERSISTENT (teams striding over the bags, the next bag prefetched) for the 2-blocks-per-SM
     variants whose bags hold at most PERSISTENT_MAX_GROUP_ROWS rows per lane group: it gained
-    5-14 % there and lost 1-4 % on longer bags (change 39); short-bag variants at 3-4 blocks
+    up to 14 % there and lost 1-3 % on longer bags (change 39); short-bag variants at 3-4 blocks
     per SM never take it (the stride's registers spill them)."""
     from reference_kernels import _launch
     from reference_kernels._launch import RowTiling, forward_defines
@@ -307,6 +307,20 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group(monkey
     assert persistent(128, 20, argmax=True) == (1, 2)
     monkeypatch.setattr(_launch, "FORWARD_RESIDENT_WAVES", 0)
     assert persistent(128, 16) == (0, 2)
+
+
+def test_general_kernel_grid_is_one_wave_of_resident_blocks_when_striding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Persistent plans launch at most one wave of resident blocks (FORWARD_RESIDENT_WAVES), the
+    others one team per unit of work (a bag and a column tile)."""
+    from reference_kernels import _launch
+
+    monkeypatch.setattr(_launch, "sm_count", lambda device: 132)
+    teams = 132 * 2 * (_launch.BLOCK // 32)  # 2 resident blocks of 8 warp-wide teams per SM
+    strided = _launch.ForwardPlan(fn=None, team=32, col_tiles=2, resident_blocks=2)
+    assert strided.grid(100 * teams, None) == 264  # type: ignore[arg-type]
+    assert strided.grid(teams // 4, None) == teams // 2 * 32 // _launch.BLOCK  # type: ignore[arg-type]
+    one_per_bag = _launch.ForwardPlan(fn=None, team=32, col_tiles=1, resident_blocks=0)
+    assert one_per_bag.grid(100 * teams, None) == 100 * teams * 32 // _launch.BLOCK  # type: ignore[arg-type]
 
 
 def test_skip_index_check_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -315,7 +315,7 @@ def test_persistent_teams_pool_several_bags(mode: str, with_psw: bool, dtype: to
 
     _launch._PLANS.clear()
     rows = 500
-    batch = _bags_per_team(6 if dim < 1000 else 3)
+    batch = _bags_per_team(8 if dim < 1000 else 4)  # dim 1000: two column tiles, 8 units per team
     weight = random_table(rows, dim, dtype, gen)
     for layout, index_dtype, padding_idx in (("fixed", torch.int64, None), ("csr", torch.int64, None),
                                              ("csr_last", torch.int32, 7)):
@@ -330,7 +330,7 @@ def test_persistent_teams_max_backward_and_table_batched(gen: torch.Generator) -
     (each bag's table, its first row and its output slot worked out anew at every bag)."""
     from reference_kernels.tbe import TableBatchedEmbeddingBag
 
-    batch = _bags_per_team(4)
+    batch = _bags_per_team(8)
     weight = random_table(400, 128, torch.float32, gen)
     bags = make_bags("csr_last", batch, 12, 400, torch.int64, gen)
     grad_out = torch.randn(batch, 128, generator=gen, device="cuda")
