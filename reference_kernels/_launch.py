@@ -48,6 +48,12 @@ MIN_BLOCKS = 2
 # the stride's registers spill them. docs/perf-log.md, change 39.
 FORWARD_RESIDENT_WAVES = 1
 PERSISTENT_MAX_GROUP_ROWS = 24
+# Those striding variants for float32 rows of one 16-byte vector per lane (d128 and d32 float32)
+# keep 8 rows in flight per lane at 3 blocks per SM instead of 16 at 2: same bytes in flight per
+# SM, more warps to cover each bag's wait for its last row (scripts/unroll_blocks.py, run 87:
+# d128 L12-L24 2.7-6.3 % faster, e.g. L20 CSR mean 52.6 -> 49.3 us; 16-bit rows of 16 rows per
+# group were 16 % slower that way, so they keep 16). docs/perf-log.md, change 40.
+STRIDE_F32_HALF_UNROLL = True
 
 
 # Experiment hook for the benchmark: REFERENCE_KERNELS_TUNE="UNROLL=8,MIN_BLOCKS=1" overrides
@@ -190,6 +196,10 @@ def forward_defines(weight_code: int, index_type: str, mode: str, has_psw: bool,
     group_rows = -(-max(1, avg_len) // rows_at_once)
     unroll, min_blocks = _rows_in_flight(tiling, has_psw, need_argmax, group_rows)
     persistent = FORWARD_RESIDENT_WAVES > 0 and min_blocks <= MIN_BLOCKS and group_rows <= PERSISTENT_MAX_GROUP_ROWS
+    if persistent and STRIDE_F32_HALF_UNROLL and weight_code == 0 and tiling.vec == 4 and tiling.chunks == 1 \
+            and not need_argmax and unroll == UNROLL_ROWS:
+        # float32 rows of one vector per lane: half the rows in flight, 3 blocks per SM (80 registers)
+        unroll, min_blocks = UNROLL_ROWS // 2, 3
     return _bag_defines(weight_code, index_type, mode, has_psw, need_argmax, tiling, min_blocks,
                         TEAM=tiling.row_lanes * rows_at_once, UNROLL=unroll, PERSISTENT=int(persistent))
 
@@ -381,7 +391,7 @@ def _forward_plan(weight: "torch.Tensor", indices: "torch.Tensor", mode: str, ha
     dim = weight.shape[1]
     key = (weight.dtype, dim, weight.data_ptr() % 16, indices.dtype, mode, has_psw, need_argmax,
            min(avg_len, 32 * UNROLL_ROWS), weight.device.index, TUNE, FORWARD_RESIDENT_WAVES > 0,
-           PERSISTENT_MAX_GROUP_ROWS)
+           PERSISTENT_MAX_GROUP_ROWS, STRIDE_F32_HALF_UNROLL)
     plan = _PLANS.get(key)
     if plan is None:
         tiling = RowTiling.for_row(dim, vector_width(dim, weight.element_size(), weight.data_ptr()))

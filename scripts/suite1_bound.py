@@ -27,12 +27,17 @@ the difference:
   requests (the register kernels: 128 KB), then summed from shared memory.
 
 Percentages are of the copy ceiling measured in the same run, over suite 1's compulsory bytes
-(unique rows, indices, output), exactly as the benchmark counts them."""
+(unique rows, indices, output), exactly as the benchmark counts them.
+
+``python3 scripts/suite1_bound.py ROWS,BATCH,POOLING ...`` runs the same readers on other uniform
+float32 cases of a ROWS x 128 table (change 39's note: the sweep's and the 20-row case's bags);
+where the lookups outnumber the rows, "rows 0..N-1" is left out."""
 import contextlib
 import functools
 import shutil
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -51,6 +56,9 @@ typedef unsigned long long u64;
 #endif
 #ifndef HASH
 #define HASH 0
+#endif
+#ifndef WRITE_UNITS  // flat_read: one output row per unit (a unit of L rows = a fixed-size bag)
+#define WRITE_UNITS 0
 #endif
 
 __device__ __forceinline__ i64 hashed_row(i64 p, i64 rows) {
@@ -110,10 +118,14 @@ extern "C" __global__ void __launch_bounds__(256, MINB) flat_read(
         acc.x += x[u].x; acc.y += x[u].y; acc.z += x[u].z; acc.w += x[u].w;
       }
     }
+    if (WRITE_UNITS) {  // the unit's sum is its bag's result: written as a bag kernel writes it
+      out[unit * 32 + lane] = acc;
+      acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
     unit = next;
     mine = ahead;
   }
-  out[warp * 32 + lane] = acc;
+  if (!WRITE_UNITS) out[warp * 32 + lane] = acc;
 }
 #else
 // The same units through the bulk-copy engine: each warp keeps NST stages of STAGE_ROWS rows in
@@ -205,11 +217,30 @@ def experiment_kernels(filename: str, source: str) -> Iterator[None]:
             _nvrtc.KERNEL_DIR = kernel_dir
 
 
-def main() -> None:
-    suite = Suite(reps=100, quick=False, seed=67)
-    ceiling = copy_ceiling_gbps(suite.timer)
-    print(f"copy ceiling: {ceiling:.0f} GB/s (read + write)", flush=True)
-    rows, dim, batch, pooling = 5_000_000, 128, 2048, 150
+def fixed_bags(suite: Suite, weight: torch.Tensor, idx: torch.Tensor, report: Callable[[str, float], None]) -> None:
+    """flat_read with units of exactly one bag (L rows, L <= 32, known at compile time) and one
+    output row written per unit: the least general bag kernel of this shape, which writes every
+    byte the benchmark counts (the other readers skip the output)."""
+    batch, pooling = idx.shape
+    sms = _launch.sm_count(weight.device)
+    out = torch.empty(batch, weight.shape[1], device="cuda")
+    for unroll, per_sm in ((16, 2), (8, 4)):
+        fn = _nvrtc.get_function("flat_read.cu", "flat_read", {**FLAT, "ROWS": pooling, "UNR": min(unroll, pooling),
+                                                              "MINB": per_sm, "WRITE_UNITS": 1}, weight.device.index)
+        args = [(weight.data_ptr(), _nvrtc.PTR), (idx.data_ptr(), _nvrtc.PTR), (idx.numel(), _nvrtc.I64),
+                (weight.shape[0], _nvrtc.I64), (out.data_ptr(), _nvrtc.PTR), (0, _nvrtc.PTR)]
+        call = functools.partial(_launch._launch_on, weight, fn, sms * per_sm, args)
+        call()
+        torch.testing.assert_close(out, torch.nn.functional.embedding_bag(idx, weight, mode="sum"), rtol=1e-4,
+                                   atol=1e-4)
+        report(f"fixed bags of {pooling} rows, {unroll} in flight, {per_sm} blocks/SM, output written",
+               suite.timer.median_us(call))
+
+
+def bound(suite: Suite, ceiling: float, rows: int, batch: int, pooling: int) -> None:
+    """Every reader on one uniform float32 case of a rows x 128 table, side by side with ours."""
+    dim = 128  # the readers move a 512-byte row per warp step (a float4 per lane)
+    print(f"-- {rows}x{dim} float32, B {batch}, L {pooling}, uniform", flush=True)
     weight = table(rows, dim, torch.float32, suite.gen)
     idx = zipf_indices(batch * pooling, rows, 0.0, suite.gen).view(batch, pooling)
     compulsory, logical = bag_bytes(weight, idx, None, False, batch * dim)
@@ -224,13 +255,18 @@ def main() -> None:
     ours = lambda: _launch.bag_forward(weight, idx, None, batch, None, "sum", -1, False)  # noqa: E731
     report("ours (bag kernel, as the benchmark calls it)", suite.timer.median_us(ours))
     ordered = idx.reshape(-1).sort().values.view(batch, pooling)  # the same rows, ascending
-    contiguous = torch.arange(batch * pooling, device="cuda").view(batch, pooling)  # a sequential read
+    orders_of_sorted = [(", rows ascending", ordered)]
+    if batch * pooling <= rows:  # a sequential read of as many distinct rows
+        contiguous = torch.arange(batch * pooling, device="cuda").view(batch, pooling)
+        orders_of_sorted.append((", rows 0..N-1", contiguous))
     with experiment_kernels("flat_read.cu", SOURCE):
+        if pooling <= 32:
+            fixed_bags(suite, weight, idx, report)
         for name, (entry, defines, block, per_sm) in VARIANTS.items():
             fn = _nvrtc.get_function("flat_read.cu", entry, defines, weight.device.index)
             orders = [(name, idx)]
             if name in SORTED:
-                orders += [(name + ", rows ascending", ordered), (name + ", rows 0..N-1", contiguous)]
+                orders += [(name + suffix, indices) for suffix, indices in orders_of_sorted]
             for label, indices in orders:
                 out.zero_()
                 args = [(weight.data_ptr(), _nvrtc.PTR), (indices.data_ptr(), _nvrtc.PTR),
@@ -247,10 +283,9 @@ def main() -> None:
                 report(label, suite.timer.median_us(call, reset))
                 if reset:
                     report(label + ", counter zeroed inside", suite.timer.median_us(lambda: (counter.zero_(), call())))
-    ours_sorted = functools.partial(_launch.bag_forward, weight, ordered, None, batch, None, "sum", -1, False)
-    report("ours, rows ascending", suite.timer.median_us(ours_sorted))
-    ours_contiguous = functools.partial(_launch.bag_forward, weight, contiguous, None, batch, None, "sum", -1, False)
-    report("ours, rows 0..N-1", suite.timer.median_us(ours_contiguous))
+    for suffix, indices in orders_of_sorted:
+        report("ours" + suffix, suite.timer.median_us(
+            functools.partial(_launch.bag_forward, weight, indices, None, batch, None, "sum", -1, False)))
     stream = torch.ones(logical // 4, device="cuda")
     sink = torch.empty((), device="cuda")
     us = suite.timer.median_us(lambda: torch.sum(stream, dim=0, out=sink))
@@ -259,8 +294,19 @@ def main() -> None:
     report("ours again", suite.timer.median_us(ours))
     report("copy of the compulsory bytes (32 KB multiple)", suite.same_size_copy_us(compulsory))
     report("copy of the logical bytes (32 KB multiple)", suite.same_size_copy_us(logical))
+
+
+def main(argv: list[str]) -> None:
+    """Suite 1 by default; ``ROWS,BATCH,POOLING ...`` for other uniform float32 cases of dim 128."""
+    suite = Suite(reps=100, quick=False, seed=67)
+    ceiling = copy_ceiling_gbps(suite.timer)
+    print(f"copy ceiling: {ceiling:.0f} GB/s (read + write)", flush=True)
+    cases = [tuple(int(v) for v in arg.split(",")) for arg in argv] or [(5_000_000, 2048, 150)]
+    for rows, batch, pooling in cases:
+        bound(suite, ceiling, rows, batch, pooling)
+        torch.cuda.empty_cache()
     print(f"resources (registers, local bytes): {_nvrtc.STATS.resources}", flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

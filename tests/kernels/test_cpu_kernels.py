@@ -290,23 +290,28 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group(monkey
     """PERSISTENT (teams striding over the bags, the next bag prefetched) for the 2-blocks-per-SM
     variants whose bags hold at most PERSISTENT_MAX_GROUP_ROWS rows per lane group: it gained
     up to 14 % there and lost 1-3 % on longer bags (change 39); short-bag variants at 3-4 blocks
-    per SM never take it (the stride's registers spill them)."""
+    per SM never take it (the stride's registers spill them). Float32 rows of one vector per lane
+    then stride with 8 rows in flight at 3 blocks per SM (change 40)."""
     from reference_kernels import _launch
     from reference_kernels._launch import RowTiling, forward_defines
 
     def persistent(dim: int, avg_len: int, elem_bytes: int = 4, argmax: bool = False) -> object:
         d = forward_defines(0 if elem_bytes == 4 else 2, "i64", "max" if argmax else "sum", False, argmax,
                             RowTiling.for_row(dim, 16 // elem_bytes), avg_len)
-        return d["PERSISTENT"], d["MIN_BLOCKS"]
+        return d["PERSISTENT"], d["MIN_BLOCKS"], d["UNROLL"]
 
-    assert [persistent(128, n)[0] for n in (12, 16, 20, 24, 25, 32, 64, 150)] == [1, 1, 1, 1, 0, 0, 0, 0]
-    assert persistent(128, 4) == (0, 4) and persistent(128, 8) == (0, 3)  # high occupancy: one team per bag
-    assert persistent(128, 32, 2) == (1, 2)  # 16-bit d128: two rows at once, 16 rows per lane group
-    assert persistent(192, 32) == (1, 2)  # suite 3's rows: 2 rows at once, 3 vectors per lane
-    assert persistent(32, 64) == (1, 2) and persistent(32, 128) == (0, 2)  # 4 rows at once
-    assert persistent(128, 20, argmax=True) == (1, 2)
+    # float32 d128 (one vector per lane): striding at 8 rows in flight and 3 blocks (change 40)
+    assert [persistent(128, n) for n in (12, 16, 20, 24)] == [(1, 3, 8)] * 4
+    assert [persistent(128, n) for n in (25, 32, 64, 150)] == [(0, 2, 16)] * 4
+    assert persistent(128, 4) == (0, 4, 4) and persistent(128, 8) == (0, 3, 8)  # high occupancy: one team per bag
+    assert persistent(128, 32, 2) == (1, 2, 16)  # 16-bit d128: two rows at once, 16 rows per lane group
+    assert persistent(192, 32) == (1, 2, 4)  # suite 3's rows: 2 rows at once, 3 vectors per lane
+    assert persistent(32, 64) == (1, 3, 8) and persistent(32, 128) == (0, 2, 16)  # 4 rows at once
+    assert persistent(128, 20, argmax=True) == (1, 2, 8)
+    monkeypatch.setattr(_launch, "STRIDE_F32_HALF_UNROLL", False)
+    assert persistent(128, 16) == (1, 2, 16)
     monkeypatch.setattr(_launch, "FORWARD_RESIDENT_WAVES", 0)
-    assert persistent(128, 16) == (0, 2)
+    assert persistent(128, 16) == (0, 2, 16)
 
 
 def test_general_kernel_grid_is_one_wave_of_resident_blocks_when_striding(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,106 @@
+"""Rows in flight against blocks per SM for the general kernel on bags of 12-32 rows (device
+diagnostics for docs/perf-log.md, change 40).
+
+scripts/suite1_bound.py (run 86) found that a minimal fixed-size bag kernel (units of exactly L rows,
+output written) with 8 rows in flight per lane at 4 blocks per SM beats the same kernel with 16
+rows at 2 blocks by 4.5 % (L16) and 9 % (L20), while ours matches the 16-row one. This script
+times the package's own general kernel with its compile-time choices overridden (_launch.TUNE:
+UNROLL, MIN_BLOCKS, PERSISTENT), side by side, alternately, twice, median of 100 cold calls, each
+output checked against torch first; the registers and local (spill) bytes of every variant are
+printed at the end. Variants that spill are measured anyway: the question is whether the
+occupancy is worth a register diet.
+
+``--launcher``: the launcher's pick (change 40: float32 rows of one vector per lane stride with
+8 rows in flight at 3 blocks per SM) against change 39's (UNROLL=16, MIN_BLOCKS=2) on every
+kind of case the rule touches: d128 and d32 float32, fixed and CSR, every mode, per-sample
+weights, uniform and Zipf 1.15, B 6912 to 131072."""
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import reference_kernels as rk
+from reference_kernels import _launch, _nvrtc
+from reference_kernels.bench import Suite, bag_bytes, table, zipf_indices
+
+DEV = "cuda"
+SPECS = ["", "UNROLL=8,MIN_BLOCKS=4,PERSISTENT=0", "UNROLL=8,MIN_BLOCKS=4,PERSISTENT=1",
+         "UNROLL=8,MIN_BLOCKS=3,PERSISTENT=1", "UNROLL=8,MIN_BLOCKS=3,PERSISTENT=0"]
+# (rows, dim, batch, pooling, csr, mode, dtype)
+CASES = [
+    (1_000_000, 128, 32768, 16, False, "sum", torch.float32),
+    (1_000_000, 128, 32768, 16, True, "sum", torch.float32),
+    (1_000_000, 128, 16384, 20, False, "sum", torch.float32),
+    (1_000_000, 128, 16384, 20, True, "mean", torch.float32),
+    (1_000_000, 128, 32768, 12, True, "sum", torch.float32),
+    (1_000_000, 128, 16384, 24, False, "max", torch.float32),
+    (1_000_000, 128, 16384, 32, False, "sum", torch.bfloat16),
+    (5_000_000, 128, 2048, 150, False, "sum", torch.float32),
+]
+LAUNCHER_SPECS = ["", "UNROLL=16,MIN_BLOCKS=2"]
+# (rows, dim, batch, pooling, csr, mode, dtype, alpha, psw): cases whose pick change 40 changes
+LAUNCHER_CASES = [
+    (1_000_000, 128, 32768, 16, False, "sum", torch.float32, 0.0, False),
+    (1_000_000, 128, 32768, 16, True, "max", torch.float32, 0.0, False),
+    (1_000_000, 128, 16384, 20, False, "mean", torch.float32, 0.0, False),
+    (1_000_000, 128, 16384, 20, True, "sum", torch.float32, 0.0, True),
+    (1_000_000, 128, 16384, 20, False, "sum", torch.float32, 1.15, False),
+    (1_000_000, 128, 32768, 16, True, "sum", torch.float32, 1.05, False),
+    (1_000_000, 128, 131072, 16, False, "sum", torch.float32, 0.0, False),
+    (1_000_000, 128, 131072, 16, True, "sum", torch.float32, 1.15, False),
+    (1_000_000, 128, 6912, 12, True, "sum", torch.float32, 0.0, True),
+    (1_000_000, 128, 6912, 24, True, "mean", torch.float32, 0.0, False),
+    (1_000_000, 32, 32768, 64, False, "sum", torch.float32, 0.0, False),
+    (1_000_000, 32, 131072, 64, True, "sum", torch.float32, 0.0, False),
+    (1_000_000, 32, 131072, 64, False, "sum", torch.float32, 1.15, False),
+    (1_000_000, 32, 32768, 64, True, "sum", torch.float32, 1.05, True),
+]
+
+
+def case(suite: Suite, specs: list[str], rows: int, dim: int, batch: int, pooling: int, csr: bool, mode: str,
+         dtype: torch.dtype, alpha: float = 0.0, psw: bool = False) -> None:
+    weight = table(rows, dim, dtype, suite.gen)
+    idx = zipf_indices(batch * pooling, rows, alpha, suite.gen)
+    offsets = torch.arange(0, batch * pooling, pooling, device=DEV) if csr else None
+    if not csr:
+        idx = idx.view(batch, pooling)
+    w = torch.rand(idx.shape, generator=suite.gen, device=DEV).to(dtype) if psw else None
+    expected = F.embedding_bag(idx, weight, offsets, mode=mode, per_sample_weights=w)
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+
+    def call() -> torch.Tensor:
+        return rk.embedding_bag(idx, weight, offsets, mode=mode, per_sample_weights=w, check_indices=False)
+
+    times: dict[str, list[float]] = {spec: [] for spec in specs}
+    for _ in range(2):
+        for spec in specs:
+            _launch.TUNE = spec
+            torch.testing.assert_close(call(), expected, rtol=tol, atol=tol)
+            times[spec].append(suite.timer.median_us(call))
+    _launch.TUNE = ""
+    comp, _ = bag_bytes(weight, idx, offsets, psw, batch * dim)
+    cells = []
+    for spec in specs:
+        us = min(times[spec])
+        pct = 100 * comp / (us * 1e-6) / 1e9 / suite.copy_gbps
+        cells.append(f"{spec or 'default'}: {us:.1f} us {pct:.1f}%")
+    label = (f"{rows // 1000}Kx{dim} B{batch} L{pooling} a{alpha} {'csr' if csr else 'fixed'} {mode}"
+             f"{'+psw' if psw else ''} {dtype}").replace("torch.", "")
+    print(f"{label:46s} " + " | ".join(cells), flush=True)
+
+
+def main(argv: list[str]) -> None:
+    suite = Suite(reps=100, quick=False, seed=40)
+    print(f"copy ceiling {suite.copy_gbps:.0f} GB/s", flush=True)
+    launcher = argv == ["--launcher"]
+    with torch.no_grad():
+        for c in LAUNCHER_CASES if launcher else CASES:
+            case(suite, LAUNCHER_SPECS if launcher else SPECS, *c)
+            torch.cuda.empty_cache()
+    for variant, (regs, local) in _nvrtc.STATS.resources.items():
+        if variant.startswith("embedding_bag_forward "):
+            print(f"registers {regs:3d} local {local:3d} B  {variant}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
