@@ -48,11 +48,13 @@ MIN_BLOCKS = 2
 # the stride's registers spill them. docs/perf-log.md, change 39.
 FORWARD_RESIDENT_WAVES = 1
 PERSISTENT_MAX_GROUP_ROWS = 24
-# Those striding variants for float32 rows of one 16-byte vector per lane (d128 and d32 float32)
-# keep 8 rows in flight per lane at 3 blocks per SM instead of 16 at 2: same bytes in flight per
-# SM, more warps to cover each bag's wait for its last row (scripts/unroll_blocks.py, run 87:
-# d128 L12-L24 2.7-6.3 % faster, e.g. L20 CSR mean 52.6 -> 49.3 us; 16-bit rows of 16 rows per
-# group were 16 % slower that way, so they keep 16). docs/perf-log.md, change 40.
+# Those striding variants for float32 rows of one warp-wide row (d128 float32: a 16-byte vector
+# per lane) keep 8 rows in flight per lane at 3 blocks per SM instead of 16 at 2: the same bytes
+# in flight per SM, more warps to cover each bag's wait for its last row (scripts/unroll_blocks.py,
+# runs 87-88, side by side: d128 L12-L24 3-6 % faster on uniform indices, e.g. L20 mean 51.5 ->
+# 48.6 us, and 19-23 % on Zipf-skewed ones, L20 a1.15 33.7 -> 26.0). Not for per-sample weights
+# (L20 53.3 -> 55.0 us), d32 rows (4 rows per warp: 1-4 % slower on three of four cases) or
+# 16-bit rows (16 rows per group: 16 % slower). docs/perf-log.md, change 40.
 STRIDE_F32_HALF_UNROLL = True
 
 
@@ -197,8 +199,9 @@ def forward_defines(weight_code: int, index_type: str, mode: str, has_psw: bool,
     unroll, min_blocks = _rows_in_flight(tiling, has_psw, need_argmax, group_rows)
     persistent = FORWARD_RESIDENT_WAVES > 0 and min_blocks <= MIN_BLOCKS and group_rows <= PERSISTENT_MAX_GROUP_ROWS
     if persistent and STRIDE_F32_HALF_UNROLL and weight_code == 0 and tiling.vec == 4 and tiling.chunks == 1 \
-            and not need_argmax and unroll == UNROLL_ROWS:
-        # float32 rows of one vector per lane: half the rows in flight, 3 blocks per SM (80 registers)
+            and rows_at_once == 1 and not (has_psw or need_argmax) and unroll == UNROLL_ROWS:
+        # float32 rows of one vector per lane, one row per warp: half the rows in flight, 3 blocks
+        # per SM (80 registers)
         unroll, min_blocks = UNROLL_ROWS // 2, 3
     return _bag_defines(weight_code, index_type, mode, has_psw, need_argmax, tiling, min_blocks,
                         TEAM=tiling.row_lanes * rows_at_once, UNROLL=unroll, PERSISTENT=int(persistent))

@@ -290,8 +290,8 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group(monkey
     """PERSISTENT (teams striding over the bags, the next bag prefetched) for the 2-blocks-per-SM
     variants whose bags hold at most PERSISTENT_MAX_GROUP_ROWS rows per lane group: it gained
     up to 14 % there and lost 1-3 % on longer bags (change 39); short-bag variants at 3-4 blocks
-    per SM never take it (the stride's registers spill them). Float32 rows of one vector per lane
-    then stride with 8 rows in flight at 3 blocks per SM (change 40)."""
+    per SM never take it (the stride's registers spill them). Float32 rows one warp wide (d128)
+    then stride with 8 rows in flight at 3 blocks per SM, except with per-sample weights (change 40)."""
     from reference_kernels import _launch
     from reference_kernels._launch import RowTiling, forward_defines
 
@@ -306,8 +306,10 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group(monkey
     assert persistent(128, 4) == (0, 4, 4) and persistent(128, 8) == (0, 3, 8)  # high occupancy: one team per bag
     assert persistent(128, 32, 2) == (1, 2, 16)  # 16-bit d128: two rows at once, 16 rows per lane group
     assert persistent(192, 32) == (1, 2, 4)  # suite 3's rows: 2 rows at once, 3 vectors per lane
-    assert persistent(32, 64) == (1, 3, 8) and persistent(32, 128) == (0, 2, 16)  # 4 rows at once
+    assert persistent(32, 64) == (1, 2, 16) and persistent(32, 128) == (0, 2, 16)  # 4 rows at once: 16 in flight
     assert persistent(128, 20, argmax=True) == (1, 2, 8)
+    psw = forward_defines(0, "i64", "sum", True, False, RowTiling.for_row(128, 4), 20)
+    assert (psw["PERSISTENT"], psw["MIN_BLOCKS"], psw["UNROLL"]) == (1, 2, 16)  # per-sample weights keep 16
     monkeypatch.setattr(_launch, "STRIDE_F32_HALF_UNROLL", False)
     assert persistent(128, 16) == (1, 2, 16)
     monkeypatch.setattr(_launch, "FORWARD_RESIDENT_WAVES", 0)

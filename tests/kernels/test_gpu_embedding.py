@@ -335,8 +335,12 @@ def test_persistent_teams_max_backward_and_table_batched(gen: torch.Generator) -
     bags = make_bags("csr_last", batch, 12, 400, torch.int64, gen)
     grad_out = torch.randn(batch, 128, generator=gen, device="cuda")
     ours_w, _ = _bag_grad(ours_bag, bags, weight, "max", grad_out, None, None)
-    ref_w, _ = _bag_grad(torch_bag, bags, weight, "max", grad_out, None, None)
-    torch.testing.assert_close(ours_w, ref_w, rtol=1e-5, atol=1e-5)
+    # a row wins ~85 bags per column here: its gradient is a long float32 sum, checked against
+    # float64 within the summation bound (float64 keeps float32's winners: the values are exact)
+    ref_w, _ = _bag_grad(torch_bag, bags, weight.double(), "max", grad_out.double(), None, None)
+    abs_w, _ = _bag_grad(torch_bag, bags, weight.double(), "max", grad_out.double().abs(), None, None)
+    occurrences = int(torch.bincount(bags.input.view(-1), minlength=400).max())
+    assert_within(ours_w, ref_w, pooled_tolerance(ref_w, abs_w, occurrences, torch.float32), "grad weight (max)")
 
     rows, pooling = [300, 1000, 50], [12, 20, 16]
     tbe = TableBatchedEmbeddingBag(rows, 128, "sum", torch.float32, "cuda")
