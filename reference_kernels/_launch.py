@@ -54,7 +54,9 @@ PERSISTENT_MAX_GROUP_ROWS = 24
 # runs 87-88, side by side: d128 L12-L24 3-6 % faster on uniform indices, e.g. L20 mean 51.5 ->
 # 48.6 us, and 19-23 % on Zipf-skewed ones, L20 a1.15 33.7 -> 26.0). Not for per-sample weights
 # (L20 53.3 -> 55.0 us), d32 rows (4 rows per warp: 1-4 % slower on three of four cases) or
-# 16-bit rows (16 rows per group: 16 % slower). docs/perf-log.md, change 40.
+# 16-bit rows (16 rows per group: 16 % slower), nor for calls of fewer bags than 2 blocks per SM
+# hold teams (B1024 L16: 3-6 % slower in run 90; one wave, where fewer rows in flight only make
+# each bag's chain longer). docs/perf-log.md, change 40.
 STRIDE_F32_HALF_UNROLL = True
 
 
@@ -191,15 +193,16 @@ def index_check(indices: "torch.Tensor", num_embeddings: int, offsets: "torch.Te
 
 
 def forward_defines(weight_code: int, index_type: str, mode: str, has_psw: bool, need_argmax: bool,
-                    tiling: RowTiling, avg_len: int) -> dict[str, object]:
+                    tiling: RowTiling, avg_len: int, many_bags: bool = True) -> dict[str, object]:
     """Compile-time variant of embedding_bag_forward.cu for one call (pure: testable on CPU).
-    A team reads as many rows at once as fit in a warp, but no more than a bag holds."""
+    A team reads as many rows at once as fit in a warp, but no more than a bag holds.
+    ``many_bags``: the call has more bags than 2 blocks per SM hold teams (fills the GPU)."""
     rows_at_once = min(32 // tiling.row_lanes, _floor_pow2(avg_len))
     group_rows = -(-max(1, avg_len) // rows_at_once)
     unroll, min_blocks = _rows_in_flight(tiling, has_psw, need_argmax, group_rows)
     persistent = FORWARD_RESIDENT_WAVES > 0 and min_blocks <= MIN_BLOCKS and group_rows <= PERSISTENT_MAX_GROUP_ROWS
     if persistent and STRIDE_F32_HALF_UNROLL and weight_code == 0 and tiling.vec == 4 and tiling.chunks == 1 \
-            and rows_at_once == 1 and not (has_psw or need_argmax) and unroll == UNROLL_ROWS:
+            and rows_at_once == 1 and not (has_psw or need_argmax) and unroll == UNROLL_ROWS and many_bags:
         # float32 rows of one vector per lane, one row per warp: half the rows in flight, 3 blocks
         # per SM (80 registers)
         unroll, min_blocks = UNROLL_ROWS // 2, 3
@@ -388,18 +391,19 @@ _PLANS: dict[tuple[object, ...], ForwardPlan] = {}
 
 
 def _forward_plan(weight: "torch.Tensor", indices: "torch.Tensor", mode: str, has_psw: bool,
-                  need_argmax: bool, avg_len: int) -> ForwardPlan:
-    """Memoised per (dtypes, width, alignment, mode, bag length class, device): the host
-    work per call is then one dictionary lookup."""
+                  need_argmax: bool, avg_len: int, num_bags: int = 2**62) -> ForwardPlan:
+    """Memoised per (dtypes, width, alignment, mode, bag length class, batch class, device):
+    the host work per call is then one dictionary lookup."""
     dim = weight.shape[1]
+    many_bags = num_bags >= sm_count(weight.device) * MIN_BLOCKS * (BLOCK // 32)
     key = (weight.dtype, dim, weight.data_ptr() % 16, indices.dtype, mode, has_psw, need_argmax,
-           min(avg_len, 32 * UNROLL_ROWS), weight.device.index, TUNE, FORWARD_RESIDENT_WAVES > 0,
+           min(avg_len, 32 * UNROLL_ROWS), many_bags, weight.device.index, TUNE, FORWARD_RESIDENT_WAVES > 0,
            PERSISTENT_MAX_GROUP_ROWS, STRIDE_F32_HALF_UNROLL)
     plan = _PLANS.get(key)
     if plan is None:
         tiling = RowTiling.for_row(dim, vector_width(dim, weight.element_size(), weight.data_ptr()))
         defines = forward_defines(_dtype_code(weight.dtype), _index_type(indices.dtype), mode, has_psw,
-                                  need_argmax, tiling, avg_len)
+                                  need_argmax, tiling, avg_len, many_bags)
         fn = _nvrtc.get_function("embedding_bag_forward.cu", "embedding_bag_forward", defines,
                                  weight.device.index)
         resident = _nvrtc.resident_blocks(fn, BLOCK) if defines["PERSISTENT"] else 0
@@ -448,7 +452,7 @@ def bag_forward(weight: "torch.Tensor", indices: "torch.Tensor", offsets: "torch
     if offsets is not None and _segmented_forward(weight, indices, offsets, num_bags, per_sample_weights, mode,
                                                   padding_idx, table_rows, avg_len, out, argmax):
         return out, argmax
-    plan = _forward_plan(weight, indices, mode, per_sample_weights is not None, need_argmax, avg_len)
+    plan = _forward_plan(weight, indices, mode, per_sample_weights is not None, need_argmax, avg_len, num_bags)
     _launch_on(weight, plan.fn, plan.grid(num_bags, weight.device), [
         (weight.data_ptr(), PTR), (dim, I64), (_ptr(indices), PTR), (n, I64),
         (_ptr(offsets), PTR), (0 if offsets is None else offsets.numel(), I64), (bag_size, I64),

@@ -308,6 +308,8 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group(monkey
     assert persistent(192, 32) == (1, 2, 4)  # suite 3's rows: 2 rows at once, 3 vectors per lane
     assert persistent(32, 64) == (1, 2, 16) and persistent(32, 128) == (0, 2, 16)  # 4 rows at once: 16 in flight
     assert persistent(128, 20, argmax=True) == (1, 2, 8)
+    few = forward_defines(0, "i64", "sum", False, False, RowTiling.for_row(128, 4), 16, many_bags=False)
+    assert (few["PERSISTENT"], few["MIN_BLOCKS"], few["UNROLL"]) == (1, 2, 16)  # one wave: 16 in flight
     psw = forward_defines(0, "i64", "sum", True, False, RowTiling.for_row(128, 4), 20)
     assert (psw["PERSISTENT"], psw["MIN_BLOCKS"], psw["UNROLL"]) == (1, 2, 16)  # per-sample weights keep 16
     monkeypatch.setattr(_launch, "STRIDE_F32_HALF_UNROLL", False)
