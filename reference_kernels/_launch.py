@@ -58,6 +58,13 @@ PERSISTENT_MAX_GROUP_ROWS = 24
 # hold teams (B1024 L16: 3-6 % slower in run 90; one wave, where fewer rows in flight only make
 # each bag's chain longer). docs/perf-log.md, change 40.
 STRIDE_F32_HALF_UNROLL = True
+# Float32 rows of three vectors per lane (192 columns: 16 lanes x 3) keep 2 rows in flight per
+# lane at 3 blocks per SM, one team per bag, instead of 4 rows at 2 blocks striding: suite 3's
+# shape (10M x 192, B65536, L32) sum 260.6 -> 233.7 us, Zipf-1.15 mean 198.4 -> 169.2 (run 93,
+# scripts/unroll_blocks.py --wide); striding at 3 blocks spills. 16-bit rows spill at 3 blocks
+# (28-80 bytes) and keep theirs; per-sample weights are left as they were (not measured).
+# docs/perf-log.md, change 41.
+WIDE_F32_FEWER_ROWS = True
 
 
 # Experiment hook for the benchmark: REFERENCE_KERNELS_TUNE="UNROLL=8,MIN_BLOCKS=1" overrides
@@ -206,6 +213,9 @@ def forward_defines(weight_code: int, index_type: str, mode: str, has_psw: bool,
         # float32 rows of one vector per lane, one row per warp: half the rows in flight, 3 blocks
         # per SM (80 registers)
         unroll, min_blocks = UNROLL_ROWS // 2, 3
+    if WIDE_F32_FEWER_ROWS and weight_code == 0 and tiling.chunks == 3 and unroll == 4 and not (has_psw or need_argmax):
+        # float32 rows of three vectors per lane: 2 rows in flight at 3 blocks per SM, one team per bag
+        unroll, min_blocks, persistent = 2, 3, False
     return _bag_defines(weight_code, index_type, mode, has_psw, need_argmax, tiling, min_blocks,
                         TEAM=tiling.row_lanes * rows_at_once, UNROLL=unroll, PERSISTENT=int(persistent))
 
@@ -398,7 +408,7 @@ def _forward_plan(weight: "torch.Tensor", indices: "torch.Tensor", mode: str, ha
     many_bags = num_bags >= sm_count(weight.device) * MIN_BLOCKS * (BLOCK // 32)
     key = (weight.dtype, dim, weight.data_ptr() % 16, indices.dtype, mode, has_psw, need_argmax,
            min(avg_len, 32 * UNROLL_ROWS), many_bags, weight.device.index, TUNE, FORWARD_RESIDENT_WAVES > 0,
-           PERSISTENT_MAX_GROUP_ROWS, STRIDE_F32_HALF_UNROLL)
+           PERSISTENT_MAX_GROUP_ROWS, STRIDE_F32_HALF_UNROLL, WIDE_F32_FEWER_ROWS)
     plan = _PLANS.get(key)
     if plan is None:
         tiling = RowTiling.for_row(dim, vector_width(dim, weight.element_size(), weight.data_ptr()))

@@ -13,7 +13,8 @@ occupancy is worth a register diet.
 ``--launcher``: the launcher's pick (change 40: float32 rows of one vector per lane stride with
 8 rows in flight at 3 blocks per SM) against change 39's (UNROLL=16, MIN_BLOCKS=2) on every
 kind of case the rule touches: d128 and d32 float32, fixed and CSR, every mode, per-sample
-weights, uniform and Zipf 1.15, B 6912 to 131072."""
+weights, uniform and Zipf 1.15, B 6912 to 131072. ``--wide``: the same question for rows of three
+vectors per lane (suite 3's 192 columns); ``--wide-check`` the launcher's pick since change 41 there."""
 import sys
 
 import torch
@@ -38,6 +39,26 @@ CASES = [
     (5_000_000, 128, 2048, 150, False, "sum", torch.float32),
 ]
 LAUNCHER_SPECS = ["", "UNROLL=16,MIN_BLOCKS=2"]
+# ``--wide``: rows of 3 vectors per lane (suite 3's 192 columns), whose pick was 4 rows (12
+# vectors) in flight at 2 blocks per SM, striding (run 93: the first four specs); ``--wide-check``:
+# the launcher's pick since change 41 against that one, on every mode (run 94)
+WIDE_SPECS = ["", "UNROLL=2,MIN_BLOCKS=3", "UNROLL=2,MIN_BLOCKS=4", "UNROLL=2,MIN_BLOCKS=3,PERSISTENT=0"]
+WIDE_CHECK_SPECS = ["", "UNROLL=4,MIN_BLOCKS=2,PERSISTENT=1"]
+WIDE_CASES = [
+    (10_000_000, 192, 65536, 32, False, "sum", torch.float32, 1.0, False),
+    (10_000_000, 192, 65536, 32, False, "sum", torch.float16, 1.0, False),
+    (10_000_000, 192, 65536, 32, False, "mean", torch.float32, 1.15, False),
+    (1_000_000, 192, 16384, 20, True, "sum", torch.float32, 0.0, False),
+]
+WIDE_CHECK_CASES = [
+    (10_000_000, 192, 65536, 32, False, "sum", torch.float32, 1.15, False),
+    (10_000_000, 192, 65536, 32, True, "mean", torch.float32, 1.0, False),
+    (10_000_000, 192, 65536, 32, False, "max", torch.float32, 1.0, False),
+    (10_000_000, 192, 65536, 32, False, "max", torch.float32, 1.15, False),
+    (1_000_000, 192, 32768, 16, False, "sum", torch.float32, 0.0, False),
+    (1_000_000, 192, 6912, 12, True, "sum", torch.float32, 0.0, False),
+    (1_000_000, 192, 2048, 32, False, "sum", torch.float32, 0.0, False),
+]
 # (rows, dim, batch, pooling, csr, mode, dtype, alpha, psw): cases whose pick change 40 changes
 LAUNCHER_CASES = [
     (1_000_000, 128, 32768, 16, False, "sum", torch.float32, 0.0, False),
@@ -92,10 +113,12 @@ def case(suite: Suite, specs: list[str], rows: int, dim: int, batch: int, poolin
 def main(argv: list[str]) -> None:
     suite = Suite(reps=100, quick=False, seed=40)
     print(f"copy ceiling {suite.copy_gbps:.0f} GB/s", flush=True)
-    launcher = argv == ["--launcher"]
+    choices = {"--launcher": (LAUNCHER_CASES, LAUNCHER_SPECS), "--wide": (WIDE_CASES, WIDE_SPECS),
+               "--wide-check": (WIDE_CHECK_CASES, WIDE_CHECK_SPECS)}
+    cases, specs = choices.get(argv[0] if argv else "", (CASES, SPECS))
     with torch.no_grad():
-        for c in LAUNCHER_CASES if launcher else CASES:
-            case(suite, LAUNCHER_SPECS if launcher else SPECS, *c)
+        for c in cases:
+            case(suite, specs, *c)
             torch.cuda.empty_cache()
     for variant, (regs, local) in _nvrtc.STATS.resources.items():
         if variant.startswith("embedding_bag_forward "):

@@ -305,7 +305,8 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group(monkey
     assert [persistent(128, n) for n in (25, 32, 64, 150)] == [(0, 2, 16)] * 4
     assert persistent(128, 4) == (0, 4, 4) and persistent(128, 8) == (0, 3, 8)  # high occupancy: one team per bag
     assert persistent(128, 32, 2) == (1, 2, 16)  # 16-bit d128: two rows at once, 16 rows per lane group
-    assert persistent(192, 32) == (1, 2, 4)  # suite 3's rows: 2 rows at once, 3 vectors per lane
+    assert persistent(192, 32) == (0, 3, 2)  # suite 3's float32 rows: 3 vectors per lane, one team per bag (41)
+    assert persistent(192, 32, 2) == (1, 2, 4)  # 16-bit 192: 8 lanes x 3 vectors, 4 rows at once
     assert persistent(32, 64) == (1, 2, 16) and persistent(32, 128) == (0, 2, 16)  # 4 rows at once: 16 in flight
     assert persistent(128, 20, argmax=True) == (1, 2, 8)
     few = forward_defines(0, "i64", "sum", False, False, RowTiling.for_row(128, 4), 16, many_bags=False)
@@ -314,6 +315,8 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group(monkey
     assert (psw["PERSISTENT"], psw["MIN_BLOCKS"], psw["UNROLL"]) == (1, 2, 16)  # per-sample weights keep 16
     monkeypatch.setattr(_launch, "STRIDE_F32_HALF_UNROLL", False)
     assert persistent(128, 16) == (1, 2, 16)
+    monkeypatch.setattr(_launch, "WIDE_F32_FEWER_ROWS", False)
+    assert persistent(192, 32) == (1, 2, 4)
     monkeypatch.setattr(_launch, "FORWARD_RESIDENT_WAVES", 0)
     assert persistent(128, 16) == (0, 2, 16)
 
