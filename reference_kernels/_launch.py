@@ -42,10 +42,11 @@ MIN_BLOCKS = 2
 # 80 and 82, scripts/persistent_bags.py, median of 100): at up to 20 rows per group one wave
 # gained up to 14 % and lost nowhere (suite 3's 2 x 10M x 192 L32 TBE float32 568.0 -> 518.9 us,
 # float16 369.8 -> 327.5; CSR L16 78.1 -> 74.8; L20 52.8 -> 49.7; fixed-layout L16 alike), also
-# with only 2-3 bags per team (B4224 and B6912), and two waves less; at 32 and more rows per group it lost 1-3 % (d128 f32 L32 130.4 ->
-# 132.3, L64 247.4 -> 251.4, 12 tables L150 411.2 -> 424.5), where a bag's own index batches
-# already overlap its rows. The 3-4 blocks-per-SM variants of short bags keep one team per bag:
-# the stride's registers spill them. docs/perf-log.md, change 39.
+# with only 2-3 bags per team (B4224 and B6912), and two waves less; at 32 and more rows per
+# group it lost 1-3 % (d128 f32 L32 130.4 -> 132.3, L64 247.4 -> 251.4, 12 tables L150 411.2 ->
+# 424.5), where a bag's own index batches already overlap its rows. The 3-4 blocks-per-SM
+# variants of short bags keep one team per bag: the stride's registers spill them.
+# docs/perf-log.md, change 39.
 FORWARD_RESIDENT_WAVES = 1
 PERSISTENT_MAX_GROUP_ROWS = 24
 # Those striding variants for float32 rows of one warp-wide row (d128 float32: a 16-byte vector
@@ -208,14 +209,12 @@ def forward_defines(weight_code: int, index_type: str, mode: str, has_psw: bool,
     group_rows = -(-max(1, avg_len) // rows_at_once)
     unroll, min_blocks = _rows_in_flight(tiling, has_psw, need_argmax, group_rows)
     persistent = FORWARD_RESIDENT_WAVES > 0 and min_blocks <= MIN_BLOCKS and group_rows <= PERSISTENT_MAX_GROUP_ROWS
-    if persistent and STRIDE_F32_HALF_UNROLL and weight_code == 0 and tiling.vec == 4 and tiling.chunks == 1 \
-            and rows_at_once == 1 and not (has_psw or need_argmax) and unroll == UNROLL_ROWS and many_bags:
-        # float32 rows of one vector per lane, one row per warp: half the rows in flight, 3 blocks
-        # per SM (80 registers)
-        unroll, min_blocks = UNROLL_ROWS // 2, 3
-    if WIDE_F32_FEWER_ROWS and weight_code == 0 and tiling.chunks == 3 and unroll == 4 and not (has_psw or need_argmax):
-        # float32 rows of three vectors per lane: 2 rows in flight at 3 blocks per SM, one team per bag
-        unroll, min_blocks, persistent = 2, 3, False
+    plain_f32 = weight_code == 0 and not (has_psw or need_argmax)  # where changes 40-41 were measured
+    if (STRIDE_F32_HALF_UNROLL and persistent and plain_f32 and many_bags and tiling.vec == 4
+            and tiling.chunks == 1 and rows_at_once == 1 and unroll == UNROLL_ROWS):
+        unroll, min_blocks = UNROLL_ROWS // 2, 3  # d128: half the rows in flight, 3 blocks (80 registers)
+    if WIDE_F32_FEWER_ROWS and plain_f32 and tiling.chunks == 3 and unroll == 4:
+        unroll, min_blocks, persistent = 2, 3, False  # 192 columns: 2 rows at 3 blocks, one team per bag
     return _bag_defines(weight_code, index_type, mode, has_psw, need_argmax, tiling, min_blocks,
                         TEAM=tiling.row_lanes * rows_at_once, UNROLL=unroll, PERSISTENT=int(persistent))
 

@@ -247,8 +247,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
     const i64 out_row = (bag % bags_per_table) * out_row_stride + table * dim;
     const i64 next_work = work + teams;
     i64 next_start = 0, next_end = 0;  // past the last unit: an empty bag, nothing loaded
-    if (PERSISTENT && next_work < units) bag_bounds(next_work / col_tiles, offsets, num_offsets, num_indices, bag_size,
-                                      next_start, next_end);
+    if (PERSISTENT && next_work < units)
+      bag_bounds(next_work / col_tiles, offsets, num_offsets, num_indices, bag_size, next_start, next_end);
 
     Acc acc;
     acc_init(acc);
@@ -262,9 +262,10 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
         acc.count += __popc(__ballot_sync(mask, pooled));
       }
       // prefetch the team's next batch: this bag's, or after its last the next bag's first
-      if (base + TEAM < end) load_batch(base + TEAM, end, team_lane, indices, per_sample_weights, next_index,
-                                        next_weight);
-      else if (PERSISTENT) load_batch(next_start, next_end, team_lane, indices, per_sample_weights, next_index, next_weight);
+      if (base + TEAM < end)
+        load_batch(base + TEAM, end, team_lane, indices, per_sample_weights, next_index, next_weight);
+      else if (PERSISTENT)
+        load_batch(next_start, next_end, team_lane, indices, per_sample_weights, next_index, next_weight);
 #pragma unroll
       for (int m = 0; m < ROW_LANES; m += UNROLL_EFF) {
         if (m * ROWS_AT_ONCE >= n) break;  // same decision for the whole team

@@ -118,7 +118,8 @@ def multi(suite: Suite, label: str, rows: list[int], dim: int, batch: int, pooli
 
 def main() -> None:
     suite = Suite(reps=100, quick=False, seed=39)
-    print(f"copy ceiling {suite.copy_gbps:.0f} GB/s; grids: 0 = one team per bag, N = N waves of resident blocks striding",
+    print(f"copy ceiling {suite.copy_gbps:.0f} GB/s; grids: 0 = one team per bag, N = N waves of resident "
+          "blocks striding",
           flush=True)
     _launch.PERSISTENT_MAX_GROUP_ROWS = 10**9  # the policy itself, on bags of any length
     with torch.no_grad():
