@@ -179,6 +179,16 @@ def zipf_indices(n: int, rows: int, alpha: float, gen: torch.Generator) -> torch
     return (rank * 2654435761 + 12345) % rows  # hot rows spread over the table
 
 
+def bag_indices(batch: int, pooling: int, rows: int, alpha: float, csr: bool,
+                gen: torch.Generator) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """B bags of L lookups (zipf_indices): [B, L] indices and no offsets (fixed layout), or flat
+    indices and B + 1 CSR offsets (include_last_offset)."""
+    idx = zipf_indices(batch * pooling, rows, alpha, gen)
+    if not csr:
+        return idx.view(batch, pooling), None
+    return idx, torch.arange(0, idx.numel() + 1, pooling, device=DEV)
+
+
 def table(rows: int, dim: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
     return torch.randn(rows, dim, generator=gen, device=DEV, dtype=torch.float32).to(dtype)
 
@@ -306,9 +316,7 @@ class Suite:
         weight = table(1_000_000, 128, torch.float32, self.gen)
         for batch in (2048, 16384):
             for layout in ("fixed", "csr"):
-                idx = zipf_indices(batch * 20, 1_000_000, 0.0, self.gen)
-                offsets = torch.arange(0, idx.numel() + 1, 20, device=DEV) if layout == "csr" else None
-                idx = idx if layout == "csr" else idx.view(batch, 20)
+                idx, offsets = bag_indices(batch, 20, 1_000_000, 0.0, layout == "csr", self.gen)
                 for mode in ("sum", "mean", "max"):
                     self.bag_case(f"0 1Mx128 B{batch} L20 {layout} {mode} f32", "0-simple", weight, idx, offsets,
                                   mode, False)
@@ -382,12 +390,7 @@ class Suite:
                         for layout in ("fixed", "csr"):
                             if self.quick and (batch != 32768 or alpha != 0.0):
                                 continue
-                            idx = zipf_indices(batch * pooling, 1_000_000, alpha, self.gen)
-                            offsets = None
-                            if layout == "csr":
-                                offsets = torch.arange(0, idx.numel() + 1, pooling, device=DEV)
-                            else:
-                                idx = idx.view(batch, pooling)
+                            idx, offsets = bag_indices(batch, pooling, 1_000_000, alpha, layout == "csr", self.gen)
                             self.bag_case(f"4 d{dim} B{batch} L{pooling} a{alpha} {layout} sum f32", "4-sweep",
                                           weights[dim], idx, offsets, "sum", False)
 

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 import reference_kernels as rk
 from reference_kernels import _launch
-from reference_kernels.bench import Suite, bag_bytes, table, table_batch, table_batch_bytes, zipf_indices
+from reference_kernels.bench import Suite, bag_bytes, bag_indices, table, table_batch, table_batch_bytes
 from reference_kernels.tbe import TableBatchedEmbeddingBag
 
 DEV = "cuda"
@@ -81,22 +81,21 @@ def side_by_side(suite: Suite, label: str, comp: int, call: object) -> None:
 def single(suite: Suite, rows: int, dim: int, batch: int, pooling: int, alpha: float, csr: bool, mode: str,
            dtype: torch.dtype, psw: bool = False) -> None:
     weight = table(rows, dim, dtype, suite.gen)
-    idx = zipf_indices(batch * pooling, rows, alpha, suite.gen)
-    offsets = torch.arange(0, batch * pooling, pooling, device=DEV) if csr else None
-    if not csr:
-        idx = idx.view(batch, pooling)
+    idx, offsets = bag_indices(batch, pooling, rows, alpha, csr, suite.gen)
     w = torch.rand(idx.shape, generator=suite.gen, device=DEV).to(dtype) if psw else None
-    expected = F.embedding_bag(idx, weight, offsets, mode=mode, per_sample_weights=w)
+    expected = F.embedding_bag(idx, weight, offsets, mode=mode, per_sample_weights=w, include_last_offset=csr)
+
+    def call() -> torch.Tensor:
+        return rk.embedding_bag(idx, weight, offsets, mode=mode, per_sample_weights=w, include_last_offset=csr,
+                                check_indices=False)
+
     for g in GRIDS:
         _launch.FORWARD_RESIDENT_WAVES = g
-        tol = tolerance(dtype)
-        torch.testing.assert_close(rk.embedding_bag(idx, weight, offsets, mode=mode, per_sample_weights=w,
-                                                    check_indices=False), expected, rtol=tol, atol=tol)
+        torch.testing.assert_close(call(), expected, rtol=tolerance(dtype), atol=tolerance(dtype))
     comp, _ = bag_bytes(weight, idx, offsets, psw, batch * dim)
     label = (f"{rows // 1000}Kx{dim} B{batch} L{pooling} a{alpha} {'csr' if csr else 'fixed'} {mode}"
              f"{'+psw' if psw else ''} {name(dtype)}")
-    side_by_side(suite, label, comp, lambda: rk.embedding_bag(idx, weight, offsets, mode=mode, per_sample_weights=w,
-                                                              check_indices=False))
+    side_by_side(suite, label, comp, call)
 
 
 def multi(suite: Suite, label: str, rows: list[int], dim: int, batch: int, pooling: list[int], alpha: float,

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 import reference_kernels as rk
 from reference_kernels import _launch, _nvrtc
-from reference_kernels.bench import Suite, bag_bytes, table, zipf_indices
+from reference_kernels.bench import Suite, bag_bytes, bag_indices, table
 
 DEV = "cuda"
 SPECS = ["", "UNROLL=8,MIN_BLOCKS=4,PERSISTENT=0", "UNROLL=8,MIN_BLOCKS=4,PERSISTENT=1",
@@ -81,16 +81,14 @@ LAUNCHER_CASES = [
 def case(suite: Suite, specs: list[str], rows: int, dim: int, batch: int, pooling: int, csr: bool, mode: str,
          dtype: torch.dtype, alpha: float = 0.0, psw: bool = False) -> None:
     weight = table(rows, dim, dtype, suite.gen)
-    idx = zipf_indices(batch * pooling, rows, alpha, suite.gen)
-    offsets = torch.arange(0, batch * pooling, pooling, device=DEV) if csr else None
-    if not csr:
-        idx = idx.view(batch, pooling)
+    idx, offsets = bag_indices(batch, pooling, rows, alpha, csr, suite.gen)
     w = torch.rand(idx.shape, generator=suite.gen, device=DEV).to(dtype) if psw else None
-    expected = F.embedding_bag(idx, weight, offsets, mode=mode, per_sample_weights=w)
+    expected = F.embedding_bag(idx, weight, offsets, mode=mode, per_sample_weights=w, include_last_offset=csr)
     tol = 1e-4 if dtype == torch.float32 else 2e-2
 
     def call() -> torch.Tensor:
-        return rk.embedding_bag(idx, weight, offsets, mode=mode, per_sample_weights=w, check_indices=False)
+        return rk.embedding_bag(idx, weight, offsets, mode=mode, per_sample_weights=w, include_last_offset=csr,
+                                check_indices=False)
 
     times: dict[str, list[float]] = {spec: [] for spec in specs}
     for _ in range(2):
