@@ -522,8 +522,6 @@ BULK_GATHER_MIN_ROW_BYTES = 256
 BULK_STAGE_BYTES = 4096
 BULK_BLOCK = 128
 BULK_MAX_STEPS_PER_WARP = 8
-BULK_BALANCED_WAVE = True
-BULK_INDEX_AHEAD = 1
 SMEM_PER_SM = 228 << 10  # Hopper: shared memory per SM, of which each block reserves 1 KB
 SMEM_RESERVED_PER_BLOCK = 1 << 10
 THREADS_PER_SM = 2048
@@ -552,13 +550,7 @@ def bulk_gather_plan(row_bytes: int, num_indices: int, aligned: bool, arch: int,
     steps = -(-num_indices // rows)
     blocks = -(-steps // warps)
     wave = per_sm * sms
-    if steps > BULK_MAX_STEPS_PER_WARP * wave * warps:
-        grid = blocks
-    elif BULK_BALANCED_WAVE:  # the fewest warps that keep each warp's steps at ceil(steps / wave's warps)
-        per_warp = -(-steps // (min(blocks, wave) * warps))
-        grid = -(-(-(-steps // per_warp)) // warps)
-    else:
-        grid = min(blocks, wave)
+    grid = min(blocks, wave) if steps <= BULK_MAX_STEPS_PER_WARP * wave * warps else blocks
     return BulkPlan(rows, max(1, min(grid, MAX_GRID)))
 
 
@@ -572,8 +564,7 @@ def _bulk_plan(weight: "torch.Tensor", out: "torch.Tensor", items: int, min_row_
 
 def _bulk_defines(weight: "torch.Tensor", indices: "torch.Tensor", bulk: BulkPlan) -> dict[str, object]:
     return {"INDEX_T": _index_type(indices.dtype), "BULK_ROWS": bulk.rows,
-            "ROW_BYTES": weight.shape[1] * weight.element_size(), "BLOCK": BULK_BLOCK,
-            "INDEX_AHEAD": BULK_INDEX_AHEAD}
+            "ROW_BYTES": weight.shape[1] * weight.element_size(), "BLOCK": BULK_BLOCK}
 
 
 def _bulk_gather(weight: "torch.Tensor", indices: "torch.Tensor", out: "torch.Tensor") -> bool:

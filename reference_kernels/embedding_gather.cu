@@ -111,9 +111,6 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_gather(
 #ifndef BLOCK
 #define BLOCK 128
 #endif
-#ifndef INDEX_AHEAD
-#define INDEX_AHEAD 1
-#endif
 #define WARPS (BLOCK / 32)
 #if defined(BULK_BAGS) && !defined(MODE)
 #define MODE 0  // 0 = sum, 1 = mean, 2 = max (only bags that are not one row are pooled)
@@ -148,12 +145,13 @@ __device__ __forceinline__ void start_copies(const char* __restrict__ weight, i6
                     "r"(bar) : "memory");
 }
 
-// Lane l < rows starts the copy of row ``idx`` (its index) into its slot of the stage; the
-// stage's barrier expects the bytes of the rows that are copied. A negative index's slot is
-// zeroed by its lane instead (generic stores, made visible to the bulk store by a proxy fence).
-__device__ __forceinline__ void load_stage(const char* __restrict__ weight, i64 idx, int rows, char* stage, u32 bar,
-                                           int lane) {
-  if (lane < rows && idx < 0) {
+// Lanes < rows read an index and start the copy of its row into the stage; the stage's
+// barrier expects the bytes of the rows that are copied. A negative index's slot is zeroed
+// by its lane instead (generic stores, made visible to the bulk store by a proxy fence).
+__device__ __forceinline__ void load_stage(const char* __restrict__ weight, const INDEX_T* __restrict__ indices,
+                                           i64 first, int rows, char* stage, u32 bar, int lane) {
+  const i64 idx = lane < rows ? (i64)indices[first + lane] : 0;
+  if (idx < 0) {
     uint4* slot = reinterpret_cast<uint4*>(stage + lane * ROW_BYTES);
     for (int w = 0; w < ROW_BYTES / 16; ++w) slot[w] = make_uint4(0, 0, 0, 0);
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -221,26 +219,21 @@ struct BagSpan {
   i64 start, end;
 };
 
-// The row of a bag of exactly one index, else -1 (the bag is pooled, or past the last bag).
-__device__ __forceinline__ i64 one_row_index(const INDEX_T* __restrict__ indices, BagSpan span) {
-  return span.end - span.start == 1 ? (i64)indices[span.start] : -1;
-}
-
 __device__ __forceinline__ BagSpan bag_span(const INDEX_T* __restrict__ offsets, i64 num_offsets, i64 num_indices,
                                             i64 num_bags, i64 bag) {
   if (bag >= num_bags) return {0, 0};
   return {(i64)offsets[bag], bag + 1 < num_offsets ? (i64)offsets[bag + 1] : num_indices};
 }
 
-// Lanes < rows take one bag each (``span``: the lane's bag's rows, ``idx``: one_row_index of
-// it): a bag of exactly one valid row is that row in every mode (change 32 in
-// docs/perf-log.md), so its row is bulk-copied
+// Lanes < rows take one bag each (``span``: the lane's bag's rows): a bag of exactly one valid
+// row is that row in every mode (change 32 in docs/perf-log.md), so its row is bulk-copied
 // into the lane's slot; any other bag (empty, longer, or a padding or negative row) is pooled
 // into its slot by the warp.
 __device__ __forceinline__ void load_bag_stage(const char* __restrict__ weight, const INDEX_T* __restrict__ indices,
-                                               BagSpan span, i64 idx, i64 padding_idx, int rows, char* stage, u32 bar,
+                                               BagSpan span, i64 padding_idx, int rows, char* stage, u32 bar,
                                                int lane) {
-  const bool copied = lane < rows && idx >= 0 && idx != padding_idx;  // lanes >= rows have no slot
+  const i64 idx = lane < rows && span.end - span.start == 1 ? (i64)indices[span.start] : -1;
+  const bool copied = idx >= 0 && idx != padding_idx;
   u32 pooled = __ballot_sync(0xffffffffu, lane < rows && !copied);
   start_copies(weight, idx, copied, stage, bar, lane);
   if (pooled == 0) return;
@@ -301,25 +294,11 @@ __device__ __forceinline__ void bulk_steps(const Load& load, i64 items, char* __
 }
 
 #ifndef BULK_BAGS
-// Index ``i``, or 0 past the end (that lane copies nothing).
-__device__ __forceinline__ i64 step_index(const INDEX_T* __restrict__ indices, i64 num_indices, i64 i) {
-  return i < num_indices ? (i64)indices[i] : 0;
-}
-
 extern "C" __global__ void __launch_bounds__(BLOCK) embedding_gather_bulk(
     const char* __restrict__ weight, const INDEX_T* __restrict__ indices, i64 num_indices, char* __restrict__ out) {
   const int lane = threadIdx.x & 31;
-  const i64 stride = (i64)gridDim.x * WARPS;  // bulk_steps' stride over steps
-  // With INDEX_AHEAD, the lane's index one step ahead: a step's copies start without waiting.
-  // Lanes past BULK_ROWS (no slot in the stage) point past the end and load nothing.
-  const i64 slot = lane < BULK_ROWS ? lane : num_indices;
-  const i64 first = ((i64)blockIdx.x * WARPS + (threadIdx.x >> 5)) * BULK_ROWS + slot;
-  i64 ahead = INDEX_AHEAD ? step_index(indices, num_indices, first) : 0;
   bulk_steps([&](i64 step, char* stage, u32 bar) {
-    const i64 i = step * BULK_ROWS + slot;
-    const i64 idx = INDEX_AHEAD ? ahead : step_index(indices, num_indices, i);
-    if (INDEX_AHEAD) ahead = step_index(indices, num_indices, i + stride * BULK_ROWS);
-    load_stage(weight, idx, stage_rows(step, num_indices), stage, bar, lane);
+    load_stage(weight, indices, step * BULK_ROWS, stage_rows(step, num_indices), stage, bar, lane);
   }, num_indices, out);
 }
 #else
@@ -328,21 +307,14 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_forward_bulk(
     const INDEX_T* __restrict__ offsets, i64 num_offsets, i64 num_bags, i64 padding_idx, char* __restrict__ out) {
   const int lane = threadIdx.x & 31;
   const i64 stride = (i64)gridDim.x * WARPS;  // bulk_steps' stride over steps
-  const i64 slot = lane < BULK_ROWS ? lane : num_bags;  // lanes past BULK_ROWS: no slot, no bag
-  const i64 first = ((i64)blockIdx.x * WARPS + (threadIdx.x >> 5)) * BULK_ROWS + slot;  // the lane's first bag
-  // The offsets of the lane's bag one step ahead (two with INDEX_AHEAD, and its index one step
-  // ahead): a step's copies then wait on one load (the index), or on none, not on two
-  // (measured: 35.0 us without the offsets ahead, change 34).
-  BagSpan now = bag_span(offsets, num_offsets, num_indices, num_bags, first);
-  BagSpan next = bag_span(offsets, num_offsets, num_indices, num_bags, first + stride * BULK_ROWS);
-  i64 idx = INDEX_AHEAD ? one_row_index(indices, now) : 0;
+  // The offsets of the lane's bag one step ahead: a step's copies then wait on one load (the
+  // index), as the gather's do, not on two (measured: 35.0 us without this, change 34).
+  BagSpan span = bag_span(offsets, num_offsets, num_indices, num_bags,
+                          ((i64)blockIdx.x * WARPS + (threadIdx.x >> 5)) * BULK_ROWS + lane);
   bulk_steps([&](i64 step, char* stage, u32 bar) {
-    const BagSpan this_span = now;
-    const i64 this_idx = INDEX_AHEAD ? idx : one_row_index(indices, now);
-    now = next;
-    if (INDEX_AHEAD) idx = one_row_index(indices, now);
-    next = bag_span(offsets, num_offsets, num_indices, num_bags, (step + 2 * stride) * BULK_ROWS + slot);
-    load_bag_stage(weight, indices, this_span, this_idx, padding_idx, stage_rows(step, num_bags), stage, bar, lane);
+    const BagSpan now = span;
+    span = bag_span(offsets, num_offsets, num_indices, num_bags, (step + stride) * BULK_ROWS + lane);
+    load_bag_stage(weight, indices, now, padding_idx, stage_rows(step, num_bags), stage, bar, lane);
   }, num_bags, out);
 }
 #endif
