@@ -275,15 +275,20 @@ def short_bag_defines(weight_code: int, index_type: str, mode: str, has_psw: boo
 # Short bags of varying size (CSR offsets, table-batched lookups):
 # embedding_bag_forward_segmented walks segments of consecutive bags of one table as one stream
 # of rows, SEGMENT_VECTORS vectors in flight per lane whatever the bag boundaries. A table's
-# segments hold SEGMENT_ROWS // (its average bag length) bags (2 to segment_capacity), or one
+# segments hold segment_rows() // (its average bag length) bags (2 to segment_capacity), or one
 # bag where that average exceeds SEGMENT_MAX_AVG. Used when the call's average bag holds at
 # most SEGMENT_MAX_AVG rows (0 turns the kernel off). Grid: SEGMENT_GRID_PER_SM blocks per SM.
 # At most SEGMENT_MAX_BAGS bags per segment: 31 left B32768 L1 with 8 warps per SM (15.5 us
 # against 13.7 at 16). Measured choices (runs 29-33, scripts/segments.py): 32 rows per segment
 # against 16 and 64 (64 won on float32 DCNv2, 209 against 222 us, and lost on bfloat16, 143
 # against 128), 4 vectors against 8 (alike, mean slower at 8), 8 blocks per SM against 16
-# (DCNv2 float32 222 against 229 us in two runs, alike elsewhere).
+# (DCNv2 float32 222 against 229 us in two runs, alike elsewhere). Float32 rows take
+# SEGMENT_ROWS_F32 = 64 (change 42, run 100, scripts/dcnv2_split.py --f32, side by side):
+# DCNv2 in one launch sum 223.0 -> 213.9 us, max 231.8 -> 223.0, mean 229.2 -> 224.4, per-sample
+# weights 228.2 -> 219.1; one table's CSR bags (d128, B131072) of 4 and 8 rows 1-2 % faster,
+# of 2 rows alike; 8 vectors was no better at 64 rows and 8-13 % slower for mean and weights.
 SEGMENT_ROWS = 32
+SEGMENT_ROWS_F32 = 64
 SEGMENT_VECTORS = 4
 SEGMENT_MAX_AVG = 8
 SEGMENT_MAX_BAGS = 16
@@ -301,11 +306,17 @@ def segment_capacity(row_lanes: int) -> int:
     return min(SEGMENT_MAX_BAGS, row_lanes - 1)
 
 
-def segment_bags(avg_len: int, row_lanes: int) -> int:
-    """Bags per segment for a table of ``avg_len`` rows per bag (the kernel's table_segment_bags)."""
+def segment_rows(weight_code: int) -> int:
+    """Rows' worth of bags per segment: SEGMENT_ROWS_F32 for float32 rows, else SEGMENT_ROWS."""
+    return SEGMENT_ROWS_F32 if weight_code == 0 else SEGMENT_ROWS
+
+
+def segment_bags(avg_len: int, row_lanes: int, rows: int = SEGMENT_ROWS) -> int:
+    """Bags per segment for a table of ``avg_len`` rows per bag and segments of ``rows`` rows'
+    worth of bags (the kernel's table_segment_bags)."""
     if avg_len > SEGMENT_MAX_AVG:
         return 1
-    return min(segment_capacity(row_lanes), max(2, SEGMENT_ROWS // max(1, avg_len)))
+    return min(segment_capacity(row_lanes), max(2, rows // max(1, avg_len)))
 
 
 def segment_cap(row_lanes: int, num_bags: int, sms: int) -> int:
@@ -333,7 +344,7 @@ def segmented_defines(weight_code: int, index_type: str, mode: str, has_psw: boo
         min_blocks = 2
     return _bag_defines(weight_code, index_type, mode, has_psw, need_argmax, tiling, min_blocks,
                         TEAM=tiling.row_lanes, UNROLL=unroll, SEGMENT_BAGS=segment_capacity(tiling.row_lanes),
-                        SEGMENT_ROWS=SEGMENT_ROWS, SEGMENT_MAX_AVG=SEGMENT_MAX_AVG)
+                        SEGMENT_ROWS=segment_rows(weight_code), SEGMENT_MAX_AVG=SEGMENT_MAX_AVG)
 
 
 @dataclass(frozen=True)
@@ -367,7 +378,7 @@ def _step_plan(entry: str, weight: "torch.Tensor", indices: "torch.Tensor", mode
     length_class = length <= SEGMENT_MAX_AVG if plans is _SEGMENT_PLANS else length  # what changes the plan
     dim = weight.shape[1]
     key = (indices.dtype, mode, has_psw, need_argmax, length_class, weight.dtype, dim, weight.data_ptr() % 16,
-           weight.device.index, TUNE, SHORT_STEP_VECTORS, SEGMENT_ROWS, SEGMENT_VECTORS, SEGMENT_MAX_AVG,
+           weight.device.index, TUNE, SHORT_STEP_VECTORS, SEGMENT_ROWS, SEGMENT_ROWS_F32, SEGMENT_VECTORS, SEGMENT_MAX_AVG,
            SEGMENT_MAX_BAGS)
     if key not in plans:
         tiling = RowTiling.for_row(dim, vector_width(dim, weight.element_size(), weight.data_ptr()))
@@ -489,7 +500,8 @@ def _segmented_forward(weight: "torch.Tensor", indices: "torch.Tensor", offsets:
         return False
     # one table: its segment size is known here (2 or more: avg_len <= SEGMENT_MAX_AVG);
     # several: each team works out each table's, at most cap
-    bags = min(cap, segment_bags(avg_len, segment.row_lanes)) if tables == 1 else 0
+    rows = segment_rows(_dtype_code(weight.dtype))
+    bags = min(cap, segment_bags(avg_len, segment.row_lanes, rows)) if tables == 1 else 0
     dim = weight.shape[1]
     units = (-(-num_bags // bags) if bags else num_bags) * segment.col_tiles
     grid = grid_stride_blocks(units * segment.row_lanes, weight.device, SEGMENT_GRID_PER_SM)

@@ -247,7 +247,8 @@ def test_short_bag_kernel_takes_two_or_more_bags_per_step() -> None:
 
 
 def test_segmented_kernel_holds_every_offset_of_a_segment_in_one_team() -> None:
-    from reference_kernels._launch import SEGMENT_MAX_AVG, RowTiling, segment_bags, segment_cap, segmented_defines
+    from reference_kernels._launch import (SEGMENT_MAX_AVG, RowTiling, segment_bags, segment_cap, segment_rows,
+                                           segmented_defines)
 
     def pick(dim: int, avg_len: int, argmax: bool = False) -> object:
         d = segmented_defines(0, "i64", "max" if argmax else "sum", False, argmax, RowTiling.for_row(dim, 4),
@@ -262,6 +263,12 @@ def test_segmented_kernel_holds_every_offset_of_a_segment_in_one_team() -> None:
     assert pick(8, 1) is None  # 2 lanes: one bag per step, no gain over the general kernel
     assert pick(128, 1, argmax=True) == (16, 2, 32)  # argmax: half the rows in flight
     assert [segment_bags(n, 32) for n in (1, 2, 4, 8, SEGMENT_MAX_AVG + 1, 100)] == [16, 16, 8, 4, 1, 1]
+    # float32 rows: segments of 64 rows' worth of bags (change 42)
+    assert segment_rows(0) == 64 and segment_rows(1) == segment_rows(2) == 32
+    assert [segment_bags(n, 32, 64) for n in (1, 4, 5, 8, SEGMENT_MAX_AVG + 1)] == [16, 16, 12, 8, 1]
+    tiling = RowTiling.for_row(128, 4)
+    assert [segmented_defines(code, "i64", "sum", False, False, tiling, 8)["SEGMENT_ROWS"]  # type: ignore[index]
+            for code in (0, 1, 2)] == [64, 32, 32]  # the kernel's own per-table sizes alike
     assert segment_bags(1, 8) == 7 and segment_bags(1, 4) == 3  # never more bags than a team has lanes - 1
     assert [segment_cap(32, b, 132) for b in (1024, 6912, 32768, 131072)] == [0, 3, 15, 16]  # >= 16 warps/SM
     assert segment_cap(8, 131072, 132) == 7 and segment_cap(8, 32768, 132) == 3  # 4 teams per warp
