@@ -57,14 +57,17 @@ PERSISTENT_MAX_GROUP_ROWS = 24
 # (L20 53.3 -> 55.0 us), d32 rows (4 rows per warp: 1-4 % slower on three of four cases) or
 # 16-bit rows (16 rows per group: 16 % slower), nor for calls of fewer bags than 2 blocks per SM
 # hold teams (B1024 L16: 3-6 % slower in run 90; one wave, where fewer rows in flight only make
-# each bag's chain longer). docs/perf-log.md, change 40.
+# each bag's chain longer). docs/perf-log.md, change 40. With 32-bit positions (POS32, change 43)
+# the variant fits 64 registers and runs 4 blocks per SM (run 103, side by side: L20 mean 47.9 ->
+# 45.2 us, B6912 L24 mean 27.8 -> 25.8, B131072 L16 Zipf 1.15 144.2 -> 135.2).
 STRIDE_F32_HALF_UNROLL = True
 # Float32 rows of three vectors per lane (192 columns: 16 lanes x 3) keep 2 rows in flight per
 # lane at 3 blocks per SM, one team per bag, instead of 4 rows at 2 blocks striding: suite 3's
 # shape (10M x 192, B65536, L32) sum 260.6 -> 233.7 us, Zipf-1.15 mean 198.4 -> 169.2 (run 93,
 # scripts/unroll_blocks.py --wide); striding at 3 blocks spills. 16-bit rows spill at 3 blocks
 # (28-80 bytes) and keep theirs; per-sample weights are left as they were (not measured).
-# docs/perf-log.md, change 41.
+# docs/perf-log.md, change 41. With POS32 at 4 blocks per SM (64 registers, no spill): suite 3's
+# shape 235.2 -> 206.3 us (run 103, change 43).
 WIDE_F32_FEWER_ROWS = True
 
 
@@ -201,22 +204,39 @@ def index_check(indices: "torch.Tensor", num_embeddings: int, offsets: "torch.Te
 
 
 def forward_defines(weight_code: int, index_type: str, mode: str, has_psw: bool, need_argmax: bool,
-                    tiling: RowTiling, avg_len: int, many_bags: bool = True) -> dict[str, object]:
+                    tiling: RowTiling, avg_len: int, many_bags: bool = True, pos32: bool = True) -> dict[str, object]:
     """Compile-time variant of embedding_bag_forward.cu for one call (pure: testable on CPU).
     A team reads as many rows at once as fit in a warp, but no more than a bag holds.
-    ``many_bags``: the call has more bags than 2 blocks per SM hold teams (fills the GPU)."""
+    ``many_bags``: the call has more bags than 2 blocks per SM hold teams (fills the GPU).
+    ``pos32``: the call's positions, rows and threads fit 31 bits (fits_pos32)."""
     rows_at_once = min(32 // tiling.row_lanes, _floor_pow2(avg_len))
     group_rows = -(-max(1, avg_len) // rows_at_once)
     unroll, min_blocks = _rows_in_flight(tiling, has_psw, need_argmax, group_rows)
     persistent = FORWARD_RESIDENT_WAVES > 0 and min_blocks <= MIN_BLOCKS and group_rows <= PERSISTENT_MAX_GROUP_ROWS
     plain_f32 = weight_code == 0 and not (has_psw or need_argmax)  # where changes 40-41 were measured
+    # with 32-bit positions (6-11 registers fewer) these two fit 64 registers: 4 blocks per SM (change 43)
+    blocks = 4 if pos32 else 3
     if (STRIDE_F32_HALF_UNROLL and persistent and plain_f32 and many_bags and tiling.vec == 4
             and tiling.chunks == 1 and rows_at_once == 1 and unroll == UNROLL_ROWS):
-        unroll, min_blocks = UNROLL_ROWS // 2, 3  # d128: half the rows in flight, 3 blocks (80 registers)
+        unroll, min_blocks = UNROLL_ROWS // 2, blocks  # d128: half the rows in flight, more blocks
     if WIDE_F32_FEWER_ROWS and plain_f32 and tiling.chunks == 3 and unroll == 4:
-        unroll, min_blocks, persistent = 2, 3, False  # 192 columns: 2 rows at 3 blocks, one team per bag
+        unroll, min_blocks, persistent = 2, blocks, False  # 192 columns: 2 rows, more blocks, one team per bag
     return _bag_defines(weight_code, index_type, mode, has_psw, need_argmax, tiling, min_blocks,
-                        TEAM=tiling.row_lanes * rows_at_once, UNROLL=unroll, PERSISTENT=int(persistent))
+                        TEAM=tiling.row_lanes * rows_at_once, UNROLL=unroll, PERSISTENT=int(persistent),
+                        POS32=int(pos32))
+
+
+# The general kernel keeps positions, bag numbers and rows in 32-bit registers (POS32) when the
+# call's indices, table rows and threads all stay below POS32_LIMIT (change 43: never slower in
+# run 103, 1-4 % faster with per-sample weights or skewed indices, and the two float32 picks
+# above gain a fourth block per SM). Larger calls keep 64-bit arithmetic.
+POS32_LIMIT = 2**31
+
+
+def fits_pos32(num_indices: int, num_rows: int, num_bags: int, dim: int) -> bool:
+    """The general kernel's POS32 variant serves a call of this size (threads bounded by one
+    32-lane team per bag and column)."""
+    return max(num_indices, num_rows, num_bags * max(1, dim) * 32) < POS32_LIMIT
 
 
 def _bag_defines(weight_code: int, index_type: str, mode: str, has_psw: bool, need_argmax: bool,
@@ -398,6 +418,7 @@ class ForwardPlan:
     team: int
     col_tiles: int
     resident_blocks: int  # per SM with PERSISTENT; 0: one team per unit of work
+    pos32: bool = False  # compiled with 32-bit positions (POS32)
 
     def grid(self, num_bags: int, device: "torch.device") -> int:
         """One team per unit of work, or FORWARD_RESIDENT_WAVES waves of resident blocks at most."""
@@ -416,18 +437,19 @@ def _forward_plan(weight: "torch.Tensor", indices: "torch.Tensor", mode: str, ha
     the host work per call is then one dictionary lookup."""
     dim = weight.shape[1]
     many_bags = num_bags >= sm_count(weight.device) * MIN_BLOCKS * (BLOCK // 32)
+    pos32 = fits_pos32(indices.numel(), weight.shape[0], num_bags, dim)
     key = (weight.dtype, dim, weight.data_ptr() % 16, indices.dtype, mode, has_psw, need_argmax,
-           min(avg_len, 32 * UNROLL_ROWS), many_bags, weight.device.index, TUNE, FORWARD_RESIDENT_WAVES > 0,
+           min(avg_len, 32 * UNROLL_ROWS), many_bags, pos32, weight.device.index, TUNE, FORWARD_RESIDENT_WAVES > 0,
            PERSISTENT_MAX_GROUP_ROWS, STRIDE_F32_HALF_UNROLL, WIDE_F32_FEWER_ROWS)
     plan = _PLANS.get(key)
     if plan is None:
         tiling = RowTiling.for_row(dim, vector_width(dim, weight.element_size(), weight.data_ptr()))
         defines = forward_defines(_dtype_code(weight.dtype), _index_type(indices.dtype), mode, has_psw,
-                                  need_argmax, tiling, avg_len, many_bags)
+                                  need_argmax, tiling, avg_len, many_bags, pos32)
         fn = _nvrtc.get_function("embedding_bag_forward.cu", "embedding_bag_forward", defines,
                                  weight.device.index)
         resident = _nvrtc.resident_blocks(fn, BLOCK) if defines["PERSISTENT"] else 0
-        plan = _PLANS[key] = ForwardPlan(fn, int(defines["TEAM"]), tiling.col_tiles, resident)
+        plan = _PLANS[key] = ForwardPlan(fn, int(defines["TEAM"]), tiling.col_tiles, resident, pos32)
     return plan
 
 

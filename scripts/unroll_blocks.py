@@ -14,7 +14,10 @@ occupancy is worth a register diet.
 8 rows in flight at 3 blocks per SM) against change 39's (UNROLL=16, MIN_BLOCKS=2) on every
 kind of case the rule touches: d128 and d32 float32, fixed and CSR, every mode, per-sample
 weights, uniform and Zipf 1.15, B 6912 to 131072. ``--wide``: the same question for rows of three
-vectors per lane (suite 3's 192 columns); ``--wide-check`` the launcher's pick since change 41 there."""
+vectors per lane (suite 3's 192 columns); ``--wide-check`` the launcher's pick since change 41 there.
+``--pos32`` (change 43): the general kernel with its positions, bags and rows in 32-bit registers
+(POS32), at the launcher's occupancy and at 4 blocks per SM, on the cases above and on suite 1,
+16-bit rows, suite 3's rows and long bags."""
 import sys
 
 import torch
@@ -77,6 +80,15 @@ LAUNCHER_CASES = [
     (1_000_000, 32, 32768, 64, True, "sum", torch.float32, 1.05, True),
 ]
 
+POS32_SPECS = ["", "POS32=1", "POS32=1,MIN_BLOCKS=4"]
+POS32_CASES = LAUNCHER_CASES + [
+    (5_000_000, 128, 2048, 150, False, "sum", torch.float32, 0.0, False),
+    (5_000_000, 128, 2048, 150, False, "sum", torch.bfloat16, 0.0, False),
+    (1_000_000, 128, 16384, 32, False, "sum", torch.bfloat16, 0.0, False),
+    (1_000_000, 128, 32768, 64, False, "sum", torch.float32, 0.0, False),
+    (10_000_000, 192, 65536, 32, False, "sum", torch.float32, 1.0, False),
+]
+
 
 def case(suite: Suite, specs: list[str], rows: int, dim: int, batch: int, pooling: int, csr: bool, mode: str,
          dtype: torch.dtype, alpha: float = 0.0, psw: bool = False) -> None:
@@ -112,7 +124,7 @@ def main(argv: list[str]) -> None:
     suite = Suite(reps=100, quick=False, seed=40)
     print(f"copy ceiling {suite.copy_gbps:.0f} GB/s", flush=True)
     choices = {"--launcher": (LAUNCHER_CASES, LAUNCHER_SPECS), "--wide": (WIDE_CASES, WIDE_SPECS),
-               "--wide-check": (WIDE_CHECK_CASES, WIDE_CHECK_SPECS)}
+               "--wide-check": (WIDE_CHECK_CASES, WIDE_CHECK_SPECS), "--pos32": (POS32_CASES, POS32_SPECS)}
     cases, specs = choices.get(argv[0] if argv else "", (CASES, SPECS))
     with torch.no_grad():
         for c in cases:

@@ -102,11 +102,13 @@ def _launcher_picks() -> list[str]:
             tiling = _launch.RowTiling.for_row(dim, _launch.vector_width(dim, size, 0))
             for mode, psw, argmax in (("sum", 0, 0), ("sum", 1, 0), ("mean", 0, 0), ("max", 0, 1), ("max", 0, 0)):
                 for avg_len in (1, 2, 3, 4, 8, 16, 32, 150):
-                    d = _launch.forward_defines(code, "i64", mode, bool(psw), bool(argmax), tiling, avg_len)
-                    shape = tuple(d[k] for k in ("WEIGHT_DTYPE", "MODE", "HAS_PSW", "VEC", "CHUNKS", "UNROLL",
-                                                 "MIN_BLOCKS"))
-                    if int(d["MIN_BLOCKS"]) > 2:  # type: ignore[call-overload]
-                        picks.setdefault(shape, " ".join(f"-D{k}={v}" for k, v in d.items()))
+                    for pos32 in (True, False):
+                        d = _launch.forward_defines(code, "i64", mode, bool(psw), bool(argmax), tiling, avg_len,
+                                                    pos32=pos32)
+                        shape = tuple(d[k] for k in ("WEIGHT_DTYPE", "MODE", "HAS_PSW", "VEC", "CHUNKS", "UNROLL",
+                                                     "MIN_BLOCKS", "POS32"))
+                        if int(d["MIN_BLOCKS"]) > 2:  # type: ignore[call-overload]
+                            picks.setdefault(shape, " ".join(f"-D{k}={v}" for k, v in d.items()))
                     short = _launch.short_bag_defines(code, "i64", mode, bool(psw), bool(argmax), tiling, avg_len)
                     if short is not None:  # the short-bag kernel: every pick, whatever its occupancy
                         key = ("short",) + tuple(short[k] for k in ("WEIGHT_DTYPE", "MODE", "HAS_PSW", "WRITE_ARGMAX",
@@ -298,21 +300,25 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group(monkey
     variants whose bags hold at most PERSISTENT_MAX_GROUP_ROWS rows per lane group: it gained
     up to 14 % there and lost 1-3 % on longer bags (change 39); short-bag variants at 3-4 blocks
     per SM never take it (the stride's registers spill them). Float32 rows one warp wide (d128)
-    then stride with 8 rows in flight at 3 blocks per SM, except with per-sample weights (change 40)."""
+    then stride with 8 rows in flight at 3 blocks per SM, except with per-sample weights (change 40);
+    4 blocks with 32-bit positions (change 43), the calls that fit them."""
     from reference_kernels import _launch
     from reference_kernels._launch import RowTiling, forward_defines
 
-    def persistent(dim: int, avg_len: int, elem_bytes: int = 4, argmax: bool = False) -> object:
+    def persistent(dim: int, avg_len: int, elem_bytes: int = 4, argmax: bool = False, pos32: bool = True) -> object:
         d = forward_defines(0 if elem_bytes == 4 else 2, "i64", "max" if argmax else "sum", False, argmax,
-                            RowTiling.for_row(dim, 16 // elem_bytes), avg_len)
+                            RowTiling.for_row(dim, 16 // elem_bytes), avg_len, pos32=pos32)
+        assert d["POS32"] == int(pos32)
         return d["PERSISTENT"], d["MIN_BLOCKS"], d["UNROLL"]
 
-    # float32 d128 (one vector per lane): striding at 8 rows in flight and 3 blocks (change 40)
-    assert [persistent(128, n) for n in (12, 16, 20, 24)] == [(1, 3, 8)] * 4
+    # float32 d128 (one vector per lane): striding at 8 rows in flight, 4 blocks (changes 40, 43)
+    assert [persistent(128, n) for n in (12, 16, 20, 24)] == [(1, 4, 8)] * 4
+    assert [persistent(128, n, pos32=False) for n in (12, 24)] == [(1, 3, 8)] * 2  # 64-bit positions: 3 blocks
     assert [persistent(128, n) for n in (25, 32, 64, 150)] == [(0, 2, 16)] * 4
     assert persistent(128, 4) == (0, 4, 4) and persistent(128, 8) == (0, 3, 8)  # high occupancy: one team per bag
     assert persistent(128, 32, 2) == (1, 2, 16)  # 16-bit d128: two rows at once, 16 rows per lane group
-    assert persistent(192, 32) == (0, 3, 2)  # suite 3's float32 rows: 3 vectors per lane, one team per bag (41)
+    assert persistent(192, 32) == (0, 4, 2)  # suite 3's float32 rows: 3 vectors per lane, one team per bag (41, 43)
+    assert persistent(192, 32, pos32=False) == (0, 3, 2)
     assert persistent(192, 32, 2) == (1, 2, 4)  # 16-bit 192: 8 lanes x 3 vectors, 4 rows at once
     assert persistent(32, 64) == (1, 2, 16) and persistent(32, 128) == (0, 2, 16)  # 4 rows at once: 16 in flight
     assert persistent(128, 20, argmax=True) == (1, 2, 8)
@@ -326,6 +332,18 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group(monkey
     assert persistent(192, 32) == (1, 2, 4)
     monkeypatch.setattr(_launch, "FORWARD_RESIDENT_WAVES", 0)
     assert persistent(128, 16) == (0, 2, 16)
+
+
+def test_32_bit_positions_only_where_every_position_row_and_thread_fits() -> None:
+    """POS32 (change 43): indices, table rows and threads (one 32-lane team per bag and column
+    at most) below 2^31; the rest keep 64-bit arithmetic."""
+    from reference_kernels._launch import fits_pos32
+
+    assert fits_pos32(2 * 65536 * 32, 20_000_000, 2 * 65536, 192)  # suite 3 in one launch
+    assert not fits_pos32(2**31, 1000, 1000, 128)  # indices
+    assert not fits_pos32(1000, 2**31, 1000, 128)  # table rows
+    assert fits_pos32(1000, 1000, (2**31 - 1) // (128 * 32), 128)
+    assert not fits_pos32(1000, 1000, 2**31 // (128 * 32), 128)  # threads
 
 
 def test_general_kernel_grid_is_one_wave_of_resident_blocks_when_striding(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -302,6 +302,37 @@ def _persistent_plans(batch: int) -> list[object]:
             if p.resident_blocks and p.grid(batch, dev) * _launch.BLOCK // p.team < batch * p.col_tiles // 2]
 
 
+POS32_CASES = [  # (dtype, dim, pooling, batch): the general kernel's picks that change 43 moved to 4 blocks/SM
+    (torch.float32, 128, 20, 2500), (torch.float32, 192, 32, 700), (torch.bfloat16, 128, 40, 300),
+    (torch.float32, 32, 64, 500)]
+
+
+@pytest.mark.parametrize("pos32", [True, False], ids=["pos32", "pos64"])
+@pytest.mark.parametrize("dtype,dim,pooling,batch", POS32_CASES, ids=str)
+@pytest.mark.parametrize("mode,with_psw", [("sum", False), ("sum", True), ("mean", False), ("max", False)])
+def test_general_kernel_with_32_and_64_bit_positions(mode: str, with_psw: bool, dtype: torch.dtype, dim: int,
+                                                     pooling: int, batch: int, pos32: bool, gen: torch.Generator,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The general kernel with POS32 (positions, bags and rows in 32-bit registers; d128 and d192
+    float32 at 4 blocks per SM) and without it (calls past POS32_LIMIT), fixed and CSR layouts
+    with empty bags, a padding row, a table-batched call; the plan must be the one asked for."""
+    from reference_kernels import _launch
+    from reference_kernels.tbe import TableBatchedEmbeddingBag
+
+    if not pos32:
+        monkeypatch.setattr(_launch, "POS32_LIMIT", 0)
+    weight = random_table(3000, dim, dtype, gen)
+    for layout, padding_idx in (("fixed", None), ("csr_last", 5)):
+        bags = make_bags(layout, batch, pooling, 3000, torch.int64, gen)
+        psw = torch.rand(bags.input.shape, generator=gen, device="cuda").to(dtype) if with_psw else None
+        check_bag(bags, weight, mode, psw, padding_idx)
+    tbe = TableBatchedEmbeddingBag([700, 3000], dim, mode, dtype, "cuda")
+    check_table_batched(tbe, [make_bags("csr_last", batch, pooling, r, torch.int64, gen) for r in (700, 3000)],
+                        mode, dtype, with_psw, gen)
+    used = {p.pos32 for p in _launch._PLANS.values()}
+    assert pos32 in used and (pos32 or used == {False}), used
+
+
 @pytest.mark.parametrize("dtype,dim,pooling", PERSISTENT_CASES, ids=str)
 @pytest.mark.parametrize("mode,with_psw", [("sum", False), ("sum", True), ("mean", False), ("max", False)])
 def test_persistent_teams_pool_several_bags(mode: str, with_psw: bool, dtype: torch.dtype, dim: int, pooling: int,
@@ -915,6 +946,14 @@ def test_table_batched_mixed_bag_lengths(mode: str, with_psw: bool, dtype: torch
     rows, pooling, batch, dim = MIXED_TABLES[tables]
     tbe = TableBatchedEmbeddingBag(rows, dim, mode, dtype, "cuda")
     per_table = [make_bags("csr_last", batch, p, r, torch.int64, gen) for r, p in zip(rows, pooling)]
+    check_table_batched(tbe, per_table, mode, dtype, with_psw, gen)
+    _check_segmented_plan_used()
+
+
+def check_table_batched(tbe: object, per_table: list[Bags], mode: str, dtype: torch.dtype, with_psw: bool,
+                        gen: torch.Generator) -> None:
+    """One table-batched call over each table's CSR bags, each table's columns against torch."""
+    dim = tbe.weight.shape[1]  # type: ignore[attr-defined]
     indices = torch.cat([b.input for b in per_table])
     starts = [0] + torch.tensor([b.input.numel() for b in per_table]).cumsum(0).tolist()
     offsets = torch.cat([per_table[0].offsets[:1]] + [b.offsets[1:] + s for b, s in zip(per_table, starts)])
@@ -933,4 +972,3 @@ def test_table_batched_mixed_bag_lengths(mode: str, with_psw: bool, dtype: torch
         abs_ref = torch_bag(bags, weight.double().abs(), mode, None if part64 is None else part64.abs(), None)
         terms = bags.longest + (1 if mode == "mean" else 0)
         assert_within(got, ref, pooled_tolerance(ref, abs_ref, terms, dtype), f"table {t} {mode} {dtype}")
-    _check_segmented_plan_used()
