@@ -319,6 +319,7 @@ def test_general_kernel_with_32_and_64_bit_positions(mode: str, with_psw: bool, 
     from reference_kernels import _launch
     from reference_kernels.tbe import TableBatchedEmbeddingBag
 
+    monkeypatch.setattr(_launch, "_PLANS", {})  # this test's plans only
     if not pos32:
         monkeypatch.setattr(_launch, "POS32_LIMIT", 0)
     weight = random_table(3000, dim, dtype, gen)
