@@ -229,8 +229,9 @@ def forward_defines(weight_code: int, index_type: str, mode: str, has_psw: bool,
 # The general kernel keeps positions, bag numbers and rows in 32-bit registers (POS32) when the
 # call's indices, table rows and threads all stay below POS32_LIMIT (change 43: never slower in
 # run 103, 1-4 % faster with per-sample weights or skewed indices, and the two float32 picks
-# above gain a fourth block per SM). Larger calls keep 64-bit arithmetic.
-POS32_LIMIT = 2**31
+# above gain a fourth block per SM). Larger calls keep 64-bit arithmetic. The margin below 2^31
+# leaves room for a team's last step past its bag's end and a stride past the last bag.
+POS32_LIMIT = 2**31 - 2**16
 
 
 def fits_pos32(num_indices: int, num_rows: int, num_bags: int, dim: int) -> bool:

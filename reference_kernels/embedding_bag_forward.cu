@@ -191,8 +191,8 @@ __device__ __forceinline__ void store_result(const Acc& acc, i64 col0, int row_l
 #define POS32 0
 #endif
 // POS32 keeps the loop's positions, bags and rows in 32-bit registers (addresses stay 64-bit):
-// 16 fewer live registers let the d128 float32 striding variant run 4 blocks per SM without a
-// spill (change 43).
+// 6-11 registers fewer per variant (nvcc -Xptxas -v) let the d128 and d192 float32 picks run 4
+// blocks per SM without a spill (change 43).
 #if POS32
 typedef int pos_t;
 #else

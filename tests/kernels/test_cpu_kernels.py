@@ -336,14 +336,17 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group(monkey
 
 def test_32_bit_positions_only_where_every_position_row_and_thread_fits() -> None:
     """POS32 (change 43): indices, table rows and threads (one 32-lane team per bag and column
-    at most) below 2^31; the rest keep 64-bit arithmetic."""
-    from reference_kernels._launch import fits_pos32
+    at most) below POS32_LIMIT, 2^31 less a margin for a step past the end; the rest keep
+    64-bit arithmetic."""
+    from reference_kernels._launch import POS32_LIMIT, fits_pos32
 
+    assert 2**31 - 2**20 < POS32_LIMIT <= 2**31 - 64
     assert fits_pos32(2 * 65536 * 32, 20_000_000, 2 * 65536, 192)  # suite 3 in one launch
-    assert not fits_pos32(2**31, 1000, 1000, 128)  # indices
-    assert not fits_pos32(1000, 2**31, 1000, 128)  # table rows
-    assert fits_pos32(1000, 1000, (2**31 - 1) // (128 * 32), 128)
-    assert not fits_pos32(1000, 1000, 2**31 // (128 * 32), 128)  # threads
+    assert fits_pos32(POS32_LIMIT - 1, POS32_LIMIT - 1, 1000, 128)
+    assert not fits_pos32(POS32_LIMIT, 1000, 1000, 128)  # indices
+    assert not fits_pos32(1000, POS32_LIMIT, 1000, 128)  # table rows
+    assert fits_pos32(1000, 1000, (POS32_LIMIT - 1) // (128 * 32), 128)
+    assert not fits_pos32(1000, 1000, POS32_LIMIT // (128 * 32) + 1, 128)  # threads
 
 
 def test_general_kernel_grid_is_one_wave_of_resident_blocks_when_striding(monkeypatch: pytest.MonkeyPatch) -> None:
