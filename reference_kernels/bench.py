@@ -274,6 +274,10 @@ class Suite:
         print(f"{r.case:58s} ours {r.ours_us:9.1f} us torch {r.torch_us:9.1f} us  x{r.speedup:5.2f}  "
               f"{r.ours_gbps:6.0f} GB/s {r.pct_copy:5.1f}% copy{same}{host}", flush=True)
 
+    def pct_of_copy(self, nbytes: int, us: float) -> float:
+        """``nbytes`` moved in ``us`` microseconds, as a percentage of this run's copy ceiling."""
+        return 100 * nbytes / (us * 1e-6) / 1e9 / self.copy_gbps
+
     def same_size_copy_us(self, nbytes: int, align: int = COPY_ALIGN) -> float:
         """Median time of a copy that moves copy_bytes(nbytes, align) bytes (half read, half
         written): the buffers grow as needed."""

@@ -76,10 +76,6 @@ class Call:
         return suite.timer.median_us(self)
 
 
-def pct(suite: Suite, nbytes: int, us: float) -> float:
-    return 100 * nbytes / (us * 1e-6) / 1e9 / suite.copy_gbps
-
-
 def vectors(suite: Suite, dtype: torch.dtype, mode: str, psw: bool) -> None:
     call = Call(suite, list(range(len(ROWS))), dtype, mode, psw)
     times: dict[int, list[float]] = {v: [] for v in (4, 8, 16)}
@@ -88,7 +84,7 @@ def vectors(suite: Suite, dtype: torch.dtype, mode: str, psw: bool) -> None:
             _launch.SEGMENT_VECTORS = v
             times[v].append(call.timed(suite))
     _launch.SEGMENT_VECTORS = 4
-    cells = [f"vectors {v}: {min(t):6.1f} us {pct(suite, call.comp, min(t)):5.1f}%" for v, t in times.items()]
+    cells = [f"vectors {v}: {min(t):6.1f} us {suite.pct_of_copy(call.comp, min(t)):5.1f}%" for v, t in times.items()]
     print(f"DCNv2 TBE {str(dtype)[6:]} {mode}{'+psw' if psw else ''}: " + " | ".join(cells), flush=True)
 
 
@@ -103,10 +99,10 @@ def split(suite: Suite, dtype: torch.dtype) -> None:
     t_long_seg = long_call.timed(suite)
     _launch.SEGMENT_MAX_AVG = saved
     t_short = short_call.timed(suite)
-    print(f"DCNv2 {str(dtype)[6:]} sum: whole {t_whole:6.1f} us {pct(suite, whole.comp, t_whole):5.1f}% | "
-          f"long tables {long} general {t_long:6.1f} us {pct(suite, long_call.comp, t_long):5.1f}%, "
-          f"segmented {t_long_seg:6.1f} us {pct(suite, long_call.comp, t_long_seg):5.1f}% | "
-          f"short tables {t_short:6.1f} us {pct(suite, short_call.comp, t_short):5.1f}% | "
+    print(f"DCNv2 {str(dtype)[6:]} sum: whole {t_whole:6.1f} us {suite.pct_of_copy(whole.comp, t_whole):5.1f}% | "
+          f"long tables {long} general {t_long:6.1f} us {suite.pct_of_copy(long_call.comp, t_long):5.1f}%, "
+          f"segmented {t_long_seg:6.1f} us {suite.pct_of_copy(long_call.comp, t_long_seg):5.1f}% | "
+          f"short tables {t_short:6.1f} us {suite.pct_of_copy(short_call.comp, t_short):5.1f}% | "
           f"long + short {t_long + t_short:6.1f} us", flush=True)
 
 
@@ -127,7 +123,7 @@ def side_by_side(suite: Suite, label: str, comp: int, fn, check) -> None:  # typ
             choose(*c)
             times[c].append(suite.timer.median_us(fn))
     choose(32, 4)
-    cells = [f"rows {r} vec {v}: {min(t):6.1f} us {pct(suite, comp, min(t)):5.1f}%" for (r, v), t in times.items()]
+    cells = [f"rows {r} vec {v}: {min(t):6.1f} us {suite.pct_of_copy(comp, min(t)):5.1f}%" for (r, v), t in times.items()]
     print(f"{label:36s} " + " | ".join(cells), flush=True)
 
 

@@ -37,10 +37,8 @@ def timed(suite: Suite, weight: torch.Tensor, idx: torch.Tensor) -> str:
     us = suite.timer.median_us(lambda: rk.embedding_bag(idx, weight, mode="sum", check_indices=False))
     comp, logical = bag_bytes(weight, idx, None, False, idx.shape[0] * weight.shape[1])
     copy = suite.same_size_copy_us(comp)
-    pct = 100 * comp / (us * 1e-6) / 1e9 / suite.copy_gbps
-    copy_pct = 100 * comp / (copy * 1e-6) / 1e9 / suite.copy_gbps
-    return (f"{us:7.1f} us {pct:5.1f}% (reuse {logical / comp:4.2f}, {comp / 1e6:6.1f} MB; "
-            f"same-size copy {copy_pct:5.1f}%)")
+    return (f"{us:7.1f} us {suite.pct_of_copy(comp, us):5.1f}% (reuse {logical / comp:4.2f}, {comp / 1e6:6.1f} MB; "
+            f"same-size copy {suite.pct_of_copy(comp, copy):5.1f}%)")
 
 
 def main() -> None:

@@ -55,10 +55,6 @@ def forced(path: str, fn):  # type: ignore[no-untyped-def]
     return call
 
 
-def pct(suite: Suite, nbytes: int, us: float) -> float:
-    return 100 * nbytes / (us * 1e-6) / 1e9 / suite.copy_gbps
-
-
 def row_size(suite: Suite, dim: int) -> None:
     row = dim * 4
     rows, n = TABLE_BYTES // row, READ_BYTES // row
@@ -73,11 +69,11 @@ def row_size(suite: Suite, dim: int) -> None:
             fn = forced(path, lambda i=idx, w=weight: rk.embedding(i, w, check_indices=False))
             assert torch.equal(fn(), expected), (dim, path)
             us = suite.timer.median_us(fn)
-            cells.append(f"{path} {us:6.1f} us {pct(suite, gather_bytes, us):5.1f}%")
+            cells.append(f"{path} {us:6.1f} us {suite.pct_of_copy(gather_bytes, us):5.1f}%")
         us = suite.timer.median_us(lambda i=idx, w=weight: F.embedding(i, w))
-        cells.append(f"torch {us:6.1f} us {pct(suite, gather_bytes, us):5.1f}%")
+        cells.append(f"torch {us:6.1f} us {suite.pct_of_copy(gather_bytes, us):5.1f}%")
         copy = suite.same_size_copy_us(gather_bytes)
-        cells.append(f"copy {pct(suite, gather_bytes, copy):5.1f}%")
+        cells.append(f"copy {suite.pct_of_copy(gather_bytes, copy):5.1f}%")
         print(f"d{dim:<3d} {row:4d} B rows, {n:8d} {order:6s} gather | " + " | ".join(cells), flush=True)
 
         bags = idx.view(-1, POOLING)
@@ -89,8 +85,8 @@ def row_size(suite: Suite, dim: int) -> None:
         theirs = suite.timer.median_us(lambda b=bags, w=weight: F.embedding_bag(b, w, mode="sum"))
         copy = suite.same_size_copy_us(pooled_bytes)
         print(f"d{dim:<3d} {row:4d} B rows, {n:8d} {order:6s} pooled L{POOLING} | ours {ours:6.1f} us "
-              f"{pct(suite, pooled_bytes, ours):5.1f}% | torch {theirs:6.1f} us {pct(suite, pooled_bytes, theirs):5.1f}% "
-              f"| copy {pct(suite, pooled_bytes, copy):5.1f}%", flush=True)
+              f"{suite.pct_of_copy(pooled_bytes, ours):5.1f}% | torch {theirs:6.1f} us {suite.pct_of_copy(pooled_bytes, theirs):5.1f}% "
+              f"| copy {suite.pct_of_copy(pooled_bytes, copy):5.1f}%", flush=True)
     del weight
     torch.cuda.empty_cache()
 
