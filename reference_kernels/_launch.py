@@ -69,6 +69,18 @@ STRIDE_F32_HALF_UNROLL = True
 # docs/perf-log.md, change 41. With POS32 at 4 blocks per SM (64 registers, no spill): suite 3's
 # shape 235.2 -> 206.3 us (run 103, change 43).
 WIDE_F32_FEWER_ROWS = True
+# Float32 rows of 64 and 32 columns (two or four rows per warp) whose bags give a lane 9+ rows
+# had 16 rows in flight at 2 blocks per SM, as d128 had before change 40. With 32-bit positions,
+# in calls of many bags: 64 columns keep 8 rows in flight at 4 blocks per SM for sum (64
+# registers; mean and max spill 4-8 bytes there) and at 3 for the rest; 32 columns with
+# per-sample weights, striding over bags of up to 96 rows, keep 16 rows at 3 blocks (79
+# registers, no spill). Side by side (scripts/unroll_blocks.py, runs 112-113): d64 L20 28.1 ->
+# 25.6 us, B131072 L16 CSR 193.0 -> 131.8, Zipf 1.15 L16 39.4 -> 23.9, L64 max Zipf 1.05 90.3 ->
+# 67.4, with per-sample weights L32 Zipf 1.15 47.4 -> 39.0; d32 with per-sample weights L64
+# 249.6 -> 228.1 (B131072), 68.3 -> 61.9 (B32768), Zipf 1.15 L40 79.6 -> 68.8; one case slower,
+# d32 B4224 L64 with per-sample weights 14.2 -> 14.7 (4224 bags over 3168 resident teams).
+# docs/perf-log.md, change 44.
+SMALL_F32_MORE_BLOCKS = True
 
 
 # Experiment hook for the benchmark: REFERENCE_KERNELS_TUNE="UNROLL=8,MIN_BLOCKS=1" overrides
@@ -221,6 +233,12 @@ def forward_defines(weight_code: int, index_type: str, mode: str, has_psw: bool,
         unroll, min_blocks = UNROLL_ROWS // 2, blocks  # d128: half the rows in flight, more blocks
     if WIDE_F32_FEWER_ROWS and plain_f32 and tiling.chunks == 3 and unroll == 4:
         unroll, min_blocks, persistent = 2, blocks, False  # 192 columns: 2 rows, more blocks, one team per bag
+    if (SMALL_F32_MORE_BLOCKS and pos32 and many_bags and weight_code == 0 and not need_argmax
+            and tiling.vec == 4 and tiling.chunks == 1 and unroll == UNROLL_ROWS):
+        if rows_at_once == 2:  # 64 columns: half the rows in flight, more blocks
+            unroll, min_blocks = UNROLL_ROWS // 2, 4 if mode == "sum" and not has_psw else 3
+        elif rows_at_once == 4 and has_psw and persistent:  # 32 columns, per-sample weights: a third block
+            min_blocks = 3
     return _bag_defines(weight_code, index_type, mode, has_psw, need_argmax, tiling, min_blocks,
                         TEAM=tiling.row_lanes * rows_at_once, UNROLL=unroll, PERSISTENT=int(persistent),
                         POS32=int(pos32))
@@ -441,7 +459,7 @@ def _forward_plan(weight: "torch.Tensor", indices: "torch.Tensor", mode: str, ha
     pos32 = fits_pos32(indices.numel(), weight.shape[0], num_bags, dim)
     key = (weight.dtype, dim, weight.data_ptr() % 16, indices.dtype, mode, has_psw, need_argmax,
            min(avg_len, 32 * UNROLL_ROWS), many_bags, pos32, weight.device.index, TUNE, FORWARD_RESIDENT_WAVES > 0,
-           PERSISTENT_MAX_GROUP_ROWS, STRIDE_F32_HALF_UNROLL, WIDE_F32_FEWER_ROWS)
+           PERSISTENT_MAX_GROUP_ROWS, STRIDE_F32_HALF_UNROLL, WIDE_F32_FEWER_ROWS, SMALL_F32_MORE_BLOCKS)
     plan = _PLANS.get(key)
     if plan is None:
         tiling = RowTiling.for_row(dim, vector_width(dim, weight.element_size(), weight.data_ptr()))

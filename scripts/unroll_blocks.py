@@ -17,7 +17,11 @@ weights, uniform and Zipf 1.15, B 6912 to 131072. ``--wide``: the same question 
 vectors per lane (suite 3's 192 columns); ``--wide-check`` the launcher's pick since change 41 there.
 ``--pos32`` (change 43): the general kernel with its positions, bags and rows in 32-bit registers
 (POS32), at the launcher's occupancy and at 4 blocks per SM, on the cases above and on suite 1,
-16-bit rows, suite 3's rows and long bags."""
+16-bit rows, suite 3's rows and long bags. ``--small-rows``: rows of 128 and 256 bytes (d32, d64
+float32) whose pick is 16 rows in flight at 2 blocks per SM (bags of 33+ rows at d32, 17+ at d64;
+per-sample weights or not), against 8 rows and 3 or 4 blocks and 16 rows at 3 or 4 blocks;
+``--small-rows-check`` the launcher's pick since change 44 against the one before (16 rows, 2
+blocks) on every mode, both layouts, uniform and Zipf indices, B 2048 to 131072."""
 import sys
 
 import torch
@@ -89,6 +93,44 @@ POS32_CASES = LAUNCHER_CASES + [
     (10_000_000, 192, 65536, 32, False, "sum", torch.float32, 1.0, False),
 ]
 
+SMALL_ROWS_SPECS = ["", "UNROLL=8,MIN_BLOCKS=3", "UNROLL=8,MIN_BLOCKS=4", "MIN_BLOCKS=3", "MIN_BLOCKS=4"]
+SMALL_ROWS_CASES = [
+    (1_000_000, 32, 32768, 64, False, "sum", torch.float32, 0.0, True),
+    (1_000_000, 32, 32768, 64, True, "sum", torch.float32, 1.05, True),
+    (1_000_000, 32, 131072, 64, True, "sum", torch.float32, 0.0, True),
+    (1_000_000, 32, 131072, 64, False, "sum", torch.float32, 1.15, True),
+    (1_000_000, 32, 16384, 40, True, "sum", torch.float32, 0.0, True),
+    (5_000_000, 32, 2048, 150, False, "sum", torch.float32, 0.0, True),
+    (1_000_000, 64, 16384, 20, True, "sum", torch.float32, 0.0, True),
+    (1_000_000, 64, 32768, 64, False, "sum", torch.float32, 0.0, True),
+    (1_000_000, 64, 16384, 20, False, "sum", torch.float32, 0.0, False),
+    (1_000_000, 64, 32768, 64, False, "mean", torch.float32, 0.0, False),
+    (1_000_000, 64, 65536, 32, True, "sum", torch.float32, 1.15, False),
+    (1_000_000, 64, 6912, 24, True, "max", torch.float32, 0.0, False),
+]
+
+SMALL_ROWS_CHECK_SPECS = ["", "UNROLL=16,MIN_BLOCKS=2"]
+SMALL_ROWS_CHECK_CASES = [
+    (1_000_000, 64, 16384, 20, False, "sum", torch.float32, 0.0, False),
+    (1_000_000, 64, 16384, 20, True, "mean", torch.float32, 0.0, False),
+    (1_000_000, 64, 16384, 20, False, "max", torch.float32, 0.0, False),
+    (1_000_000, 64, 32768, 16, False, "sum", torch.float32, 1.15, False),
+    (1_000_000, 64, 131072, 16, True, "sum", torch.float32, 0.0, False),
+    (1_000_000, 64, 4224, 20, False, "sum", torch.float32, 0.0, False),
+    (1_000_000, 64, 2048, 20, False, "sum", torch.float32, 0.0, False),
+    (1_000_000, 64, 32768, 64, True, "sum", torch.float32, 0.0, False),
+    (1_000_000, 64, 32768, 64, False, "max", torch.float32, 1.05, False),
+    (5_000_000, 64, 2048, 150, False, "sum", torch.float32, 0.0, False),
+    (1_000_000, 64, 6912, 24, True, "sum", torch.float32, 0.0, True),
+    (1_000_000, 64, 32768, 32, False, "sum", torch.float32, 1.15, True),
+    (1_000_000, 64, 131072, 20, True, "sum", torch.float32, 0.0, True),
+    (1_000_000, 32, 6912, 48, True, "sum", torch.float32, 0.0, True),
+    (1_000_000, 32, 4224, 64, False, "sum", torch.float32, 0.0, True),
+    (1_000_000, 32, 65536, 40, False, "sum", torch.float32, 1.15, True),
+    (1_000_000, 32, 32768, 100, True, "sum", torch.float32, 0.0, True),
+    (1_000_000, 32, 131072, 64, False, "sum", torch.float32, 0.0, True),
+]
+
 
 def case(suite: Suite, specs: list[str], rows: int, dim: int, batch: int, pooling: int, csr: bool, mode: str,
          dtype: torch.dtype, alpha: float = 0.0, psw: bool = False) -> None:
@@ -124,7 +166,9 @@ def main(argv: list[str]) -> None:
     suite = Suite(reps=100, quick=False, seed=40)
     print(f"copy ceiling {suite.copy_gbps:.0f} GB/s", flush=True)
     choices = {"--launcher": (LAUNCHER_CASES, LAUNCHER_SPECS), "--wide": (WIDE_CASES, WIDE_SPECS),
-               "--wide-check": (WIDE_CHECK_CASES, WIDE_CHECK_SPECS), "--pos32": (POS32_CASES, POS32_SPECS)}
+               "--wide-check": (WIDE_CHECK_CASES, WIDE_CHECK_SPECS), "--pos32": (POS32_CASES, POS32_SPECS),
+               "--small-rows": (SMALL_ROWS_CASES, SMALL_ROWS_SPECS),
+               "--small-rows-check": (SMALL_ROWS_CHECK_CASES, SMALL_ROWS_CHECK_SPECS)}
     cases, specs = choices.get(argv[0] if argv else "", (CASES, SPECS))
     with torch.no_grad():
         for c in cases:

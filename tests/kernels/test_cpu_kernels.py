@@ -101,12 +101,12 @@ def _launcher_picks() -> list[str]:
         for dim in (32, 64, 128, 192, 256):
             tiling = _launch.RowTiling.for_row(dim, _launch.vector_width(dim, size, 0))
             for mode, psw, argmax in (("sum", 0, 0), ("sum", 1, 0), ("mean", 0, 0), ("max", 0, 1), ("max", 0, 0)):
-                for avg_len in (1, 2, 3, 4, 8, 16, 32, 150):
+                for avg_len in (1, 2, 3, 4, 8, 16, 32, 64, 150):
                     for pos32 in (True, False):
                         d = _launch.forward_defines(code, "i64", mode, bool(psw), bool(argmax), tiling, avg_len,
                                                     pos32=pos32)
-                        shape = tuple(d[k] for k in ("WEIGHT_DTYPE", "MODE", "HAS_PSW", "VEC", "CHUNKS", "UNROLL",
-                                                     "MIN_BLOCKS", "POS32"))
+                        shape = tuple(d[k] for k in ("WEIGHT_DTYPE", "MODE", "HAS_PSW", "VEC", "ROW_LANES", "CHUNKS",
+                                                     "UNROLL", "MIN_BLOCKS", "POS32", "PERSISTENT"))
                         if int(d["MIN_BLOCKS"]) > 2:  # type: ignore[call-overload]
                             picks.setdefault(shape, " ".join(f"-D{k}={v}" for k, v in d.items()))
                     short = _launch.short_bag_defines(code, "i64", mode, bool(psw), bool(argmax), tiling, avg_len)
@@ -332,6 +332,35 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group(monkey
     assert persistent(192, 32) == (1, 2, 4)
     monkeypatch.setattr(_launch, "FORWARD_RESIDENT_WAVES", 0)
     assert persistent(128, 16) == (0, 2, 16)
+
+
+def test_float32_rows_of_64_and_32_columns_trade_rows_in_flight_for_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Change 44: float32 rows two per warp (d64) keep 8 rows in flight at 4 blocks per SM for sum,
+    3 for mean, max and per-sample weights; d32 rows with per-sample weights, striding over bags
+    of up to 96 rows, keep 16 rows at 3 blocks. Only with 32-bit positions, in calls of many
+    bags, and not where argmax is written; 16-bit rows and d32 without weights keep their picks."""
+    from reference_kernels import _launch
+    from reference_kernels._launch import RowTiling, forward_defines
+
+    def pick(dim: int, avg_len: int, mode: str = "sum", psw: bool = False, code: int = 0, argmax: bool = False,
+             many_bags: bool = True, pos32: bool = True) -> tuple[object, object, object]:
+        d = forward_defines(code, "i64", mode, psw, argmax, RowTiling.for_row(dim, 4 if code == 0 else 8), avg_len,
+                            many_bags=many_bags, pos32=pos32)
+        return d["UNROLL"], d["MIN_BLOCKS"], d["PERSISTENT"]
+
+    assert [pick(64, n) for n in (20, 48)] == [(8, 4, 1)] * 2
+    assert pick(64, 64) == (8, 4, 0) and pick(64, 150) == (8, 4, 0)  # one team per bag, as before
+    assert pick(64, 20, "mean") == pick(64, 20, "max") == pick(64, 20, psw=True) == (8, 3, 1)
+    assert pick(64, 12) == (8, 3, 0)  # 8 rows per lane already: unchanged
+    assert pick(32, 64, psw=True) == (16, 3, 1) and pick(32, 40, psw=True) == (16, 3, 1)
+    assert pick(32, 150, psw=True) == (16, 2, 0)  # bags past 96 rows: not measured faster, unchanged
+    assert pick(32, 64) == (16, 2, 1)  # d32 without weights: 1-4 % slower at more blocks (changes 40, 43)
+    unchanged = [pick(64, 20, many_bags=False), pick(64, 20, pos32=False), pick(32, 64, psw=True, many_bags=False),
+                 pick(64, 40, code=2), pick(64, 20, "max", argmax=True)]
+    monkeypatch.setattr(_launch, "SMALL_F32_MORE_BLOCKS", False)
+    assert unchanged == [pick(64, 20), pick(64, 20, pos32=False), pick(32, 64, psw=True), pick(64, 40, code=2),
+                         pick(64, 20, "max", argmax=True)]
+    assert pick(64, 20) == (16, 2, 1) and pick(32, 64, psw=True) == (16, 2, 1)
 
 
 def test_32_bit_positions_only_where_every_position_row_and_thread_fits() -> None:
