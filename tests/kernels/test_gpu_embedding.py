@@ -302,9 +302,11 @@ def _persistent_plans(batch: int) -> list[object]:
             if p.resident_blocks and p.grid(batch, dev) * _launch.BLOCK // p.team < batch * p.col_tiles // 2]
 
 
-POS32_CASES = [  # (dtype, dim, pooling, batch): the general kernel's picks that change 43 moved to 4 blocks/SM
+POS32_CASES = [  # (dtype, dim, pooling, batch): the general kernel's picks that changes 43-44 moved to 3-4
+    # blocks/SM (those of d128, d64 and d32 with per-sample weights need more bags than 2 blocks/SM hold teams)
     (torch.float32, 128, 20, 2500), (torch.float32, 192, 32, 700), (torch.bfloat16, 128, 40, 300),
-    (torch.float32, 32, 64, 500)]
+    (torch.float32, 32, 64, 500), (torch.float32, 64, 20, 2500), (torch.float32, 64, 64, 2500),
+    (torch.float32, 32, 64, 2500)]
 
 
 @pytest.mark.parametrize("pos32", [True, False], ids=["pos32", "pos64"])
@@ -314,7 +316,8 @@ def test_general_kernel_with_32_and_64_bit_positions(mode: str, with_psw: bool, 
                                                      pooling: int, batch: int, pos32: bool, gen: torch.Generator,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The general kernel with POS32 (positions, bags and rows in 32-bit registers; d128 and d192
-    float32 at 4 blocks per SM) and without it (calls past POS32_LIMIT), fixed and CSR layouts
+    float32 at 4 blocks per SM, d64 and d32 at 3-4, change 44) and without it (calls past
+    POS32_LIMIT), fixed and CSR layouts
     with empty bags, a padding row, a table-batched call; the plan must be the one asked for."""
     from reference_kernels import _launch
     from reference_kernels.tbe import TableBatchedEmbeddingBag
