@@ -226,15 +226,16 @@ def forward_defines(weight_code: int, index_type: str, mode: str, has_psw: bool,
     unroll, min_blocks = _rows_in_flight(tiling, has_psw, need_argmax, group_rows)
     persistent = FORWARD_RESIDENT_WAVES > 0 and min_blocks <= MIN_BLOCKS and group_rows <= PERSISTENT_MAX_GROUP_ROWS
     plain_f32 = weight_code == 0 and not (has_psw or need_argmax)  # where changes 40-41 were measured
+    # float32 rows of one vector per lane, 16 of them in flight, in a call that fills the GPU (changes 40, 44)
+    full_f32_vectors = (weight_code == 0 and many_bags and tiling.vec == 4 and tiling.chunks == 1
+                        and unroll == UNROLL_ROWS)
     # with 32-bit positions (6-11 registers fewer) these two fit 64 registers: 4 blocks per SM (change 43)
     blocks = 4 if pos32 else 3
-    if (STRIDE_F32_HALF_UNROLL and persistent and plain_f32 and many_bags and tiling.vec == 4
-            and tiling.chunks == 1 and rows_at_once == 1 and unroll == UNROLL_ROWS):
+    if STRIDE_F32_HALF_UNROLL and persistent and plain_f32 and full_f32_vectors and rows_at_once == 1:
         unroll, min_blocks = UNROLL_ROWS // 2, blocks  # d128: half the rows in flight, more blocks
     if WIDE_F32_FEWER_ROWS and plain_f32 and tiling.chunks == 3 and unroll == 4:
         unroll, min_blocks, persistent = 2, blocks, False  # 192 columns: 2 rows, more blocks, one team per bag
-    if (SMALL_F32_MORE_BLOCKS and pos32 and many_bags and weight_code == 0 and not need_argmax
-            and tiling.vec == 4 and tiling.chunks == 1 and unroll == UNROLL_ROWS):
+    if SMALL_F32_MORE_BLOCKS and pos32 and full_f32_vectors and not need_argmax:
         if rows_at_once == 2:  # 64 columns: half the rows in flight, more blocks
             unroll, min_blocks = UNROLL_ROWS // 2, 4 if mode == "sum" and not has_psw else 3
         elif rows_at_once == 4 and has_psw and persistent:  # 32 columns, per-sample weights: a third block
