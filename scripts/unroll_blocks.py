@@ -109,7 +109,7 @@ SMALL_ROWS_CASES = [
     (1_000_000, 64, 6912, 24, True, "max", torch.float32, 0.0, False),
 ]
 
-SMALL_ROWS_CHECK_SPECS = ["", "UNROLL=16,MIN_BLOCKS=2"]
+# the pick before change 44 was change 39's (LAUNCHER_SPECS' second)
 SMALL_ROWS_CHECK_CASES = [
     (1_000_000, 64, 16384, 20, False, "sum", torch.float32, 0.0, False),
     (1_000_000, 64, 16384, 20, True, "mean", torch.float32, 0.0, False),
@@ -168,7 +168,7 @@ def main(argv: list[str]) -> None:
     choices = {"--launcher": (LAUNCHER_CASES, LAUNCHER_SPECS), "--wide": (WIDE_CASES, WIDE_SPECS),
                "--wide-check": (WIDE_CHECK_CASES, WIDE_CHECK_SPECS), "--pos32": (POS32_CASES, POS32_SPECS),
                "--small-rows": (SMALL_ROWS_CASES, SMALL_ROWS_SPECS),
-               "--small-rows-check": (SMALL_ROWS_CHECK_CASES, SMALL_ROWS_CHECK_SPECS)}
+               "--small-rows-check": (SMALL_ROWS_CHECK_CASES, LAUNCHER_SPECS)}
     cases, specs = choices.get(argv[0] if argv else "", (CASES, SPECS))
     with torch.no_grad():
         for c in cases:
