@@ -68,6 +68,7 @@ def _compile(source: str, flags: str, arch: str, out_dir: Path) -> tuple[str, st
     return source, flags, arch, subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.nvcc_sweep
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc is not on PATH")
 def test_nvcc_compiles_every_kernel_for_sm80_and_sm90(tmp_path: Path) -> None:
     """Every .cu file (all listed variants) compiles with nvcc for sm_80 and sm_90 (the bulk
@@ -123,6 +124,7 @@ def _launcher_picks() -> list[str]:
     return list(picks.values())
 
 
+@pytest.mark.nvcc_sweep
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc is not on PATH")
 def test_high_occupancy_variants_the_launcher_picks_do_not_spill(tmp_path: Path) -> None:
     """Short bags get fewer rows in flight and 3-4 blocks per SM (a 64-85 register cap): a
