@@ -4,8 +4,11 @@ Override semantics of ``extends`` (documented in README "Rule format"):
 
 * ``id``, ``usage``, ``round``, ``status``, ``title``, ``note``, ``provenance``
   and ``extends`` belong to each file and are never inherited.
-* Other scalars and lists (``layout``, ``divisions``, ``benchmarks``) replace
-  the parent's value when the child sets them.
+* Other scalars and lists (``layout``, ``divisions``, ``benchmarks``) and the
+  ``benchmark_aliases`` mapping replace the parent's value when the child sets
+  them (so a round states its aliases whole, and can drop one).
+* ``extends`` names an id (``<usage>/<name>``, never a path), looked up beside
+  the file and in the rule roots only (``rule_roots``).
 * Mappings (``binary_policy``, ``upstream_policy``, ``vendored``) merge key by
   key; ``checks`` merges per check id and then per option. The child wins.
 * ``allowlist`` merges by entry id: a child entry with an inherited id replaces
@@ -707,11 +710,23 @@ def _sorted(errors: list[InputError]) -> list[InputError]:
 def load_ruleset(name_or_path: str | Path, extra_roots: list[Path] | None = None) -> RuleSet:
     """Load a rule set by id (``training/v0.7``) or by file path and resolve ``extends``.
 
+    For the operator's choice (``--rules``, ``rules show``): a path is allowed.
     Raises ``InputError`` (exit 2) naming the file and line for any problem;
     ``InputErrors`` when there are several.
     """
     roots = rule_roots(extra_roots)
     path, expected_id = _find(name_or_path, roots)
+    return _load(path, expected_id, roots)
+
+
+def load_named_ruleset(name: object, where: str, line: int | None = None) -> RuleSet:
+    """Load the rule set a submission's file ``where`` names: an id only, found only in
+    the rule roots (see :func:`named_ruleset_path`)."""
+    path = named_ruleset_path(name, where, line)
+    return _load(path, str(name), rule_roots())
+
+
+def _load(path: Path, expected_id: str | None, roots: list[Path]) -> RuleSet:
     resolution = _resolve_top(path, roots, expected_id)
     errors = _sorted(resolution.errors)
     if len(errors) == 1:
