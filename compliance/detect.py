@@ -126,12 +126,13 @@ def _listing(names: Iterable[str]) -> str:
 
 
 def _fit(ruleset: RuleSet, names: set[str]) -> tuple[int, int, int]:
-    """(names the round does not know, names it knows only as aliases, minus the round's
-    benchmarks the tree covers): lower is better."""
+    """(names the round does not know, names it knows only as aliases, benchmarks of the
+    round the tree does not hold): lower is better, compared in that order."""
     known = {ruleset.official_benchmark(n) for n in names} - {None}
     unknown = sum(1 for n in names if ruleset.official_benchmark(n) is None)
     aliased = sum(1 for n in names if n in ruleset.benchmark_aliases)
-    return unknown, aliased, -len(known)
+    missing = sum(1 for b in ruleset.benchmarks if b not in known)
+    return unknown, aliased, missing
 
 
 def _by_benchmarks(pool: Sequence[RuleSet], names: set[str], what: str) -> Detection:

@@ -257,8 +257,10 @@ _operator_dirs: tuple[Path, ...] = ()
 
 
 def is_ruleset_id(text: str) -> bool:
-    """True when ``text`` is a well-formed id: ``<usage>/<name>``, one slash, no ``..``."""
-    return len(text) <= 200 and _ID_PATTERN.fullmatch(text) is not None and ".." not in text
+    """True when ``text`` is a well-formed id: ``<usage>/<name>``, one slash, no ``..``,
+    not a file name (``.yaml``/``.yml``)."""
+    return (len(text) <= 200 and _ID_PATTERN.fullmatch(text) is not None and ".." not in text
+            and not text.endswith((".yaml", ".yml")))
 
 
 def shipped_rules_dir() -> Path:
@@ -392,8 +394,25 @@ def _failed(errors: list[InputError], document: YamlDocument | None = None) -> _
     return _Resolution({}, [], {}, {}, errors, document)
 
 
+_PARSED: dict[tuple[str, int, int], tuple[YamlDocument | None, list[InputError]]] = {}
+"""Parsed rule files by (path, mtime, size): detecting a round loads every rule set, and
+their ``extends`` chains share files. Documents are never modified after parsing."""
+
+
 def _parse_and_validate(path: Path) -> tuple[YamlDocument | None, list[InputError]]:
     """Parse ``path`` and validate it against the schema; all problems, not the first."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return _parse_and_validate_uncached(path)
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    if key not in _PARSED:
+        _PARSED[key] = _parse_and_validate_uncached(path)
+    document, errors = _PARSED[key]
+    return document, list(errors)
+
+
+def _parse_and_validate_uncached(path: Path) -> tuple[YamlDocument | None, list[InputError]]:
     try:
         document = load_yaml(path)
     except InputErrors as exc:
