@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import shutil
 from pathlib import Path
 
@@ -25,7 +26,7 @@ class TestList:
                   "inference": ["v0.5", "v0.7", "v1.0", "v1.1", "v2.0", "v2.1", "v3.0", "v3.1",
                                 "v4.0", "v4.1", "v5.0", "v5.1"]}
         for usage, names in rounds.items():
-            for previous, current in zip(names, names[1:]):
+            for previous, current in itertools.pairwise(names):
                 assert infos[f"{usage}/{current}"].parent == f"{usage}/{previous}"
                 assert infos[f"{usage}/{current}"].status == "adopted"
         assert infos["training/proposal-custom-kernels"].status == "proposal"
