@@ -56,7 +56,9 @@ VARIANT = register(CheckSpec(
         "benchmarks/<b>/implementation/, implementation_closed/, implementation_open/ or "
         "benchmarks/<b>/<system>/ instead of (or beside) implementations/<impl>/; files directly "
         "under benchmarks/<b>/; the inverted benchmarks/implementations/<system>/<b>/; result "
-        "files directly under results/<system>/ without a benchmark level.",
+        "files directly under results/<system>/ without a benchmark level; in inference trees, "
+        "directories under code/ that are no model of the round (shared code such as "
+        "code/common/ or code/plugin/; results must still name a model).",
     hint="Use the canonical form named in the message when you next submit; nothing else to do.",
     passing="Acme/benchmarks/dlrm/implementations/pytorch/train.py",
     failing="Acme/benchmark/dlrm/implementation_closed/train.py   (warning: two variants)",
@@ -163,6 +165,13 @@ def _code_findings(ctx: "CheckContext", org: Organization, org_dir: Path,
                 yield from _inverted(ctx, org, base, rel)
                 continue
             where = Location(org.division, org.name, code_dir, bench)
+            if style == "inference" and ctx.ruleset.official_benchmark(bench) is None:
+                # Accepted inference submissions keep shared code (common/, harness/,
+                # plugin/) beside the per-model directories; results name the models.
+                yield ctx.finding(VARIANT.id, rel, f"code/{bench}/ is no model of {ctx.ruleset.id}: "
+                                  "read as code shared by the organization's models (canonical: "
+                                  "code/<model>/<implementation>/)", location=where)
+                continue
             yield from _benchmark_name(ctx, bench, rel, where, "benchmark directory")
             if style == "training":
                 yield from _training_benchmark(ctx, org, base / bench, rel)
