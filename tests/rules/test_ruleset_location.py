@@ -66,8 +66,10 @@ def _check(tree: Path, *args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def test_a_tree_cannot_name_its_own_rule_file(tmp_path: Path) -> None:
+def test_a_tree_cannot_name_its_own_rule_file(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
     tree = _hostile_tree(tmp_path, "rules/mine.yaml")
+    monkeypatch.chdir(tree)  # where a reviewer runs it: the path would resolve here
     code, output = _check(tree)
     assert code == 2, output
     assert f"{MANIFEST}:2:" in output and "'rules/mine.yaml'" in output
@@ -100,13 +102,14 @@ def test_dot_dot_cannot_leave_the_rule_directories(tmp_path: Path) -> None:
 def test_extends_cannot_reach_outside_the_rule_roots(tmp_path: Path) -> None:
     root = tmp_path / "site"
     (root / "training").mkdir(parents=True)
-    (tmp_path / "evil.yaml").write_text(PERMISSIVE)
+    (tmp_path / "evil.yaml").write_text(PERMISSIVE)  # what site/../evil.yaml reaches
     child = root / "training" / "child.yaml"
     child.write_text(PERMISSIVE.replace("id: training/mine", "id: training/child")
-                     + "extends: ../../evil\n")
+                     .replace(f"title: {SECRET}", "title: child") + "extends: ../evil\n")
     with pytest.raises(InputError) as raised:
         load_ruleset("training/child", extra_roots=[root])
     assert "extends" in str(raised.value) and str(child) in str(raised.value)
+    assert SECRET not in str(raised.value)
 
 
 def test_an_unknown_id_is_an_input_error_naming_id_and_manifest(tmp_path: Path) -> None:
