@@ -7,8 +7,9 @@ division; Training v0.5 entries ``code/`` and ``results/`` without
 root that names the round (a results repository's own, e.g. "MLPerf Training
 v4.0"), else the set of benchmark names under ``results/<system>/`` and the
 code directories, compared with every adopted rule set of that usage. When
-several rounds fit equally the latest is taken and the reason says so:
-ambiguity is reported, never silent.
+several rounds fit, the one whose benchmarks the tree holds most fully (then
+the latest) is taken and the reason says AMBIGUOUS and names them: ambiguity is
+reported, never silent.
 
 Only directory names and the first bytes of one README are read.
 """
@@ -55,8 +56,13 @@ class _Unit:
     """Layout style: training, training-v0.5 or inference."""
 
 
-def _kind(directory: Path, parent_is_division: bool) -> str | None:
-    """The layout style ``directory`` has as an organization, if any."""
+def _kind(directory: Path, parent_is_division: bool, level: int, in_v05: bool) -> str | None:
+    """The layout style ``directory`` has as an organization, if any.
+
+    ``code/`` and ``results/`` without ``systems/`` is a Training v0.5 entry when it sits
+    two levels down (``<round>/<org>/<entry>``) or under ``v0.5.0/``, and a Training v0.6
+    organization of that form (``<round>/<org>``) otherwise.
+    """
     has = {name for name in ("benchmarks", "benchmark", "code", "results", "systems")
            if (directory / name).is_dir()}
     if has & {"benchmarks", "benchmark"}:
@@ -64,22 +70,24 @@ def _kind(directory: Path, parent_is_division: bool) -> str | None:
     if "code" in has and ("systems" in has or parent_is_division):
         return "inference"
     if {"code", "results"} <= has:
-        return "training-v0.5"
+        return "training-v0.5" if in_v05 or level >= 2 else "training"
     if {"systems", "results"} <= has:
         return "training"
     return None
 
 
-def _units(root: Path, depth: int = 3, in_division: bool = False) -> list[_Unit]:
-    """Organization-like directories at or below ``root`` (``depth`` levels at most)."""
-    kind = _kind(root, in_division)
+def _units(root: Path, level: int = 0, in_division: bool = False,
+           in_v05: bool = False) -> list[_Unit]:
+    """Organization-like directories at or below ``root`` (three levels at most)."""
+    kind = _kind(root, in_division, level, in_v05)
     if kind is not None:
         return [_Unit(root, kind)]
-    if depth == 0:
+    if level == 3:
         return []
     found: list[_Unit] = []
     for child in subdirs(root):
-        found += _units(child, depth - 1, child.name in DIVISIONS)
+        found += _units(child, level + 1, child.name in DIVISIONS,
+                        in_v05 or child.name == V05_ROUND_DIR)
     return found
 
 
@@ -88,7 +96,7 @@ def _names(unit: _Unit) -> set[str]:
     names: set[str] = set()
     for system in subdirs(unit.path / "results"):
         names.update(d.name for d in subdirs(system))
-    for code_dir in ("benchmarks", "benchmark") if unit.kind == "training" else ("code",):
+    for code_dir in ("benchmarks", "benchmark", "code") if unit.kind == "training" else ("code",):
         if unit.kind == "inference" and names:
             break  # inference code/ also holds shared directories; results name the models
         for bench in subdirs(unit.path / code_dir):
@@ -125,32 +133,39 @@ def _listing(names: Iterable[str]) -> str:
     return shown + (f" and {len(items) - _SHOWN} more" if len(items) > _SHOWN else "")
 
 
-def _fit(ruleset: RuleSet, names: set[str]) -> tuple[int, int, int]:
-    """(names the round does not know, names it knows only as aliases, benchmarks of the
-    round the tree does not hold): lower is better, compared in that order."""
-    known = {ruleset.official_benchmark(n) for n in names} - {None}
+def _mismatch(ruleset: RuleSet, names: set[str]) -> tuple[int, int]:
+    """(names the round does not know, names it knows only as aliases): lower is better."""
     unknown = sum(1 for n in names if ruleset.official_benchmark(n) is None)
     aliased = sum(1 for n in names if n in ruleset.benchmark_aliases)
-    missing = sum(1 for b in ruleset.benchmarks if b not in known)
-    return unknown, aliased, missing
+    return unknown, aliased
+
+
+def _missing(ruleset: RuleSet, names: set[str]) -> int:
+    """Benchmarks of the round the tree does not hold."""
+    known = {ruleset.official_benchmark(n) for n in names}
+    return sum(1 for b in ruleset.benchmarks if b not in known)
 
 
 def _by_benchmarks(pool: Sequence[RuleSet], names: set[str], what: str) -> Detection:
-    scores = {rs.id: _fit(rs, names) for rs in pool}
-    best = min(scores.values())
-    tied = sorted((rs for rs in pool if scores[rs.id] == best), key=_version)
-    chosen = tied[-1]
+    """The round whose benchmarks the tree's names fit: every round that knows the
+    names (by official name first) is consistent with the tree; of those, the one
+    the tree covers most fully, then the latest. More than one consistent round is
+    ambiguity, and said."""
+    best = min(_mismatch(rs, names) for rs in pool)
+    consistent = sorted((rs for rs in pool if _mismatch(rs, names) == best), key=_version)
+    chosen = min(consistent, key=lambda rs: (_missing(rs, names), tuple(-v for v in _version(rs))))
     unknown = sorted(n for n in names if chosen.official_benchmark(n) is None)
     reason = f"{what}; round from its benchmark names ({_listing(names) or 'none'})"
-    if len(tied) == 1:
-        reason += f": they fit {chosen.id} best"
+    if len(consistent) == 1:
+        reason += f": only {chosen.id} fits"
     else:
-        fits = ", ".join(rs.id for rs in tied) if len(tied) <= 4 else \
-            f"{len(tied)} rounds, {tied[0].id} to {tied[-1].id},"
-        reason += f": AMBIGUOUS, they fit {fits} equally; took the latest, {chosen.id} (choose with --rules)"
+        ids = [rs.id for rs in consistent]
+        fits = ", ".join(ids) if len(ids) <= 4 else f"{len(ids)} rounds, {ids[0]} to {ids[-1]},"
+        reason += (f": AMBIGUOUS, {fits} all fit; took {chosen.id} (holds the most of its "
+                   "benchmarks, then the latest; choose with --rules)")
     if unknown:
         reason += f"; {len(unknown)} name(s) fit no round: {_listing(unknown)}"
-    return Detection(chosen.id, reason, ambiguous=len(tied) > 1)
+    return Detection(chosen.id, reason, ambiguous=len(consistent) > 1)
 
 
 def detect_ruleset(root: Path, candidates: Sequence[RuleSet]) -> Detection:

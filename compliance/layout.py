@@ -13,8 +13,8 @@ A checked PATH is one organization or a directory of them (a whole round);
 for inference it may also be one division or a directory of divisions.
 
 Variants seen in accepted training rounds are mapped too (the layout checks
-report them as warnings naming the canonical form): ``benchmark/`` for
-``benchmarks/``; ``benchmarks/<b>/<dir>/`` (``implementation/``,
+report them as warnings naming the canonical form): ``benchmark/`` or ``code/``
+for ``benchmarks/`` (``results/<system>/entry.json`` then describes the system); ``benchmarks/<b>/<dir>/`` (``implementation/``,
 ``implementation_closed/``, ``implementation_open/`` or a system name) as the
 implementation directory instead of ``implementations/<impl>/``; and the
 inverted ``benchmarks/implementations/<system>/<benchmark>/``.
@@ -29,8 +29,11 @@ ORG_DIRS = {"training": ("systems", "benchmarks", "results"),
             "training-v0.5": ("code", "results"),
             "inference": ("systems", "code", "results")}
 CODE_DIR = {"training": "benchmarks", "training-v0.5": "code", "inference": "code"}
-CODE_DIR_VARIANTS = {"training": ("benchmark",)}
-"""Directory names read as the code directory (``benchmark/`` for ``benchmarks/``)."""
+CODE_DIR_VARIANTS = {"training": ("benchmark", "code")}
+"""Directory names read as the code directory: ``benchmark/`` for ``benchmarks/``, and
+``code/<benchmark>/<impl>/`` as some Training v0.6 organizations have it."""
+ENTRY_FILE = "entry.json"
+"""``results/<system>/entry.json``: the system description of Training v0.5/v0.6 trees."""
 IMPLEMENTATIONS = "implementations"
 V05_ROUND_DIR = "v0.5.0"
 

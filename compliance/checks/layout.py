@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from compliance.checks.interface import CheckSpec, register
-from compliance.layout import (CODE_DIR, IMPLEMENTATIONS, ORG_DIRS, Location, Organization,
-                               code_dirs, subdirs)
+from compliance.layout import (CODE_DIR, ENTRY_FILE, IMPLEMENTATIONS, ORG_DIRS, Location,
+                               Organization, code_dirs, subdirs)
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext
@@ -52,7 +52,8 @@ VARIANT = register(CheckSpec(
     id="layout-variant", title="Layout variant of an accepted round", default_level="warning",
     doc="The tree uses a layout variant that accepted MLPerf submissions have used, not the "
         "canonical form; it is understood (kernels in it are checked like any other) and "
-        "reported so a reviewer sees it. Variants: benchmark/ for benchmarks/; "
+        "reported so a reviewer sees it. Variants: benchmark/ or code/ for benchmarks/; "
+        "results/<system>/entry.json instead of systems/<system>.json; "
         "benchmarks/<b>/implementation/, implementation_closed/, implementation_open/ or "
         "benchmarks/<b>/<system>/ instead of (or beside) implementations/<impl>/; files directly "
         "under benchmarks/<b>/; the inverted benchmarks/implementations/<system>/<b>/; result "
@@ -116,12 +117,21 @@ def _required_dirs(ctx: "CheckContext", org: Organization, org_dir: Path,
             continue
         variant = next((v for v in code_dirs(style)[1:] if (org_dir / v).is_dir()), None) \
             if required == CODE_DIR[style] else None
-        if variant is None:
+        if required == "systems" and _entry_systems(org_dir):
+            yield ctx.finding(VARIANT.id, _rel(org_rel, "results"), "systems are described by "
+                              f"results/<system>/{ENTRY_FILE} (canonical: {org.name}/systems/"
+                              "<system>.json)", location=here)
+        elif variant is None:
             yield ctx.finding(STRUCTURE.id, org_rel, f"organization {org.name!r} has no {required}/ "
                               "directory", location=here)
         else:
             yield ctx.finding(VARIANT.id, _rel(org_rel, variant), f"{variant}/ is read as {required}/ "
                               f"(canonical: {org.name}/{required}/)", location=here)
+
+
+def _entry_systems(org_dir: Path) -> set[str]:
+    """Systems described the Training v0.5/v0.6 way, by ``results/<system>/entry.json``."""
+    return {d.name for d in subdirs(org_dir / "results") if (d / ENTRY_FILE).is_file()}
 
 
 def _inverted(ctx: "CheckContext", org: Organization, base: Path, rel: str) -> Iterator["Finding | None"]:
@@ -173,14 +183,14 @@ def _code_findings(ctx: "CheckContext", org: Organization, org_dir: Path,
                                   "code/<model>/<implementation>/)", location=where)
                 continue
             yield from _benchmark_name(ctx, bench, rel, where, "benchmark directory")
-            if style == "training":
+            if style == "training" and code_dir != "code":  # code/<b>/<impl>/ is that form's own
                 yield from _training_benchmark(ctx, org, base / bench, rel)
 
 
 def _results_findings(ctx: "CheckContext", org: Organization, org_dir: Path,
                       org_rel: str) -> Iterator["Finding | None"]:
     has_systems = "systems" in ORG_DIRS[ctx.ruleset.layout]
-    systems = {p.stem for p in (org_dir / "systems").glob("*.json")}
+    systems = {p.stem for p in (org_dir / "systems").glob("*.json")} | _entry_systems(org_dir)
     for system in _subdir_names(org_dir / "results"):
         rel = _rel(org_rel, "results", system)
         here = Location(org.division, org.name, "results")
