@@ -17,7 +17,8 @@ from compliance.errors import InputError
 from compliance.findings import Finding, Severity
 from compliance.inventory import Inventory, Walk, classify, walk_tree
 from compliance.manifest import Manifest, load_manifest
-from compliance.ruleset import DEFAULT_RULESET, RuleSet, load_ruleset
+from compliance.ruleset import (DEFAULT_RULESET, RuleSet, available_rulesets, load_named_ruleset,
+                                load_ruleset)
 
 REPORT_SCHEMA_VERSION = 1
 
@@ -111,7 +112,7 @@ class CheckReport:
             bucket = errors if f.severity is Severity.ERROR else warnings if f.severity is Severity.WARNING else None
             if bucket is not None:
                 bucket[f.submitter or "-"] += 1
-        names = [o.name for o in self.inventory.organizations]
+        names = list(dict.fromkeys(o.name for o in self.inventory.organizations))
         names += sorted(n for n in set(errors) | set(warnings) if n not in names)
         return [OrganizationSummary(n, errors[n], warnings[n]) for n in names]
 
@@ -121,17 +122,43 @@ def read_manifests(walk: Walk) -> tuple[tuple[str, Manifest], ...]:
     return tuple((rel, load_manifest(walk.root / rel)) for rel in sorted(walk.manifests))
 
 
-def choose_ruleset(rules: str | None, manifests: tuple[tuple[str, Manifest], ...]) -> RuleSetChoice:
-    """``--rules`` wins; else the rule set the manifests name (they must agree); else the default."""
+def _named(manifests: tuple[tuple[str, Manifest], ...]) -> dict[str, tuple[str, int | None]]:
+    """Rule-set names the manifests give -> (manifest, line of its ``ruleset:``)."""
+    named: dict[str, tuple[str, int | None]] = {}
+    for rel, manifest in manifests:
+        if manifest.ruleset:
+            mark = manifest.document.mark(("ruleset",)) if manifest.document else None
+            named.setdefault(manifest.ruleset, (rel, mark.line if mark else None))
+    return named
+
+
+def _detected(root: Path) -> RuleSetChoice:
+    """The round read from the tree (``compliance.detect``), else the default."""
+    from compliance.detect import detect_ruleset
+
+    candidates = [load_ruleset(ruleset_id) for ruleset_id in available_rulesets()]
+    detection = detect_ruleset(root, candidates)
+    if detection.ruleset_id is None:
+        return RuleSetChoice(load_ruleset(DEFAULT_RULESET), f"default ({detection.reason})")
+    return RuleSetChoice(load_ruleset(detection.ruleset_id), f"detected: {detection.reason}")
+
+
+def choose_ruleset(rules: str | None, manifests: tuple[tuple[str, Manifest], ...],
+                   root: Path | None = None) -> RuleSetChoice:
+    """``--rules`` wins (an id or a file: the operator's choice); else the rule-set id the
+    manifests name (they must agree; an id only, resolved among the rule roots); else
+    the round detected from the tree at ``root``; else the default."""
     if rules:
         return RuleSetChoice(load_ruleset(rules), "--rules")
-    named = {m.ruleset: rel for rel, m in manifests if m.ruleset}
+    named = _named(manifests)
     if len(named) > 1:
-        listing = "; ".join(f"{rel} names {name}" for name, rel in sorted(named.items()))
+        listing = "; ".join(f"{rel} names {name!r}" for name, (rel, _) in sorted(named.items()))
         raise InputError(f"manifests name different rule sets ({listing}); choose one with --rules")
     if named:
-        name, rel = next(iter(named.items()))
-        return RuleSetChoice(load_ruleset(name), f"named by {rel}")
+        name, (rel, line) = next(iter(named.items()))
+        return RuleSetChoice(load_named_ruleset(name, rel, line), f"named by {rel}")
+    if root is not None:
+        return _detected(root)
     return RuleSetChoice(load_ruleset(DEFAULT_RULESET), "default")
 
 
@@ -139,7 +166,7 @@ def build_context(root: Path, rules: str | None) -> tuple[CheckContext, RuleSetC
     """Walk ``root`` once and assemble everything checks need."""
     walk = walk_tree(root)
     manifests = read_manifests(walk)
-    choice = choose_ruleset(rules, manifests)
+    choice = choose_ruleset(rules, manifests, root)
     ruleset = choice.ruleset
     declared_vendored = declared_vendored_dirs(manifests)
     inventory = classify(walk, ruleset.layout, ruleset.divisions,

@@ -5,8 +5,19 @@ Training: ``<Org>/systems/<system>.json``,
 ``<Org>/results/<system>/<benchmark>/result_N.txt``.
 Inference adds a division level and keeps code under ``code/``:
 ``<division>/<Org>/{systems,code/<benchmark>/<impl>,results/<system>/<benchmark>,...}``.
+Training v0.5 (``training-v0.5``): ``<Org>/<entry>/{code/<benchmark>/...,
+results/<system>/<benchmark>/result_N.txt}`` with ``entry.json`` and no
+``systems/``, possibly under a ``v0.5.0/`` directory; each entry is mapped like
+an organization of its own (named after the org).
 A checked PATH is one organization or a directory of them (a whole round);
 for inference it may also be one division or a directory of divisions.
+
+Variants seen in accepted training rounds are mapped too (the layout checks
+report them as warnings naming the canonical form): ``benchmark/`` or ``code/``
+for ``benchmarks/`` (``results/<system>/entry.json`` then describes the system); ``benchmarks/<b>/<dir>/`` (``implementation/``,
+``implementation_closed/``, ``implementation_open/`` or a system name) as the
+implementation directory instead of ``implementations/<impl>/``; and the
+inverted ``benchmarks/implementations/<system>/<benchmark>/``.
 """
 
 from __future__ import annotations
@@ -15,8 +26,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ORG_DIRS = {"training": ("systems", "benchmarks", "results"),
+            "training-v0.5": ("code", "results"),
             "inference": ("systems", "code", "results")}
-CODE_DIR = {"training": "benchmarks", "inference": "code"}
+CODE_DIR = {"training": "benchmarks", "training-v0.5": "code", "inference": "code"}
+CODE_DIR_VARIANTS = {"training": ("benchmark", "code")}
+"""Directory names read as the code directory: ``benchmark/`` for ``benchmarks/``, and
+``code/<benchmark>/<impl>/`` as some Training v0.6 organizations have it."""
+ENTRY_FILE = "entry.json"
+"""``results/<system>/entry.json``: the system description of Training v0.5/v0.6 trees."""
+IMPLEMENTATIONS = "implementations"
+V05_ROUND_DIR = "v0.5.0"
+
+
+def code_dirs(style: str) -> tuple[str, ...]:
+    """The code directory of ``style`` and the variant names read as it."""
+    return (CODE_DIR[style], *CODE_DIR_VARIANTS.get(style, ()))
 
 
 @dataclass(frozen=True)
@@ -55,7 +79,23 @@ class Organization:
 
 
 def _is_org(path: Path, style: str) -> bool:
-    return any((path / d).is_dir() for d in ORG_DIRS[style])
+    names = ORG_DIRS[style] + CODE_DIR_VARIANTS.get(style, ())
+    return any((path / d).is_dir() for d in names)
+
+
+def _v05_units(root: Path) -> list[Organization]:
+    """Training v0.5 entries: the root itself, an org's entries, or a round's orgs' entries."""
+    style = "training-v0.5"
+    if _is_org(root, style):
+        return [Organization(root.resolve().name, (), None)]
+    if (root / V05_ROUND_DIR).is_dir():
+        return [Organization(o.name, (prefix, *o.prefix), None) for prefix in (V05_ROUND_DIR,)
+                for o in _v05_units(root / V05_ROUND_DIR)]
+    entries = [e for e in subdirs(root) if _is_org(e, style)]
+    if entries:
+        return [Organization(root.resolve().name, (e.name,), None) for e in entries]
+    return [Organization(o.name, (o.name, e.name), None)
+            for o in subdirs(root) for e in subdirs(o) if _is_org(e, style)]
 
 
 def subdirs(path: Path) -> list[Path]:
@@ -68,6 +108,8 @@ def subdirs(path: Path) -> list[Path]:
 
 def find_organizations(root: Path, style: str, divisions: tuple[str, ...]) -> list[Organization]:
     """Organizations under ``root``: the root itself, its children, or (inference) per division."""
+    if style == "training-v0.5":
+        return _v05_units(root)
     if _is_org(root, style):
         return [Organization(root.resolve().name, (), None)]
     if style == "inference":
@@ -104,7 +146,7 @@ class LayoutMapper:
         org, rest = found
         base = Location(division=org.division, submitter=org.name,
                         area=rest[0] if len(rest) > 1 else None)
-        if base.area == CODE_DIR[self.style]:
+        if base.area in code_dirs(self.style):
             return self._code_location(base, rest)
         if base.area == "results" and len(rest) >= 3:
             return Location(org.division, org.name, "results",
@@ -112,14 +154,31 @@ class LayoutMapper:
         return base
 
     def _code_location(self, base: Location, rest: tuple[str, ...]) -> Location:
-        benchmark = rest[1] if len(rest) > 2 else None
-        implementation = None
-        if self.style == "training":
-            if len(rest) > 4 and rest[2] == "implementations":
-                implementation = rest[3]
-        elif len(rest) > 3:
-            implementation = rest[2]
-        return Location(base.division, base.submitter, base.area, benchmark, implementation)
+        impl = self._implementation_parts(rest)
+        if impl is None:
+            benchmark = rest[1] if len(rest) > 2 else None
+            return Location(base.division, base.submitter, base.area, benchmark, None)
+        if self.style == "training" and rest[1] == IMPLEMENTATIONS:  # inverted
+            return Location(base.division, base.submitter, base.area, impl[3], impl[2])
+        return Location(base.division, base.submitter, base.area, impl[1], impl[-1])
+
+    def _implementation_parts(self, rest: tuple[str, ...]) -> tuple[str, ...] | None:
+        """Org-relative parts of the implementation directory holding ``rest``, if any.
+
+        Training: ``benchmarks/<b>/implementations/<impl>``, the inverted
+        ``benchmarks/implementations/<system>/<b>``, or ``benchmarks/<b>/<dir>``
+        (a variant: ``implementation*/`` or a system name). Other styles:
+        ``code/<b>/<impl>``.
+        """
+        if not rest or rest[0] not in code_dirs(self.style):
+            return None
+        if self.style != "training":
+            return rest[:3] if len(rest) > 3 else None
+        if len(rest) > 4 and IMPLEMENTATIONS in rest[1:3]:
+            return rest[:4]
+        if len(rest) > 3 and IMPLEMENTATIONS not in rest[1:3]:
+            return rest[:3]
+        return None
 
     def implementation_dir(self, parts: tuple[str, ...]) -> tuple[str, ...] | None:
         """Root-relative parts of the implementation directory containing ``parts``."""
@@ -127,8 +186,5 @@ class LayoutMapper:
         if found is None:
             return None
         org, rest = found
-        depth = 4 if self.style == "training" else 3
-        if len(rest) > depth and rest[0] == CODE_DIR[self.style] and \
-                (self.style != "training" or rest[2] == "implementations"):
-            return org.prefix + rest[:depth]
-        return None
+        impl = self._implementation_parts(rest)
+        return None if impl is None else org.prefix + impl

@@ -4,8 +4,11 @@ Override semantics of ``extends`` (documented in README "Rule format"):
 
 * ``id``, ``usage``, ``round``, ``status``, ``title``, ``note``, ``provenance``
   and ``extends`` belong to each file and are never inherited.
-* Other scalars and lists (``layout``, ``divisions``, ``benchmarks``) replace
-  the parent's value when the child sets them.
+* Other scalars and lists (``layout``, ``divisions``, ``benchmarks``) and the
+  ``benchmark_aliases`` mapping replace the parent's value when the child sets
+  them (so a round states its aliases whole, and can drop one).
+* ``extends`` names an id (``<usage>/<name>``, never a path), looked up beside
+  the file and in the rule roots only (``rule_roots``).
 * Mappings (``binary_policy``, ``upstream_policy``, ``vendored``) merge key by
   key; ``checks`` merges per check id and then per option. The child wins.
 * ``allowlist`` merges by entry id: a child entry with an inherited id replaces
@@ -17,7 +20,7 @@ Override semantics of ``extends`` (documented in README "Rule format"):
 from __future__ import annotations
 
 import os
-import sys
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -49,11 +52,15 @@ class Provenance:
     """Who decided (e.g. ``Training SWG``)."""
     note: str | None = None
     """E.g. "one-time decision, not a rules change"."""
+    documents: tuple[Mapping[str, str], ...] | None = None
+    """Documents encoded (``url``, ``what``, ``commit`` when recorded)."""
 
     @classmethod
     def from_data(cls, data: Mapping[str, Any]) -> Provenance:
+        documents = data.get("documents")
         return cls(decision=data["decision"], date=data["date"], round=data.get("round"),
-                   body=data.get("body"), note=data.get("note"))
+                   body=data.get("body"), note=data.get("note"),
+                   documents=None if documents is None else tuple(dict(d) for d in documents))
 
 
 @dataclass(frozen=True)
@@ -180,6 +187,8 @@ class RuleSet:
     """Divisions of the round (inference layout)."""
     benchmarks: tuple[str, ...]
     """Benchmarks of the round."""
+    benchmark_aliases: Mapping[str, str]
+    """Directory name -> official benchmark name it stands for."""
     allowlist: tuple[AllowlistEntry, ...]
     """Custom-kernel categories in force."""
     binary_policy: BinaryPolicy
@@ -203,6 +212,20 @@ class RuleSet:
         """The allowlist entry with id ``category``, if in force."""
         return next((e for e in self.allowlist if e.id == category), None)
 
+    def official_benchmark(self, name: str) -> str | None:
+        """The benchmark a directory ``name`` stands for: itself, the target of an alias,
+        or (inference) the accuracy family ``bert`` of ``bert-99``/``bert-99.9``;
+        None when it is no benchmark of the round."""
+        if name in self.benchmarks:
+            return name
+        if name in self.benchmark_aliases:
+            return self.benchmark_aliases[name]
+        if self.layout == "inference":
+            family = [b for b in self.benchmarks if b.startswith(f"{name}-99")]
+            if family:
+                return family[0]
+        return None
+
     def check_config(self, check_id: str) -> CheckConfig:
         """Effective level and options of a check in this rule set."""
         return effective_config(check_id, self.checks.get(check_id))
@@ -219,39 +242,105 @@ def _provenance_dict(p: Provenance) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- locating
+#
+# Who may pick a rule set matters: the submitter writes the tree, so a tree (a
+# manifest's ``ruleset:``, a rule file's ``extends:``) may only name a rule-set
+# *id*, and ids resolve only among the rule roots the operator controls: the
+# directories given with ``--rules-dir``, those in ``$COMPLIANCE_RULES_PATH``
+# and the rule sets shipped inside the package. Only the operator's ``--rules``
+# may name a file by path.
+
+RULES_PATH_ENV = "COMPLIANCE_RULES_PATH"
+"""Environment variable: extra rule directories, separated by ``os.pathsep``."""
+_ID_PATTERN = re.compile(r"[a-z][a-z0-9_-]*/[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_operator_dirs: tuple[Path, ...] = ()
+
+
+def is_ruleset_id(text: str) -> bool:
+    """True when ``text`` is a well-formed id: ``<usage>/<name>``, one slash, no ``..``,
+    not a file name (``.yaml``/``.yml``)."""
+    return (len(text) <= 200 and _ID_PATTERN.fullmatch(text) is not None and ".." not in text
+            and not text.endswith((".yaml", ".yml")))
+
 
 def shipped_rules_dir() -> Path:
-    """Where the shipped rule sets live.
+    """The rule sets shipped inside the package (``compliance/rulesets``)."""
+    return Path(__file__).resolve().parent / "rulesets"
 
-    ``$COMPLIANCE_RULES_DIR`` wins; then ``rules/`` beside the package (a source
-    checkout or editable install); then the copy a wheel installs under
-    ``<prefix>/share/mlperf-kernel-compliance/rules``.
-    """
-    override = os.environ.get("COMPLIANCE_RULES_DIR")
-    if override:
-        return Path(override)
-    beside = Path(__file__).resolve().parent.parent / "rules"
-    if beside.is_dir():
-        return beside
-    return Path(sys.prefix) / "share" / "mlperf-kernel-compliance" / "rules"
+
+def set_operator_rules_dirs(dirs: tuple[Path, ...]) -> None:
+    """Directories the operator added on the command line (``--rules-dir``), searched first."""
+    global _operator_dirs
+    _operator_dirs = tuple(dirs)
+
+
+def env_rules_dirs() -> tuple[Path, ...]:
+    """Directories named in ``$COMPLIANCE_RULES_PATH`` (empty entries ignored)."""
+    raw = os.environ.get(RULES_PATH_ENV, "")
+    return tuple(Path(p) for p in raw.split(os.pathsep) if p)
+
+
+def rule_roots(extra: list[Path] | None = None) -> list[Path]:
+    """Where ids are looked up, first match wins: ``extra``, ``--rules-dir``, the
+    environment variable's directories, then the shipped rule sets."""
+    return [*(extra or []), *_operator_dirs, *env_rules_dirs(), shipped_rules_dir()]
+
+
+def available_rulesets(roots: list[Path] | None = None) -> dict[str, Path]:
+    """Id -> file of every rule set in the rule roots (an earlier root shadows a later one)."""
+    found: dict[str, Path] = {}
+    for root in roots if roots is not None else rule_roots():
+        if not root.is_dir():
+            continue
+        for path in sorted(root.glob("*/*.yaml")):
+            ruleset_id = f"{path.parent.name}/{path.stem}"
+            if is_ruleset_id(ruleset_id) and path.is_file():
+                found.setdefault(ruleset_id, path)
+    return dict(sorted(found.items()))
 
 
 def list_shipped() -> list[str]:
-    """Ids of every shipped rule set, sorted."""
-    root = shipped_rules_dir()
-    return sorted(p.relative_to(root).with_suffix("").as_posix() for p in root.rglob("*.yaml"))
+    """Ids of every rule set the rule roots hold (shipped and operator-added), sorted."""
+    return list(available_rulesets())
 
 
 def _looks_like_file(name: str) -> bool:
-    return name.endswith((".yaml", ".yml")) or os.sep in name and Path(name).exists()
+    return name.endswith((".yaml", ".yml")) or Path(name).is_file()
 
 
 def _locate(name: str, roots: list[Path]) -> Path | None:
+    """The file of id ``name`` in ``roots``; None for a malformed id or none found."""
+    if not is_ruleset_id(name):
+        return None
     for root in roots:
         candidate = root / f"{name}.yaml"
         if candidate.is_file():
             return candidate
     return None
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted for a message, cut short (it may come from a hostile tree)."""
+    return repr(text if len(text) <= 80 else text[:77] + "...")
+
+
+def named_ruleset_path(name: object, where: str, line: int | None = None) -> Path:
+    """The file of the rule-set id a submission's file ``where`` names (a manifest's
+    ``ruleset:``). Only ids resolve, only among the rule roots; anything else is
+    an ``InputError`` naming the id and ``where:line``, and no file is opened."""
+    if not isinstance(name, str) or not is_ruleset_id(name):
+        raise InputError(
+            f"names rule set {_shown(str(name))}, which is not a rule-set id "
+            "(<usage>/<name>, e.g. training/v0.7); a submission can only name a shipped or "
+            "operator-added rule set, never a file (the operator may pass --rules FILE)",
+            where, line)
+    found = _locate(name, rule_roots())
+    if found is None:
+        raise InputError(
+            f"names rule set {_shown(name)}, which no rule directory holds (known: "
+            f"{', '.join(list_shipped()) or 'none'}; an operator adds directories with "
+            f"--rules-dir or ${RULES_PATH_ENV})", where, line)
+    return found
 
 
 def _root_of(path: Path, ruleset_id: str) -> Path | None:
@@ -305,8 +394,25 @@ def _failed(errors: list[InputError], document: YamlDocument | None = None) -> _
     return _Resolution({}, [], {}, {}, errors, document)
 
 
+_PARSED: dict[tuple[str, int, int], tuple[YamlDocument | None, list[InputError]]] = {}
+"""Parsed rule files by (path, mtime, size): detecting a round loads every rule set, and
+their ``extends`` chains share files. Documents are never modified after parsing."""
+
+
 def _parse_and_validate(path: Path) -> tuple[YamlDocument | None, list[InputError]]:
     """Parse ``path`` and validate it against the schema; all problems, not the first."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return _parse_and_validate_uncached(path)
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    if key not in _PARSED:
+        _PARSED[key] = _parse_and_validate_uncached(path)
+    document, errors = _PARSED[key]
+    return document, list(errors)
+
+
+def _parse_and_validate_uncached(path: Path) -> tuple[YamlDocument | None, list[InputError]]:
     try:
         document = load_yaml(path)
     except InputErrors as exc:
@@ -420,6 +526,10 @@ def _resolve_parent(document: YamlDocument, roots: list[Path],
     if parent_id is None:
         return _Resolution({}, [], {}, {}, [])
     own_id = document.data["id"]
+    if not is_ruleset_id(parent_id):
+        return _failed([document.error(
+            f"extends {_shown(parent_id)}, which is not a rule-set id (<usage>/<name>); a rule "
+            "file can only extend a rule set in the rule directories, never a path", ("extends",))])
     own_root = _root_of(document.path, own_id)
     search = ([own_root] if own_root else []) + roots
     parent_path = _locate(parent_id, search)
@@ -483,7 +593,7 @@ def _resolved_problems(resolution: _Resolution) -> list[InputError]:
                                "through extends)")]
     benchmarks = set(merged["benchmarks"])
     divisions = set(merged.get("divisions", []))
-    errors: list[InputError] = []
+    errors = _alias_problems(document, merged)
     for entry in merged.get("allowlist", []):
         source = resolution.entries[entry["id"]]
         unknown = [b for b in entry["benchmarks"] if b not in benchmarks]
@@ -497,6 +607,22 @@ def _resolved_problems(resolution: _Resolution) -> list[InputError]:
             errors.append(_entry_error(
                 document, source, "divisions", f"names unknown division(s) {', '.join(bad_div)}; "
                 f"the divisions of {merged['id']} are: {', '.join(sorted(divisions))}"))
+    return errors
+
+
+def _alias_problems(document: YamlDocument, merged: dict[str, Any]) -> list[InputError]:
+    """An alias must stand for a benchmark of the round and must not shadow one."""
+    benchmarks = set(merged["benchmarks"])
+    where = ("benchmark_aliases",) if "benchmark_aliases" in document.data else ("benchmarks",)
+    errors: list[InputError] = []
+    for alias, target in merged.get("benchmark_aliases", {}).items():
+        if target not in benchmarks:
+            errors.append(document.error(
+                f"benchmark alias {alias!r} stands for {target!r}, which is not a benchmark of "
+                f"{merged['id']} ({', '.join(sorted(benchmarks))})", where))
+        if alias in benchmarks:
+            errors.append(document.error(
+                f"benchmark alias {alias!r} is itself a benchmark of {merged['id']}", where))
     return errors
 
 
@@ -539,6 +665,7 @@ def _build(merged: dict[str, Any], chain: list[Path], origins: dict[str, str]) -
         provenance=Provenance.from_data(merged["provenance"]), extends=merged.get("extends"),
         layout=merged["layout"], divisions=tuple(merged.get("divisions", ())),
         benchmarks=tuple(merged["benchmarks"]),
+        benchmark_aliases=dict(merged.get("benchmark_aliases", {})),
         allowlist=tuple(AllowlistEntry.from_data(e) for e in merged.get("allowlist", [])),
         binary_policy=BinaryPolicy(**merged.get("binary_policy", {})),
         upstream_policy=_upstream_policy(merged.get("upstream_policy", {})),
@@ -563,23 +690,25 @@ def _vendored(raw: Mapping[str, Any]) -> VendoredPolicy:
 
 
 def _find(name_or_path: str | Path, roots: list[Path]) -> tuple[Path, str | None]:
-    """The file for a rule-set id or path, and the id it must declare (None for paths)."""
+    """The file for an operator's ``--rules`` (an id, else a path), and the id it must
+    declare (None for paths)."""
     text = str(name_or_path)
+    if not isinstance(name_or_path, Path):
+        found = _locate(text, roots)
+        if found is not None:
+            return found, text
     if isinstance(name_or_path, Path) or _looks_like_file(text):
         path = Path(name_or_path)
         if not path.is_file():
             raise InputError("rule file not found", path)
         return path, None
-    found = _locate(text, roots)
-    if found is None:
-        known = ", ".join(list_shipped()) or "none"
-        raise InputError(f"unknown rule set {text!r}; shipped rule sets: {known}")
-    return found, text
+    known = ", ".join(available_rulesets(roots)) or "none"
+    raise InputError(f"unknown rule set {_shown(text)}; known rule sets: {known}")
 
 
 def ruleset_path(name_or_path: str | Path, extra_roots: list[Path] | None = None) -> Path:
     """The file a rule-set id or path names (``InputError`` when there is none)."""
-    return _find(name_or_path, [*(extra_roots or []), shipped_rules_dir()])[0]
+    return _find(name_or_path, rule_roots(extra_roots))[0]
 
 
 def ruleset_problems(name_or_path: str | Path,
@@ -588,7 +717,7 @@ def ruleset_problems(name_or_path: str | Path,
 
     Raises ``InputError`` only when ``name_or_path`` names no file at all.
     """
-    roots = [*(extra_roots or []), shipped_rules_dir()]
+    roots = rule_roots(extra_roots)
     path, expected_id = _find(name_or_path, roots)
     return _sorted(_resolve_top(path, roots, expected_id).errors)
 
@@ -600,11 +729,23 @@ def _sorted(errors: list[InputError]) -> list[InputError]:
 def load_ruleset(name_or_path: str | Path, extra_roots: list[Path] | None = None) -> RuleSet:
     """Load a rule set by id (``training/v0.7``) or by file path and resolve ``extends``.
 
+    For the operator's choice (``--rules``, ``rules show``): a path is allowed.
     Raises ``InputError`` (exit 2) naming the file and line for any problem;
     ``InputErrors`` when there are several.
     """
-    roots = [*(extra_roots or []), shipped_rules_dir()]
+    roots = rule_roots(extra_roots)
     path, expected_id = _find(name_or_path, roots)
+    return _load(path, expected_id, roots)
+
+
+def load_named_ruleset(name: object, where: str, line: int | None = None) -> RuleSet:
+    """Load the rule set a submission's file ``where`` names: an id only, found only in
+    the rule roots (see :func:`named_ruleset_path`)."""
+    path = named_ruleset_path(name, where, line)
+    return _load(path, str(name), rule_roots())
+
+
+def _load(path: Path, expected_id: str | None, roots: list[Path]) -> RuleSet:
     resolution = _resolve_top(path, roots, expected_id)
     errors = _sorted(resolution.errors)
     if len(errors) == 1:

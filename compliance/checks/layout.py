@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from compliance.checks.interface import CheckSpec, register
-from compliance.layout import CODE_DIR, ORG_DIRS, Location, Organization, subdirs
+from compliance.layout import (CODE_DIR, ENTRY_FILE, IMPLEMENTATIONS, ORG_DIRS, Location,
+                               Organization, code_dirs, subdirs)
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext
@@ -46,41 +48,171 @@ UNKNOWN_SYSTEM = register(CheckSpec(
 ))
 
 
+VARIANT = register(CheckSpec(
+    id="layout-variant", title="Layout variant of an accepted round", default_level="warning",
+    doc="The tree uses a layout variant that accepted MLPerf submissions have used, not the "
+        "canonical form; it is understood (kernels in it are checked like any other) and "
+        "reported so a reviewer sees it. Variants: benchmark/ or code/ for benchmarks/; "
+        "results/<system>/entry.json instead of systems/<system>.json; "
+        "benchmarks/<b>/implementation/, implementation_closed/, implementation_open/ or "
+        "benchmarks/<b>/<system>/ instead of (or beside) implementations/<impl>/; files directly "
+        "under benchmarks/<b>/; the inverted benchmarks/implementations/<system>/<b>/; result "
+        "files directly under results/<system>/ without a benchmark level; in inference trees, "
+        "directories under code/ that are no model of the round (shared code such as "
+        "code/common/ or code/plugin/; results must still name a model).",
+    hint="Use the canonical form named in the message when you next submit; nothing else to do.",
+    passing="Acme/benchmarks/dlrm/implementations/pytorch/train.py",
+    failing="Acme/benchmark/dlrm/implementation_closed/train.py   (warning: two variants)",
+))
+ALIAS = register(CheckSpec(
+    id="layout-benchmark-alias", title="Benchmark directory under an alias", default_level="warning",
+    doc="A benchmark directory uses a name the round's rule set lists as an alias of one of its "
+        "benchmarks (benchmark_aliases, e.g. dlrm_v2 or dlrm for dlrm_dcnv2, llm_finetune for "
+        "llama2_70b_lora, resnet50 for resnet). It is understood as that benchmark. Inference "
+        "rule sets report it as info, since the inference submission checker maps these names "
+        "itself.",
+    hint="Name the directory after the official benchmark named in the message.",
+    passing="Acme/benchmarks/dlrm_dcnv2/...   (the official name)",
+    failing="Acme/benchmarks/dlrm_v2/...   (alias of dlrm_dcnv2)",
+))
+
+_RESULT_FILE = re.compile(r"result_\d+\.txt")
+
+
 def _subdir_names(path: Path) -> list[str]:
     return [p.name for p in subdirs(path)]
 
 
-def _org_findings(ctx: "CheckContext", org: Organization) -> Iterator["Finding | None"]:
+def _files(path: Path) -> list[str]:
+    """Regular files (not links) directly in ``path``, sorted."""
+    if not path.is_dir():
+        return []
+    return sorted(p.name for p in path.iterdir() if p.is_file() and not p.is_symlink())
+
+
+def _rel(org_rel: str, *parts: str) -> str:
+    return "/".join(p for p in (org_rel, *parts) if p and p != ".")
+
+
+def _benchmark_name(ctx: "CheckContext", name: str, rel: str, where: Location,
+                    what: str) -> Iterator["Finding | None"]:
+    """Unknown benchmark (error) or alias (its level), for a directory named ``name``."""
+    official = ctx.ruleset.official_benchmark(name)
+    if official is None:
+        aliases = ", ".join(f"{a}->{b}" for a, b in sorted(ctx.ruleset.benchmark_aliases.items()))
+        yield ctx.finding(UNKNOWN_BENCHMARK.id, rel, f"{what} {name!r}, which is not a benchmark of "
+                          f"{ctx.ruleset.id} ({', '.join(sorted(ctx.ruleset.benchmarks))}"
+                          + (f"; aliases: {aliases}" if aliases else "") + ")", location=where)
+    elif name in ctx.ruleset.benchmark_aliases:
+        yield ctx.finding(ALIAS.id, rel, f"{what} {name!r} is read as benchmark {official!r} (an "
+                          f"alias in {ctx.ruleset.id}); canonical name: {official}", location=where)
+
+
+def _required_dirs(ctx: "CheckContext", org: Organization, org_dir: Path,
+                   org_rel: str) -> Iterator["Finding | None"]:
     style = ctx.ruleset.layout
-    org_rel = "/".join(org.prefix) or "."
-    org_dir = ctx.root.joinpath(*org.prefix)
     here = Location(division=org.division, submitter=org.name)
     for required in ORG_DIRS[style]:
-        if not (org_dir / required).is_dir():
-            yield ctx.finding(STRUCTURE.id, org_rel, f"organization {org.name!r} has no {required}/ directory",
-                              location=here)
-    benchmarks = set(ctx.ruleset.benchmarks)
-    code_dir = CODE_DIR[style]
-    for bench in _subdir_names(org_dir / code_dir):
-        rel = f"{org_rel}/{code_dir}/{bench}".lstrip("./")
-        where = Location(org.division, org.name, code_dir, bench)
-        if bench not in benchmarks:
-            yield ctx.finding(UNKNOWN_BENCHMARK.id, rel, f"{bench!r} is not a benchmark of "
-                              f"{ctx.ruleset.id} ({', '.join(sorted(benchmarks))})", location=where)
-        if style == "training" and not (org_dir / code_dir / bench / "implementations").is_dir():
-            yield ctx.finding(STRUCTURE.id, rel, f"benchmark {bench!r} has no implementations/ directory",
-                              location=where)
-    systems = {p.stem for p in (org_dir / "systems").glob("*.json")}
+        if (org_dir / required).is_dir():
+            continue
+        variant = next((v for v in code_dirs(style)[1:] if (org_dir / v).is_dir()), None) \
+            if required == CODE_DIR[style] else None
+        if required == "systems" and _entry_systems(org_dir):
+            yield ctx.finding(VARIANT.id, _rel(org_rel, "results"), "systems are described by "
+                              f"results/<system>/{ENTRY_FILE} (canonical: {org.name}/systems/"
+                              "<system>.json)", location=here)
+        elif variant is None:
+            yield ctx.finding(STRUCTURE.id, org_rel, f"organization {org.name!r} has no {required}/ "
+                              "directory", location=here)
+        else:
+            yield ctx.finding(VARIANT.id, _rel(org_rel, variant), f"{variant}/ is read as {required}/ "
+                              f"(canonical: {org.name}/{required}/)", location=here)
+
+
+def _entry_systems(org_dir: Path) -> set[str]:
+    """Systems described the Training v0.5/v0.6 way, by ``results/<system>/entry.json``."""
+    return {d.name for d in subdirs(org_dir / "results") if (d / ENTRY_FILE).is_file()}
+
+
+def _inverted(ctx: "CheckContext", org: Organization, base: Path, rel: str) -> Iterator["Finding | None"]:
+    """``benchmarks/implementations/<system>/<benchmark>/``: the names, and one variant warning."""
+    yield ctx.finding(VARIANT.id, rel, "benchmarks/implementations/<system>/<benchmark>/ is read as "
+                      "benchmarks/<benchmark>/implementations/<system>/ (the canonical form)",
+                      location=Location(org.division, org.name, base.name))
+    for system in _subdir_names(base / IMPLEMENTATIONS):
+        for bench in _subdir_names(base / IMPLEMENTATIONS / system):
+            where = Location(org.division, org.name, base.name, bench, system)
+            yield from _benchmark_name(ctx, bench, f"{rel}/{system}/{bench}", where, "benchmark directory")
+
+
+def _training_benchmark(ctx: "CheckContext", org: Organization, bench_dir: Path,
+                        rel: str) -> Iterator["Finding | None"]:
+    """How a training benchmark directory holds its code."""
+    where = Location(org.division, org.name, bench_dir.parent.name, bench_dir.name)
+    others = [d for d in _subdir_names(bench_dir) if d != IMPLEMENTATIONS]
+    has_canonical = (bench_dir / IMPLEMENTATIONS).is_dir()
+    for other in others:
+        yield ctx.finding(VARIANT.id, f"{rel}/{other}", f"{other}/ is read as an implementation "
+                          f"directory {'beside' if has_canonical else 'instead of'} implementations/ "
+                          f"(canonical: {bench_dir.name}/implementations/<impl>/)", location=where)
+    files = _files(bench_dir)
+    if files and not has_canonical:
+        yield ctx.finding(VARIANT.id, rel, f"{len(files)} file(s) directly under {bench_dir.name}/ "
+                          f"(canonical: {bench_dir.name}/implementations/<impl>/)", location=where)
+    if not has_canonical and not others and not files:
+        yield ctx.finding(STRUCTURE.id, rel, f"benchmark {bench_dir.name!r} has no implementations/ "
+                          "directory", location=where)
+
+
+def _code_findings(ctx: "CheckContext", org: Organization, org_dir: Path,
+                   org_rel: str) -> Iterator["Finding | None"]:
+    style = ctx.ruleset.layout
+    for code_dir in code_dirs(style):
+        base = org_dir / code_dir
+        for bench in _subdir_names(base):
+            rel = _rel(org_rel, code_dir, bench)
+            if style == "training" and bench == IMPLEMENTATIONS:
+                yield from _inverted(ctx, org, base, rel)
+                continue
+            where = Location(org.division, org.name, code_dir, bench)
+            if style == "inference" and ctx.ruleset.official_benchmark(bench) is None:
+                # Accepted inference submissions keep shared code (common/, harness/,
+                # plugin/) beside the per-model directories; results name the models.
+                yield ctx.finding(VARIANT.id, rel, f"code/{bench}/ is no model of {ctx.ruleset.id}: "
+                                  "read as code shared by the organization's models (canonical: "
+                                  "code/<model>/<implementation>/)", location=where)
+                continue
+            yield from _benchmark_name(ctx, bench, rel, where, "benchmark directory")
+            if style == "training" and code_dir != "code":  # code/<b>/<impl>/ is that form's own
+                yield from _training_benchmark(ctx, org, base / bench, rel)
+
+
+def _results_findings(ctx: "CheckContext", org: Organization, org_dir: Path,
+                      org_rel: str) -> Iterator["Finding | None"]:
+    has_systems = "systems" in ORG_DIRS[ctx.ruleset.layout]
+    systems = {p.stem for p in (org_dir / "systems").glob("*.json")} | _entry_systems(org_dir)
     for system in _subdir_names(org_dir / "results"):
-        rel = f"{org_rel}/results/{system}".lstrip("./")
-        if system not in systems:
+        rel = _rel(org_rel, "results", system)
+        here = Location(org.division, org.name, "results")
+        if has_systems and system not in systems:
             yield ctx.finding(UNKNOWN_SYSTEM.id, rel, f"results for system {system!r}, but there is no "
-                              f"systems/{system}.json", location=Location(org.division, org.name, "results"))
+                              f"systems/{system}.json", location=here)
+        loose = [f for f in _files(org_dir / "results" / system) if _RESULT_FILE.fullmatch(f)]
+        if loose:
+            yield ctx.finding(VARIANT.id, rel, f"{len(loose)} result file(s) directly under "
+                              f"results/{system}/ without a benchmark level (canonical: "
+                              f"results/{system}/<benchmark>/result_N.txt)", location=here)
         for bench in _subdir_names(org_dir / "results" / system):
-            if bench not in benchmarks:
-                yield ctx.finding(UNKNOWN_BENCHMARK.id, f"{rel}/{bench}",
-                                  f"results for {bench!r}, which is not a benchmark of {ctx.ruleset.id}",
-                                  location=Location(org.division, org.name, "results", bench))
+            yield from _benchmark_name(ctx, bench, f"{rel}/{bench}",
+                                       Location(org.division, org.name, "results", bench), "results for")
+
+
+def _org_findings(ctx: "CheckContext", org: Organization) -> Iterator["Finding | None"]:
+    org_rel = "/".join(org.prefix) or "."
+    org_dir = ctx.root.joinpath(*org.prefix)
+    yield from _required_dirs(ctx, org, org_dir, org_rel)
+    yield from _code_findings(ctx, org, org_dir, org_rel)
+    yield from _results_findings(ctx, org, org_dir, org_rel)
 
 
 def run(ctx: "CheckContext") -> Iterator["Finding | None"]:

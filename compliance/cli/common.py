@@ -42,8 +42,8 @@ PATH_ARGUMENT = click.argument(
     "path", type=click.Path(exists=True, file_okay=False, dir_okay=True, path_type=Path))
 RULES_OPTION = click.option(
     "--rules", "rules", metavar="NAME|FILE",
-    help="Rule set id (e.g. training/v0.7) or rule file. Default: the rule set the manifests "
-         "name (`ruleset:`), else training/v0.7.")
+    help="Rule set id (e.g. training/v0.7) or rule file. Default: the rule-set id the manifests "
+         "name (`ruleset:`), else the round detected from the tree (the report says why).")
 OUTPUT_OPTION = click.option(
     "--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
     help="Write the report to FILE (outside the checked tree) instead of stdout.")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -43,11 +44,19 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="compliance")
-def cli() -> None:
+@click.option("--rules-dir", "rules_dirs", multiple=True, metavar="DIR",
+              type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Add a directory of rule sets (<DIR>/<usage>/<name>.yaml), searched before "
+                   "$COMPLIANCE_RULES_PATH and the shipped ones; repeatable.")
+def cli(rules_dirs: tuple[Path, ...]) -> None:
     """Check MLPerf-style submission trees for custom-kernel compliance.
 
     Exit codes: 0 compliant, 1 error-level findings, 2 usage or input errors.
     """
+    # The operator's rule directories; a submission tree can only name ids found there.
+    from compliance.ruleset import set_operator_rules_dirs
+
+    set_operator_rules_dirs(rules_dirs)
 
 
 def _register_commands() -> None:

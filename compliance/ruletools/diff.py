@@ -29,7 +29,7 @@ from compliance.ruletools.common import (
     value_text,
 )
 
-ROUND_FIELDS = ("status", "usage", "round", "layout", "divisions", "benchmarks")
+ROUND_FIELDS = ("status", "usage", "round", "layout", "divisions", "benchmarks", "benchmark_aliases")
 """Rule-set level facts compared under "Round"."""
 POLICIES = ("binary_policy", "upstream_policy", "vendored")
 """Policy mappings compared field by field."""
@@ -153,9 +153,17 @@ class _Context:
         return Why(origin, self.provenance[origin])
 
 
+def _round_value(ruleset: RuleSet, name: str) -> Any:
+    """A round-level fact; aliases as a set of ``alias->benchmark`` members."""
+    value = getattr(ruleset, name)
+    if name == "benchmark_aliases":
+        return tuple(f"{alias}->{official}" for alias, official in sorted(value.items()))
+    return value
+
+
 def _round_changes(ctx: _Context) -> Iterator[Change]:
     for name in ROUND_FIELDS:
-        change = _field_change(name, getattr(ctx.old, name), getattr(ctx.new, name))
+        change = _field_change(name, _round_value(ctx.old, name), _round_value(ctx.new, name))
         if change is not None:
             yield Change("round", "changed", name, None, (change,), ctx.why(name))
 

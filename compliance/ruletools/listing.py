@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from compliance.errors import InputError
-from compliance.ruleset import list_shipped, shipped_rules_dir
+from compliance.ruleset import available_rulesets, rule_roots, shipped_rules_dir
 from compliance.ruletools import JSON_SCHEMA_VERSION
 from compliance.yamlsource import load_yaml
 
@@ -32,8 +32,7 @@ class RuleSetInfo:
     """The file."""
 
 
-def _info(ruleset_id: str, root: Path) -> RuleSetInfo:
-    path = root / f"{ruleset_id}.yaml"
+def _info(ruleset_id: str, path: Path) -> RuleSetInfo:
     try:
         data = load_yaml(path).data
     except InputError as exc:
@@ -47,10 +46,10 @@ def _info(ruleset_id: str, root: Path) -> RuleSetInfo:
 
 
 def list_rulesets() -> tuple[RuleSetInfo, ...]:
-    """Every shipped rule set, sorted by id. Files are read, not validated
+    """Every rule set in the rule directories (shipped, ``--rules-dir``,
+    ``$COMPLIANCE_RULES_PATH``), sorted by id. Files are read, not validated
     (``rules validate --shipped`` does that), so one broken file does not hide the rest."""
-    root = shipped_rules_dir()
-    return tuple(_info(ruleset_id, root) for ruleset_id in list_shipped())
+    return tuple(_info(ruleset_id, path) for ruleset_id, path in available_rulesets().items())
 
 
 def render_text(infos: tuple[RuleSetInfo, ...]) -> str:
@@ -68,6 +67,7 @@ def render_text(infos: tuple[RuleSetInfo, ...]) -> str:
 def to_json(infos: tuple[RuleSetInfo, ...]) -> dict[str, Any]:
     """The JSON document of ``rules list --format json``."""
     return {"schema_version": JSON_SCHEMA_VERSION, "rules_dir": str(shipped_rules_dir()),
+            "rules_path": [str(p) for p in rule_roots()],
             "rulesets": [{"id": i.id, "usage": i.usage, "round": i.round, "status": i.status,
                           "extends": i.parent, "title": i.title, "path": str(i.path)}
                          for i in infos]}

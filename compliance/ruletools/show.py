@@ -74,6 +74,10 @@ def _header_lines(v: RuleSetView) -> list[Line]:
              Line(0, "extends", rs.extends or "-", rs.id), Line(0, "file", str(rs.source)),
              Line(0, "chain", " <- ".join(v.chain_ids)),
              Line(0, "provenance", provenance_text(rs.provenance), rs.id)]
+    for document in rs.provenance.documents or ():
+        commit = document.get("commit") or "commit not recorded"
+        lines.append(Line(0, "document", f"{document['url']} ({commit}): {one_line(document['what'])}",
+                          rs.id))
     if rs.note:
         lines.append(Line(0, "note", one_line(rs.note), rs.id))
     return lines
@@ -88,7 +92,10 @@ def _status_text(status: str) -> str:
 def _round_lines(rs: RuleSet) -> list[Line]:
     return [Line(0, "layout", rs.layout, _origin(rs, "layout")),
             Line(0, "divisions", value_text(rs.divisions), _origin(rs, "divisions")),
-            Line(0, "benchmarks", value_text(rs.benchmarks), _origin(rs, "benchmarks"))]
+            Line(0, "benchmarks", value_text(rs.benchmarks), _origin(rs, "benchmarks")),
+            Line(0, "benchmark aliases", value_text([f"{a} -> {b}" for a, b in
+                                                     sorted(rs.benchmark_aliases.items())]),
+                 _origin(rs, "benchmark_aliases"))]
 
 
 def _policy_lines(rs: RuleSet) -> list[Line]:
@@ -207,6 +214,7 @@ def to_json(v: RuleSetView, with_origin: bool = False) -> dict[str, Any]:
         "ruleset": {**rs.summary(), "note": one_line(rs.note) if rs.note else None,
                     "extends": rs.extends, "chain": list(v.chain_ids)},
         "layout": rs.layout, "divisions": list(rs.divisions), "benchmarks": list(rs.benchmarks),
+        "benchmark_aliases": dict(rs.benchmark_aliases),
         **_policies_json(rs),
         "allowlist": [_entry_json(rs, e, with_origin) for e in rs.allowlist],
         "removed_allowlist": [{"id": i, "removed_by": by} for i, by in v.removed.items()],

@@ -9,7 +9,7 @@ import pytest
 from compliance.errors import InputError
 from compliance.ruleset import list_shipped, load_ruleset
 
-V07 = Path(__file__).parents[2] / "rules" / "training" / "v0.7.yaml"
+V07 = Path(__file__).parents[2] / "compliance" / "rulesets" / "training" / "v0.7.yaml"
 
 
 def write(root: Path, rel: str, text: str) -> Path:
@@ -45,7 +45,7 @@ def test_v10_drops_the_one_time_exception() -> None:
     rs = load_ruleset("training/v1.0")
     assert rs.entry("dlrm-embedding") is None
     assert rs.layout == "training"  # inherited
-    assert rs.origins["layout"] == "training/v0.7"
+    assert rs.origins["layout"] == "training/v0.6"
 
 
 def test_schema_error_names_file_line_and_key(tmp_path: Path) -> None:

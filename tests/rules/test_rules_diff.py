@@ -13,7 +13,9 @@ from tests.rules.helpers import GOLDEN, fixture, invoke, normalise
 
 SHIPPED_PAIRS = [("training/v0.7", "training/v1.0"),
                  ("training/v1.0", "training/proposal-custom-kernels"),
-                 ("training/v0.7", "training/proposal-custom-kernels")]
+                 ("training/v0.7", "training/proposal-custom-kernels"),
+                 ("training/v0.6", "training/v0.7"), ("training/v5.0", "training/v5.1"),
+                 ("inference/v4.0", "inference/v4.1")]
 FIXTURE_PAIRS = [("base", "child"), ("child", "proposal"), ("child", "base")]
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 """``UPDATE_GOLDEN=1 pytest tests/rules`` rewrites the golden files (review the git diff!)."""

@@ -79,7 +79,7 @@ def test_schema_errors_say_what_shape_is_expected() -> None:
 def test_expected_shape_resolves_references() -> None:
     root = load_schema("ruleset")
     shape = expected_shape({"$ref": "#/$defs/provenance"}, root)
-    assert shape.startswith("a mapping with keys decision, date (optional: round, body, note)")
+    assert shape.startswith("a mapping with keys decision, date (optional: round, body, note, documents)")
 
 
 def test_text_report_names_file_line_column_and_summarises() -> None:
