@@ -335,9 +335,9 @@ def _visit_file(entry: os.DirEntry[str], rel: str, walk: Walk) -> None:
         walk.manifests.append(rel)
     if name.upper().startswith(("LICENSE", "COPYING")):
         walk.licensed_dirs.add(parent_dir(rel))
-    if is_build_noise(rel):
-        return
     build_dir = build_directory_of(rel)
+    if build_dir is None and is_build_noise(rel):
+        return
     try:
         size = entry.stat(follow_symlinks=False).st_size
         scan = ext not in NOT_CODE_EXTENSIONS and size <= MAX_SCAN_BYTES
