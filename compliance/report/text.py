@@ -5,8 +5,9 @@ and at most a few findings ("... and N more"). Vendored trees are one line
 each (nested trees under their parent), forks are named, and identical native
 sources across submitters are listed once per group. By default the report
 stays within ``DEFAULT_MAX_LINES``: when the grouped listing would be longer,
-fewer findings are shown per block, then none, and finally only the summary
-table. ``verbose`` lists every finding; ``summary`` prints the one-screen
+fewer findings are shown per block, then none, then one line per
+implementation (rule counts inline, hints once in a legend), and finally only
+the summary table. ``verbose`` lists every finding; ``summary`` prints the one-screen
 table (organization x benchmark). JSON and SARIF always keep every finding.
 """
 
@@ -30,6 +31,8 @@ DEFAULT_MAX_LINES = 200
 """Upper bound on the default report's length (``--verbose`` lifts it)."""
 EXAMPLES_PER_BLOCK = (3, 1, 0)
 """Findings listed per (implementation, rule), tried in this order until the report fits."""
+COMPACT = -1
+"""Examples value for the most compact listing: one line per implementation, hints in a legend."""
 SHARED_GROUPS_LISTED = 10
 """Shared-source groups listed by default."""
 OUTSIDE = "(outside any organization)"
@@ -117,9 +120,18 @@ def _implementation_lines(key: Key, view: _View, examples: int | None, with_tree
     by_rule: dict[str, list[Finding]] = defaultdict(list)
     for f in sorted(found, key=lambda f: (f.severity.rank, f.rule_id, f.sort_key())):
         by_rule[f.rule_id].append(f)
+    if examples == COMPACT:
+        if by_rule:
+            lines[0] += ": " + ", ".join(f"{rule} x{len(group)}" for rule, group in by_rule.items())
+        return lines
     for rule_id, group in by_rule.items():
         lines += _rule_block(rule_id, group, examples, "      ")
     return lines
+
+
+def _hint_legend(view: _View) -> list[str]:
+    hints = {f.rule_id: f.hint for group in view.findings.values() for f in group}
+    return ["how to fix:"] + [f"  {rule}: {hint}" for rule, hint in sorted(hints.items())] + [""]
 
 
 def _shared_lines(shared: tuple[SharedSource, ...], limit: int | None) -> list[str]:
@@ -148,7 +160,8 @@ def _grouped(view: _View, examples: int | None, with_trees: bool, shared_limit: 
             benchmark = key[1]
             lines.append(f"  {key[1]}")
         lines += _implementation_lines(key, view, examples, with_trees)
-    return (lines + [""] if lines else []) + _shared_lines(view.shared, shared_limit)
+    legend = _hint_legend(view) if examples == COMPACT else []
+    return (lines + [""] if lines else []) + legend + _shared_lines(view.shared, shared_limit)
 
 
 def _count_by(items: Iterable[tuple[str | None, str | None]]) -> Counter[tuple[str, str]]:
@@ -195,11 +208,11 @@ def _footer(report: "CheckReport") -> list[str]:
 
 def _fitting_body(report: "CheckReport", view: _View, budget: int) -> list[str]:
     """The most detailed grouped listing within ``budget`` lines, else the summary table."""
-    for with_trees in (True, False):
-        for examples in EXAMPLES_PER_BLOCK:
-            body = _grouped(view, examples, with_trees, SHARED_GROUPS_LISTED)
-            if len(body) <= budget:
-                return body
+    tries = [(examples, True) for examples in EXAMPLES_PER_BLOCK] + [(0, False), (COMPACT, False)]
+    for examples, with_trees in tries:
+        body = _grouped(view, examples, with_trees, SHARED_GROUPS_LISTED)
+        if len(body) <= budget:
+            return body
     note = "(the grouped listing is longer than one report; --verbose prints it, --format json keeps all)"
     shared = _shared_lines(view.shared, 3)
     table = summary_table(report)

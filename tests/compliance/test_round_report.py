@@ -1,0 +1,103 @@
+"""Round reports a reviewer can read: grouped text, bounded length, kernels traced across submitters."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from compliance.engine import run_check
+from compliance.report.text import DEFAULT_MAX_LINES, render_text
+from compliance.shared_sources import shared_sources
+from tests.compliance.test_cli import invoke
+from tests.compliance.test_inventory import make
+from tests.compliance.treeutil import BASE
+
+ORGS = [f"Org{i:02d}" for i in range(8)]
+BENCHMARKS = ["dlrm", "bert", "resnet", "ssd", "maskrcnn"]
+KERNELS_PER_IMPL = 25
+
+
+def kernel(name: str) -> str:
+    return f"__global__ void {name}(float* x) {{ x[threadIdx.x] = {len(name)}.f; }}\n"
+
+
+def synthetic_round(root: Path) -> Path:
+    """8 organizations x 5 benchmarks x 2 implementations x 25 undeclared kernels = 2,000 findings."""
+    files: dict[str, str | bytes] = {}
+    for org in ORGS:
+        files[f"{org}/systems/sys.json"] = "{}\n"
+        for bench in BENCHMARKS:
+            for impl in ("pytorch", "mxnet"):
+                base = f"{org}/benchmarks/{bench}/implementations/{impl}"
+                files[f"{base}/train.py"] = "print('train')\n"
+                files.update({f"{base}/csrc/k{i}.cu": kernel(f"{org}_{bench}_{impl}_{i}")
+                              for i in range(KERNELS_PER_IMPL)})
+    return make(root, files)
+
+
+def test_two_thousand_findings_fit_in_two_hundred_lines_and_json_keeps_all(tmp_path: Path) -> None:
+    report = run_check(synthetic_round(tmp_path / "round"))
+    undeclared = [f for f in report.findings if f.rule_id == "undeclared-kernel"]
+    assert len(undeclared) == 2000
+    text = render_text(report)
+    assert len(text.splitlines()) <= DEFAULT_MAX_LINES
+    assert text.splitlines()[-1].startswith("FAIL: ")
+    verbose = render_text(report, verbose=True)
+    assert sum(1 for line in verbose.splitlines() if "[undeclared-kernel]" in line) == 2000
+    assert verbose.count("fix: Declare the kernel") == len(ORGS) * len(BENCHMARKS) * 2
+    code, out, _ = invoke("check", "--format", "json", str(tmp_path / "round"))
+    assert code == 1 and len(json.loads(out)["findings"]) == len(report.findings)
+
+
+def test_grouped_text_prints_each_hint_once_per_implementation_and_rule(tmp_path: Path) -> None:
+    tree = tmp_path / "t"
+    shutil.copytree(BASE, tree)
+    impl = "Acme/benchmarks/dlrm/implementations/torch"
+    make(tree, {f"{impl}/extra/k{i}.cu": kernel(f"k{i}") for i in range(9)})
+    text = render_text(run_check(tree))
+    assert text.count("fix: Declare the kernel") == 1
+    assert "undeclared-kernel: 9 error(s)" in text and "... and 6 more (--verbose lists them)" in text
+    lines = text.splitlines()
+    assert lines.index("Acme") < lines.index("  dlrm") < lines.index("    torch: FAIL (9 error(s), 0 warning(s))")
+
+
+def test_summary_is_one_line_per_organization_and_benchmark(tmp_path: Path) -> None:
+    synthetic_round(tmp_path / "round")
+    code, out, _ = invoke("check", "--summary", str(tmp_path / "round"))
+    rows = [line.split() for line in out.splitlines() if line.startswith("Org")]
+    benchmark_rows = [r for r in rows if r[2] in BENCHMARKS]
+    assert code == 1 and len(benchmark_rows) == len(ORGS) * len(BENCHMARKS)
+    assert benchmark_rows[0] == ["Org00", "/", "bert", "FAIL", "50", "0", "50", "0", "0"]
+    assert {r[2] for r in rows} - set(BENCHMARKS) == {"(no"}  # layout findings of the org itself
+    code, _, err = invoke("check", "--summary", "--format", "json", str(tmp_path / "round"))
+    assert code == 2 and "--format text" in err
+
+
+def test_same_kernel_in_two_submitters_modulo_line_endings_is_one_group(tmp_path: Path) -> None:
+    tree = tmp_path / "t"
+    shutil.copytree(BASE, tree / "Acme")
+    shutil.copytree(BASE / "Acme", tree / "Beta")
+    shutil.rmtree(tree / "Acme")
+    shutil.copytree(BASE / "Acme", tree / "Acme")
+    lf = b"// gather\n__global__ void gather_rows(const float* t, float* o) { o[0] = t[0]; }\n"
+    make(tree, {"Acme/benchmarks/dlrm/implementations/torch/gather/gather_gpu.cu": lf,
+                "Beta/benchmarks/dlrm/implementations/torch/csrc/gather_gpu.cu": lf.replace(b"\n", b"\r\n"),
+                "Beta/benchmarks/dlrm/implementations/torch/csrc/copy_of_gather.cu": lf.replace(b"\n", b"\r\n"),
+                "Acme/benchmarks/dlrm/implementations/torch/solo/one.cu": kernel("one"),
+                "Acme/benchmarks/dlrm/implementations/torch/solo/same_impl.cu": kernel("one")})
+    report = run_check(tree)
+    groups = shared_sources(report.inventory)
+    shared = {g.relation: [f.path for f in g.files] for g in groups}
+    acme_emb = "Acme/benchmarks/dlrm/implementations/torch/kernels/emb.cu"
+    assert shared["identical"] == [acme_emb, acme_emb.replace("Acme", "Beta")]
+    assert shared["identical modulo line endings"] == [
+        "Acme/benchmarks/dlrm/implementations/torch/gather/gather_gpu.cu",
+        "Beta/benchmarks/dlrm/implementations/torch/csrc/copy_of_gather.cu",
+        "Beta/benchmarks/dlrm/implementations/torch/csrc/gather_gpu.cu"]
+    assert len(groups) == 2  # one.cu and same_impl.cu sit in one implementation: not a group
+    text = render_text(report)
+    assert ("    same source: Beta/benchmarks/dlrm/implementations/torch/csrc/gather_gpu.cu "
+            "(identical modulo line endings)") in text
+    code, out, _ = invoke("check", "--format", "sarif", str(tree))
+    assert len(json.loads(out)["runs"][0]["properties"]["shared_sources"]) == 2
