@@ -1,0 +1,96 @@
+"""`compliance vendored identify`: which upstream commit a copy is, from a blob index of the history."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from compliance.upstream.identify import INDEX_NAME, identify, load_index
+from compliance.upstream.runner import UpstreamSettings
+from tests.compliance.test_cli import invoke
+from tests.upstream.history import History, build_history, write_copy
+
+COMMITS = 60
+K = 37
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> History:
+    return build_history(tmp_path_factory.mktemp("history") / "up.git", COMMITS, snapshots=(20, K, COMMITS - 1))
+
+
+def settings(tmp_path: Path, offline: bool = False) -> UpstreamSettings:
+    return UpstreamSettings(tmp_path / "cache", offline)
+
+
+def test_copy_of_commit_k_with_two_files_changed_names_k_and_the_two_files(history: History, tmp_path: Path) -> None:
+    files = dict(history.snapshots[K])
+    files["src/f3.cu"] += "// local tuning\n"
+    files["include/h5.h"] = files["include/h5.h"].replace("#pragma once", "#pragma once\n#define LOCAL 1")
+    found = identify(write_copy(tmp_path / "copy", files), settings(tmp_path), str(history.path))
+    assert found.commit == history.commits[K] and not found.identical
+    assert [(m.path, m.diff.lines_added, m.diff.lines_removed) for m in found.modified] == [
+        ("include/h5.h", 1, 0), ("src/f3.cu", 1, 0)]
+    assert found.added == () and found.removed == () and found.equal == len(files) - 2
+    assert found.commits_searched == COMMITS
+    assert f"closest commit of {history.path}: {history.commits[K]}, with 2 file(s) modified" in found.describe()
+
+
+def test_identical_copy_is_identical_and_named_by_its_tag(history: History, tmp_path: Path) -> None:
+    found = identify(write_copy(tmp_path / "copy", history.snapshots[20]), settings(tmp_path), str(history.path))
+    assert found.identical and found.commit == history.commits[20] and found.tags == ("v0.20",)
+    assert found.describe().startswith(f"identical to {history.path} at commit {history.commits[20]} (tag v0.20)")
+
+
+def test_copy_of_a_subdirectory_finds_where_it_lives_upstream(history: History, tmp_path: Path) -> None:
+    src = {rel[len("src/"):]: text for rel, text in history.snapshots[COMMITS - 1].items() if rel.startswith("src/")}
+    found = identify(write_copy(tmp_path / "copy", src), settings(tmp_path), str(history.path))
+    assert found.upstream_dir == "src" and found.identical and found.commit == history.commits[-1]
+
+
+def test_added_and_removed_files_are_counted(history: History, tmp_path: Path) -> None:
+    files = dict(history.snapshots[K])
+    del files["src/f0.cu"]
+    files["src/mine.cu"] = "__global__ void mine() {}\n"
+    found = identify(write_copy(tmp_path / "copy", files), settings(tmp_path), str(history.path))
+    assert (found.commit, found.added, found.removed) == (history.commits[K], ("src/mine.cu",), ("src/f0.cu",))
+
+
+def test_unrelated_copy_says_it_matches_nothing(history: History, tmp_path: Path) -> None:
+    copy = write_copy(tmp_path / "copy", {"a.cu": "__global__ void unrelated() {}\n", "b.h": "#pragma once\n"})
+    code, out, _ = invoke("vendored", "identify", str(copy), "--repository", str(history.path),
+                          "--upstream-cache", str(tmp_path / "cache"))
+    assert code == 1 and f"matches no commit of {history.path}: none of its {COMMITS} commits" in out
+
+
+def test_index_is_built_once_and_offline_uses_the_cache(history: History, tmp_path: Path) -> None:
+    copy = write_copy(tmp_path / "copy", history.snapshots[K])
+    code, out, _ = invoke("vendored", "identify", str(copy), "--repository", str(history.path),
+                          "--upstream-cache", str(tmp_path / "cache"), "--format", "json")
+    assert code == 0 and json.loads(out)["identical"] is True
+    index_files = list((tmp_path / "cache").rglob(INDEX_NAME))
+    assert len(index_files) == 1
+    stamp = index_files[0].stat().st_mtime_ns
+    found = identify(copy, settings(tmp_path, offline=True), str(history.path))
+    assert found.commit == history.commits[K] and index_files[0].stat().st_mtime_ns == stamp
+    repo = settings(tmp_path, offline=True).repository(str(history.path))
+    assert load_index(repo).commits[:3] == history.commits[:3]
+
+
+def test_offline_without_cache_is_an_input_error(history: History, tmp_path: Path) -> None:
+    copy = write_copy(tmp_path / "copy", history.snapshots[K])
+    code, _, err = invoke("vendored", "identify", str(copy), "--repository", str(history.path),
+                          "--upstream-cache", str(tmp_path / "empty"), "--offline")
+    assert code == 2 and "holds no copy" in err
+    assert not (tmp_path / "empty").exists()
+
+
+def test_catalogued_copy_needs_no_repository_argument_and_unknown_copy_asks_for_one(tmp_path: Path) -> None:
+    copy = write_copy(tmp_path / "copy", {"a.cu": "x\n"})
+    code, _, err = invoke("vendored", "identify", str(copy), "--upstream-cache", str(tmp_path / "c"), "--offline")
+    assert code == 2 and "--repository" in err
+    nccl = write_copy(tmp_path / "nccl", {"src/nccl.h.in": "x\n", "makefiles/version.mk": "NCCL_MAJOR := 2\n"})
+    code, _, err = invoke("vendored", "identify", str(nccl), "--upstream-cache", str(tmp_path / "c"), "--offline")
+    assert code == 2 and "https://github.com/NVIDIA/nccl" in err
