@@ -124,7 +124,7 @@ def entry_symbols(contents: list[bytes]) -> tuple[tuple[str, ...], str | None]:
 
 
 def _language(sources: Iterable[str], natives: dict[str, NativeFile]) -> str:
-    langs = set()
+    langs: set[str] = set()
     for source in sources:
         native = natives.get(source)
         langs.update(native.languages if native else ())
@@ -251,7 +251,8 @@ def draft_manifest(implementation: Path, ruleset: RuleSet, identify: Identifier 
                           vendored_markers=ruleset.vendored.markers,
                           min_vendored_native=ruleset.vendored.min_native_files)
     natives = {n.path: n for n in inv.native if n.vendored_tree is None}
-    kernels, taken = [], set()
+    kernels: list[DraftKernel] = []
+    taken: set[str] = set()
     for module in _modules(inv, natives):
         contents = [_read(inv.root, s) for s in module.sources]
         symbols, function = entry_symbols(contents)

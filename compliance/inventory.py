@@ -409,8 +409,8 @@ def _protected_dirs(walk: Walk, organizations: list[Organization], mapper: Layou
             tops.add(directory)
     protected = {""}
     for top in tops:
-        parts = top.split("/")
-        protected.update("/".join(parts[:depth]) for depth in range(1, len(parts) + 1))
+        names = top.split("/")
+        protected.update("/".join(names[:depth]) for depth in range(1, len(names) + 1))
     return protected
 
 

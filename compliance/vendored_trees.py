@@ -234,9 +234,9 @@ def recognise(facts: TreeFacts, protected: Callable[[str], bool], locate: Callab
     forks = [Fork(d, e.id, e.name, e.repository, _count_under(d, facts.native), locate(d))
              for d, e in sorted(matches.items()) if protected(d)]
     candidates: dict[str, str] = {d: "declared in a manifest" for d in declared}
-    for directory, entry in matches.items():
+    for directory, match in matches.items():
         if not protected(directory):
-            candidates.setdefault(directory, f"signature of {entry.name}")
+            candidates.setdefault(directory, f"signature of {match.name}")
     for directory, reason in {**_licence_candidates(facts, min_sources),
                               **_marker_candidates(facts, markers)}.items():
         if not protected(directory):
