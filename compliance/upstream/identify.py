@@ -23,13 +23,12 @@ import stat
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compliance.errors import InputError
 from compliance.upstream.blobs import DiffSummary, blob_hash, diff_summary
 from compliance.upstream.gitcache import CachedRepository, FailureKind, GitFailure
 from compliance.upstream.resolve import open_cache
-from compliance.upstream.runner import UpstreamSettings
 from compliance.vendored_trees import (
     CatalogueEntry,
     TreeFacts,
@@ -38,6 +37,9 @@ from compliance.vendored_trees import (
     is_build_noise,
     load_catalogue,
 )
+
+if TYPE_CHECKING:
+    from compliance.upstream.runner import UpstreamSettings
 
 INDEX_NAME = "compliance-blob-index"
 """File in a cached repository holding its blob index (gzip, keyed by the refs' state)."""

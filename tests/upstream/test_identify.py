@@ -10,7 +10,10 @@ import pytest
 from compliance.upstream.identify import INDEX_NAME, identify, load_index
 from compliance.upstream.runner import UpstreamSettings
 from tests.compliance.test_cli import invoke
+from tests.upstream.conftest import check
 from tests.upstream.history import History, build_history, write_copy
+from tests.upstream.repos import KERNEL_V1, KernelUpstream
+from tests.upstream.trees import IMPL, kernel_entry, write_tree
 
 COMMITS = 60
 K = 37
@@ -94,3 +97,18 @@ def test_catalogued_copy_needs_no_repository_argument_and_unknown_copy_asks_for_
     nccl = write_copy(tmp_path / "nccl", {"src/nccl.h.in": "x\n", "makefiles/version.mk": "NCCL_MAJOR := 2\n"})
     code, _, err = invoke("vendored", "identify", str(nccl), "--upstream-cache", str(tmp_path / "c"), "--offline")
     assert code == 2 and "https://github.com/NVIDIA/nccl" in err
+
+
+def test_check_upstream_identifies_a_catalogued_tree(history: History, tmp_path: Path,
+                                                     kernel_upstream: KernelUpstream) -> None:
+    copy = {f"third_party/nccl/{rel}": text.encode() for rel, text in history.snapshots[K].items()}
+    copy["third_party/nccl/src/nccl.h.in"] = b"#define NCCL_MAJOR ${nccl:Major}\n"
+    copy["third_party/nccl/makefiles/version.mk"] = b"NCCL_MAJOR := 2\n"
+    tree = write_tree(tmp_path / "tree", KERNEL_V1, [kernel_entry(kernel_upstream.url, kernel_upstream.added)],
+                      files=copy)
+    report = check(tree, tmp_path / "cache", upstream_mirrors={"https://github.com/NVIDIA/nccl": str(history.path)})
+    (found,) = [f for f in report.findings if f.rule_id == "upstream-vendored-identified"]
+    assert found.path == f"{IMPL}/third_party/nccl"
+    assert (f"closest commit of https://github.com/NVIDIA/nccl: {history.commits[K]}, with 0 file(s) modified, "
+            "2 added, 0 removed") in found.message
+    assert dict(found.details)["added"] == ["makefiles/version.mk", "src/nccl.h.in"]
