@@ -269,6 +269,31 @@ def draft_manifest(implementation: Path, ruleset: RuleSet, identify: Identifier 
     return Draft(inv.root, ruleset, tuple(kernels), tuple(vendored))
 
 
+def tree_identifier(cache: Path | None, offline: bool, root: Path) -> Identifier:
+    """An ``Identifier`` that runs ``compliance vendored identify`` on catalogued trees.
+
+    A tree whose upstream cannot be read keeps its placeholder; the note says why.
+    """
+    from compliance.upstream.gitcache import GitFailure, default_cache_dir
+    from compliance.upstream.identify import identify
+    from compliance.upstream.runner import UpstreamSettings
+
+    settings = UpstreamSettings((cache or default_cache_dir()).expanduser().resolve(), offline)
+
+    def run(tree: VendoredTree) -> tuple[str, str] | None:
+        if tree.repository is None:
+            return None
+        try:
+            found = identify(root / tree.path, settings, tree.repository)
+        except GitFailure as exc:
+            return f"{PLACEHOLDER}: full 40-hex commit", f"not identified: {exc.message}"
+        if found.commit is None:
+            return (f"{PLACEHOLDER}: full 40-hex commit", found.describe())
+        return found.commit, found.describe()
+
+    return run
+
+
 # --------------------------------------------------------------------------- rendering
 
 _PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")

@@ -112,3 +112,19 @@ def test_check_upstream_identifies_a_catalogued_tree(history: History, tmp_path:
     assert (f"closest commit of https://github.com/NVIDIA/nccl: {history.commits[K]}, with 0 file(s) modified, "
             "2 added, 0 removed") in found.message
     assert dict(found.details)["added"] == ["makefiles/version.mk", "src/nccl.h.in"]
+
+
+def test_manifest_draft_identify_fills_the_vendored_commit(history: History, tmp_path: Path) -> None:
+    impl = tmp_path / "impl"
+    write_copy(impl / "third_party/nccl", {**history.snapshots[20], "src/nccl.h.in": "x\n",
+                                          "makefiles/version.mk": "NCCL_MAJOR := 2\n"})
+    nccl = "https://github.com/NVIDIA/nccl"
+    mirrored = UpstreamSettings(tmp_path / "cache", mirrors={nccl: str(history.path)})
+    assert identify(impl / "third_party/nccl", mirrored).commit == history.commits[20]  # fills the cache
+    code, out, _ = invoke("manifest", "draft", str(impl), "--identify", "--offline",
+                          "--upstream-cache", str(tmp_path / "cache"))
+    assert code == 0 and f"    commit: {history.commits[20]}" in out
+    assert "  # NCCL (signature of NCCL); 20 native files; closest commit of" in out
+    code, out, _ = invoke("manifest", "draft", str(impl), "--identify", "--offline",
+                          "--upstream-cache", str(tmp_path / "empty"))
+    assert code == 0 and '    commit: "FILL-IN: full 40-hex commit"' in out and "not identified: the cache holds no copy" in out
