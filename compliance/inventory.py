@@ -447,10 +447,14 @@ def classify(walk: Walk, style: str, divisions: tuple[str, ...] = (),
     def locate(rel: str) -> Location:
         return mapper.locate(tuple(rel.split("/"))) if rel else Location()
 
+    def locate_dir(rel: str) -> Location:
+        """Location of what is inside directory ``rel`` (an implementation root is in its implementation)."""
+        return mapper.locate((*rel.split("/"), "-")) if rel else Location()
+
     protected = _protected_dirs(walk, organizations, mapper)
     facts = TreeFacts(frozenset(walk.files), frozenset(walk.dirs), frozenset(walk.native),
                       frozenset(walk.licensed_dirs))
-    found = recognise(facts, protected.__contains__, locate, vendored_markers, min_vendored_native,
+    found = recognise(facts, protected.__contains__, locate_dir, vendored_markers, min_vendored_native,
                       declared_vendored, load_catalogue())
     native = tuple(NativeFile(rel, _languages(rel, ev), tuple(ev), locate(rel), found.outermost(rel))
                    for rel, ev in sorted(walk.native.items()))

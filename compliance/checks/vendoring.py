@@ -52,7 +52,7 @@ def _forks(ctx: "CheckContext") -> Iterator["Finding | None"]:
         yield ctx.finding(FORK.id, where, f"{where} is a fork of {fork.project_name} ({fork.repository}); "
                           f"its {fork.native_files} native file(s) are checked one by one",
                           details={"project": fork.project, "repository": fork.repository,
-                                   "native_files": fork.native_files})
+                                   "native_files": fork.native_files}, location=fork.location)
 
 
 def _build_directories(ctx: "CheckContext") -> Iterator["Finding | None"]:

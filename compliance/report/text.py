@@ -56,11 +56,16 @@ class _View:
     shared: tuple[SharedSource, ...]
 
 
+def _implementation_of(inv: "Inventory", path: str) -> str | None:
+    """The implementation a path is in; a directory (a fork's root) counts as inside itself."""
+    return inv.locate(path if path in inv.files else f"{path}/-").implementation
+
+
 def _view(report: "CheckReport") -> _View:
     inv = report.inventory
     findings: dict[Key, list[Finding]] = defaultdict(list)
     for f in report.findings:
-        findings[_key(f.submitter, f.benchmark, inv.locate(f.path).implementation)].append(f)
+        findings[_key(f.submitter, f.benchmark, _implementation_of(inv, f.path))].append(f)
     trees: dict[Key, list[VendoredTree]] = defaultdict(list)
     for tree in inv.vendored:
         trees[_key(tree.location.submitter, tree.location.benchmark, tree.location.implementation)].append(tree)
@@ -81,14 +86,19 @@ def _tree_line(tree: "VendoredTree", indent: str) -> str:
 
 
 def _trees_lines(trees: list["VendoredTree"], indent: str) -> list[str]:
-    lines = []
+    """One line per tree, each nested tree right under its parent, indented one more step."""
+    children: dict[str | None, list[VendoredTree]] = defaultdict(list)
     for tree in trees:
-        depth = 0
-        parent = tree.parent
-        while parent is not None:
-            depth += 1
-            parent = next((t.parent for t in trees if t.path == parent), None)
-        lines.append(_tree_line(tree, indent + "  " * depth))
+        parent = tree.parent if any(t.path == tree.parent for t in trees) else None
+        children[parent].append(tree)
+    lines: list[str] = []
+
+    def visit(parent: str | None, depth: int) -> None:
+        for tree in sorted(children.get(parent, []), key=lambda t: t.path):
+            lines.append(_tree_line(tree, indent + "  " * depth))
+            visit(tree.path, depth + 1)
+
+    visit(None, 0)
     return lines
 
 
@@ -208,7 +218,7 @@ def _footer(report: "CheckReport") -> list[str]:
 
 def _fitting_body(report: "CheckReport", view: _View, budget: int) -> list[str]:
     """The most detailed grouped listing within ``budget`` lines, else the summary table."""
-    tries = [(examples, True) for examples in EXAMPLES_PER_BLOCK] + [(0, False), (COMPACT, False)]
+    tries = [(examples, True) for examples in (*EXAMPLES_PER_BLOCK, COMPACT)] + [(COMPACT, False)]
     for examples, with_trees in tries:
         body = _grouped(view, examples, with_trees, SHARED_GROUPS_LISTED)
         if len(body) <= budget:

@@ -99,3 +99,30 @@ def test_same_kernel_in_two_submitters_modulo_line_endings_is_one_group(tmp_path
             "(identical modulo line endings)") in text
     code, out, _ = invoke("check", "--format", "sarif", str(tree))
     assert code == 1 and len(json.loads(out)["runs"][0]["properties"]["shared_sources"]) == 2
+
+
+def test_the_largest_fixture_round_reads_on_one_report(tmp_path: Path) -> None:
+    from tests.compliance.round_fixture import build_round
+
+    report = run_check(build_round(tmp_path / "round"))
+    inv = report.inventory
+    undeclared = [f.path for f in report.findings if f.rule_id == "undeclared-kernel"]
+    assert len(undeclared) == 1841
+    # licence files at NVIDIA's root and at Google's implementation root hide nothing
+    assert sum(p.startswith("NVIDIA/benchmarks/gnmt/") for p in undeclared) == 30
+    assert sum(p.startswith("Google/benchmarks/dlrm/implementations/tf/") for p in undeclared) == 56
+    assert {(f.project, f.location.benchmark, f.location.implementation) for f in inv.forks} == {
+        ("hugectr", "dlrm", "hugectr"), ("maskrcnn-benchmark", "maskrcnn", "pytorch")}
+    nccl = [t for t in inv.vendored if t.project == "nccl"]
+    assert len(nccl) == 4 and all(t.native_files == 12 and t.source_files == 52 for t in nccl)
+    assert not any("/nccl/" in p or "/TransformerEngine/" in p for p in undeclared)
+    assert any(p.endswith("submodules/rnnt_loss.py") for p in undeclared)
+    assert not any(".ninja_deps" in n.path or "/build/" in n.path for n in inv.native)
+    assert sum(f.rule_id == "build-directory-committed" for f in report.findings) == 6
+    text = render_text(report)
+    lines = text.splitlines()
+    assert len(lines) <= DEFAULT_MAX_LINES
+    te = next(i for i, line in enumerate(lines) if "vendored TransformerEngine" in line)
+    assert lines[te + 1].startswith("        vendored CUTLASS (https://github.com/NVIDIA/cutlass)")
+    assert ("    same source: NVIDIA/benchmarks/dlrm/implementations/hugectr/gather/gather_gpu.cu "
+            "(identical modulo line endings)") in lines
