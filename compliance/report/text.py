@@ -35,6 +35,8 @@ COMPACT = -1
 """Examples value for the most compact listing: one line per implementation, hints in a legend."""
 SHARED_GROUPS_LISTED = 10
 """Shared-source groups listed by default."""
+ORGANIZATIONS_LISTED = 20
+"""Organizations given a verdict line each at the end of the default report."""
 OUTSIDE = "(outside any organization)"
 NO_BENCHMARK = "(no benchmark)"
 NO_IMPLEMENTATION = "(not in an implementation)"
@@ -206,13 +208,18 @@ def _header(report: "CheckReport") -> list[str]:
             f"provenance: {rs.provenance.decision} ({rs.provenance.date})", ""]
 
 
-def _footer(report: "CheckReport") -> list[str]:
+def _footer(report: "CheckReport", verbose: bool) -> list[str]:
     lines = []
-    if len(report.inventory.organizations) > 1:
-        for org in report.organizations():
+    orgs = report.organizations()
+    if len(report.inventory.organizations) > 1 and (verbose or len(orgs) <= ORGANIZATIONS_LISTED):
+        for org in orgs:
             verdict = "pass" if org.passed else "FAIL"
             lines.append(f"  {org.name}: {verdict} ({org.errors} error(s), {org.warnings} warning(s))")
         lines.append("")
+    elif len(report.inventory.organizations) > 1:
+        failed = sum(1 for org in orgs if not org.passed)
+        lines += [f"  {len(orgs)} organizations: {len(orgs) - failed} pass, {failed} FAIL "
+                  "(--summary or --verbose lists them)", ""]
     return lines + [status_line(report)]
 
 
@@ -234,7 +241,7 @@ def _fitting_body(report: "CheckReport", view: _View, budget: int) -> list[str]:
 
 def render_text(report: "CheckReport", verbose: bool = False, summary: bool = False) -> str:
     """The text report (see the module docstring for what ``verbose`` and ``summary`` change)."""
-    head, foot = _header(report), _footer(report)
+    head, foot = _header(report), _footer(report, verbose or summary)
     if summary:
         body = summary_table(report) + [""]
     elif not report.findings and not report.inventory.vendored and not report.inventory.forks:

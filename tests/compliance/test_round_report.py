@@ -6,7 +6,15 @@ import json
 import shutil
 from pathlib import Path
 
-from compliance.engine import run_check
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compliance.checks.interface import all_specs
+from compliance.engine import CheckReport, RuleSetChoice, run_check
+from compliance.findings import Finding, Severity
+from compliance.inventory import Inventory
+from compliance.layout import LayoutMapper, Organization
+from compliance.ruleset import load_ruleset
 from compliance.report.text import DEFAULT_MAX_LINES, render_text
 from compliance.shared_sources import shared_sources
 from tests.compliance.test_cli import invoke
@@ -126,3 +134,28 @@ def test_the_largest_fixture_round_reads_on_one_report(tmp_path: Path) -> None:
     assert lines[te + 1].startswith("        vendored CUTLASS (https://github.com/NVIDIA/cutlass)")
     assert ("    same source: NVIDIA/benchmarks/dlrm/implementations/hugectr/gather/gather_gpu.cu "
             "(identical modulo line endings)") in lines
+
+
+@st.composite
+def synthetic_reports(draw: st.DrawFn) -> CheckReport:
+    """Findings spread over random organizations, benchmarks, implementations and rules (no tree needed)."""
+    orgs = [Organization(f"Org{i}", (f"Org{i}",), None) for i in range(draw(st.integers(1, 60)))]
+    benchmarks = BENCHMARKS[:draw(st.integers(1, len(BENCHMARKS)))]
+    rules = draw(st.lists(st.sampled_from(sorted(s.id for s in all_specs())), min_size=1, max_size=6, unique=True))
+    findings = []
+    for n in range(draw(st.integers(0, 3000))):
+        org, bench = orgs[n % len(orgs)].name, benchmarks[(n // len(orgs)) % len(benchmarks)]
+        path = f"{org}/benchmarks/{bench}/implementations/impl{n % 3}/k{n}.cu"
+        findings.append(Finding(rules[n % len(rules)], Severity.ERROR if n % 4 else Severity.WARNING, path, n % 50 or None,
+                                "message", "hint", org, bench))
+    inv = Inventory(Path("/round"), "training", tuple(orgs), len(findings), (), (), (), (), (), (),
+                    mapper=LayoutMapper(orgs, "training"))
+    return CheckReport(Path("/round"), RuleSetChoice(load_ruleset("training/v0.7"), "default"),
+                       tuple(findings), inv, ("static",))
+
+
+@given(synthetic_reports())
+@settings(max_examples=40, deadline=None)
+def test_default_text_never_exceeds_the_line_budget(report: CheckReport) -> None:
+    assert len(render_text(report).splitlines()) <= DEFAULT_MAX_LINES
+    assert render_text(report, verbose=True).count(" [") >= len(report.findings)

@@ -6,8 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from compliance.upstream.identify import INDEX_NAME, identify, load_index
+from compliance.upstream.identify import INDEX_NAME, BlobIndex, identify, load_index, score_commits
 from compliance.upstream.runner import UpstreamSettings
 from tests.compliance.test_cli import invoke
 from tests.upstream.conftest import check
@@ -24,7 +26,7 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> History:
     return build_history(tmp_path_factory.mktemp("history") / "up.git", COMMITS, snapshots=(20, K, COMMITS - 1))
 
 
-def settings(tmp_path: Path, offline: bool = False) -> UpstreamSettings:
+def cache_settings(tmp_path: Path, offline: bool = False) -> UpstreamSettings:
     return UpstreamSettings(tmp_path / "cache", offline)
 
 
@@ -32,7 +34,7 @@ def test_copy_of_commit_k_with_two_files_changed_names_k_and_the_two_files(histo
     files = dict(history.snapshots[K])
     files["src/f3.cu"] += "// local tuning\n"
     files["include/h5.h"] = files["include/h5.h"].replace("#pragma once", "#pragma once\n#define LOCAL 1")
-    found = identify(write_copy(tmp_path / "copy", files), settings(tmp_path), str(history.path))
+    found = identify(write_copy(tmp_path / "copy", files), cache_settings(tmp_path), str(history.path))
     assert found.commit == history.commits[K] and not found.identical
     assert [(m.path, m.diff.lines_added, m.diff.lines_removed) for m in found.modified] == [
         ("include/h5.h", 1, 0), ("src/f3.cu", 1, 0)]
@@ -42,14 +44,14 @@ def test_copy_of_commit_k_with_two_files_changed_names_k_and_the_two_files(histo
 
 
 def test_identical_copy_is_identical_and_named_by_its_tag(history: History, tmp_path: Path) -> None:
-    found = identify(write_copy(tmp_path / "copy", history.snapshots[20]), settings(tmp_path), str(history.path))
+    found = identify(write_copy(tmp_path / "copy", history.snapshots[20]), cache_settings(tmp_path), str(history.path))
     assert found.identical and found.commit == history.commits[20] and found.tags == ("v0.20",)
     assert found.describe().startswith(f"identical to {history.path} at commit {history.commits[20]} (tag v0.20)")
 
 
 def test_copy_of_a_subdirectory_finds_where_it_lives_upstream(history: History, tmp_path: Path) -> None:
     src = {rel[len("src/"):]: text for rel, text in history.snapshots[COMMITS - 1].items() if rel.startswith("src/")}
-    found = identify(write_copy(tmp_path / "copy", src), settings(tmp_path), str(history.path))
+    found = identify(write_copy(tmp_path / "copy", src), cache_settings(tmp_path), str(history.path))
     assert found.upstream_dir == "src" and found.identical and found.commit == history.commits[-1]
 
 
@@ -57,7 +59,7 @@ def test_added_and_removed_files_are_counted(history: History, tmp_path: Path) -
     files = dict(history.snapshots[K])
     del files["src/f0.cu"]
     files["src/mine.cu"] = "__global__ void mine() {}\n"
-    found = identify(write_copy(tmp_path / "copy", files), settings(tmp_path), str(history.path))
+    found = identify(write_copy(tmp_path / "copy", files), cache_settings(tmp_path), str(history.path))
     assert (found.commit, found.added, found.removed) == (history.commits[K], ("src/mine.cu",), ("src/f0.cu",))
 
 
@@ -76,9 +78,9 @@ def test_index_is_built_once_and_offline_uses_the_cache(history: History, tmp_pa
     index_files = list((tmp_path / "cache").rglob(INDEX_NAME))
     assert len(index_files) == 1
     stamp = index_files[0].stat().st_mtime_ns
-    found = identify(copy, settings(tmp_path, offline=True), str(history.path))
+    found = identify(copy, cache_settings(tmp_path, offline=True), str(history.path))
     assert found.commit == history.commits[K] and index_files[0].stat().st_mtime_ns == stamp
-    repo = settings(tmp_path, offline=True).repository(str(history.path))
+    repo = cache_settings(tmp_path, offline=True).repository(str(history.path))
     assert load_index(repo).commits[:3] == history.commits[:3]
 
 
@@ -128,3 +130,43 @@ def test_manifest_draft_identify_fills_the_vendored_commit(history: History, tmp
     code, out, _ = invoke("manifest", "draft", str(impl), "--identify", "--offline",
                           "--upstream-cache", str(tmp_path / "empty"))
     assert code == 0 and '    commit: "FILL-IN: full 40-hex commit"' in out and "not identified: the cache holds no copy" in out
+
+
+PATHS = ["a.cu", "b.h", "src/c.cu", "src/d.cc", "src/e/f.cu", "top.md"]
+BLOBS = ["1" * 40, "2" * 40, "3" * 40]
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> tuple[BlobIndex, list[dict[str, str]]]:
+    """A random DAG of commits (first parents only matter) and every commit's full tree."""
+    count = draw(st.integers(1, 25))
+    states: list[dict[str, str]] = []
+    parents, diffs = [], []
+    for i in range(count):
+        parent = draw(st.integers(-1, i - 1)) if i else -1
+        state = dict(states[parent]) if parent >= 0 else {}
+        diff = []
+        for path in draw(st.lists(st.sampled_from(PATHS), unique=True, max_size=4)):
+            new = draw(st.sampled_from([None, *BLOBS]))
+            if state.get(path) != new:
+                diff.append((path, state.get(path), new))
+                state.pop(path, None) if new is None else state.__setitem__(path, new)
+        states.append(state)
+        parents.append(parent)
+        diffs.append(tuple(diff))
+    index = BlobIndex(tuple(f"{i:040x}" for i in range(count)), tuple(parents), tuple(diffs))
+    return index, states
+
+
+@given(histories(), st.dictionaries(st.sampled_from(PATHS), st.sampled_from(BLOBS)), st.sampled_from(["", "src"]))
+@settings(max_examples=300, deadline=None)
+def test_one_pass_scores_equal_a_comparison_with_every_full_tree(
+        history: tuple[BlobIndex, list[dict[str, str]]], copy: dict[str, str], upstream_dir: str) -> None:
+    index, states = history
+    prefix = f"{upstream_dir}/" if upstream_dir else ""
+    local = {p[len(prefix):]: b for p, b in copy.items() if p.startswith(prefix)}
+    for score, tree in zip(score_commits(index, local, upstream_dir), states, strict=True):
+        mirrored = {p[len(prefix):]: b for p, b in tree.items() if p.startswith(prefix)}
+        assert score.equal == sum(mirrored.get(p) == b for p, b in local.items())
+        assert score.present == len(set(local) & set(mirrored))
+        assert score.upstream_files == len(mirrored)
