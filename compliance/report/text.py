@@ -218,8 +218,8 @@ def _footer(report: "CheckReport", verbose: bool) -> list[str]:
         lines.append("")
     elif len(report.inventory.organizations) > 1:
         failed = sum(1 for org in orgs if not org.passed)
-        lines += [f"  {len(orgs)} organizations: {len(orgs) - failed} pass, {failed} FAIL "
-                  "(--summary or --verbose lists them)", ""]
+        folded = f"  {len(orgs)} organizations: {len(orgs) - failed} pass, {failed} FAIL (--summary or --verbose lists them)"
+        lines += [folded, ""]
     return lines + [status_line(report)]
 
 

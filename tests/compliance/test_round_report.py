@@ -14,8 +14,8 @@ from compliance.engine import CheckReport, RuleSetChoice, run_check
 from compliance.findings import Finding, Severity
 from compliance.inventory import Inventory
 from compliance.layout import LayoutMapper, Organization
-from compliance.ruleset import load_ruleset
 from compliance.report.text import DEFAULT_MAX_LINES, render_text
+from compliance.ruleset import load_ruleset
 from compliance.shared_sources import shared_sources
 from tests.compliance.test_cli import invoke
 from tests.compliance.test_inventory import make

@@ -9,7 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compliance.upstream.identify import INDEX_NAME, BlobIndex, identify, load_index, score_commits
+from compliance.upstream.identify import (
+    INDEX_NAME,
+    BlobIndex,
+    identify,
+    load_index,
+    score_commits,
+)
 from compliance.upstream.runner import UpstreamSettings
 from tests.compliance.test_cli import invoke
 from tests.upstream.conftest import check
