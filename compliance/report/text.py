@@ -123,7 +123,9 @@ def _implementation_lines(key: Key, view: _View, examples: int | None, with_tree
     warnings = sum(1 for f in found if f.severity is Severity.WARNING)
     verdict = "FAIL" if errors else "pass"
     lines = [f"    {key[2]}: {verdict} ({errors} error(s), {warnings} warning(s))"]
-    lines += [f"      {text}" for text in view.forks.get(key, [])]
+    listed = (examples is None or examples > 0) and any(f.rule_id == "implementation-fork" for f in found)
+    if not listed:  # a listed implementation-fork finding already names the project
+        lines += [f"      {text}" for text in view.forks.get(key, [])]
     trees = view.trees.get(key, [])
     if with_trees:
         lines += _trees_lines(trees, "      ")
