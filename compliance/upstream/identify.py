@@ -162,20 +162,29 @@ def copy_blobs(directory: Path) -> dict[str, str]:
     """Relative path -> git blob hash of every regular file of the copy (no links followed).
 
     Build output (ninja logs, ``__pycache__``, ``*.egg-info``, ``build/temp.*``)
-    is left out: it is never part of an upstream tree.
+    is left out: it is never part of an upstream tree. So is what cannot be
+    read (the inventory reports unreadable paths; here they would only count
+    as "removed").
     """
     found: dict[str, str] = {}
     stack = [(directory, "")]
     while stack:
         current, prefix = stack.pop()
-        with os.scandir(current) as entries:
-            for entry in entries:
-                rel = f"{prefix}{entry.name}"
+        try:
+            with os.scandir(current) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        for entry in entries:
+            rel = f"{prefix}{entry.name}"
+            try:
                 mode = entry.stat(follow_symlinks=False).st_mode
                 if stat.S_ISDIR(mode) and entry.name not in SKIP_DIRS:
                     stack.append((Path(entry.path), rel + "/"))
                 elif stat.S_ISREG(mode) and not is_build_noise(rel) and build_directory_of(rel) is None:
                     found[rel] = blob_hash(Path(entry.path).read_bytes())
+            except OSError:
+                continue
     return found
 
 

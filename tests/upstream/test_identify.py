@@ -65,7 +65,10 @@ def test_added_and_removed_files_are_counted(history: History, tmp_path: Path) -
     files = dict(history.snapshots[K])
     del files["src/f0.cu"]
     files["src/mine.cu"] = "__global__ void mine() {}\n"
-    found = identify(write_copy(tmp_path / "copy", files), cache_settings(tmp_path), str(history.path))
+    copy = write_copy(tmp_path / "copy", files)
+    (copy / "src/outside.cu").symlink_to(tmp_path / "elsewhere.cu")  # never followed, never counted
+    write_copy(copy, {"build/temp.linux-x86_64-3.10/.ninja_deps": "x", "__pycache__/m.pyc": "x"})
+    found = identify(copy, cache_settings(tmp_path), str(history.path))
     assert (found.commit, found.added, found.removed) == (history.commits[K], ("src/mine.cu",), ("src/f0.cu",))
 
 
