@@ -190,8 +190,9 @@ def summary_table(report: "CheckReport") -> list[str]:
     kernels = _count_by((n.location.submitter, n.location.benchmark) for n in inv.native if not n.vendored_tree)
     trees = _count_by((t.location.submitter, t.location.benchmark) for t in inv.vendored if t.parent is None)
     binaries = _count_by((b.location.submitter, b.location.benchmark) for b in inv.binaries)
-    rows = sorted(set(errors) | set(warnings) | set(kernels) | set(trees) | set(binaries)
-                  | {(o.name, NO_BENCHMARK) for o in inv.organizations if not any(k[0] == o.name for k in kernels)})
+    counted = set(errors) | set(warnings) | set(kernels) | set(trees) | set(binaries)
+    silent = {(o.name, NO_BENCHMARK) for o in inv.organizations if not any(k[0] == o.name for k in counted)}
+    rows = sorted(counted | silent)  # an organization with nothing to count still gets its row
     width = max([len("organization / benchmark")] + [len(f"{s} / {b}") for s, b in rows])
     header = (f"{'organization / benchmark':<{width}}  verdict  errors  warnings  custom-kernel-files  "
               "vendored-trees  binaries")

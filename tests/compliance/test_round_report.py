@@ -136,22 +136,40 @@ def test_the_largest_fixture_round_reads_on_one_report(tmp_path: Path) -> None:
             "(identical modulo line endings)") in lines
 
 
-@st.composite
-def synthetic_reports(draw: st.DrawFn) -> CheckReport:
-    """Findings spread over random organizations, benchmarks, implementations and rules (no tree needed)."""
-    orgs = [Organization(f"Org{i}", (f"Org{i}",), None) for i in range(draw(st.integers(1, 60)))]
-    benchmarks = BENCHMARKS[:draw(st.integers(1, len(BENCHMARKS)))]
-    rules = draw(st.lists(st.sampled_from(sorted(s.id for s in all_specs())), min_size=1, max_size=6, unique=True))
+def synthetic_report(organizations: int, benchmarks: int, rules: list[str], count: int) -> CheckReport:
+    """``count`` findings spread over organizations, benchmarks, 3 implementations and ``rules`` (no tree)."""
+    orgs = [Organization(f"Org{i}", (f"Org{i}",), None) for i in range(organizations)]
     findings = []
-    for n in range(draw(st.integers(0, 3000))):
-        org, bench = orgs[n % len(orgs)].name, benchmarks[(n // len(orgs)) % len(benchmarks)]
+    for n in range(count):
+        org, bench = orgs[n % len(orgs)].name, BENCHMARKS[(n // len(orgs)) % benchmarks]
         path = f"{org}/benchmarks/{bench}/implementations/impl{n % 3}/k{n}.cu"
-        findings.append(Finding(rules[n % len(rules)], Severity.ERROR if n % 4 else Severity.WARNING, path, n % 50 or None,
-                                "message", "hint", org, bench))
+        findings.append(Finding(rules[n % len(rules)], Severity.ERROR if n % 4 else Severity.WARNING, path,
+                                n % 50 or None, "message", "hint", org, bench))
     inv = Inventory(Path("/round"), "training", tuple(orgs), len(findings), (), (), (), (), (), (),
                     mapper=LayoutMapper(orgs, "training"))
     return CheckReport(Path("/round"), RuleSetChoice(load_ruleset("training/v0.7"), "default"),
                        tuple(findings), inv, ("static",))
+
+
+RULE_IDS = sorted(s.id for s in all_specs())
+
+
+@st.composite
+def synthetic_reports(draw: st.DrawFn) -> CheckReport:
+    """Findings spread over random organizations, benchmarks, implementations and rules."""
+    return synthetic_report(draw(st.integers(1, 60)), draw(st.integers(1, len(BENCHMARKS))),
+                            draw(st.lists(st.sampled_from(RULE_IDS), min_size=1, max_size=6, unique=True)),
+                            draw(st.integers(0, 3000)))
+
+
+def test_the_widest_round_falls_back_to_a_truncated_summary() -> None:
+    report = synthetic_report(60, len(BENCHMARKS), RULE_IDS[:6], 3000)
+    lines = render_text(report).splitlines()
+    assert len(lines) <= DEFAULT_MAX_LINES
+    assert any("more row(s) (--summary prints all)" in line for line in lines)
+    # every 4th finding is a warning and 60 is a multiple of 4: Org0, Org4, ... have warnings only
+    assert "  60 organizations: 15 pass, 45 FAIL (--summary or --verbose lists them)" in lines
+    assert not any(line.startswith("Org0 / (no benchmark)") for line in lines)
 
 
 @given(synthetic_reports())
