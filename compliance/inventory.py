@@ -6,7 +6,9 @@ once: binaries are recognised by magic bytes whatever their name, native
 kernel code by content (``__global__``, inline ``asm(``, ``@triton.jit``,
 ``load_inline(``, torch extension markers) as well as by extension, and
 ``setup.py`` files are read as an AST for ``CUDAExtension``/``CppExtension``
-sources. Large vendored third-party trees are grouped.
+sources. Vendored third-party trees are recognised and grouped by
+``compliance.vendored_trees``; build logs, packaging metadata and committed
+build directories (``build/temp.*``, ``build/lib.*``) never count as source.
 """
 
 from __future__ import annotations
@@ -25,6 +27,16 @@ from compliance.errors import InputError
 from compliance.layout import LayoutMapper, Location, Organization, find_organizations
 from compliance.manifest import MANIFEST_NAME
 from compliance.paths import parent_dir
+from compliance.upstream.blobs import file_normalized_blob_hash, normalized_blob_hash
+from compliance.vendored_trees import (
+    Fork,
+    TreeFacts,
+    VendoredTree,
+    build_directory_of,
+    is_build_noise,
+    load_catalogue,
+    recognise,
+)
 
 MAX_SCAN_BYTES = 4 * 1024 * 1024
 """Text files larger than this are classified by extension only."""
@@ -133,19 +145,15 @@ class SetupExtension:
 
 
 @dataclass(frozen=True)
-class VendoredTree:
-    """A directory of third-party code, grouped so the report stays readable."""
+class BuildDirectory:
+    """A committed build directory (``build/temp.*``, ``build/lib.*``): one finding, products listed."""
 
     path: str
     """Root-relative POSIX path."""
-    reason: str
-    """Why it was grouped (marker name or licence + size)."""
-    native_files: int
-    """Native files inside."""
+    products: tuple[tuple[str, str], ...]
+    """(root-relative path, binary kind or ``file``) of everything inside."""
     location: Location
     """Where it sits in the layout."""
-    declared: bool = False
-    """A manifest declares its upstream under ``vendored:``."""
 
 
 @dataclass(frozen=True)
@@ -178,6 +186,12 @@ class Inventory:
     """Files or directories that could not be read."""
     mapper: LayoutMapper | None = None
     """Path -> layout location."""
+    forks: tuple[Fork, ...] = ()
+    """Organization/implementation roots that are copies of a catalogued project."""
+    build_directories: tuple[BuildDirectory, ...] = ()
+    """Committed build directories (their files are neither native code nor loose binaries)."""
+    digests: dict[str, str] = field(default_factory=dict)
+    """Native file -> git blob hash of its content with CRLF line endings made LF."""
 
     def locate(self, relpath: str) -> Location:
         """Layout location of a root-relative path."""
@@ -295,6 +309,9 @@ class Walk:
     setups: list[SetupExtension] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
     licensed_dirs: set[str] = field(default_factory=set)
+    dirs: set[str] = field(default_factory=set)
+    build_products: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    digests: dict[str, str] = field(default_factory=dict)
 
 
 def _entries(directory: str, walk: Walk, relprefix: str) -> Iterator[os.DirEntry[str]]:
@@ -318,6 +335,9 @@ def _visit_file(entry: os.DirEntry[str], rel: str, walk: Walk) -> None:
         walk.manifests.append(rel)
     if name.upper().startswith(("LICENSE", "COPYING")):
         walk.licensed_dirs.add(parent_dir(rel))
+    build_dir = build_directory_of(rel)
+    if build_dir is None and is_build_noise(rel):
+        return
     try:
         size = entry.stat(follow_symlinks=False).st_size
         scan = ext not in NOT_CODE_EXTENSIONS and size <= MAX_SCAN_BYTES
@@ -327,6 +347,9 @@ def _visit_file(entry: os.DirEntry[str], rel: str, walk: Walk) -> None:
         walk.unreadable.append(rel)
         return
     kind = binary_kind(data[:64])
+    if build_dir is not None:
+        walk.build_products.setdefault(build_dir, []).append((rel, kind or "file"))
+        return
     if kind is not None:
         walk.binaries.append((rel, kind, size))
         return
@@ -337,6 +360,8 @@ def _visit_file(entry: os.DirEntry[str], rel: str, walk: Walk) -> None:
         walk.setups.extend(setup_extensions(data, rel))
     if evidence:
         walk.native[rel] = evidence
+        if scan:
+            walk.digests[rel] = normalized_blob_hash(data)
 
 
 def _walk(root: Path) -> Walk:
@@ -356,6 +381,7 @@ def _walk(root: Path) -> Walk:
                 walk.symlinks.append((rel, os.readlink(entry.path), _escapes(root_real, entry.path)))
             elif stat.S_ISDIR(mode):
                 if entry.name not in SKIP_DIRS:
+                    walk.dirs.add(rel)
                     stack.append((entry.path, rel))
             elif stat.S_ISREG(mode):
                 _visit_file(entry, rel, walk)
@@ -374,28 +400,18 @@ def _languages(rel: str, evidence: list[Evidence]) -> tuple[str, ...]:
     return tuple(sorted(langs))
 
 
-def _vendored_roots(walk: Walk, markers: tuple[str, ...], min_native: int,
-                    declared: tuple[str, ...]) -> dict[str, str]:
-    """Directory -> reason, for the topmost vendored directories."""
-    native_count: Counter[str] = Counter()
-    for rel in walk.native:
-        parts = rel.split("/")[:-1]
-        for depth in range(1, len(parts) + 1):
-            native_count["/".join(parts[:depth])] += 1
-    candidates: dict[str, str] = {d: "declared in a manifest" for d in declared}
-    for directory, count in native_count.items():
-        parent, _, name = directory.rpartition("/")
-        if parent.rsplit("/", 1)[-1] in markers:  # third_party/<lib>: each library is a tree
-            candidates.setdefault(directory, f"library in {parent.rsplit('/', 1)[-1]}/")
-        elif name in markers and any(r.rsplit("/", 1)[0] == directory for r in walk.native):
-            candidates.setdefault(directory, f"files directly in {name}/")
-        elif directory in walk.licensed_dirs and count >= min_native:
-            candidates.setdefault(directory, f"licence file and {count} native files")
-    roots: dict[str, str] = {}
-    for directory in sorted(candidates, key=lambda d: d.count("/")):
-        if not any(directory.startswith(r + "/") for r in roots):
-            roots[directory] = candidates[directory]
-    return roots
+def _protected_dirs(walk: Walk, organizations: list[Organization], mapper: LayoutMapper) -> set[str]:
+    """The root, organization and implementation roots and every directory above them."""
+    tops = {"/".join(o.prefix) for o in organizations}
+    for directory in walk.dirs:
+        parts = tuple(directory.split("/"))
+        if mapper.implementation_dir(parts + ("-",)) == parts:
+            tops.add(directory)
+    protected = {""}
+    for top in tops:
+        names = top.split("/")
+        protected.update("/".join(names[:depth]) for depth in range(1, len(names) + 1))
+    return protected
 
 
 def walk_tree(root: Path) -> Walk:
@@ -411,38 +427,48 @@ def _add_setup_sources(walk: Walk) -> None:
     """Sources listed by setup.py extensions are native code even without markers."""
     for ext in walk.setups:
         for source in ext.sources:
-            if source in walk.files and source not in walk.native:
+            if source in walk.files and source not in walk.native and not is_build_noise(source) \
+                    and build_directory_of(source) is None:
                 walk.native[source] = [Evidence("setup.py", ext.line)]
+                digest = file_normalized_blob_hash(walk.root / source)
+                if digest is not None:
+                    walk.digests[source] = digest
 
 
 def classify(walk: Walk, style: str, divisions: tuple[str, ...] = (),
              vendored_markers: tuple[str, ...] = ("third_party",), min_vendored_native: int = 50,
              declared_vendored: tuple[str, ...] = ()) -> Inventory:
-    """Map a walk onto the layout ``style`` and group vendored trees."""
+    """Map a walk onto the layout ``style``; recognise vendored trees, forks and build directories."""
     root = walk.root
     _add_setup_sources(walk)
     organizations = find_organizations(root, style, divisions)
     mapper = LayoutMapper(organizations, style)
-    vendored = _vendored_roots(walk, vendored_markers, min_vendored_native, declared_vendored)
-
-    def tree_of(rel: str) -> str | None:
-        return next((v for v in vendored if rel.startswith(v + "/")), None)
 
     def locate(rel: str) -> Location:
-        return mapper.locate(tuple(rel.split("/")))
+        return mapper.locate(tuple(rel.split("/"))) if rel else Location()
 
-    native = tuple(NativeFile(rel, _languages(rel, ev), tuple(ev), locate(rel), tree_of(rel))
+    def locate_dir(rel: str) -> Location:
+        """Location of what is inside directory ``rel`` (an implementation root is in its implementation)."""
+        return mapper.locate((*rel.split("/"), "-")) if rel else Location()
+
+    protected = _protected_dirs(walk, organizations, mapper)
+    facts = TreeFacts(frozenset(walk.files), frozenset(walk.dirs), frozenset(walk.native),
+                      frozenset(walk.licensed_dirs))
+    found = recognise(facts, protected.__contains__, locate_dir, vendored_markers, min_vendored_native,
+                      declared_vendored, load_catalogue())
+    native = tuple(NativeFile(rel, _languages(rel, ev), tuple(ev), locate(rel), found.outermost(rel))
                    for rel, ev in sorted(walk.native.items()))
-    counts = Counter(n.vendored_tree for n in native if n.vendored_tree)
     return Inventory(
         root=root.resolve(), style=style, organizations=tuple(organizations),
         file_count=len(walk.files), native=native,
         binaries=tuple(BinaryFile(r, k, s, locate(r)) for r, k, s in sorted(walk.binaries)),
         symlinks=tuple(Symlink(r, t, e, locate(r)) for r, t, e in sorted(walk.symlinks)),
         manifests=tuple(sorted(walk.manifests)), setup_extensions=tuple(walk.setups),
-        vendored=tuple(VendoredTree(v, reason, counts[v], locate(v), v in declared_vendored)
-                       for v, reason in sorted(vendored.items())),
-        files=frozenset(walk.files), unreadable=tuple(sorted(walk.unreadable)), mapper=mapper,
+        vendored=found.trees, files=frozenset(walk.files), unreadable=tuple(sorted(walk.unreadable)),
+        mapper=mapper, forks=found.forks,
+        build_directories=tuple(BuildDirectory(d, tuple(sorted(p)), locate(d))
+                                for d, p in sorted(walk.build_products.items())),
+        digests=dict(walk.digests),
     )
 
 

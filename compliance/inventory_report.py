@@ -25,7 +25,16 @@ def inventory_dict(inv: Inventory) -> dict[str, Any]:
                                            "evidence": sorted({e.marker for e in n.evidence})})
     for v in inv.vendored:
         s, b = _where(v.location)
-        groups[s][b]["vendored"].append({"path": v.path, "reason": v.reason, "native_files": v.native_files})
+        groups[s][b]["vendored"].append({"path": v.path, "reason": v.reason, "native_files": v.native_files,
+                                         "project": v.project, "repository": v.repository, "parent": v.parent,
+                                         "files": v.files, "source_files": v.source_files})
+    for fork in inv.forks:
+        s, b = _where(fork.location)
+        groups[s][b]["forks"].append({"path": fork.path, "project": fork.project, "repository": fork.repository,
+                                      "native_files": fork.native_files})
+    for build in inv.build_directories:
+        s, b = _where(build.location)
+        groups[s][b]["build_directories"].append({"path": build.path, "products": [p for p, _ in build.products]})
     for x in inv.binaries:
         s, b = _where(x.location)
         groups[s][b]["binaries"].append({"path": x.path, "kind": x.kind, "size": x.size})
@@ -54,8 +63,16 @@ def inventory_text(inv: Inventory) -> str:
                 lines.append(f"    manifest  {item['path']}")
             for item in items.get("native", []):
                 lines.append(f"    native    {item['path']}:{item['line'] or 1} ({', '.join(item['languages'])})")
+            for item in items.get("forks", []):
+                lines.append(f"    fork      {item['path'] or '.'}/ of {item['project']} ({item['repository']}); "
+                             f"its {item['native_files']} native files are listed one by one")
             for item in items.get("vendored", []):
-                lines.append(f"    vendored  {item['path']}/ ({item['native_files']} native files; {item['reason']})")
+                nested = "  " if item["parent"] else ""
+                upstream = f"{item['project']} {item['repository']}; " if item["project"] else ""
+                lines.append(f"    vendored  {nested}{item['path']}/ ({upstream}{item['native_files']} native files; "
+                             f"{item['reason']})")
+            for item in items.get("build_directories", []):
+                lines.append(f"    build     {item['path']}/ ({len(item['products'])} build products)")
             for item in items.get("binaries", []):
                 lines.append(f"    binary    {item['path']} ({item['kind']}, {item['size']} bytes)")
             for item in items.get("symlinks", []):

@@ -171,8 +171,32 @@ def _kernel(document: YamlDocument, index: int, data: Mapping[str, Any]) -> Kern
     )
 
 
+PLACEHOLDER = "FILL-IN"
+"""Prefix of the values ``compliance manifest draft`` leaves for the submitter to fill."""
+
+
+def _placeholders(value: Any, path: JsonPath) -> list[JsonPath]:
+    if isinstance(value, str):
+        return [path] if value.startswith(PLACEHOLDER) else []
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _placeholders(v, (*path, k))]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _placeholders(v, (*path, i))]
+    return []
+
+
+def _placeholder_problems(document: YamlDocument) -> list[ManifestProblem]:
+    """A drafted manifest never passes as finished: every FILL-IN value is a problem."""
+    from compliance.schema import dotted
+
+    return [ManifestProblem(f"{dotted(p)}: placeholder left unfilled ({PLACEHOLDER} values come from "
+                            "`compliance manifest draft`; only the submitter knows this)",
+                            getattr(document.mark(p), "line", None))
+            for p in _placeholders(document.data, ())]
+
+
 def _semantic_problems(document: YamlDocument) -> list[ManifestProblem]:
-    problems = []
+    problems = _placeholder_problems(document)
     seen: set[str] = set()
     for index, kernel in enumerate(document.data.get("kernels", [])):
         kid = kernel.get("id") if isinstance(kernel, dict) else None

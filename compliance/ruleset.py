@@ -155,7 +155,9 @@ class VendoredPolicy:
     """How vendored third-party trees are recognised."""
 
     min_native_files: int = 50
-    """A directory holding at least this many native files is a vendored tree."""
+    """A directory with a licence file and at least this many C/C++/CUDA source files (counted by
+    file name, kernel markers or not) is a vendored tree, unless it is an organization's or an
+    implementation's own root."""
     markers: tuple[str, ...] = ("third_party", "3rdparty", "thirdparty", "vendor", "external",
                                 "extern", "deps", "submodules")
     """Directory names that mark vendored code regardless of size."""

@@ -11,7 +11,7 @@ from typing import Any
 from compliance.errors import InputError
 from compliance.yamlsource import YamlDocument
 
-SCHEMA_NAMES = ("ruleset", "manifest")
+SCHEMA_NAMES = ("ruleset", "manifest", "catalogue")
 
 
 @functools.cache

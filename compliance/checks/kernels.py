@@ -110,9 +110,11 @@ ENTRY_SYMBOL = register(CheckSpec(
 ))
 VENDORED = register(CheckSpec(
     id="vendored-undeclared", title="Vendored third-party tree not declared", default_level="warning",
-    doc="A grouped vendored tree (a directory named third_party/, vendor/, ... or one with a "
-        "licence file and many native files) holds native code but no manifest declares where "
-        "it comes from. Custom kernels can hide in a framework copy; a declared upstream lets "
+    doc="A grouped vendored tree (a copy of a catalogued upstream project such as NCCL or "
+        "CUTLASS, recognised by its signature files; a library in third_party/, vendor/, ...; or "
+        "a directory with a licence file and many C/C++/CUDA sources, never an organization's or "
+        "implementation's own root) holds native code but no manifest declares where it comes "
+        "from. Custom kernels can hide in a framework copy; a declared upstream lets "
         "`compliance check --upstream` prove the copy verbatim.",
     hint=f"Add a `vendored:` entry (path, repository, commit) to the {MANIFEST_NAME}.",
     passing=f"third_party/apex declared under `vendored:` in {MANIFEST_NAME}",
@@ -158,9 +160,11 @@ def _unshipped_extension_sources(ctx: "CheckContext") -> Iterator["Finding | Non
 
 def _vendored(ctx: "CheckContext") -> Iterator["Finding | None"]:
     for tree in ctx.inventory.vendored:
-        if tree.native_files and not tree.declared:
-            yield ctx.finding(VENDORED.id, tree.path, f"vendored tree ({tree.reason}) with "
-                              f"{tree.native_files} native files has no declared upstream")
+        if tree.native_files and not tree.declared and tree.parent is None:
+            what = f"{tree.project_name} ({tree.repository})" if tree.project_name else tree.reason
+            yield ctx.finding(VENDORED.id, tree.path, f"vendored tree {what} with {tree.native_files} "
+                              "native files has no declared upstream",
+                              details={"project": tree.project, "repository": tree.repository})
 
 
 def _allowlist(ctx: "CheckContext", item: DeclaredKernel) -> Iterator["Finding | None"]:

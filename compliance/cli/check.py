@@ -10,6 +10,7 @@ from compliance.cli.common import OUTPUT_OPTION, PATH_ARGUMENT, RULES_OPTION, em
 from compliance.cli.main import cli, reports_input_errors
 from compliance.engine import CheckOptions, run_check
 from compliance.report import FORMATS
+from compliance.report.text import render_text
 
 
 @cli.command("check")
@@ -26,9 +27,14 @@ from compliance.report import FORMATS
 @click.option("--verify", is_flag=True,
               help="Also build each declared kernel from source and verify it numerically.")
 @click.option("--seed", type=int, help="With --verify: seed for the generated inputs.")
+@click.option("--verbose", "-v", is_flag=True,
+              help="Text format: list every finding (default: a few per implementation and rule).")
+@click.option("--summary", is_flag=True,
+              help="Text format: one line per organization and benchmark (verdict and counts).")
 @reports_input_errors
 def check_command(path: Path, rules: str | None, fmt: str, output: Path | None, upstream: bool,
-                  upstream_cache: Path | None, offline: bool, verify: bool, seed: int | None) -> None:
+                  upstream_cache: Path | None, offline: bool, verify: bool, seed: int | None,
+                  verbose: bool, summary: bool) -> None:
     """Check the submission tree at PATH (one organization or a directory of them).
 
     Exit codes: 0 compliant, 1 error-level findings, 2 usage or input errors.
@@ -37,10 +43,13 @@ def check_command(path: Path, rules: str | None, fmt: str, output: Path | None, 
         raise click.UsageError("--offline and --upstream-cache need --upstream")
     if seed is not None and not verify:
         raise click.UsageError("--seed needs --verify")
+    if (verbose or summary) and fmt != "text":
+        raise click.UsageError("--verbose and --summary apply to --format text (JSON and SARIF keep every finding)")
     options = CheckOptions(rules=rules, upstream=upstream, upstream_cache=upstream_cache,
                            offline=offline, verify=verify, seed=seed)
     report = run_check(path, options)
-    emit(FORMATS[fmt](report), output, checked_root=path)
+    text = render_text(report, verbose=verbose, summary=summary) if fmt == "text" else FORMATS[fmt](report)
+    emit(text, output, checked_root=path)
     if output is not None:
         click.echo(f"report written to {output}; {'PASS' if report.passed else 'FAIL'}", err=True)
     raise SystemExit(report.exit_code)

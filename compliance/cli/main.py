@@ -61,7 +61,7 @@ def cli(rules_dirs: tuple[Path, ...]) -> None:
 
 def _register_commands() -> None:
     # Each command group lives in its own module; importing it registers it.
-    from compliance.cli import check, inventory, verify  # noqa: F401
+    from compliance.cli import check, inventory, manifest, vendored, verify  # noqa: F401
     try:  # rules commands are being added (issue 7)
         from compliance.cli import rules  # noqa: F401
     except ImportError:

@@ -6,9 +6,11 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from compliance import __version__
+from compliance.shared_sources import shared_sources
 
 if TYPE_CHECKING:
     from compliance.engine import CheckReport
+    from compliance.vendored_trees import VendoredTree
 
 
 def report_dict(report: "CheckReport") -> dict[str, Any]:
@@ -32,7 +34,21 @@ def report_dict(report: "CheckReport") -> dict[str, Any]:
             "files": report.inventory.file_count,
         },
         "findings": [f.to_dict() for f in report.findings],
+        "vendored_trees": [vendored_tree_dict(t) for t in report.inventory.vendored],
+        "forks": [{"path": f.path, "project": f.project, "repository": f.repository,
+                   "native_files": f.native_files, "submitter": f.location.submitter,
+                   "benchmark": f.location.benchmark} for f in report.inventory.forks],
+        "shared_sources": [g.to_dict() for g in shared_sources(report.inventory)],
     }
+
+
+def vendored_tree_dict(tree: "VendoredTree") -> dict[str, Any]:
+    """JSON form of one recognised vendored tree."""
+    return {"path": tree.path, "project": tree.project, "name": tree.project_name,
+            "repository": tree.repository, "reason": tree.reason, "parent": tree.parent,
+            "declared": tree.declared, "files": tree.files, "source_files": tree.source_files,
+            "native_files": tree.native_files, "submitter": tree.location.submitter,
+            "benchmark": tree.location.benchmark, "implementation": tree.location.implementation}
 
 
 def render_json(report: "CheckReport") -> str:

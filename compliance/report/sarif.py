@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from compliance import __version__
 from compliance.checks.interface import all_specs
+from compliance.shared_sources import shared_sources
 
 if TYPE_CHECKING:
     from compliance.engine import CheckReport
@@ -30,5 +31,6 @@ def render_sarif(report: "CheckReport") -> str:
     doc = {"$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0",
            "runs": [{"tool": {"driver": {"name": "compliance", "version": __version__, "rules": rules}},
                      "originalUriBaseIds": {"SRCROOT": {"uri": report.root.as_uri() + "/"}},
-                     "results": results}]}
+                     "results": results,
+                     "properties": {"shared_sources": [g.to_dict() for g in shared_sources(report.inventory)]}}]}
     return json.dumps(doc, indent=2) + "\n"

@@ -24,6 +24,21 @@ def file_blob_hash(path: Path) -> str | None:
         return None
 
 
+def normalized_blob_hash(data: bytes) -> str:
+    """Blob hash of ``data`` with CRLF line endings made LF (same source, any checkout)."""
+    return blob_hash(data.replace(b"\r\n", b"\n"))
+
+
+def file_normalized_blob_hash(path: Path, limit: int = 64 * 1024 * 1024) -> str | None:
+    """``normalized_blob_hash`` of the file at ``path``; None when unreadable or over ``limit`` bytes."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(limit + 1)
+    except OSError:
+        return None
+    return None if len(data) > limit else normalized_blob_hash(data)
+
+
 @dataclass(frozen=True)
 class DiffSummary:
     """How a submitted file differs from the upstream one, in lines."""

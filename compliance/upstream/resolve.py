@@ -60,6 +60,11 @@ def _open(repo: CachedRepository, offline: bool) -> None:
         repo.create()
 
 
+def open_cache(repo: CachedRepository, offline: bool) -> None:
+    """Validate the cache entry, or create it (online); offline, a missing entry is ``NOT_CACHED``."""
+    _open(repo, offline)
+
+
 def _fetch_missing(repo: CachedRepository, names: list[str]) -> dict[str, GitFailure]:
     """Fetch what the cache lacks; per-commit failures (the repository itself was reached)."""
     if not _answered(repo, names):

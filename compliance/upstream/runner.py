@@ -22,6 +22,7 @@ from compliance.upstream.gitcache import (
     cache_key,
     default_cache_dir,
 )
+from compliance.upstream.identified import identification_findings
 from compliance.upstream.kernels import kernel_findings
 from compliance.upstream.resolve import CommitState, resolve_commits
 from compliance.upstream.vendored import VendoredTarget, vendored_findings
@@ -125,4 +126,5 @@ def run_upstream_checks(ctx: CheckContext, options: CheckOptions) -> list[Findin
     for tree in trees:
         findings += vendored_findings(ctx, tree, settings.repository(tree.repository),
                                       states[(tree.repository, tree.commit)], settings.offline)
+    findings += identification_findings(ctx, settings, trees, set(wanted))
     return [f for f in findings if f is not None]

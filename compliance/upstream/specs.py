@@ -128,3 +128,17 @@ VENDORED_VERIFIED = register(CheckSpec(
     passing="3000 of 3000 native files verbatim upstream",
     failing="(never fails; modified files are reported by upstream-vendored-differs)",
 ))
+VENDORED_IDENTIFIED = register(CheckSpec(
+    id="upstream-vendored-identified", title="Upstream commit of a vendored tree identified",
+    default_level="info", stage=STAGE,
+    doc="With --upstream, every vendored tree whose upstream is known (a catalogued project such as "
+        "NCCL, or a `vendored:` declaration) is compared by git blob hash with every commit of that "
+        "repository (`compliance vendored identify`): the finding names the commit the copy is "
+        "identical to, or the closest commit and which files are modified (with diff sizes), added "
+        "or removed; or says that no commit matches, or why the repository could not be read. It "
+        "turns hundreds of files into one line such as \"NCCL at v2.18.3 plus 2 modified files\".",
+    hint="Declare the tree under `vendored:` with the identified commit; declare modified or added "
+         "native files as kernels.",
+    passing="third_party/nccl identical to NVIDIA/nccl at v2.18.3-1",
+    failing="(never fails; information for reviewers)",
+))

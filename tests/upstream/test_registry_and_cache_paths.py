@@ -20,7 +20,7 @@ from compliance.upstream.gitcache import (
 STAGE_IDS = {"upstream-unreachable", "upstream-auth-required", "upstream-cache-corrupt", "upstream-not-cached",
              "upstream-commit-unknown", "upstream-commit-unmerged", "upstream-path-missing",
              "upstream-content-differs", "upstream-verified", "upstream-vendored-differs",
-             "upstream-vendored-verified"}
+             "upstream-vendored-verified", "upstream-vendored-identified"}
 
 
 def test_every_stage_id_is_registered_with_docs_and_examples() -> None:

@@ -42,7 +42,9 @@ def test_three_modified_files_among_thousands_are_all_found(
     start = time.perf_counter()
     report = check(tree, tmp_path / "cache")
     whole = time.perf_counter() - start
-    assert upstream_ids(report) == ["upstream-vendored-differs", "upstream-verified"]
+    assert upstream_ids(report) == ["upstream-vendored-differs", "upstream-vendored-identified", "upstream-verified"]
+    identified = next(f for f in report.findings if f.rule_id == "upstream-vendored-identified")
+    assert f"{commit}, with 3 file(s) modified, 1 added, 0 removed" in identified.message  # added: LICENSE
     finding = next(f for f in report.findings if f.rule_id == "upstream-vendored-differs")
     details = dict(finding.details)
     assert (details["files"], details["verbatim"]) == (VENDORED_FILES, VENDORED_FILES - 3)
@@ -68,7 +70,7 @@ def test_verbatim_tree_is_reported_at_info_level(
         tmp_path: Path, kernel_upstream: KernelUpstream, vendored_upstream: tuple[str, str]) -> None:
     url, commit = vendored_upstream
     report = check(_vendored_tree(tmp_path / "tree", kernel_upstream, url, commit, modified=()), tmp_path / "cache")
-    assert upstream_ids(report) == ["upstream-vendored-verified", "upstream-verified"]
+    assert upstream_ids(report) == ["upstream-vendored-identified", "upstream-vendored-verified", "upstream-verified"]
     assert report.exit_code == 0
 
 
@@ -89,7 +91,9 @@ def test_wrong_upstream_directory(tmp_path: Path, kernel_upstream: KernelUpstrea
     url, commit = vendored_upstream
     report = check(_vendored_tree(tmp_path / "tree", kernel_upstream, url, commit, upstream_path="src",
                                   modified=()), tmp_path / "cache")
-    assert upstream_ids(report) == ["upstream-path-missing", "upstream-verified"]
+    assert upstream_ids(report) == ["upstream-path-missing", "upstream-vendored-identified", "upstream-verified"]
+    identified = next(f for f in report.findings if f.rule_id == "upstream-vendored-identified")
+    assert dict(identified.details)["upstream_dir"] == "csrc"  # the declared "src" is wrong; the copy says where
 
 
 def test_vendored_commit_must_be_pinned(tmp_path: Path, kernel_upstream: KernelUpstream,

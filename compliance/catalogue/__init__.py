@@ -1,0 +1,1 @@
+"""Data shipped with the package: the catalogue of upstream projects that submissions copy."""

@@ -1,0 +1,85 @@
+"""``compliance vendored``: the catalogue of copied upstream projects, and which upstream
+commit a copy is (a thin layer over ``compliance.vendored_trees`` and
+``compliance.upstream.identify``; see docs/upstream.md).
+
+Exit codes of ``identify``: 0 a commit was identified (identical or closest),
+1 no commit of the repository shares a file with the copy, 2 usage, input or
+git errors (no repository known, unreachable host, nothing cached with
+--offline).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from compliance.cli.main import EXIT_FINDINGS, EXIT_OK, cli, reports_input_errors
+from compliance.errors import InputError
+from compliance.vendored_trees import load_catalogue
+
+FORMAT_OPTION = click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+                             show_default=True, help="Output format.")
+
+
+@cli.group("vendored")
+def vendored() -> None:
+    """Upstream projects that submissions copy, and which commit a copy is."""
+
+
+@vendored.command("catalogue", short_help="The catalogued upstream projects and their signatures.")
+@FORMAT_OPTION
+@reports_input_errors
+def catalogue_command(fmt: str) -> None:
+    """The projects recognised by their signature files (compliance/catalogue/vendored.yaml)."""
+    entries = load_catalogue()
+    if fmt == "json":
+        click.echo(json.dumps([{"id": e.id, "name": e.name, "repository": e.repository,
+                                "signature": list(e.signature), "min_match": e.min_match} for e in entries],
+                              indent=2))
+        return
+    for e in entries:
+        need = "" if e.min_match == len(e.signature) else f" ({e.min_match} of them)"
+        click.echo(f"{e.id:<20} {e.name:<20} {e.repository}\n{'':<20} signature: {', '.join(e.signature)}{need}")
+
+
+@vendored.command("identify", short_help="The upstream commit a copied tree is (or is closest to).")
+@click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--repository", metavar="URL", help="Upstream repository (default: the catalogued project "
+              "whose signature PATH holds).")
+@click.option("--upstream-path", metavar="DIR", help="Directory of the repository that PATH mirrors "
+              "(default: guessed from where the copy's files live upstream).")
+@click.option("--upstream-cache", type=click.Path(file_okay=False, path_type=Path),
+              help="Cache directory for upstream repositories (default: the user's cache directory).")
+@click.option("--offline", is_flag=True, help="Use only what the cache holds; never fetch.")
+@FORMAT_OPTION
+@reports_input_errors
+def identify_command(path: Path, repository: str | None, upstream_path: str | None,
+                     upstream_cache: Path | None, offline: bool, fmt: str) -> None:
+    """Find the upstream commit whose tree best matches the copy at PATH, by git blob hashes.
+
+    Prints "identical to commit X" or "closest commit X with N files modified
+    (with their diff sizes), M added, K removed", or that no commit matches.
+    The repository's history is indexed once per cache entry.
+    """
+    from compliance.upstream.gitcache import GitFailure, default_cache_dir
+    from compliance.upstream.identify import identify
+    from compliance.upstream.runner import UpstreamSettings
+
+    settings = UpstreamSettings((upstream_cache or default_cache_dir()).expanduser().resolve(), offline)
+    try:
+        result = identify(path, settings, repository, upstream_path)
+    except GitFailure as exc:
+        raise InputError(exc.message) from exc
+    if fmt == "json":
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        click.echo(f"{path}: {result.describe()}")
+        for m in result.modified:
+            click.echo(f"  modified  {m.path}: {m.diff.describe()}")
+        for rel in result.added:
+            click.echo(f"  added     {rel}")
+        for rel in result.removed:
+            click.echo(f"  removed   {rel}")
+    raise SystemExit(EXIT_OK if result.commit is not None else EXIT_FINDINGS)

@@ -1,0 +1,2 @@
+// HugeCTR-style header (signature fixture)
+#pragma once

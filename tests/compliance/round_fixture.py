@@ -1,0 +1,86 @@
+"""A synthetic round with what real results trees hold (the closing note's largest fixture round).
+
+Six organizations: vendored NCCL copies with few kernel markers in three of
+them, TransformerEngine with CUTLASS nested inside, Megatron-LM, a HugeCTR
+fork, licence files at an organization root and an implementation root over
+real custom kernels, committed build directories with ninja logs, the same
+gather kernel in two submitters (one with CRLF line endings), NeMo's own
+``submodules/`` package, and enough undeclared kernels for 2,000+ findings.
+Signature files only: nothing here is copied from the projects.
+
+    PYTHONPATH=$PWD python3 -m tests.compliance.round_fixture /tmp/round   # then: compliance check /tmp/round
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tests.compliance.test_inventory import make
+from tests.compliance.test_vendored_trees import signature_files
+from tests.compliance.treeutil import fake_binary
+
+KERNEL = "__global__ void {name}(float* x) {{ x[threadIdx.x] = {n}.f; }}\n"
+GATHER = "// gather rows\n__global__ void gather_rows(const float* t, const long* i, float* o) { o[0] = t[i[0]]; }\n"
+
+
+def _org(name: str) -> dict[str, str | bytes]:
+    return {f"{name}/systems/sys1.json": "{}\n", f"{name}/results/sys1/dlrm/result_0.txt": ":::MLLOG {}\n"}
+
+
+def _kernels(base: str, count: int, tag: str) -> dict[str, str | bytes]:
+    return {f"{base}/k{i:03d}.cu": KERNEL.format(name=f"{tag}_{i}", n=i) for i in range(count)}
+
+
+def _nccl(top: str) -> dict[str, str | bytes]:
+    files: dict[str, str | bytes] = {**signature_files("nccl", top), f"{top}/LICENSE.txt": "BSD\n"}
+    files.update({f"{top}/src/misc/m{i}.cc": f"int m{i}() {{ return {i}; }}\n" for i in range(40)})
+    files.update({f"{top}/src/device/d{i}.cu": KERNEL.format(name=f"nccl_{i}", n=i) for i in range(12)})
+    return files
+
+
+def round_files() -> dict[str, str | bytes]:
+    """Root-relative path -> content of the whole round."""
+    files: dict[str, str | bytes] = {}
+    for org in ("NVIDIA", "Google", "Intel", "Dell", "Lenovo", "HPE"):
+        files.update(_org(org))
+    nv = "NVIDIA/benchmarks"
+    files["NVIDIA/LICENSE.md"] = "Apache-2.0\n"
+    files.update(_kernels(f"{nv}/gnmt/implementations/pytorch/seq2seq/csrc", 30, "gnmt"))
+    files.update(_kernels(f"{nv}/maskrcnn/implementations/pytorch/maskrcnn_benchmark/csrc/cuda", 40, "mrcnn"))
+    files.update(signature_files("maskrcnn-benchmark", f"{nv}/maskrcnn/implementations/pytorch"))
+    te = f"{nv}/gpt3/implementations/pytorch/TransformerEngine"
+    files.update({**signature_files("transformer-engine", te), **signature_files("cutlass", f"{te}/3rdparty/cutlass")})
+    files.update(_kernels(f"{te}/transformer_engine/common", 60, "te"))
+    files.update(_kernels(f"{te}/3rdparty/cutlass/include/cutlass/gemm", 25, "cutlass"))
+    files.update(signature_files("megatron-lm", f"{nv}/gpt3/implementations/pytorch/megatron-lm"))
+    files.update(_nccl(f"{nv}/gpt3/implementations/pytorch/nccl"))
+    files[f"{nv}/dlrm/implementations/hugectr/gather/gather_gpu.cu"] = GATHER
+    files.update(signature_files("hugectr", f"{nv}/dlrm/implementations/hugectr"))
+    files.update(_kernels(f"{nv}/dlrm/implementations/hugectr/HugeCTR/src", 20, "hugectr"))
+    files["Google/benchmarks/dlrm/implementations/tf/LICENSE"] = "Apache-2.0\n"
+    files.update(_kernels("Google/benchmarks/dlrm/implementations/tf/kernels", 55, "tpu_emb"))
+    files["Google/benchmarks/dlrm/implementations/tf/kernels/gather_gpu.cu"] = GATHER.replace("\n", "\r\n").encode()
+    for org in ("Dell", "Lenovo", "HPE"):
+        impl = f"{org}/benchmarks/gpt3/implementations/pytorch"
+        files.update(_nccl(f"{impl}/nccl"))
+        files[f"{impl}/build/temp.linux-x86_64-3.8/.ninja_deps"] = b"\x00\x01 torch/extension.h __global__"
+        files[f"{impl}/build/temp.linux-x86_64-3.8/csrc/fused.o"] = fake_binary("elf-o")
+        files[f"{impl}/build/lib.linux-x86_64-3.8/fused_ext.so"] = fake_binary("elf-so")
+        files[f"{impl}/csrc/fused.cu"] = KERNEL.format(name="fused_bias_gelu", n=1)
+        for bench in ("bert", "resnet", "ssd", "rnnt", "unet3d"):
+            files.update(_kernels(f"{org}/benchmarks/{bench}/implementations/pytorch/csrc", 110, f"{org}_{bench}"))
+    nemo = "Intel/benchmarks/rnnt/implementations/pytorch/nemo_copy/nemo/collections/asr/parts/submodules"
+    files[f"{nemo}/__init__.py"] = ""
+    files[f"{nemo}/rnnt_loss.py"] = "import triton\n\n@triton.jit\ndef rnnt_loss(x):\n    pass\n"
+    files.update(_kernels("Intel/benchmarks/bert/implementations/pytorch/csrc", 40, "intel_bert"))
+    return files
+
+
+def build_round(root: Path) -> Path:
+    """Write the round under ``root``."""
+    return make(root, round_files())
+
+
+if __name__ == "__main__":
+    build_round(Path(sys.argv[1]))

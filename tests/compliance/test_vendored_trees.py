@@ -1,0 +1,134 @@
+"""Vendored trees recognised by the catalogue; roots never hidden; build output never source."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from compliance.engine import run_check
+from compliance.errors import InputError
+from compliance.inventory import build_inventory
+from compliance.vendored_trees import load_catalogue
+from tests.compliance.test_inventory import make
+from tests.compliance.treeutil import BASE, fake_binary
+
+IMPL = "Acme/benchmarks/dlrm/implementations/torch"
+KERNEL = "__global__ void k(float* x) { x[threadIdx.x] = 0.f; }\n"
+CATALOGUE = load_catalogue()
+REQUIRED = {"nccl", "apex", "megatron-lm", "transformer-engine", "cutlass", "maskrcnn-benchmark", "fairseq",
+            "mxnet", "hugectr", "nemo", "deepspeed", "vllm", "loadgen", "googletest"}
+
+
+def signature_files(entry_id: str, top: str) -> dict[str, str]:
+    """The catalogue entry's signature paths under ``top`` (directories get a placeholder file)."""
+    entry = next(e for e in CATALOGUE if e.id == entry_id)
+    files = {}
+    for sig in entry.signature:
+        rel = f"{top}/{sig}README.md" if sig.endswith("/") else f"{top}/{sig}"
+        files[rel] = f"signature file of {entry.name}\n"
+    return files
+
+
+def round_tree(tmp_path: Path, extra: dict[str, str | bytes]) -> Path:
+    tree = tmp_path / "round"
+    shutil.copytree(BASE, tree)
+    return make(tree, extra)
+
+
+def test_catalogue_lists_the_projects_submissions_copy() -> None:
+    assert REQUIRED <= {e.id for e in CATALOGUE}
+    assert all(e.repository.startswith("https://") and 1 <= e.min_match <= len(e.signature) for e in CATALOGUE)
+
+
+def test_a_bad_catalogue_is_an_input_error_naming_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "catalogue.yaml"
+    bad.write_text("catalogue_version: 1\nprojects:\n  - id: x\n    name: X\n    repository: ftp://x\n"
+                   "    signature: [a]\n")
+    with pytest.raises(InputError) as caught:
+        load_catalogue(bad)
+    assert str(bad) in str(caught.value) and caught.value.line == 5
+
+
+@pytest.mark.parametrize("entry_id", sorted(e.id for e in CATALOGUE))
+def test_each_catalogue_entry_recognised_from_its_signature(entry_id: str, tmp_path: Path) -> None:
+    top = f"{IMPL}/deps-copy/{entry_id}"
+    files: dict[str, str | bytes] = {**signature_files(entry_id, top), f"{top}/src/kern.cu": KERNEL}
+    inv = build_inventory(round_tree(tmp_path, files), "training")
+    trees = {t.path: t for t in inv.vendored}
+    assert trees[top].project == entry_id and trees[top].native_files == 1
+    assert next(n for n in inv.native if n.path == f"{top}/src/kern.cu").vendored_tree == top
+
+
+@pytest.mark.parametrize("entry_id", ["hugectr", "maskrcnn-benchmark"])
+def test_an_implementation_that_is_a_fork_is_named_and_its_kernels_listed(entry_id: str, tmp_path: Path) -> None:
+    files: dict[str, str | bytes] = {**signature_files(entry_id, IMPL), f"{IMPL}/csrc/fork_kernel.cu": KERNEL}
+    report = run_check(round_tree(tmp_path, files))
+    assert not report.inventory.vendored
+    assert [(f.project, f.path) for f in report.inventory.forks] == [(entry_id, IMPL)]
+    undeclared = [f.path for f in report.findings if f.rule_id == "undeclared-kernel"]
+    assert undeclared == [f"{IMPL}/csrc/fork_kernel.cu"]
+    assert [f.path for f in report.findings if f.rule_id == "implementation-fork"] == [IMPL]
+
+
+def test_licence_at_organization_and_implementation_root_hides_nothing(tmp_path: Path) -> None:
+    files: dict[str, str | bytes] = {"Acme/LICENSE": "Apache-2.0\n", f"{IMPL}/LICENSE.md": "BSD\n"}
+    files.update({f"{IMPL}/csrc/k{i}.cu": KERNEL for i in range(60)})
+    files.update({f"{IMPL}/csrc/h{i}.h": "#pragma once\n" for i in range(30)})
+    report = run_check(round_tree(tmp_path, files))
+    assert not report.inventory.vendored and not report.inventory.forks
+    undeclared = {f.path for f in report.findings if f.rule_id == "undeclared-kernel"}
+    assert undeclared == {f"{IMPL}/csrc/k{i}.cu" for i in range(60)}
+    assert "vendored-undeclared" not in {f.rule_id for f in report.findings}
+
+
+def test_licensed_library_counts_sources_not_only_kernel_markers(tmp_path: Path) -> None:
+    lib = f"{IMPL}/collectives"
+    files: dict[str, str | bytes] = {f"{lib}/LICENSE.txt": "BSD\n", f"{lib}/src/device/all_reduce.cu": KERNEL}
+    files.update({f"{lib}/src/misc/f{i}.cc": "int f() { return 0; }\n" for i in range(60)})
+    inv = build_inventory(round_tree(tmp_path, files), "training")
+    assert [(t.path, t.native_files, t.source_files) for t in inv.vendored] == [(lib, 1, 61)]
+
+
+def test_nested_cutlass_inside_transformer_engine(tmp_path: Path) -> None:
+    te = f"{IMPL}/TransformerEngine"
+    files: dict[str, str | bytes] = {**signature_files("transformer-engine", te),
+                                     **signature_files("cutlass", f"{te}/3rdparty/cutlass"),
+                                     f"{te}/3rdparty/cutlass/include/cutlass/gemm.cu": KERNEL,
+                                     f"{te}/transformer_engine/common/gemm.cu": KERNEL}
+    report = run_check(round_tree(tmp_path, files))
+    trees = [(t.path, t.project, t.parent, t.native_files) for t in report.inventory.vendored]
+    assert trees == [(te, "transformer-engine", None, 2), (f"{te}/3rdparty/cutlass", "cutlass", te, 1)]
+    warned = [f.path for f in report.findings if f.rule_id == "vendored-undeclared"]
+    assert warned == [te]
+    assert "undeclared-kernel" not in {f.rule_id for f in report.findings}
+
+
+def test_own_python_package_named_like_a_marker_is_not_vendored(tmp_path: Path) -> None:
+    pkg = f"{IMPL}/nemo_fork/collections/asr/parts/submodules"
+    files: dict[str, str | bytes] = {f"{pkg}/__init__.py": "", f"{pkg}/rnnt/fast_loss.py":
+                                     "import triton\n\n@triton.jit\ndef loss(x):\n    pass\n"}
+    report = run_check(round_tree(tmp_path, files))
+    assert not report.inventory.vendored
+    assert [f.path for f in report.findings if f.rule_id == "undeclared-kernel"] == [f"{pkg}/rnnt/fast_loss.py"]
+
+
+def test_build_directory_is_one_finding_and_logs_are_never_source(tmp_path: Path) -> None:
+    temp = f"{IMPL}/build/temp.linux-x86_64-3.10"
+    files: dict[str, str | bytes] = {
+        f"{temp}/.ninja_deps": b"\x00\x01 /usr/include/torch/extension.h __global__",
+        f"{temp}/build.ninja": "command = nvcc __global__ torch/extension.h\n",
+        f"{temp}/kernels/a.o": fake_binary("elf-o"), f"{temp}/kernels/b.o": fake_binary("elf-o"),
+        f"{IMPL}/build/lib.linux-x86_64-3.10/fastemb.so": fake_binary("elf-so"),
+        f"{IMPL}/.ninja_log": "# ninja log v5 __global__\n",
+        f"{IMPL}/fastemb.egg-info/SOURCES.txt": "kernels/emb.cu\n",
+        f"{IMPL}/__pycache__/setup.cpython-310.pyc": b"\x00PYBIND11_MODULE __global__",
+    }
+    report = run_check(round_tree(tmp_path, files))
+    assert {n.path for n in report.inventory.native} == {f"{IMPL}/kernels/emb.cu"}
+    assert not report.inventory.binaries
+    builds = {f.path: dict(f.details)["products"] for f in report.findings if f.rule_id == "build-directory-committed"}
+    assert set(builds) == {temp, f"{IMPL}/build/lib.linux-x86_64-3.10"}
+    assert [p["kind"] for p in builds[temp]] == ["file", "file", "elf-relocatable", "elf-relocatable"]
+    assert report.passed
