@@ -110,8 +110,9 @@ def _mismatch(case: Any, inputs: Any, output: Any, cmp: Any) -> list[dict[str, A
     from compliance.verify.vocabulary import UNIT_ROUNDOFF
 
     where = ""
-    if case.num_tables > 1 and case.op == "embedding_bag" and cmp.bad is not None:
-        per_table = cmp.bad.reshape(case.batch_size, case.num_tables, case.dim).any(dim=2).any(dim=0)
+    if case.num_tables > 1 and cmp.bad is not None:  # [B, T * D] pooled, [B, T * L, D] unpooled
+        lookups = 1 if case.op == "embedding_bag" else case.pooling
+        per_table = cmp.bad.reshape(case.batch_size, case.num_tables, lookups * case.dim).any(dim=2).any(dim=0)
         wrong = per_table.nonzero().flatten().tolist()
         where = f"; wrong in table(s) {wrong} of {case.num_tables}"
     found = [_problem(

@@ -132,6 +132,8 @@ class Domain:
                 out.append(f"semantics.domain.{name}: min {span.low} > max {span.high}")
         if self.tables.high is not None and self.tables.high < 1:
             out.append("semantics.domain.tables: at most 0 tables")
+        if self.lookups.high is not None and self.lookups.high < 1:
+            out.append("semantics.domain.lookups: at most 0 lookups per bag (every bag empty)")
         return out
 
     def describe(self) -> str:
