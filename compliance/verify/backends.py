@@ -26,8 +26,15 @@ from typing import Any
 
 import torch
 
-from compliance.verify.build import (Argument, BuildSpec, ExtensionBuild, NvrtcBuild, TritonBuild, constant_env,
-                                     launch_env)
+from compliance.verify.build import (
+    Argument,
+    BuildSpec,
+    ExtensionBuild,
+    NvrtcBuild,
+    TritonBuild,
+    constant_env,
+    launch_env,
+)
 from compliance.verify.cases import Case
 from compliance.verify.expr import evaluate
 from compliance.verify.vocabulary import SCALAR_TYPES
@@ -232,7 +239,7 @@ class TritonBackend:
         key = _digest([self.spec.module.read_bytes()])[:20]
         os.environ.setdefault("TRITON_CACHE_DIR", str(self.build_root / f"triton-{key}"))
         try:
-            import triton  # noqa: F401  (missing Triton: a build problem)
+            import triton  # type: ignore[import-not-found]  # noqa: F401  (missing Triton: a build problem)
         except ImportError as exc:
             raise BuildFailed(f"Triton is not installed: {exc}") from exc
         name = f"compliance_verify_triton_{key}"

@@ -297,20 +297,20 @@ def _into_domain(case: Case, domain: Domain, rng: random.Random) -> Case:
     changes["num_bags"] = fitted_batch * tables
     if domain.max_rows is not None:
         if case.table_rows:
-            rows = tuple(min(r, domain.max_rows) for r in case.table_rows)
-            changes.update(table_rows=rows, num_embeddings=sum(rows))
+            capped = tuple(min(r, domain.max_rows) for r in case.table_rows)
+            changes.update(table_rows=capped, num_embeddings=sum(capped))
         else:
             changes["num_embeddings"] = min(case.num_embeddings, domain.max_rows)
     if case.large:
         dim = changes.get("dim", case.dim)
-        rows = -(-LARGE_TABLE_ELEMENTS // dim)
+        big = -(-LARGE_TABLE_ELEMENTS // dim)
         if domain.max_rows is not None:
-            rows = min(rows, domain.max_rows)
+            big = min(big, domain.max_rows)
         if case.table_rows:
-            table_rows = (rows, *changes.get("table_rows", case.table_rows)[1:])
+            table_rows = (big, *changes.get("table_rows", case.table_rows)[1:])
             changes.update(table_rows=table_rows, num_embeddings=sum(table_rows))
         else:
-            changes["num_embeddings"] = rows
+            changes["num_embeddings"] = big
     return replace(case, **changes)
 
 

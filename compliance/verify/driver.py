@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from compliance.verify import specs as rules
 from compliance.verify.build import BuildError, parse_build
 from compliance.verify.cases import Case, DomainError, generate_cases
-from compliance.verify import specs as rules
 from compliance.verify.runner import EVENT_FD_VARIABLE
 from compliance.verify.tolerance import bounds_for, bounds_to_json
 

@@ -28,7 +28,7 @@ class NvrtcError(RuntimeError):
 def bindings() -> tuple[Any, Any]:
     """``(driver, nvrtc)`` of cuda-python; ImportError with the install hint when missing."""
     try:
-        from cuda.bindings import driver, nvrtc
+        from cuda.bindings import driver, nvrtc  # type: ignore[import-untyped]
     except ImportError as exc:
         raise ImportError("NVRTC kernels need cuda-python's bindings: pip install "
                           "'mlperf-kernel-compliance[kernels]' (cuda-bindings, nvidia-cuda-nvrtc)") from exc
@@ -96,7 +96,7 @@ def _primary_context() -> None:
     import torch
 
     driver, _ = bindings()
-    torch.cuda.init()
+    torch.cuda.init()  # type: ignore[no-untyped-call]
     if int(_ok(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")) == 0:
         device = _ok(driver.cuDeviceGet(torch.cuda.current_device()), "cuDeviceGet")
         _ok(driver.cuCtxSetCurrent(_ok(driver.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")),

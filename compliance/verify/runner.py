@@ -217,7 +217,7 @@ def _missing_runtime(kind: str) -> str | None:
 
             bindings()
         elif kind == "triton":
-            import triton  # noqa: F401
+            import triton  # type: ignore[import-not-found]  # noqa: F401
     except ImportError as exc:
         return f"the {kind} runtime is not installed ({exc})"
     return None
