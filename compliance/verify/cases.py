@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from compliance.manifest import Semantics
+from compliance.verify.build import BuildError
 from compliance.verify.semantics import Domain
 from compliance.verify.vocabulary import ELEM_SIZE, MODE_CODES, WEIGHT_CODES
 
@@ -40,8 +41,8 @@ DEFAULT_TABLES = (2, 5)
 """Range of the number of tables of a table-batched case when the domain does not fix it."""
 
 
-class DomainError(ValueError):
-    """The declared domain leaves no case to run."""
+class DomainError(BuildError):
+    """The declared domain leaves no case to run (reported like an unusable build block)."""
 
 
 @dataclass(frozen=True)
@@ -413,7 +414,7 @@ def generate_cases(sem: Semantics, seed: int, large: bool = True) -> list[Case]:
     the declared domain admits nothing."""
     problems = domain_problems(sem)
     if problems:
-        raise DomainError("; ".join(problems))
+        raise DomainError(problems)
     if sem.op == "embedding":
         return embedding_cases(sem, seed, large)
     return embedding_bag_cases(sem, seed, large)

@@ -323,7 +323,12 @@ def outcome_findings(ctx: CheckContext, dk: DeclaredKernel, outcome: KernelOutco
                      seed: int) -> list[Finding | None]:
     """Findings for one kernel: one per rule broken (listing the cases), or one that it passed."""
     domain = dk.kernel.semantics.domain.describe()
-    base = {"seed": seed, "cases_planned": outcome.planned, "cases_run": len(outcome.cases), "domain": domain}
+    base: dict[str, Any] = {"seed": seed, "cases_planned": outcome.planned, "cases_run": len(outcome.cases),
+                            "domain": domain}
+    imported = ""
+    if dk.kernel.build.get("kind") == "triton":  # the trust boundary: submission Python that was executed
+        base["imported"] = [dk.kernel.build["module"]]
+        imported = f"; imported only {dk.kernel.build['module']} of the submission"
     if outcome.unavailable:
         return [_finding(ctx, dk, rules.SKIPPED.id, f"kernel {dk.kernel.id!r} was not verified: "
                          f"{outcome.unavailable}", base)]
@@ -346,7 +351,7 @@ def outcome_findings(ctx: CheckContext, dk: DeclaredKernel, outcome: KernelOutco
     if not out:
         worst = max((c.worst_ratio or 0.0 for c in outcome.cases), default=0.0)
         out.append(_finding(ctx, dk, rules.PASSED.id, f"all {outcome.planned} cases passed, twice each; "
-                            f"worst error {worst:.2g} of its bound (seed {seed}); domain: {domain}",
+                            f"worst error {worst:.2g} of its bound (seed {seed}); domain: {domain}{imported}",
                             {**base, "worst_ratio": worst, "build_seconds": outcome.build_seconds,
                              "seconds": round(outcome.seconds, 2)}))
     return out

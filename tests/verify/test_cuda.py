@@ -99,4 +99,6 @@ def test_batched_twin_caught(batched: dict[str, list[Finding]], kernel: str) -> 
 
 
 def test_triton_gather_report_states_its_domain(batched: dict[str, list[Finding]]) -> None:
-    assert any("domain: dim 128 only, 26 tables" in f.message for f in batched["triton-dlrm-gather"])
+    passed = batched["triton-dlrm-gather"][0]
+    assert "domain: dim 128 only, 26 tables" in passed.message
+    assert "imported only triton_kernels.py" in passed.message and dict(passed.details)["imported"]
