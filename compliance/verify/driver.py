@@ -336,7 +336,9 @@ def outcome_findings(ctx: CheckContext, dk: DeclaredKernel, outcome: KernelOutco
     by_rule: dict[str, list[tuple[CaseOutcome, dict[str, Any]]]] = {}
     for c in outcome.cases:
         for p in c.problems:
-            by_rule.setdefault(p["rule"], []).append((c, p))
+            hits = by_rule.setdefault(p["rule"], [])
+            if not hits or hits[-1][0] is not c:  # one entry per case (the two runs may word it differently)
+                hits.append((c, p))
     for rule, hits in sorted(by_rule.items()):
         first_case, first = hits[0]
         listed = [{"case": c.description, "message": p["message"], **p.get("details", {})}
