@@ -315,7 +315,7 @@ def verify_one(ctx: CheckContext, dk: DeclaredKernel, opts: VerifyOptions, label
     outcome = run_kernel(ctx, dk, cases, seed, limit, opts, label)
     verdict = "PASS" if outcome.passed else "not verified" if outcome.unavailable else "FAIL"
     _say(opts, f"{label} {verdict}: {sum(c.passed for c in outcome.cases)}/{len(cases)} cases passed "
-               f"in {outcome.seconds:.1f} s")
+               f"in {outcome.seconds:.1f} s; domain: {dk.kernel.semantics.domain.describe()}")
     return outcome_findings(ctx, dk, outcome, opts.seed)
 
 

@@ -124,8 +124,10 @@ def _mismatch(case: Any, inputs: Any, output: Any, cmp: Any) -> list[dict[str, A
     if half is not None and cmp.bad is not None and not cmp.nonfinite:
         y = output.detach().to("cpu", torch.float64).reshape(half.shape)
         u_half = max(UNIT_ROUNDOFF[case.weight_dtype], UNIT_ROUNDOFF[case.out_dtype])
-        close = (y - half).abs() <= 2 * u_half * half.abs() + inputs.bound.min()
-        if bool(close.reshape(cmp.bad.shape)[cmp.bad].all()):
+        close = ((y - half).abs() <= 2 * u_half * half.abs() + inputs.bound.min()).reshape(cmp.bad.shape)
+        # More than one 16-bit rounding of the exact result somewhere: not just a 16-bit temporary.
+        beyond = ((y - inputs.reference.reshape(y.shape)).abs() > 2 * u_half * half.abs()).reshape(cmp.bad.shape)
+        if bool(close[cmp.bad].all()) and bool(beyond[cmp.bad].any()):
             found.append(_problem(
                 rules.ACCUMULATION_PRECISION.id, f"every element outside the float32 bound ({cmp.mismatched}) "
                 f"equals, to one rounding, a sum in 16 bits ({case.weight_dtype} table, {case.out_dtype} "

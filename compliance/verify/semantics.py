@@ -146,7 +146,8 @@ class Domain:
         if self.tables != Span():
             parts.append(f"{self.tables.describe()} tables")
         if self.lookups != Span():
-            parts.append(f"{self.lookups.describe()} lookups per bag")
+            many = self.lookups.low != 1 or self.lookups.high != 1
+            parts.append(f"{self.lookups.describe()} lookup{'s' if many else ''} per bag")
         if self.batch_multiple > 1:
             parts.append(f"batch a multiple of {self.batch_multiple}")
         if self.max_rows is not None:
