@@ -16,6 +16,7 @@ from typing import Any
 
 from compliance.errors import InputError
 from compliance.schema import validate_document
+from compliance.verify.semantics import Backward, Domain, Tables
 from compliance.yamlsource import JsonPath, YamlDocument, parse_yaml
 
 MANIFEST_NAME = "kernel_manifest.yaml"
@@ -60,6 +61,14 @@ class Semantics:
     """Which include_last_offset conventions it accepts (csr)."""
     output_shape: str = "flat"
     """embedding only: ``flat`` [N, D] or ``batched`` [B, L, D]."""
+    output_dtypes: tuple[str, ...] = ()
+    """Dtypes the output is written in (empty: the weight dtype); see compliance.verify.semantics."""
+    tables: Tables | None = None
+    """Table-batched lookups (None: one table)."""
+    backward: Backward | None = None
+    """A backward pass or fused optimizer update (None: forward)."""
+    domain: Domain = field(default_factory=Domain)
+    """Shapes the kernel supports; verification cases stay inside."""
 
 
 @dataclass(frozen=True)
@@ -152,6 +161,8 @@ def _semantics(data: Mapping[str, Any]) -> Semantics:
         padding_idx=bool(data.get("padding_idx", False)),
         include_last_offset=tuple(data.get("include_last_offset", (False,))),
         output_shape=data.get("output_shape", "flat"),
+        output_dtypes=tuple(data.get("output_dtypes", ())), tables=Tables.from_mapping(data.get("tables")),
+        backward=Backward.from_mapping(data.get("backward")), domain=Domain.from_mapping(data.get("domain")),
     )
 
 

@@ -4,11 +4,14 @@
   ``<build root>/<hash>``, a directory outside the checked tree, keyed by the
   sources' bytes, the flags, the torch version and the device; the declared
   function of the module is called with tensors and Python ints.
-* ``nvrtc``: CuPy's ``RawModule`` compiles the translation unit with NVRTC once
-  per distinct set of defines; the entry is launched with device pointers and
-  typed scalars. CuPy's on-disk cache is placed under the build root in a
+* ``nvrtc``: cuda-python's NVRTC bindings (``compliance.verify.nvrtc``, the
+  runtime reference_kernels uses too) compile the translation unit once per
+  distinct set of defines into a cubin cached under the build root in a
   directory keyed by the bytes of the source and of every file in the include
-  directories, so an edited header can never be served from a stale cubin.
+  directories (so an edited header is never served from a stale cubin); the
+  entry is launched with device pointers and typed scalars.
+* ``triton``: the declared module file is imported under a private name in this
+  subprocess and the ``@triton.jit`` function launched with ``fn[grid](*args)``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,15 @@ from typing import Any
 
 import torch
 
-from compliance.verify.build import ExtensionBuild, NvrtcBuild, launch_env
+from compliance.verify.build import (
+    Argument,
+    BuildSpec,
+    ExtensionBuild,
+    NvrtcBuild,
+    TritonBuild,
+    constant_env,
+    launch_env,
+)
 from compliance.verify.cases import Case
 from compliance.verify.expr import evaluate
 from compliance.verify.vocabulary import SCALAR_TYPES
@@ -104,24 +115,42 @@ class ExtensionBackend:
 
     def call(self, case: Case, tensors: Mapping[str, torch.Tensor | None]) -> Any:
         """Call the function with the declared arguments."""
-        scalars = case.scalars()
-        args = [tensors.get(a.tensor) if a.tensor else evaluate(a.value, scalars)  # type: ignore[arg-type]
-                for a in self.spec.arguments]
-        return self.function(*args)
+        return self.function(*python_arguments(self.spec.arguments, case, tensors, case.scalars()))
+
+
+def python_arguments(arguments: Sequence[Argument], case: Case, tensors: Mapping[str, torch.Tensor | None],
+                     env: Mapping[str, int]) -> list[Any]:
+    """Arguments for a Python callee: tensors (None for null), ints, floats."""
+    floats = case.floats()
+    out: list[Any] = []
+    for a in arguments:
+        if a.tensor:
+            out.append(tensors.get(a.tensor))
+        elif a.float_name:
+            out.append(floats[a.float_name])
+        else:
+            out.append(evaluate(a.value, env))  # type: ignore[arg-type]
+    return out
+
+
+CTYPES = {"int32": "c_int32", "int64": "c_int64", "uint32": "c_uint32", "uint64": "c_uint64", "float32": "c_float"}
+"""ctypes type of each scalar C type an NVRTC argument may have."""
 
 
 @dataclass
 class NvrtcBackend:
-    """NVRTC variants of one kernel source and their launches."""
+    """NVRTC variants of one kernel source (cuda-python's ``cuda.bindings``) and their launches."""
 
     spec: NvrtcBuild
     """The build block."""
     build_root: Path
-    """Directory for CuPy's cache (outside the checked tree)."""
+    """Directory for the cubin cache (outside the checked tree)."""
     variants: dict[tuple[tuple[str, str], ...], Any] = field(default_factory=dict)
-    """Compiled functions by defines."""
+    """Launchable functions by defines."""
     compile_seconds: float = 0.0
     """Total NVRTC time so far."""
+    cache: Path | None = None
+    """Content-keyed cubin directory, once built."""
 
     @property
     def device(self) -> torch.device:
@@ -129,26 +158,28 @@ class NvrtcBackend:
         return torch.device("cuda")
 
     def build(self) -> None:
-        """Point CuPy's cache at a content-keyed directory; compilation happens per variant."""
+        """Check that the bindings load; compilation happens per variant, cached by content."""
+        from compliance.verify import nvrtc
+
+        nvrtc.bindings()
         key = _digest([self.spec.source.read_bytes(), *_tree_bytes(self.spec.include_dirs)])[:20]
-        os.environ["CUPY_CACHE_DIR"] = str(self.build_root / f"nvrtc-{key}")
-        import cupy  # type: ignore[import-not-found]  # noqa: F401  (missing CuPy: a build problem)
+        self.cache = self.build_root / f"nvrtc-{key}"
 
     def function(self, defines: Mapping[str, str]) -> Any:
         """The entry compiled with ``defines`` (compiled on first use)."""
         import time
 
-        import cupy
+        from compliance.verify import nvrtc
 
         key = tuple(sorted(defines.items()))
         if key not in self.variants:
-            options = (*self.spec.options, *(f"-I{d}" for d in self.spec.include_dirs),
+            options = (*self.spec.options, *(f"--include-path={d}" for d in self.spec.include_dirs),
                        *(f"-D{k}={v}" for k, v in key))
             started = time.perf_counter()
             try:
-                module = cupy.RawModule(code=self.spec.source.read_text(encoding="utf-8"), options=options)
-                self.variants[key] = module.get_function(self.spec.entry)
-            except Exception as exc:  # cupy.cuda.compiler.CompileException and friends
+                assert self.cache is not None, "build() first"
+                self.variants[key] = nvrtc.load_function(self.spec.source, self.spec.entry, options, self.cache)
+            except nvrtc.NvrtcError as exc:
                 raise BuildFailed(f"NVRTC failed for defines {dict(key)}: {exc}") from exc
             finally:
                 self.compile_seconds += time.perf_counter() - started
@@ -156,30 +187,86 @@ class NvrtcBackend:
 
     def call(self, case: Case, tensors: Mapping[str, torch.Tensor | None]) -> None:
         """Launch the entry for ``case`` on the given tensors."""
-        import numpy as np
+        import ctypes
 
-        scalars, selectors = case.scalars(), case.selectors()
+        from compliance.verify import nvrtc
+
+        scalars, selectors, floats = case.scalars(), case.selectors(), case.floats()
         try:
             defines = self.spec.integer_defines(scalars, selectors)
             env = launch_env(self.spec, scalars, defines)
             grid = _dim3([evaluate(e, env) for e in self.spec.grid], "grid")
             block = _dim3([evaluate(e, env) for e in self.spec.block], "block")
             shared = evaluate(self.spec.shared_memory, env)
-            args: list[Any] = []
+            values: list[Any] = []
             for a in self.spec.arguments:
                 if a.tensor:
                     t = tensors.get(a.tensor)
-                    args.append(np.uint64(0 if t is None else t.data_ptr()))
+                    values.append(ctypes.c_void_p(0 if t is None else t.data_ptr()))
+                elif a.float_name:
+                    values.append(ctypes.c_float(floats[a.float_name]))
                 else:
                     value = evaluate(a.value, env)  # type: ignore[arg-type]
                     struct.pack(SCALAR_TYPES[a.ctype], value)  # range check for the C type
-                    args.append(getattr(np, a.ctype)(value))
+                    values.append(getattr(ctypes, CTYPES[a.ctype])(value))
         except (ValueError, struct.error) as exc:
             raise LaunchInvalid(str(exc)) from exc
         if block[0] * block[1] * block[2] > 1024 or shared < 0:
             raise LaunchInvalid(f"block {block} has more than 1024 threads or shared memory {shared} < 0")
-        fn = self.function(defines)
-        fn(grid, block, tuple(args), shared_mem=shared)
+        nvrtc.launch(self.function(defines), grid, block, shared, torch.cuda.current_stream().cuda_stream, values)
+
+
+@dataclass
+class TritonBackend:
+    """A ``@triton.jit`` function imported from the declared module file only."""
+
+    spec: TritonBuild
+    """The build block."""
+    build_root: Path
+    """Directory for Triton's cache (outside the checked tree)."""
+    function: Any = None
+    """The jitted function, once imported."""
+
+    @property
+    def device(self) -> torch.device:
+        """Always the current CUDA device."""
+        return torch.device("cuda")
+
+    def build(self) -> None:
+        """Import the module file under a private name (its own directory is not put on sys.path)."""
+        import importlib.util
+
+        key = _digest([self.spec.module.read_bytes()])[:20]
+        os.environ.setdefault("TRITON_CACHE_DIR", str(self.build_root / f"triton-{key}"))
+        try:
+            import triton  # type: ignore[import-not-found]  # noqa: F401  (missing Triton: a build problem)
+        except ImportError as exc:
+            raise BuildFailed(f"Triton is not installed: {exc}") from exc
+        name = f"compliance_verify_triton_{key}"
+        loader = importlib.util.spec_from_file_location(name, self.spec.module)
+        if loader is None or loader.loader is None:
+            raise BuildFailed(f"cannot load {self.spec.module}")
+        module = importlib.util.module_from_spec(loader)
+        try:
+            loader.loader.exec_module(module)
+        except Exception as exc:  # the module's own import failed: the submission's problem
+            raise BuildFailed(f"importing {self.spec.module.name} failed: {type(exc).__name__}: {exc}") from exc
+        self.function = getattr(module, self.spec.function, None)
+        if self.function is None or not hasattr(self.function, "run"):
+            raise BuildFailed(f"{self.spec.module.name} has no @triton.jit function {self.spec.function!r}")
+
+    def call(self, case: Case, tensors: Mapping[str, torch.Tensor | None]) -> None:
+        """Launch ``function[grid](*arguments, **constants)``."""
+        try:
+            env = constant_env(self.spec, case.scalars())
+            grid = _dim3([evaluate(e, env) for e in self.spec.grid], "grid")
+            args = python_arguments(self.spec.arguments, case, tensors, env)
+        except ValueError as exc:
+            raise LaunchInvalid(str(exc)) from exc
+        options = {name: env[name] for name, _ in self.spec.constants}
+        if self.spec.num_warps is not None:
+            options["num_warps"] = self.spec.num_warps
+        self.function[grid](*args, **options)
 
 
 def _dim3(values: list[int], what: str) -> tuple[int, int, int]:
@@ -191,11 +278,13 @@ def _dim3(values: list[int], what: str) -> tuple[int, int, int]:
     return padded[0], padded[1], padded[2]
 
 
-Backend = ExtensionBackend | NvrtcBackend
+Backend = ExtensionBackend | NvrtcBackend | TritonBackend
 
 
-def make_backend(spec: ExtensionBuild | NvrtcBuild, build_root: Path) -> Backend:
+def make_backend(spec: BuildSpec, build_root: Path) -> Backend:
     """The backend for a build spec."""
     if isinstance(spec, NvrtcBuild):
         return NvrtcBackend(spec, build_root)
+    if isinstance(spec, TritonBuild):
+        return TritonBackend(spec, build_root)
     return ExtensionBackend(spec, build_root)

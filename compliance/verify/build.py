@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from compliance.verify.expr import Expr, ExpressionError, Num, evaluate, names, parse
-from compliance.verify.vocabulary import SCALARS, SELECTORS, TENSORS
+from compliance.verify.vocabulary import FLOAT_SCALARS, SCALARS, SELECTORS, TENSORS
 
 DEFAULT_TIME_LIMIT_S = 300
 """Seconds for running every case of one kernel (the build is limited separately)."""
@@ -42,6 +42,8 @@ class Argument:
     """int32, int64, uint32 or uint64 (NVRTC scalars)."""
     text: str
     """As written, for messages."""
+    float_name: str | None = None
+    """A floating-point scalar of the vocabulary (``learning_rate``, ``eps``), else None."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,31 @@ class ExtensionBuild:
         return not any(a.tensor == "out" for a in self.arguments)
 
 
-BuildSpec = NvrtcBuild | ExtensionBuild
+@dataclass(frozen=True)
+class TritonBuild:
+    """A ``@triton.jit`` function of a declared module, launched as ``function[grid](*arguments)``."""
+
+    module: Path
+    """Absolute path of the Python file (one of the kernel's sources)."""
+    function: str
+    """Module attribute: the jitted function."""
+    grid: tuple[Expr, ...]
+    """Grid dimensions (1 to 3)."""
+    constants: tuple[tuple[str, Expr], ...]
+    """Named integers per case, passed as keyword arguments (constexpr parameters)."""
+    arguments: tuple[Argument, ...]
+    """Positional arguments in order."""
+    num_warps: int | None
+    """Warps per program (None: Triton's default)."""
+    time_limit_s: int
+    """Seconds for all cases."""
+    kind: str = "triton"
+    """Build kind."""
+    device: str = "cuda"
+    """Always a GPU."""
+
+
+BuildSpec = NvrtcBuild | ExtensionBuild | TritonBuild
 
 
 def _expr(text: Any, where: str, allowed: frozenset[str], problems: list[str]) -> Expr:
@@ -160,6 +186,8 @@ def _arguments(raw: Sequence[Any], allowed: frozenset[str], problems: list[str])
             out.append(Argument("null", None, "int64", "null"))
         elif isinstance(item, str) and item in TENSORS:
             out.append(Argument(item, None, "int64", item))
+        elif isinstance(item, str) and item in FLOAT_SCALARS:
+            out.append(Argument(None, None, "float32", item, float_name=item))
         elif isinstance(item, str):
             out.append(Argument(None, _expr(item, f"build.arguments[{i}]", allowed, problems), "int64", item))
         else:
@@ -218,8 +246,11 @@ def parse_build(raw: Mapping[str, Any], *, language: str, sources: Sequence[str]
     includes = tuple(_inside(manifest_rel_dir, root, d, "build.include_dirs", problems)
                      for d in raw.get("include_dirs", ()))
     scalars = frozenset(SCALARS)
+    spec: BuildSpec
     if raw["kind"] == "nvrtc":
-        spec: BuildSpec = _nvrtc(raw, language, sources, root, manifest_rel_dir, includes, problems)
+        spec = _nvrtc(raw, language, sources, root, manifest_rel_dir, includes, problems)
+    elif raw["kind"] == "triton":
+        spec = _triton(raw, language, sources, root, manifest_rel_dir, problems)
     else:
         declared = list(raw.get("sources", sources))
         for s in declared:
@@ -238,6 +269,13 @@ def parse_build(raw: Mapping[str, Any], *, language: str, sources: Sequence[str]
     return spec
 
 
+def _needs_out(args: Sequence[Argument], what: str, problems: list[str]) -> None:
+    """A launched kernel writes into ``out``; a fused update (it takes grad_out and no out) writes the table."""
+    tensors = {a.tensor for a in args}
+    if "out" not in tensors and "grad_out" not in tensors:
+        problems.append(f"build.arguments: {what} must receive `out` (the NaN-prefilled output)")
+
+
 def _nvrtc(raw: Mapping[str, Any], language: str, sources: Sequence[str], root: Path, rel_dir: str,
            includes: tuple[Path, ...], problems: list[str]) -> NvrtcBuild:
     if language not in ("cuda", "ptx"):
@@ -252,8 +290,7 @@ def _nvrtc(raw: Mapping[str, Any], language: str, sources: Sequence[str], root: 
     defines = _defines(raw.get("defines", {}), problems)
     launch_names = frozenset(SCALARS) | {d.name for d in defines}
     args = _arguments(raw["arguments"], launch_names, problems)
-    if not any(a.tensor == "out" for a in args):
-        problems.append("build.arguments: an NVRTC kernel must receive `out` (the NaN-prefilled output)")
+    _needs_out(args, "an NVRTC kernel", problems)
     path = _inside(rel_dir, root, source, "build.source", problems)
     return NvrtcBuild(
         source=path, entry=raw["entry"], options=options, include_dirs=(path.parent, *includes),
@@ -261,6 +298,35 @@ def _nvrtc(raw: Mapping[str, Any], language: str, sources: Sequence[str], root: 
         block=_dims(raw["block"], "build.block", launch_names, problems),
         shared_memory=_expr(raw.get("shared_memory", 0), "build.shared_memory", launch_names, problems),
         arguments=args, time_limit_s=int(raw.get("time_limit_s", DEFAULT_TIME_LIMIT_S)))
+
+
+def _triton(raw: Mapping[str, Any], language: str, sources: Sequence[str], root: Path, rel_dir: str,
+            problems: list[str]) -> TritonBuild:
+    if language != "triton":
+        problems.append(f"build.kind triton launches a @triton.jit function, not {language}")
+    module = raw["module"]
+    if module not in sources:
+        problems.append(f"build.module: {module!r} is not one of the kernel's declared sources")
+    elif not module.endswith(".py"):
+        problems.append(f"build.module: {module!r} is not a Python file")
+    scalars = frozenset(SCALARS)
+    constants = tuple((name, _expr(text, f"build.constants.{name}", scalars, problems))
+                      for name, text in raw.get("constants", {}).items())
+    names_ = scalars | {name for name, _ in constants}
+    args = _arguments(raw["arguments"], names_, problems)
+    _needs_out(args, "a Triton kernel", problems)
+    return TritonBuild(
+        module=_inside(rel_dir, root, module, "build.module", problems), function=raw["function"],
+        grid=_dims(raw["grid"], "build.grid", names_, problems), constants=constants, arguments=args,
+        num_warps=raw.get("num_warps"), time_limit_s=int(raw.get("time_limit_s", DEFAULT_TIME_LIMIT_S)))
+
+
+def constant_env(spec: TritonBuild, scalars: Mapping[str, int]) -> dict[str, int]:
+    """Names usable in a Triton kernel's grid and arguments: the scalars plus its constants."""
+    env = dict(scalars)
+    for name, node in spec.constants:
+        env[name] = evaluate(node, env)
+    return env
 
 
 def launch_env(spec: NvrtcBuild, scalars: Mapping[str, int], defines: Mapping[str, str]) -> dict[str, int]:

@@ -7,6 +7,14 @@ issue: dims 1, 3, 4, 5, 127, 128, 129, 256; empty bags; L = 1 and L = 1000;
 duplicate indices; indices 0 and num_embeddings - 1 (in every case);
 padding_idx; include_last_offset; per_sample_weights; a batch of one; and a
 table of more than 2^31 elements (32-bit offset overflow).
+
+Beyond one forward table (compliance.verify.semantics): every declared output
+dtype; table-batched kernels get T tables of different sizes in one buffer
+(each case's indices touch the first and last row of every table); backward
+kernels get the same shapes with a gradient of the output and, for fused
+updates, a learning rate. A declared ``domain`` bounds everything: cases are
+mapped into it (the nearest supported dim, the longest bag that fits, the batch
+rounded up to its multiple, the largest table it admits), never run outside it.
 """
 
 from __future__ import annotations
@@ -17,6 +25,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from compliance.manifest import Semantics
+from compliance.verify.build import BuildError
+from compliance.verify.semantics import Domain
 from compliance.verify.vocabulary import ELEM_SIZE, MODE_CODES, WEIGHT_CODES
 
 DIMS = (1, 3, 4, 5, 127, 128, 129, 256)
@@ -27,6 +37,12 @@ LARGE_TABLE_DIM = 4
 """Row width of the large-table case (rows = LARGE_TABLE_ELEMENTS / dim)."""
 LONG_BAG = 1000
 """Bag length of the long-bag case."""
+DEFAULT_TABLES = (2, 5)
+"""Range of the number of tables of a table-batched case when the domain does not fix it."""
+
+
+class DomainError(BuildError):
+    """The declared domain leaves no case to run (reported like an unusable build block)."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +85,41 @@ class Case:
     """Seed of the case's random tensors."""
     tags: tuple[str, ...] = field(default=())
     """Edge cases this case stands for."""
+    output_dtype: str = ""
+    """Dtype of the output (and of grad_out / the gradient); empty: the weight dtype."""
+    table_rows: tuple[int, ...] = ()
+    """Table-batched: rows of each table (summing to num_embeddings); empty: one table."""
+    absolute_indices: bool = False
+    """Table-batched: indices already carry their table's row offset."""
+    backward: str = ""
+    """Empty (forward), grad-dense, grad-sparse, sgd or rowwise_adagrad."""
+    learning_rate: float = 0.0
+    """Fused updates: the step (a float32 number)."""
+    eps: float = 0.0
+    """rowwise_adagrad: the epsilon (a float32 number)."""
+
+    @property
+    def out_dtype(self) -> str:
+        """The output dtype, resolved."""
+        return self.output_dtype or self.weight_dtype
+
+    @property
+    def num_tables(self) -> int:
+        """Tables in the weight buffer."""
+        return len(self.table_rows) or 1
+
+    @property
+    def batch_size(self) -> int:
+        """Bags per table."""
+        return self.num_bags // self.num_tables
+
+    @property
+    def row_offsets(self) -> tuple[int, ...]:
+        """Row offset of every table, plus the total (num_tables + 1 entries)."""
+        out = [0]
+        for rows in self.table_rows or (self.num_embeddings,):
+            out.append(out[-1] + rows)
+        return tuple(out)
 
     @property
     def num_indices(self) -> int:
@@ -92,22 +143,36 @@ class Case:
             "has_per_sample_weights": int(self.per_sample_weights), "csr": int(self.layout == "csr"),
             "weight_dtype": WEIGHT_CODES[self.weight_dtype],
             "weight_elem_size": ELEM_SIZE[self.weight_dtype], "index_elem_size": ELEM_SIZE[self.index_dtype],
+            "output_dtype": WEIGHT_CODES[self.out_dtype], "output_elem_size": ELEM_SIZE[self.out_dtype],
+            "num_tables": self.num_tables, "batch_size": self.batch_size, "total_rows": self.num_embeddings,
         }
+
+    def floats(self) -> dict[str, float]:
+        """The floating-point vocabulary (``vocabulary.FLOAT_SCALARS``)."""
+        return {"learning_rate": self.learning_rate, "eps": self.eps}
 
     def selectors(self) -> dict[str, str]:
         """The case variables ``defines`` may select on."""
         return {"weight_dtype": self.weight_dtype, "index_dtype": self.index_dtype,
-                "mode": self.mode or "sum", "layout": self.layout}
+                "mode": self.mode or "sum", "layout": self.layout, "output_dtype": self.out_dtype}
 
     def describe(self) -> str:
         """One line for progress output and findings."""
-        shape = (f"B={self.num_bags} bags={list(self.bag_lengths)}" if self.layout == "csr"
+        batch = self.batch_size
+        shape = (f"B={batch} bags={list(self.bag_lengths)}" if self.layout == "csr"
                  and len(self.bag_lengths) <= 8 else
-                 f"B={self.num_bags} L={self.pooling}" if self.layout != "csr" else
-                 f"B={self.num_bags} csr n={self.num_indices}")
+                 f"B={batch} L={self.pooling}" if self.layout != "csr" else
+                 f"B={batch} csr n={self.num_indices}")
         extras = [f"padding_idx={self.padding_idx}"] if self.padding_idx is not None else []
         extras += ["per_sample_weights"] * self.per_sample_weights
         extras += ["include_last_offset"] * self.include_last_offset
+        if self.table_rows:
+            extras.append(f"T={self.num_tables} tables rows={list(self.table_rows)}"[:80]
+                          + (" absolute indices" if self.absolute_indices else ""))
+        if self.output_dtype and self.output_dtype != self.weight_dtype:
+            extras.append(f"out={self.output_dtype}")
+        if self.backward:
+            extras.append(self.backward + (f" lr={self.learning_rate}" if self.learning_rate else ""))
         return f"{self.id}: N={self.num_embeddings} D={self.dim} {shape}" + "".join(f" {e}" for e in extras)
 
     def to_json(self) -> dict[str, Any]:
@@ -117,7 +182,8 @@ class Case:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Case:
         """Inverse of ``to_json``."""
-        return cls(**{**data, "bag_lengths": tuple(data["bag_lengths"]), "tags": tuple(data["tags"])})
+        return cls(**{**data, "bag_lengths": tuple(data["bag_lengths"]), "tags": tuple(data["tags"]),
+                      "table_rows": tuple(data.get("table_rows", ()))})
 
 
 def _csr_lengths(rng: random.Random, bags: int, mean: int) -> tuple[int, ...]:
@@ -131,23 +197,61 @@ def _csr_lengths(rng: random.Random, bags: int, mean: int) -> tuple[int, ...]:
 
 
 class _Builder:
-    """Accumulates cases with unique ids and per-case seeds."""
+    """Accumulates cases with unique ids and per-case seeds, fitted to the semantics and domain."""
 
     def __init__(self, semantics: Semantics, seed: int) -> None:
         self.sem = semantics
+        self.domain = semantics.domain
         self.rng = random.Random(seed)
         self.cases: list[Case] = []
+        self.out_dtypes: tuple[str, ...] = semantics.output_dtypes or ("",)
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        """The dims sweep: the declared ones, else ``DIMS``."""
+        return self.domain.dims or DIMS
 
     def add(self, case: Case) -> None:
+        """Fit ``case`` to the semantics and the domain, then append it under a unique id."""
+        if self.sem.tables is not None:
+            case = self._tabled(case)
+        case = _into_domain(case, self.domain, self.rng)
+        if self.sem.backward is not None:
+            case = self._backward(case)
         ids = {c.id for c in self.cases}
         unique, n = case.id, 2
         while unique in ids:
             unique, n = f"{case.id}#{n}", n + 1
         self.cases.append(replace(case, id=unique, seed=self.rng.getrandbits(63)))
 
+    def _tabled(self, case: Case) -> Case:
+        """The same case over T tables of different sizes stacked in one buffer."""
+        tables = self.domain.tables.clamp(self.rng.randint(*DEFAULT_TABLES))
+        rows = tuple(self._rows() for _ in range(tables))
+        if case.large:  # the big table first, so the later tables' offsets pass 2^31 elements too
+            rows = (case.num_embeddings, *rows[1:])
+        lengths = case.bag_lengths
+        if case.layout == "csr":  # FBGEMM's order: bag (t, b) at t * B + b; table 0 keeps the case's bags
+            lengths = lengths + tuple(self.rng.choice(lengths) for _ in range((tables - 1) * len(lengths)))
+        return replace(case, num_embeddings=sum(rows), table_rows=rows, num_bags=case.num_bags * tables,
+                       bag_lengths=lengths, padding_idx=None, absolute_indices=self._absolute())
+
+    def _rows(self) -> int:
+        return self.rng.randint(8, 400)
+
+    def _absolute(self) -> bool:
+        return self.sem.tables is not None and self.sem.tables.indices == "absolute"
+
+    def _backward(self, case: Case) -> Case:
+        back = self.sem.backward
+        assert back is not None
+        rate = self.rng.randint(1, 40) / 64 if back.fused else 0.0  # exact in float32, never 1
+        eps = 2.0**-20 if back.kind == "rowwise_adagrad" else 0.0
+        return replace(case, id=f"{back.label}-{case.id}", backward=back.label, learning_rate=rate, eps=eps)
+
     def bag(self, mode: str, layout: str, wd: str, idt: str, dim: int, *, bags: int | None = None,
             mean_len: int | None = None, lengths: tuple[int, ...] | None = None, tag: str = "",
-            **flags: Any) -> Case:
+            od: str = "", **flags: Any) -> Case:
         bags = bags if bags is not None else self.rng.randint(3, 24)
         mean_len = mean_len if mean_len is not None else self.rng.randint(2, 16)
         ilo = flags.pop("include_last_offset", self.sem.include_last_offset[0])
@@ -156,23 +260,73 @@ class _Builder:
             pooling = 0
         else:
             lengths, pooling = (), mean_len
-        name = "-".join(p for p in (mode, layout, wd, idt, f"d{dim}", tag) if p)
+        od = od or self.out_dtypes[0]
+        name = "-".join(p for p in (mode, layout, wd, f"to-{od}" if od and od != wd else "", idt, f"d{dim}", tag)
+                        if p)
         return Case(id=name, op="embedding_bag", mode=mode, layout=layout, weight_dtype=wd, index_dtype=idt,
                     num_embeddings=self.rng.randint(40, 1000), dim=dim, num_bags=bags, pooling=pooling,
                     bag_lengths=lengths, include_last_offset=bool(ilo and layout == "csr"),
-                    tags=(tag,) if tag else (), **flags)
+                    tags=(tag,) if tag else (), output_dtype=od, **flags)
+
+
+def _nearest(values: tuple[int, ...], value: int) -> int:
+    return min(values, key=lambda v: (abs(v - value), v))
+
+
+def _into_domain(case: Case, domain: Domain, rng: random.Random) -> Case:
+    """``case`` with every shape moved into ``domain`` (the identity for an unrestricted domain)."""
+    if domain.unrestricted:
+        return case
+    changes: dict[str, Any] = {}
+    if domain.dims and case.dim not in domain.dims:
+        changes["dim"] = _nearest(domain.dims, case.dim)
+        changes["id"] = case.id.replace(f"-d{case.dim}", f"-d{changes['dim']}")
+    tables = case.num_tables
+    batch = case.batch_size
+    fitted_batch = max(1, -(-batch // domain.batch_multiple) * domain.batch_multiple)
+    if case.layout == "csr":
+        per_table = [list(case.bag_lengths[t * batch:(t + 1) * batch]) for t in range(tables)]
+        for bags in per_table:
+            while len(bags) < fitted_batch:
+                bags.append(rng.choice(bags) if bags else 1)
+        lengths = tuple(domain.lookups.clamp(n) for bags in per_table for n in bags)
+        if sum(lengths) == 0:
+            lengths = (1,) + lengths[1:]
+        changes["bag_lengths"] = lengths
+    elif case.op == "embedding_bag" or case.layout == "batched" or case.table_rows:
+        changes["pooling"] = max(1, domain.lookups.clamp(case.pooling))
+    changes["num_bags"] = fitted_batch * tables
+    if domain.max_rows is not None:
+        if case.table_rows:
+            capped = tuple(min(r, domain.max_rows) for r in case.table_rows)
+            changes.update(table_rows=capped, num_embeddings=sum(capped))
+        else:
+            changes["num_embeddings"] = min(case.num_embeddings, domain.max_rows)
+    if case.large:
+        dim = changes.get("dim", case.dim)
+        big = -(-LARGE_TABLE_ELEMENTS // dim)
+        if domain.max_rows is not None:
+            big = min(big, domain.max_rows)
+        if case.table_rows:
+            table_rows = (big, *changes.get("table_rows", case.table_rows)[1:])
+            changes.update(table_rows=table_rows, num_embeddings=sum(table_rows))
+        else:
+            changes["num_embeddings"] = big
+    return replace(case, **changes)
 
 
 def embedding_bag_cases(sem: Semantics, seed: int, large: bool = True) -> list[Case]:
     """Every case for an ``embedding_bag`` kernel claiming ``sem``."""
     b = _Builder(sem, seed)
     modes, layouts = sem.modes or ("sum",), sem.layouts or ("fixed",)
+    if sem.backward is not None:  # the gradient of max is an argmax scatter: not a declared backward
+        modes = tuple(m for m in modes if m != "max") or ("sum",)
     wd0, idt0 = sem.weight_dtypes[0], sem.index_dtypes[0]
-    combos = itertools.product(sem.weight_dtypes, sem.index_dtypes, modes, layouts)
-    for i, (wd, idt, mode, layout) in enumerate(combos):
+    combos = itertools.product(sem.weight_dtypes, b.out_dtypes, sem.index_dtypes, modes, layouts)
+    for i, (wd, od, idt, mode, layout) in enumerate(combos):
         ilo = sem.include_last_offset[i % len(sem.include_last_offset)]
-        b.add(b.bag(mode, layout, wd, idt, DIMS[i % len(DIMS)], include_last_offset=ilo))
-    for dim in DIMS:
+        b.add(b.bag(mode, layout, wd, idt, b.dims[i % len(b.dims)], include_last_offset=ilo, od=od))
+    for dim in b.dims:
         b.add(b.bag(modes[0], layouts[0], wd0, idt0, dim, tag="dims"))
     for mode in modes:
         if "csr" in layouts:
@@ -186,16 +340,18 @@ def embedding_bag_cases(sem: Semantics, seed: int, large: bool = True) -> list[C
             b.add(b.bag(mode, layout, wd0, idt0, 64, bags=5, mean_len=1, lengths=one, tag="L1"))
             b.add(b.bag(mode, layout, wd0, idt0, 128, bags=1, tag="batch1"))
             b.add(b.bag(mode, layout, wd0, idt0, 8, bags=4, duplicates=True, tag="duplicates"))
-            if sem.padding_idx:
+            if sem.padding_idx and sem.tables is None:
                 b.add(b.bag(mode, layout, wd0, idt0, 20, padding_idx=b.rng.randint(0, 39), tag="padding"))
     for layout in layouts:
         for mode in [m for m in modes if m != "max"][:2]:
             lengths = (LONG_BAG, LONG_BAG - 1, 0, LONG_BAG + 1) if layout == "csr" else None
-            b.add(b.bag(mode, layout, wd0, idt0, 64, bags=4, mean_len=LONG_BAG, lengths=lengths, tag="L1000"))
+            for od in b.out_dtypes:
+                b.add(b.bag(mode, layout, wd0, idt0, 64, bags=4, mean_len=LONG_BAG, lengths=lengths, od=od,
+                            tag="L1000"))
         if sem.per_sample_weights and "sum" in modes:
             for wd in sem.weight_dtypes:
                 b.add(b.bag("sum", layout, wd, idt0, 37, per_sample_weights=True, tag="psw"))
-    if large:
+    if large and sem.backward is None:
         b.add(_large_case(b, "embedding_bag", modes[0], layouts[0]))
     return b.cases
 
@@ -203,32 +359,36 @@ def embedding_bag_cases(sem: Semantics, seed: int, large: bool = True) -> list[C
 def embedding_cases(sem: Semantics, seed: int, large: bool = True) -> list[Case]:
     """Every case for an unpooled ``embedding`` kernel claiming ``sem``."""
     b = _Builder(sem, seed)
-    layout = "batched" if sem.output_shape == "batched" else "flat"
+    layout = "batched" if sem.output_shape == "batched" or sem.tables is not None else "flat"
 
     def gather(wd: str, idt: str, dim: int, tag: str = "", bags: int | None = None,
-               pooling: int | None = None, **flags: Any) -> Case:
+               pooling: int | None = None, od: str = "", **flags: Any) -> Case:
         bags = bags if bags is not None else b.rng.randint(1, 40)
         pooling = pooling if pooling is not None else (b.rng.randint(1, 12) if layout == "batched" else 1)
-        name = "-".join(p for p in ("gather", layout, wd, idt, f"d{dim}", tag) if p)
+        od = od or b.out_dtypes[0]
+        name = "-".join(p for p in ("gather", layout, wd, f"to-{od}" if od and od != wd else "", idt, f"d{dim}",
+                                    tag) if p)
         return Case(id=name, op="embedding", mode="", layout=layout, weight_dtype=wd, index_dtype=idt,
                     num_embeddings=b.rng.randint(40, 1000), dim=dim, num_bags=bags, pooling=pooling,
-                    tags=(tag,) if tag else (), **flags)
+                    tags=(tag,) if tag else (), output_dtype=od, **flags)
 
-    for i, (wd, idt) in enumerate(itertools.product(sem.weight_dtypes, sem.index_dtypes)):
-        b.add(gather(wd, idt, DIMS[(i + 4) % len(DIMS)]))
+    combos = itertools.product(sem.weight_dtypes, b.out_dtypes, sem.index_dtypes)
+    for i, (wd, od, idt) in enumerate(combos):
+        b.add(gather(wd, idt, b.dims[(i + 4) % len(b.dims)], od=od))
     wd0, idt0 = sem.weight_dtypes[0], sem.index_dtypes[0]
-    for dim in DIMS:
+    for dim in b.dims:
         b.add(gather(wd0, idt0, dim, tag="dims"))
     b.add(gather(wd0, idt0, 64, tag="one-index", bags=1, pooling=1))
     b.add(gather(wd0, idt0, 16, tag="duplicates", duplicates=True))
-    if large:
+    if large and sem.backward is None:
         b.add(_large_case(b, "embedding", "", layout))
     return b.cases
 
 
 def _large_case(b: _Builder, op: str, mode: str, layout: str) -> Case:
-    """The table of more than 2^31 elements, in the narrowest declared weight dtype."""
+    """The table of more than 2^31 elements (or the largest the domain admits), narrowest declared dtype."""
     wd = min(b.sem.weight_dtypes, key=lambda d: ELEM_SIZE[d])
+    od = min(b.out_dtypes, key=lambda d: ELEM_SIZE[d or wd])
     idt = "int64" if "int64" in b.sem.index_dtypes else b.sem.index_dtypes[0]
     rows = -(-LARGE_TABLE_ELEMENTS // LARGE_TABLE_DIM)
     bags, pooling = 8, 4
@@ -236,11 +396,26 @@ def _large_case(b: _Builder, op: str, mode: str, layout: str) -> Case:
     return Case(id=f"large-table-{op}-{wd}-{idt}", op=op, mode=mode, layout=layout, weight_dtype=wd,
                 index_dtype=idt, num_embeddings=rows, dim=LARGE_TABLE_DIM, num_bags=bags,
                 pooling=0 if layout == "csr" else pooling, bag_lengths=lengths, large=True,
-                tags=("large-table",))
+                tags=("large-table",), output_dtype=od)
+
+
+def domain_problems(sem: Semantics) -> list[str]:
+    """Why the declared domain admits no case (empty: it admits some)."""
+    problems = sem.domain.problems()
+    if sem.tables is None and sem.domain.tables != type(sem.domain.tables)():
+        problems.append("semantics.domain.tables: the kernel is not table-batched (no semantics.tables)")
+    if sem.backward is not None and sem.op == "embedding_bag" and sem.modes and set(sem.modes) == {"max"}:
+        problems.append("semantics.backward: only sum and mean have a declared backward")
+    return problems
 
 
 def generate_cases(sem: Semantics, seed: int, large: bool = True) -> list[Case]:
-    """The case matrix for a kernel claiming ``sem`` (reproducible from ``seed``)."""
+    """The case matrix for a kernel claiming ``sem`` (reproducible from ``seed``); ``DomainError`` when
+    the declared domain admits nothing."""
+    problems = domain_problems(sem)
+    if problems:
+        raise DomainError(problems)
     if sem.op == "embedding":
         return embedding_cases(sem, seed, large)
     return embedding_bag_cases(sem, seed, large)
+

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from compliance.verify import specs as rules
 from compliance.verify.build import BuildError, parse_build
-from compliance.verify.cases import Case, generate_cases
+from compliance.verify.cases import Case, DomainError, generate_cases
 from compliance.verify.runner import EVENT_FD_VARIABLE
 from compliance.verify.tolerance import bounds_for, bounds_to_json
 
@@ -190,7 +191,7 @@ def run_kernel(ctx: CheckContext, dk: DeclaredKernel, cases: list[Case], seed: i
             text = log_path.read_text(errors="replace")
             last = cases[len(outcome.cases)].describe() if len(outcome.cases) < len(cases) else "-"
             message = f"the kernel's process died ({why}) during case {last}"
-            outcome = _replace(outcome, stopped=("verify-crash", message, log_excerpt(text)))
+            outcome = _replace(outcome, stopped=(rules.CRASH.id, message, log_excerpt(text)))
         return _replace(outcome, seconds=time.monotonic() - started)
 
 
@@ -223,7 +224,7 @@ def _collect(reader: _Reader, dk: DeclaredKernel, cases: list[Case], seed: int, 
             limit = opts.build_timeout_s if phase == "build" else time_limit_s
             message = (f"{phase} time limit of {limit} s exceeded during {current}; "
                        "the process was killed")
-            stopped = ("verify-timeout", message, log_excerpt(text))
+            stopped = (rules.TIMEOUT.id, message, log_excerpt(text))
             break
         kind = event["event"]
         if kind == "build-start":
@@ -233,8 +234,8 @@ def _collect(reader: _Reader, dk: DeclaredKernel, cases: list[Case], seed: int, 
             phase, deadline = "run", time.monotonic() + time_limit_s
             _say(opts, f"{label} built in {build_seconds:.1f} s; {len(cases)} cases, 2 runs each")
         elif kind in ("build-failed", "invalid", "runner-error"):
-            rule = {"build-failed": "verify-build-failed", "invalid": "verify-build-invalid",
-                    "runner-error": "verify-crash"}[kind]
+            rule = {"build-failed": rules.BUILD_FAILED.id, "invalid": rules.BUILD_INVALID.id,
+                    "runner-error": rules.CRASH.id}[kind]
             stopped = (rule, event["message"], log_excerpt(log_path.read_text(errors="replace")))
         elif kind == "unavailable":
             unavailable = event["message"]
@@ -245,7 +246,7 @@ def _collect(reader: _Reader, dk: DeclaredKernel, cases: list[Case], seed: int, 
             done.append(outcome)
             _say(opts, _case_line(label, event["index"], len(cases), outcome, time.monotonic() - started))
         elif kind == "aborted":
-            stopped = ("verify-crash", event["message"], log_excerpt(log_path.read_text(errors="replace")))
+            stopped = (rules.CRASH.id, event["message"], log_excerpt(log_path.read_text(errors="replace")))
     return KernelOutcome(dk.kernel.id, seed, tuple(done), len(cases), stopped, unavailable,
                          build_seconds=build_seconds)
 
@@ -296,37 +297,48 @@ def verify_one(ctx: CheckContext, dk: DeclaredKernel, opts: VerifyOptions, label
     """Build, run and judge one kernel."""
     if not dk.kernel.build:
         _say(opts, f"{label} no build block: not verified")
-        return [_finding(ctx, dk, "verify-build-missing", f"kernel {dk.kernel.id!r} declares no `build:` "
+        return [_finding(ctx, dk, rules.BUILD_MISSING.id, f"kernel {dk.kernel.id!r} declares no `build:` "
                          "block, so it cannot be built and verified")]
     rel_dir = dk.manifest_dir
     try:
         spec = parse_build(dk.kernel.build, language=dk.kernel.language, sources=dk.kernel.sources,
                            root=ctx.root, manifest_rel_dir=rel_dir)
     except BuildError as exc:
-        return [_finding(ctx, dk, "verify-build-invalid", f"build block of {dk.kernel.id!r}: {exc}",
+        return [_finding(ctx, dk, rules.BUILD_INVALID.id, f"build block of {dk.kernel.id!r}: {exc}",
                          {"problems": list(exc.problems)})]
     seed = kernel_seed(opts.seed, dk.kernel.id)
-    cases = plan(dk, opts.seed, opts.large)
+    try:
+        cases = plan(dk, opts.seed, opts.large)
+    except DomainError as exc:
+        return [_finding(ctx, dk, rules.BUILD_INVALID.id, f"semantics of {dk.kernel.id!r}: {exc}")]
     limit = opts.time_limit_s or spec.time_limit_s
     outcome = run_kernel(ctx, dk, cases, seed, limit, opts, label)
     verdict = "PASS" if outcome.passed else "not verified" if outcome.unavailable else "FAIL"
     _say(opts, f"{label} {verdict}: {sum(c.passed for c in outcome.cases)}/{len(cases)} cases passed "
-               f"in {outcome.seconds:.1f} s")
+               f"in {outcome.seconds:.1f} s; domain: {dk.kernel.semantics.domain.describe()}")
     return outcome_findings(ctx, dk, outcome, opts.seed)
 
 
 def outcome_findings(ctx: CheckContext, dk: DeclaredKernel, outcome: KernelOutcome,
                      seed: int) -> list[Finding | None]:
     """Findings for one kernel: one per rule broken (listing the cases), or one that it passed."""
-    base = {"seed": seed, "cases_planned": outcome.planned, "cases_run": len(outcome.cases)}
+    domain = dk.kernel.semantics.domain.describe()
+    base: dict[str, Any] = {"seed": seed, "cases_planned": outcome.planned, "cases_run": len(outcome.cases),
+                            "domain": domain}
+    imported = ""
+    if dk.kernel.build.get("kind") == "triton":  # the trust boundary: submission Python that was executed
+        base["imported"] = [dk.kernel.build["module"]]
+        imported = f"; imported only {dk.kernel.build['module']} of the submission"
     if outcome.unavailable:
-        return [_finding(ctx, dk, "verify-skipped", f"kernel {dk.kernel.id!r} was not verified: "
+        return [_finding(ctx, dk, rules.SKIPPED.id, f"kernel {dk.kernel.id!r} was not verified: "
                          f"{outcome.unavailable}", base)]
     out: list[Finding | None] = []
     by_rule: dict[str, list[tuple[CaseOutcome, dict[str, Any]]]] = {}
     for c in outcome.cases:
         for p in c.problems:
-            by_rule.setdefault(p["rule"], []).append((c, p))
+            hits = by_rule.setdefault(p["rule"], [])
+            if not hits or hits[-1][0] is not c:  # one entry per case (the two runs may word it differently)
+                hits.append((c, p))
     for rule, hits in sorted(by_rule.items()):
         first_case, first = hits[0]
         listed = [{"case": c.description, "message": p["message"], **p.get("details", {})}
@@ -340,8 +352,8 @@ def outcome_findings(ctx: CheckContext, dk: DeclaredKernel, outcome: KernelOutco
                             "cases)", {**base, "log_excerpt": excerpt}))
     if not out:
         worst = max((c.worst_ratio or 0.0 for c in outcome.cases), default=0.0)
-        out.append(_finding(ctx, dk, "verify-passed", f"all {outcome.planned} cases passed, twice each; "
-                            f"worst error {worst:.2g} of its bound (seed {seed})",
+        out.append(_finding(ctx, dk, rules.PASSED.id, f"all {outcome.planned} cases passed, twice each; "
+                            f"worst error {worst:.2g} of its bound (seed {seed}); domain: {domain}{imported}",
                             {**base, "worst_ratio": worst, "build_seconds": outcome.build_seconds,
                              "seconds": round(outcome.seconds, 2)}))
     return out

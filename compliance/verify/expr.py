@@ -16,7 +16,8 @@ Grammar (whitespace between tokens is ignored)::
 Integers are unbounded Python integers; ``/`` and ``//`` are both floor
 division (C's ``/`` on the non-negative values launch arithmetic uses), ``%``
 is the matching modulo; dividing by zero is an error. Functions:
-``min(a, b, ...)``, ``max(a, b, ...)``, ``ceil_div(a, b)``, ``gcd(a, b)``.
+``min(a, b, ...)``, ``max(a, b, ...)``, ``ceil_div(a, b)``, ``gcd(a, b)``,
+``next_power_of_2(a)``.
 """
 
 from __future__ import annotations
@@ -56,11 +57,17 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _next_power_of_2(a: int) -> int:
+    """Smallest power of two >= a (1 for a <= 1): Triton's block sizes."""
+    return 1 if a <= 1 else 1 << (a - 1).bit_length()
+
+
 FUNCTIONS: dict[str, tuple[int, int | None, Callable[..., int]]] = {
     "min": (2, None, min),
     "max": (2, None, max),
     "ceil_div": (2, 2, _ceil_div),
     "gcd": (2, 2, math.gcd),
+    "next_power_of_2": (1, 1, _next_power_of_2),
 }
 """name -> (fewest arguments, most arguments or None, implementation)."""
 

@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from compliance.verify import specs as rules
+
 EVENT_FD_VARIABLE = "COMPLIANCE_VERIFY_EVENT_FD"
 REMEMBERED_OUTPUTS = 8
 """Returned outputs kept alive so that a kernel returning an old buffer is caught."""
@@ -49,7 +51,7 @@ def _run_once(backend: Any, case: Any, inputs: Any, large_table: Any,
 
     import torch
 
-    from compliance.verify.tensors import compare, guarded, guarded_output
+    from compliance.verify.tensors import DTYPES, compare, guarded, guarded_output
 
     device = backend.device
     oob = case.num_embeddings + 12345
@@ -59,8 +61,11 @@ def _run_once(backend: Any, case: Any, inputs: Any, large_table: Any,
         given["offsets"] = guarded(inputs.offsets, oob, device)
     if inputs.psw is not None:
         given["per_sample_weights"] = guarded(inputs.psw, math.nan, device)
-    returns = getattr(backend.spec, "returns_output", False)
-    out = None if returns else guarded_output(inputs.out_shape, inputs.weight.dtype, device)
+    for name, tensor in inputs.extra.items():
+        given[name] = guarded(tensor, math.nan if tensor.is_floating_point() else oob, device)
+    fused = case.backward in FUSED
+    returns = getattr(backend.spec, "returns_output", False) and not fused
+    out = None if returns or fused else guarded_output(inputs.out_shape, DTYPES[case.out_dtype], device)
     tensors: dict[str, Any] = {k: g.view for k, g in given.items()}
     if out is not None:
         tensors["out"] = out.view
@@ -68,32 +73,69 @@ def _run_once(backend: Any, case: Any, inputs: Any, large_table: Any,
     result = backend.call(case, tensors)
     if device.type == "cuda":
         torch.cuda.synchronize()
-    output = out.view if out is not None else _returned(result, inputs, given, remembered, problems)
+    if fused:
+        from compliance.verify.updates import judge_update
+
+        return judge_update(case, inputs, given)
+    output = out.view if out is not None else _returned(result, inputs, case, given, remembered, problems)
     if output is None:
         return None, problems
     cmp = compare(output, inputs.reference, inputs.bound, prefilled=out is not None)
     if cmp.unwritten:
-        problems.append(_problem("verify-unwritten", f"{cmp.unwritten} of {output.numel()} output elements "
+        problems.append(_problem(rules.UNWRITTEN.id, f"{cmp.unwritten} of {output.numel()} output elements "
                                  "were never written (still the NaN prefill)", positions=cmp.positions))
     if cmp.mismatched > cmp.unwritten:
-        problems.append(_problem(
-            "verify-mismatch", f"{cmp.mismatched - cmp.unwritten} of {output.numel()} elements outside the "
-            f"error bound ({cmp.nonfinite} of them NaN or inf); largest finite error {cmp.max_error:.3g} "
-            f"(worst error/bound {cmp.worst_ratio:.3g})",
-            positions=cmp.positions, max_error=cmp.max_error, worst_ratio=cmp.worst_ratio))
+        problems += _mismatch(case, inputs, output, cmp)
     changed = sorted(k for k, g in given.items() if g.changed())
     if large_table is not None and not torch.equal(large_table.view[inputs.rows.to(device)].cpu(), inputs.weight_rows):
         changed.append("weight")
     if changed:
-        problems.append(_problem("verify-input-modified", f"the kernel modified its input(s): {', '.join(changed)}",
+        problems.append(_problem(rules.INPUT_MODIFIED.id, f"the kernel modified its input(s): {', '.join(changed)}",
                                  inputs=changed))
     if out is not None and out.guards_changed():
-        problems.append(_problem("verify-out-of-bounds-write",
+        problems.append(_problem(rules.OUT_OF_BOUNDS_WRITE.id,
                                  "the kernel wrote outside its output tensor (guard bytes changed)"))
     return {"output": output.detach().to("cpu").clone(), "cmp": cmp}, problems
 
 
-def _returned(result: Any, inputs: Any, given: Mapping[str, Any], remembered: deque[Any],
+FUSED = ("sgd", "rowwise_adagrad")
+"""Backward kinds that update the table in place (compliance.verify.semantics.FUSED_KINDS)."""
+
+
+def _mismatch(case: Any, inputs: Any, output: Any, cmp: Any) -> list[dict[str, Any]]:
+    """verify-mismatch (naming the tables that are wrong for table-batched bags), and the diagnosis
+    verify-accumulation-precision when every wrong element fits a 16-bit accumulation."""
+    import torch
+
+    from compliance.verify.vocabulary import UNIT_ROUNDOFF
+
+    where = ""
+    if case.num_tables > 1 and cmp.bad is not None:  # [B, T * D] pooled, [B, T * L, D] unpooled
+        lookups = 1 if case.op == "embedding_bag" else case.pooling
+        per_table = cmp.bad.reshape(case.batch_size, case.num_tables, lookups * case.dim).any(dim=2).any(dim=0)
+        wrong = per_table.nonzero().flatten().tolist()
+        where = f"; wrong in table(s) {wrong} of {case.num_tables}"
+    found = [_problem(
+        rules.MISMATCH.id, f"{cmp.mismatched - cmp.unwritten} of {output.numel()} elements outside the "
+        f"error bound ({cmp.nonfinite} of them NaN or inf); largest finite error {cmp.max_error:.3g} "
+        f"(worst error/bound {cmp.worst_ratio:.3g}){where}",
+        positions=cmp.positions, max_error=cmp.max_error, worst_ratio=cmp.worst_ratio)]
+    half = inputs.half_sum
+    if half is not None and cmp.bad is not None and not cmp.nonfinite:
+        y = output.detach().to("cpu", torch.float64).reshape(half.shape)
+        u_half = max(UNIT_ROUNDOFF[case.weight_dtype], UNIT_ROUNDOFF[case.out_dtype])
+        close = ((y - half).abs() <= 2 * u_half * half.abs() + inputs.bound.min()).reshape(cmp.bad.shape)
+        # More than one 16-bit rounding of the exact result somewhere: not just a 16-bit temporary.
+        beyond = ((y - inputs.reference.reshape(y.shape)).abs() > 2 * u_half * half.abs()).reshape(cmp.bad.shape)
+        if bool(close[cmp.bad].all()) and bool(beyond[cmp.bad].any()):
+            found.append(_problem(
+                rules.ACCUMULATION_PRECISION.id, f"every element outside the float32 bound ({cmp.mismatched}) "
+                f"equals, to one rounding, a sum in 16 bits ({case.weight_dtype} table, {case.out_dtype} "
+                "output): the kernel accumulates in half precision"))
+    return found
+
+
+def _returned(result: Any, inputs: Any, case: Any, given: Mapping[str, Any], remembered: deque[Any],
               problems: list[dict[str, Any]]) -> Any:
     """Validate a returned output; None (with a problem) when unusable."""
     import torch
@@ -101,12 +143,16 @@ def _returned(result: Any, inputs: Any, given: Mapping[str, Any], remembered: de
     if isinstance(result, (tuple, list)) and result:
         result = result[0]
     if not isinstance(result, torch.Tensor):
-        problems.append(_problem("verify-output-invalid", f"the function returned {type(result).__name__}, "
+        problems.append(_problem(rules.OUTPUT_INVALID.id, f"the function returned {type(result).__name__}, "
                                  "not a tensor"))
         return None
-    want_dtype = inputs.weight.dtype
+    from compliance.verify.tensors import DTYPES
+
+    want_dtype = DTYPES[case.out_dtype]
+    if result.numel() == inputs.reference.numel() and result.is_contiguous() and result.dtype == want_dtype:
+        result = result.view(inputs.out_shape)  # [B, T * D] and [B, T, D] are the same memory
     if tuple(result.shape) != inputs.out_shape or result.dtype != want_dtype:
-        problems.append(_problem("verify-output-invalid", f"returned {tuple(result.shape)} {result.dtype}, "
+        problems.append(_problem(rules.OUTPUT_INVALID.id, f"returned {tuple(result.shape)} {result.dtype}, "
                                  f"expected {inputs.out_shape} {want_dtype}"))
         return None
     storage = result.untyped_storage().data_ptr()
@@ -114,7 +160,7 @@ def _returned(result: Any, inputs: Any, given: Mapping[str, Any], remembered: de
     if any(r.untyped_storage().data_ptr() == storage for r in remembered):
         aliases.append("the output of an earlier call")
     if aliases:
-        problems.append(_problem("verify-output-invalid", "the returned tensor is the memory of "
+        problems.append(_problem(rules.OUTPUT_INVALID.id, "the returned tensor is the memory of "
                                  f"{', '.join(aliases)}, not a fresh output"))
         return None
     remembered.append(result)
@@ -125,10 +171,11 @@ def run_case(backend: Any, case: Any, bound: Any, remembered: deque[Any]) -> dic
     """Both runs of one case; the result event's fields."""
     import torch
 
-    from compliance.verify.tensors import Guarded, make_inputs
+    from compliance.verify.tensors import Guarded, half_accumulation, make_inputs
 
     started = time.perf_counter()
     inputs = make_inputs(case, bound, backend.device)
+    inputs.half_sum = half_accumulation(case, inputs)
     large_table = None
     if case.large:
         large_table = Guarded(inputs.weight, inputs.weight, None)
@@ -140,7 +187,7 @@ def run_case(backend: Any, case: Any, bound: Any, remembered: deque[Any]) -> dic
         if run is not None:
             runs.append(run)
     if len(runs) == 2 and not torch.equal(_bytes(runs[0]["output"]), _bytes(runs[1]["output"])):
-        problems.append(_problem("verify-nondeterministic", "two runs on the same inputs gave different "
+        problems.append(_problem(rules.NONDETERMINISTIC.id, "two runs on the same inputs gave different "
                                  "results"))
     worst = max(runs, key=lambda r: r["cmp"].worst_ratio)["cmp"] if runs else None
     return {"status": "fail" if problems else "pass", "problems": problems,
@@ -152,6 +199,30 @@ def _bytes(t: Any) -> Any:
     import torch
 
     return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+def case_bound(case: Any, bounds: Mapping[str, Any]) -> Any:
+    """The rule set's bound parameters for a case: those of the table's dtype for an in-place update,
+    else of the narrower of the table and output dtypes (the last rounding is into it)."""
+    from compliance.verify.vocabulary import ELEM_SIZE
+
+    if case.backward in FUSED:
+        return bounds[case.weight_dtype]
+    return bounds[min((case.weight_dtype, case.out_dtype), key=lambda d: ELEM_SIZE[d])]
+
+
+def _missing_runtime(kind: str) -> str | None:
+    """Why the runtime of a build kind cannot be loaded here (None: it can)."""
+    try:
+        if kind == "nvrtc":
+            from compliance.verify.nvrtc import bindings
+
+            bindings()
+        elif kind == "triton":
+            import triton  # type: ignore[import-not-found]  # noqa: F401
+    except ImportError as exc:
+        return f"the {kind} runtime is not installed ({exc})"
+    return None
 
 
 def main(argv: list[str]) -> int:
@@ -182,8 +253,16 @@ def _main(job: dict[str, Any], events: Events) -> int:
         events.emit("unavailable", message=f"torch is not installed ({exc}); pip install "
                     "'mlperf-kernel-compliance[kernels]'")
         return 0
+    # The verifier's own tensors (inputs, float64 references, comparisons) are small: one intra-op
+    # thread avoids the spin-waits of an oversubscribed pool, which on a busy CI machine made them
+    # 30 times slower. It does not limit the kernel: a C++ kernel may still start threads of its own.
+    torch.set_num_threads(1)
     if spec.device == "cuda" and not torch.cuda.is_available():
         events.emit("unavailable", message="this kernel needs an NVIDIA GPU and torch sees none")
+        return 0
+    missing = _missing_runtime(spec.kind)
+    if missing:
+        events.emit("unavailable", message=missing)
         return 0
     from compliance.verify.backends import BuildFailed, LaunchInvalid, make_backend
 
@@ -202,13 +281,13 @@ def _main(job: dict[str, Any], events: Events) -> int:
         case = Case.from_json(raw)
         events.emit("case-start", index=index, case=case.id, description=case.describe())
         try:
-            result = run_case(backend, case, bounds[case.weight_dtype], remembered)
+            result = run_case(backend, case, case_bound(case, bounds), remembered)
         except (BuildFailed, LaunchInvalid) as exc:
-            rule = "verify-build-failed" if isinstance(exc, BuildFailed) else "verify-build-invalid"
+            rule = rules.BUILD_FAILED.id if isinstance(exc, BuildFailed) else rules.BUILD_INVALID.id
             result = {"status": "fail", "problems": [_problem(rule, str(exc))]}
         except Exception as exc:  # noqa: BLE001  (the kernel raised; on a GPU the context may be gone)
             message = f"the kernel call raised {type(exc).__name__}: {exc}"
-            result = {"status": "fail", "problems": [_problem("verify-crash", message)]}
+            result = {"status": "fail", "problems": [_problem(rules.CRASH.id, message)]}
             events.emit("case-result", index=index, case=case.id, **result)
             if backend.device.type == "cuda" and index + 1 < len(job["cases"]):
                 events.emit("aborted", message="stopped after a CUDA error; later cases were not run")

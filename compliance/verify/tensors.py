@@ -120,18 +120,41 @@ class CaseInputs:
     """Shape the output must have."""
     weight_rows: torch.Tensor | None = None
     """Large table only: the referenced rows before the calls (mutation check)."""
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)
+    """Further input tensors by vocabulary name (table offsets, grad_out, momentum)."""
+    half_sum: torch.Tensor | None = None
+    """The output of summing in the 16-bit dtype (diagnosis of verify-mismatch), else None."""
+    expected: dict[str, Any] = field(default_factory=dict)
+    """Backward: what the in-place comparison needs (compliance.verify.backward)."""
+
+
+def table_of_lookup(case: Case) -> torch.Tensor:
+    """The table (0..T-1) each index belongs to, in the order of the indices."""
+    n, tables = case.num_indices, case.num_tables
+    if tables == 1:
+        return torch.zeros(n, dtype=torch.int64)
+    if case.layout == "csr":  # bag t * B + b
+        bag = torch.repeat_interleave(torch.arange(len(case.bag_lengths)), torch.tensor(case.bag_lengths))
+        return bag // case.batch_size
+    return (torch.arange(n) // case.pooling) % tables  # [B, T * L], sample-major
 
 
 def _indices(case: Case, gen: torch.Generator) -> torch.Tensor:
-    n, rows = case.num_indices, case.num_embeddings
-    flat = torch.randint(0, rows, (n,), generator=gen, dtype=torch.int64)
-    if case.duplicates and n:
-        flat[:] = flat[0]
-    elif n >= 2:
-        flat[torch.randint(0, n, (1,), generator=gen)] = 0
-        flat[torch.randint(0, n, (1,), generator=gen)] = rows - 1
-        if n >= 4:
-            flat[-1] = flat[-2]
+    """Indices as the kernel gets them (relative to their table unless declared absolute)."""
+    n = case.num_indices
+    table = table_of_lookup(case)
+    sizes = torch.tensor(case.table_rows or (case.num_embeddings,), dtype=torch.int64)[table]
+    flat = torch.randint(0, 2**62, (n,), generator=gen, dtype=torch.int64) % sizes
+    for t in range(case.num_tables):
+        mine = (table == t).nonzero().flatten()
+        rows = int(sizes[mine[0]]) if mine.numel() else 0
+        if case.duplicates and mine.numel():
+            flat[mine] = int(flat[mine[0]])
+        elif mine.numel() >= 2:  # the first and the last row of every table
+            picks = mine[torch.randperm(mine.numel(), generator=gen)[:2]]
+            flat[picks[0]], flat[picks[1]] = 0, rows - 1
+            if t == 0 and n >= 4 and case.num_tables == 1:
+                flat[-1] = flat[-2]
     if case.padding_idx is not None and n:
         hit = torch.rand(n, generator=gen) < 0.3
         flat[hit] = case.padding_idx
@@ -141,10 +164,20 @@ def _indices(case: Case, gen: torch.Generator) -> torch.Tensor:
             if b is not None:
                 start = sum(lengths[:b])
                 flat[start:start + lengths[b]] = case.padding_idx
+    if case.absolute_indices:
+        flat = flat + torch.tensor(case.row_offsets, dtype=torch.int64)[table]
     dtype = DTYPES[case.index_dtype]
     if case.layout in ("fixed", "batched"):
-        return flat.view(case.num_bags, case.pooling).to(dtype)
+        return flat.view(case.batch_size, case.num_tables * case.pooling).to(dtype)
     return flat.to(dtype)
+
+
+def absolute_rows(case: Case, indices: torch.Tensor) -> torch.Tensor:
+    """Rows of the stacked buffer the indices point at, flat, int64."""
+    flat = indices.reshape(-1).to(torch.int64)
+    if case.absolute_indices or case.num_tables == 1:
+        return flat
+    return flat + torch.tensor(case.row_offsets, dtype=torch.int64)[table_of_lookup(case)]
 
 
 def _offsets(case: Case) -> torch.Tensor | None:
@@ -179,13 +212,43 @@ def make_inputs(case: Case, bound: Bound, device: torch.device) -> CaseInputs:
     gen = torch.Generator().manual_seed(case.seed)
     indices = _indices(case, gen)
     offsets = _offsets(case)
-    rows = torch.unique(indices.reshape(-1).to(torch.int64))
+    rows = torch.unique(absolute_rows(case, indices))
     weight = _table(case, gen, rows, device)
     psw = None
     if case.per_sample_weights:
         psw = (torch.randn(indices.shape, generator=gen) * 2).to(DTYPES[case.weight_dtype])
+    extra = {"table_offsets": torch.tensor(case.row_offsets, dtype=torch.int64),
+             "weights_offsets": torch.tensor(case.row_offsets[:-1], dtype=torch.int64) * case.dim}
+    if case.backward:
+        from compliance.verify.backward import backward_inputs
+
+        inputs = backward_inputs(case, gen, weight, indices, offsets, psw, rows, bound)
+        inputs.extra.update(extra)
+        return inputs
     reference, err_bound, shape = _reference(case, weight, indices, offsets, psw, rows, bound)
-    return CaseInputs(weight, indices, offsets, psw, rows, reference, err_bound, shape)
+    return CaseInputs(weight, indices, offsets, psw, rows, reference, err_bound, shape, extra=extra)
+
+
+def as_single_table(case: Case, indices: torch.Tensor,
+                    offsets: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The case as one lookup over the stacked buffer: absolute indices, bags in the kernel's order."""
+    abs_rows = absolute_rows(case, indices)
+    if case.layout in ("fixed", "batched"):
+        if case.op == "embedding_bag":
+            return abs_rows.view(case.num_bags, case.pooling), offsets
+        return abs_rows.view(indices.shape), offsets
+    return abs_rows, offsets
+
+
+def to_output_order(case: Case, ref: torch.Tensor) -> torch.Tensor:
+    """Pooled results from the kernel's bag order to the output's: [B, T * D] for table-batched bags
+    (csr bags come table-major, t * B + b, as FBGEMM orders them)."""
+    if case.num_tables == 1 or case.op != "embedding_bag":
+        return ref
+    tables, batch = case.num_tables, case.batch_size
+    if case.layout == "csr":
+        ref = ref.view(tables, batch, -1).transpose(0, 1)
+    return ref.reshape(batch, tables * case.dim)
 
 
 def _reference(case: Case, weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor | None,
@@ -193,31 +256,78 @@ def _reference(case: Case, weight: torch.Tensor, indices: torch.Tensor, offsets:
                bound: Bound) -> tuple[torch.Tensor, torch.Tensor, tuple[int, ...]]:
     """float64 reference computed by torch on the CPU over the referenced rows only."""
     sub = weight[rows.to(weight.device)].to("cpu", torch.float64)
-    local = torch.searchsorted(rows, indices.to(torch.int64).reshape(-1)).view(indices.shape)
+    abs_idx, offsets = as_single_table(case, indices, offsets)
+    local = torch.searchsorted(rows, abs_idx.reshape(-1)).view(abs_idx.shape)
     if case.op == "embedding":
         ref = F.embedding(local, sub)
-        return ref, torch.zeros_like(ref), tuple(ref.shape)
+        return ref, conversion_bound(case, ref, bound), tuple(ref.shape)
     pad = None
     if case.padding_idx is not None:
         hit = (rows == case.padding_idx).nonzero()
         pad = int(hit[0, 0]) if hit.numel() else None  # unreferenced: nothing to exclude
     off = None if offsets is None else offsets.to(torch.int64)
-    p64 = None if psw is None else psw.to(torch.float64)
+    p64 = None if psw is None else psw.to(torch.float64).reshape(local.shape)
     kw: dict[str, Any] = {"offsets": off, "include_last_offset": case.include_last_offset,
                          "padding_idx": pad}
     ref = F.embedding_bag(local, sub, mode=case.mode, per_sample_weights=p64, **kw)
     if case.mode == "max":
-        return ref, torch.zeros_like(ref), tuple(ref.shape)
+        ref = to_output_order(case, ref)
+        return ref, conversion_bound(case, ref, bound), tuple(ref.shape)
     abs_sum = F.embedding_bag(local, sub.abs(), mode="sum",
                               per_sample_weights=None if p64 is None else p64.abs(), **kw)
     ones = torch.ones(sub.shape[0], 1, dtype=torch.float64)
     count = F.embedding_bag(local, ones, mode="sum", **kw)
-    u_out, m = UNIT_ROUNDOFF[case.weight_dtype], bound.unit_roundoff_multiplier
-    if case.mode == "sum":
-        err = m * (count * ACCUMULATION_ROUNDOFF * abs_sum + u_out * ref.abs())
+    err = pooled_bound(case.mode, ref, abs_sum, count, UNIT_ROUNDOFF[case.out_dtype], bound)
+    ref, err = to_output_order(case, ref), to_output_order(case, err)
+    return ref, err, tuple(ref.shape)
+
+
+def half_accumulation(case: Case, inputs: CaseInputs) -> torch.Tensor | None:
+    """What a kernel that sums each bag in order in the 16-bit weight or output dtype would output (None
+    when both are float32, or for anything but a pooled sum or mean): the diagnosis of
+    verify-accumulation-precision. Each term and each partial sum is rounded to that dtype."""
+    half = [d for d in (case.weight_dtype, case.out_dtype) if d != "float32"]
+    if not half or case.op != "embedding_bag" or case.mode not in ("sum", "mean") or case.backward or case.large:
+        return None
+    from compliance.verify.backward import lookups
+
+    dtype = DTYPES[max(half, key=lambda d: UNIT_ROUNDOFF[d])]
+    lk = lookups(case, inputs.indices, inputs.psw)
+    rows_out = int(inputs.reference.numel() // case.dim)
+    per_bag = torch.zeros(rows_out, dtype=torch.int64).index_add_(0, lk.out_rows, torch.ones_like(lk.out_rows))
+    start = torch.cumsum(per_bag, 0) - per_bag
+    order = torch.argsort(lk.out_rows, stable=True)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(order.numel()) - start[lk.out_rows[order]]
+    weight = inputs.weight.to(torch.float64)
+    psw = torch.ones(lk.rows.numel(), dtype=torch.float64) if inputs.psw is None else \
+        inputs.psw.reshape(-1).to(torch.float64)
+    acc = torch.zeros(rows_out, case.dim, dtype=torch.float64)
+    for step in range(int(per_bag.max()) if per_bag.numel() else 0):
+        k = (rank == step).nonzero().flatten()
+        term = (weight[lk.rows[k]] * psw[k, None]).to(dtype).to(torch.float64)
+        acc[lk.out_rows[k]] = (acc[lk.out_rows[k]] + term).to(dtype).to(torch.float64)
+    if case.mode == "mean":
+        acc = (acc / per_bag.clamp_min(1)[:, None]).to(dtype).to(torch.float64)
+    return acc.reshape(inputs.reference.shape)
+
+
+def conversion_bound(case: Case, ref: torch.Tensor, bound: Bound) -> torch.Tensor:
+    """A copy is exact, unless the output dtype is narrower than the table's: then one rounding."""
+    if UNIT_ROUNDOFF[case.out_dtype] <= UNIT_ROUNDOFF[case.weight_dtype]:
+        return torch.zeros_like(ref)
+    return bound.unit_roundoff_multiplier * UNIT_ROUNDOFF[case.out_dtype] * ref.abs() + bound.absolute_floor
+
+
+def pooled_bound(mode: str, ref: torch.Tensor, abs_sum: torch.Tensor, count: torch.Tensor, u_out: float,
+                 bound: Bound, u_acc: float = ACCUMULATION_ROUNDOFF) -> torch.Tensor:
+    """The error bound of a pooled sum or mean (docs/verification.md, "Tolerance")."""
+    m = bound.unit_roundoff_multiplier
+    if mode == "sum":
+        err = m * (count * u_acc * abs_sum + u_out * ref.abs())
     else:
-        err = m * (ACCUMULATION_ROUNDOFF * abs_sum + (ACCUMULATION_ROUNDOFF + u_out) * ref.abs())
-    return ref, err + bound.absolute_floor, tuple(ref.shape)
+        err = m * (u_acc * abs_sum + (u_acc + u_out) * ref.abs())
+    return err + bound.absolute_floor
 
 
 @dataclass
@@ -238,6 +348,8 @@ class Comparison:
     """Largest error/bound (inf where the bound is 0 and the error is not)."""
     positions: list[dict[str, Any]] = field(default_factory=list)
     """First mismatching positions: index, got, expected, bound."""
+    bad: torch.Tensor | None = None
+    """Mask of the elements outside their bound."""
 
     @property
     def ok(self) -> bool:
@@ -258,7 +370,7 @@ def compare(out: torch.Tensor, reference: torch.Tensor, bound: torch.Tensor,
     ratio = torch.where(bound > 0, finite_err / bound.clamp_min(1e-300),
                         torch.where(finite_err > 0, torch.full_like(err, math.inf), torch.zeros_like(err)))
     result = Comparison(unwritten=int(never.sum()), mismatched=int(bad.sum()),
-                        nonfinite=int((~torch.isfinite(y) & ~never).sum()))
+                        nonfinite=int((~torch.isfinite(y) & ~never).sum()), bad=bad)
     if y.numel():
         worst = int(torch.argmax(ratio.reshape(-1)))
         result.max_error = float(finite_err.max())

@@ -18,6 +18,12 @@ TENSORS: Mapping[str, str] = {
     "per_sample_weights": "weights like indices, weight dtype; null / None when the case has none",
     "out": "the output, prefilled with NaN: [num_bags, dim], or [num_indices, dim] / "
            "[num_bags, pooling, dim] for embedding",
+    "grad_out": "backward: the gradient of the forward output, shaped like it, output dtype",
+    "table_offsets": "table-batched: row offset of each table in the stacked weight, [num_tables + 1] int64 "
+                     "(the last entry is total_rows); one table: [0, num_embeddings]",
+    "weights_offsets": "table-batched: element offset of each table (row offset * dim), [num_tables] int64 "
+                       "(FBGEMM's weights_offsets)",
+    "momentum": "rowwise_adagrad: the optimizer state, one float32 per row [total_rows], updated in place",
     "null": "a null pointer (NVRTC) or None (extension), for arguments the verifier does not use",
 }
 """Tensor names and what they hold."""
@@ -38,15 +44,27 @@ SCALARS: Mapping[str, str] = {
     "csr": "1 for the csr layout, 0 for fixed",
     "weight_dtype": "0 float32, 1 float16, 2 bfloat16",
     "weight_elem_size": "bytes per weight element (4 or 2)",
+    "output_dtype": "dtype of the output / gradient: 0 float32, 1 float16, 2 bfloat16",
+    "output_elem_size": "bytes per output element (4 or 2)",
+    "num_tables": "tables in the weight buffer (1 unless table-batched)",
+    "batch_size": "samples: bags per table (num_bags / num_tables)",
+    "total_rows": "rows of the whole weight buffer (= num_embeddings)",
     "index_elem_size": "bytes per index (4 or 8)",
 }
 """Integer names available in expressions and as scalar arguments."""
+
+FLOAT_SCALARS: Mapping[str, str] = {
+    "learning_rate": "fused optimizer updates: the step size (float32 for NVRTC, a Python float otherwise)",
+    "eps": "rowwise_adagrad: the epsilon added to the root of the accumulator",
+}
+"""Floating-point scalars: arguments only, never in integer expressions."""
 
 SELECTORS: Mapping[str, tuple[str, ...]] = {
     "weight_dtype": ("float32", "float16", "bfloat16"),
     "index_dtype": ("int32", "int64"),
     "mode": ("sum", "mean", "max"),
     "layout": ("fixed", "csr"),
+    "output_dtype": ("float32", "float16", "bfloat16"),
 }
 """Case variables a ``defines`` entry may select on, with their values."""
 

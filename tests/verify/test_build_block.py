@@ -114,3 +114,67 @@ def test_language_must_fit_kind() -> None:
     with pytest.raises(BuildError, match="not one of the kernel's declared sources"):
         _spec(EXT.replace("sources: [k.cu]", "sources: [elsewhere.cu]"))
     assert _spec(EXT.replace("sources: [k.cu]", "sources: [k.cu]\n      device: cpu"), "cpp").device == "cpu"
+
+
+TRITON = """\
+      kind: triton
+      module: k.py
+      function: gather
+      constants: {BLOCK_D: "next_power_of_2(dim)", FLAW: 0}
+      grid: [num_indices, "ceil_div(dim, BLOCK_D)"]
+      num_warps: 4
+      arguments: [weight, indices, table_offsets, out, num_tables, dim, learning_rate]"""
+
+
+def _triton_manifest(build: str) -> str:
+    return _manifest(build, "triton").replace("sources: [k.cu, inc/common.cuh]", "sources: [k.py]")
+
+
+def test_triton_block() -> None:
+    from compliance.verify.build import TritonBuild, constant_env
+
+    assert [p.message for p in parse_manifest(_triton_manifest(TRITON), Path("m.yaml")).problems] == []
+    raw = yaml.safe_load(_triton_manifest(TRITON))["kernels"][0]
+    spec = parse_build(raw["build"], language="triton", sources=raw["sources"], root=Path("/tree"),
+                       manifest_rel_dir="impl")
+    assert isinstance(spec, TritonBuild) and spec.module == Path("/tree/impl/k.py") and spec.num_warps == 4
+    assert constant_env(spec, {"dim": 100})["BLOCK_D"] == 128
+    assert [a.float_name for a in spec.arguments][-1] == "learning_rate"
+
+
+@pytest.mark.parametrize(("edit", "expected"), [
+    (("module: k.py", "module: other.py"), "not one of the kernel's declared sources"),
+    (("out, num_tables", "num_tables"), "must receive `out`"),
+    (("grid: [num_indices", "grid: [num_rows"), "unknown name(s) num_rows"),
+])
+def test_triton_semantic_problems(edit: tuple[str, str], expected: str) -> None:
+    raw = yaml.safe_load(_triton_manifest(TRITON.replace(*edit)))["kernels"][0]
+    with pytest.raises(BuildError) as info:
+        parse_build(raw["build"], language="triton", sources=raw["sources"], root=Path("/tree"),
+                    manifest_rel_dir="impl")
+    assert any(expected in p for p in info.value.problems), info.value.problems
+
+
+def test_triton_needs_language_triton_and_schema_is_strict() -> None:
+    raw = yaml.safe_load(_triton_manifest(TRITON))["kernels"][0]
+    with pytest.raises(BuildError, match="launches a @triton.jit function, not cuda"):
+        parse_build(raw["build"], language="cuda", sources=raw["sources"], root=Path("/tree"), manifest_rel_dir="")
+    problems = [p.message for p in parse_manifest(_triton_manifest(TRITON + "\n      entry: x"), Path("m.yaml")).problems]
+    assert any("Additional properties" in p for p in problems), problems
+
+
+def test_fused_update_needs_no_out() -> None:
+    spec = _spec(NVRTC.replace(", out]", ", grad_out, learning_rate]"))
+    assert isinstance(spec, NvrtcBuild) and spec.arguments[-1].float_name == "learning_rate"
+
+
+@pytest.mark.parametrize(("semantics", "expected"), [
+    ("{op: embedding_bag, backward: {kind: sgd, gradient: dense}}", "should not be valid under"),
+    ("{op: embedding_bag, tables: {indices: shifted}}", "'shifted' is not one of"),
+    ("{op: embedding_bag, domain: {dims: []}}", "should be non-empty"),
+    ("{op: embedding_bag, output_dtypes: [float64]}", "'float64' is not one of"),
+])
+def test_semantics_schema_refuses(semantics: str, expected: str) -> None:
+    text = _manifest(EXT).replace("{op: embedding_bag, modes: [sum], layouts: [csr]}", semantics)
+    problems = [p.message for p in parse_manifest(text, Path("m.yaml")).problems]
+    assert any(expected in p for p in problems), problems

@@ -66,3 +66,41 @@ def test_planning_imports_no_torch() -> None:
             "from compliance.verify.driver import plan; import compliance.pytest_plugin; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_output_dtypes_and_tables() -> None:
+    from compliance.verify.semantics import Tables
+
+    sem = Semantics(op="embedding_bag", modes=("sum",), layouts=("fixed", "csr"),
+                    weight_dtypes=("float32", "float16"), output_dtypes=("float16", "float32"), tables=Tables())
+    cases = generate_cases(sem, 5)
+    assert {(c.weight_dtype, c.out_dtype) for c in cases} == {(w, o) for w in ("float32", "float16")
+                                                              for o in ("float16", "float32")}
+    for c in cases:
+        assert c.num_tables >= 2 and sum(c.table_rows) == c.num_embeddings and c.num_bags % c.num_tables == 0
+        if c.layout == "csr":
+            assert len(c.bag_lengths) == c.num_bags
+    large = next(c for c in cases if c.large)
+    assert large.table_rows[0] * large.dim > 2**31  # the big table first: later offsets pass 2^31 elements
+
+
+def test_backward_cases_have_no_max_and_no_large_table() -> None:
+    from compliance.verify.semantics import Backward
+
+    sem = Semantics(op="embedding_bag", modes=("sum", "max"), layouts=("csr",), backward=Backward("sgd"))
+    cases = generate_cases(sem, 6)
+    assert cases and all(c.mode == "sum" and c.backward == "sgd" and not c.large for c in cases)
+    assert all(0 < c.learning_rate < 1 and (c.learning_rate * 64).is_integer() for c in cases)
+
+
+def test_contradictory_domain_is_refused() -> None:
+    import pytest
+
+    from compliance.verify.cases import DomainError
+    from compliance.verify.semantics import Domain, Span
+
+    sem = Semantics(op="embedding_bag", modes=("sum",), layouts=("fixed",), domain=Domain(lookups=Span(5, 2)))
+    with pytest.raises(DomainError, match="min 5 > max 2"):
+        generate_cases(sem, 1)
+    with pytest.raises(DomainError, match="not table-batched"):
+        generate_cases(Semantics(op="embedding", domain=Domain(tables=Span(26, 26))), 1)

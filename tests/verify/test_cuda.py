@@ -1,5 +1,6 @@
-"""On the GPU: NVRTC fixtures (honest passes, each adversarial one caught), the example
-submission's CUDA extension kernels and reference_kernels through the same verifier."""
+"""On the GPU: NVRTC fixtures (honest passes, each adversarial one caught), table-batched and
+fused-SGD kernels through NVRTC (cuda-python) and Triton, the example submission's CUDA extension
+kernels and reference_kernels through the same verifier."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from compliance.engine import CheckOptions, build_context
 from compliance.findings import Finding
 from compliance.verify import run_verification_checks
 
-from .conftest import CUDA_TREE, RULES
+from .conftest import CUDA_BATCHED_TREE, CUDA_TREE, RULES
 
 pytestmark = pytest.mark.cuda
 
@@ -68,3 +69,36 @@ def test_reference_kernels_pass(build_root: Path) -> None:
         pytest.fail("reference_kernels/kernel_manifest.yaml is missing")
     found = _verify(REPO / "reference_kernels", build_root)
     assert found and all({f.rule_id for f in fs} == {"verify-passed"} for fs in found.values()), found
+
+
+BATCHED_CAUGHT = {
+    "nvrtc-tb-bag-wrong-table-offset": "verify-mismatch",
+    "nvrtc-sgd-drops-duplicates": "verify-update-mismatch",
+    "triton-dlrm-gather-wrong-table-offset": "verify-mismatch",
+}
+ATOMIC = {"nvrtc-tb-sgd", "triton-tb-sgd"}
+"""Updates through atomics: the order of the additions may differ between the two runs."""
+
+
+@pytest.fixture(scope="module")
+def batched(build_root: Path) -> dict[str, list[Finding]]:
+    return _verify(CUDA_BATCHED_TREE, build_root, RULES)
+
+
+@pytest.mark.parametrize("kernel", ["nvrtc-tb-bag", "nvrtc-tb-sgd", "triton-dlrm-gather", "triton-tb-sgd"])
+def test_batched_kernel_passes(batched: dict[str, list[Finding]], kernel: str) -> None:
+    rules = {f.rule_id for f in batched[kernel]}
+    allowed = {"verify-passed"} | ({"verify-nondeterministic"} if kernel in ATOMIC else set())
+    assert rules and rules <= allowed, [f.message for f in batched[kernel]]
+
+
+@pytest.mark.parametrize("kernel", sorted(BATCHED_CAUGHT))
+def test_batched_twin_caught(batched: dict[str, list[Finding]], kernel: str) -> None:
+    rules = {f.rule_id for f in batched[kernel]}
+    assert BATCHED_CAUGHT[kernel] in rules and "verify-passed" not in rules, [f.message for f in batched[kernel]]
+
+
+def test_triton_gather_report_states_its_domain(batched: dict[str, list[Finding]]) -> None:
+    passed = batched["triton-dlrm-gather"][0]
+    assert "domain: dim 128 only, 26 tables" in passed.message
+    assert "imported only triton_kernels.py" in passed.message and dict(passed.details)["imported"]

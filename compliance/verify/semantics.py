@@ -1,0 +1,166 @@
+"""The parts of a kernel's claimed semantics that only verification reads (plain data, no torch).
+
+``semantics`` in a manifest says what a kernel computes; beyond the op, modes,
+layouts and dtypes it may declare (docs/verification.md, "Semantics"):
+
+* ``output_dtypes``: the dtype(s) the output is written in, when it differs from
+  the table's (float32 tables written as float16; 16-bit tables written as float32);
+* ``tables``: T tables in one weight buffer with per-table row offsets
+  (table-batched lookups, FBGEMM's and NVIDIA's DLRM layout);
+* ``backward``: the kernel is a backward pass: the weight gradient (dense or
+  sparse) or a fused in-place optimizer update (SGD, row-wise Adagrad);
+* ``domain``: the shapes the kernel supports; cases are generated only inside it.
+
+The manifest schema guarantees the shape of the mapping; ``from_mapping``
+helpers turn it into frozen records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+BACKWARD_KINDS = ("gradient", "sgd", "rowwise_adagrad")
+"""What a backward kernel computes: the weight gradient, or a fused optimizer step on the table."""
+FUSED_KINDS = ("sgd", "rowwise_adagrad")
+"""Backward kinds that update the table in place."""
+
+
+@dataclass(frozen=True)
+class Tables:
+    """Table-batched lookups: T tables stacked in one ``[sum N_t, D]`` buffer."""
+
+    indices: str = "relative"
+    """``relative``: an index is a row of its table (the kernel adds ``table_offsets[t]``);
+    ``absolute``: indices are already offset into the stacked buffer."""
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None) -> Tables | None:
+        """None when the kernel is not table-batched."""
+        return None if data is None else cls(indices=str(data.get("indices", "relative")))
+
+
+@dataclass(frozen=True)
+class Backward:
+    """A backward kernel."""
+
+    kind: str
+    """``gradient``, ``sgd`` or ``rowwise_adagrad``."""
+    gradient: str = "dense"
+    """For ``gradient``: ``dense`` ([rows, D], zeros for rows not referenced) or ``sparse``
+    (torch's uncoalesced sparse gradient: one row per lookup, in the order of the indices)."""
+
+    @property
+    def fused(self) -> bool:
+        """True for an in-place optimizer update."""
+        return self.kind in FUSED_KINDS
+
+    @property
+    def label(self) -> str:
+        """Short name for case ids: grad-dense, grad-sparse, sgd, rowwise_adagrad."""
+        return f"grad-{self.gradient}" if self.kind == "gradient" else self.kind
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None) -> Backward | None:
+        """None for a forward kernel."""
+        return None if data is None else cls(kind=str(data["kind"]), gradient=str(data.get("gradient", "dense")))
+
+
+@dataclass(frozen=True)
+class Span:
+    """An inclusive integer range; either end may be open (None)."""
+
+    low: int | None = None
+    """Smallest value, or None."""
+    high: int | None = None
+    """Largest value, or None."""
+
+    def clamp(self, value: int) -> int:
+        """``value`` moved into the range."""
+        if self.low is not None:
+            value = max(value, self.low)
+        if self.high is not None:
+            value = min(value, self.high)
+        return value
+
+    def contains(self, value: int) -> bool:
+        """True when ``value`` lies in the range."""
+        return self.clamp(value) == value
+
+    def describe(self) -> str:
+        """``1``, ``1..20`` or ``>= 2``."""
+        if self.low is not None and self.low == self.high:
+            return str(self.low)
+        if self.low is not None and self.high is not None:
+            return f"{self.low}..{self.high}"
+        return f">= {self.low}" if self.low is not None else f"<= {self.high}"
+
+    @classmethod
+    def from_value(cls, data: Any) -> Span:
+        """An integer (exactly that) or ``{min, max}``."""
+        if isinstance(data, int):
+            return cls(data, data)
+        return cls(data.get("min"), data.get("max"))
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The shapes a kernel declares it supports; cases never leave it."""
+
+    dims: tuple[int, ...] = ()
+    """Supported embedding dims (empty: any)."""
+    lookups: Span = Span()
+    """Lookups per bag (the fixed L; csr bag lengths); min 1 excludes empty bags."""
+    batch_multiple: int = 1
+    """The batch size (bags per table) is a multiple of this."""
+    tables: Span = Span()
+    """Number of tables (table-batched kernels)."""
+    max_rows: int | None = None
+    """Rows of the largest table it supports."""
+
+    @property
+    def unrestricted(self) -> bool:
+        """True when nothing is declared."""
+        return self == Domain()
+
+    def problems(self) -> list[str]:
+        """Contradictions (a domain no case fits)."""
+        out = []
+        for name, span in (("lookups", self.lookups), ("tables", self.tables)):
+            if span.low is not None and span.high is not None and span.low > span.high:
+                out.append(f"semantics.domain.{name}: min {span.low} > max {span.high}")
+        if self.tables.high is not None and self.tables.high < 1:
+            out.append("semantics.domain.tables: at most 0 tables")
+        if self.lookups.high is not None and self.lookups.high < 1:
+            out.append("semantics.domain.lookups: at most 0 lookups per bag (every bag empty)")
+        return out
+
+    def describe(self) -> str:
+        """The report line: ``dim 128 only, 26 tables, 1 lookup per bag``; a note when unrestricted."""
+        if self.unrestricted:
+            return "unrestricted (no semantics.domain declared)"
+        parts = []
+        if self.dims:
+            parts.append(f"dim {', '.join(map(str, self.dims))} only")
+        if self.tables != Span():
+            parts.append(f"{self.tables.describe()} tables")
+        if self.lookups != Span():
+            many = self.lookups.low != 1 or self.lookups.high != 1
+            parts.append(f"{self.lookups.describe()} lookup{'s' if many else ''} per bag")
+        if self.batch_multiple > 1:
+            parts.append(f"batch a multiple of {self.batch_multiple}")
+        if self.max_rows is not None:
+            parts.append(f"tables of at most {self.max_rows} rows")
+        return ", ".join(parts)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None) -> Domain:
+        """The unrestricted domain when absent."""
+        if not data:
+            return cls()
+        return cls(dims=tuple(int(d) for d in data.get("dims", ())),
+                   lookups=Span.from_value(data.get("lookups", {})),
+                   batch_multiple=int(data.get("batch_multiple", 1)),
+                   tables=Span.from_value(data.get("tables", {})),
+                   max_rows=data.get("max_rows"))
