@@ -808,6 +808,8 @@ def backward_passes(grad_out: "torch.Tensor", sorted_rows: "torch.Tensor", posit
                "HAS_PSW": int(per_sample_weights is not None), "HAS_SCALE": int(bag_scale is not None),
                "CHUNK_POS": chunk, "BLOCK": BLOCK, "ROW_T": _index_type(sorted_rows.dtype),
                "MIN_BLOCKS": BACKWARD_MIN_BLOCKS, "STREAMING_ROWS": BACKWARD_STREAMING_ROWS}
+    if grad_weight.dtype != grad_out.dtype:
+        defines["GRAD_F32"] = 1
     device = grad_out.device.index
     chunks = -(-n // chunk)
     partial = torch.empty((chunks * 2, dim), dtype=torch.float32, device=grad_out.device)

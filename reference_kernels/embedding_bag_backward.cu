@@ -70,6 +70,14 @@
 #ifndef ROW_T  // sorted row numbers: int when the table has fewer than 2^31 rows (a shorter sort)
 #define ROW_T i64
 #endif
+#ifndef GRAD_F32  // 1: gradient rows written as float32 (the fused optimizers' compact gradient)
+#define GRAD_F32 0
+#endif
+#if GRAD_F32
+typedef float grad_t;
+#else
+typedef weight_t grad_t;
+#endif
 #ifndef FILL_BYTES  // word size of the zero fill: 16 when the row size is a multiple of 16 bytes
 #define FILL_BYTES 16
 #endif
@@ -104,22 +112,6 @@ __device__ __forceinline__ i64 lane_col(i64 col0, int c, int row_lane) {
   return col0 + (i64)(c * ROW_LANES + row_lane) * VEC;
 }
 
-__device__ __forceinline__ void store_row(weight_t* dst, const RowAcc& a, i64 dim, i64 col0, int row_lane) {
-#pragma unroll
-  for (int c = 0; c < CHUNKS; ++c) {
-    const i64 col = lane_col(col0, c, row_lane);
-    if (col >= dim) continue;
-    Vec y;
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) y.v[e] = from_float(a.v[c][e]);
-#if STREAMING_ROWS
-    store_pack_streaming<weight_t, VEC>(dst + col, y);
-#else
-    store_pack<weight_t, VEC>(dst + col, y);
-#endif
-  }
-}
-
 __device__ __forceinline__ void store_partial(float* dst, const RowAcc& a, i64 dim, i64 col0, int row_lane) {
 #pragma unroll
   for (int c = 0; c < CHUNKS; ++c) {
@@ -135,11 +127,31 @@ __device__ __forceinline__ void store_partial(float* dst, const RowAcc& a, i64 d
   }
 }
 
+__device__ __forceinline__ void store_row(grad_t* dst, const RowAcc& a, i64 dim, i64 col0, int row_lane) {
+#if GRAD_F32
+  store_partial(dst, a, dim, col0, row_lane);
+#else
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    const i64 col = lane_col(col0, c, row_lane);
+    if (col >= dim) continue;
+    Vec y;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) y.v[e] = from_float(a.v[c][e]);
+#if STREAMING_ROWS
+    store_pack_streaming<weight_t, VEC>(dst + col, y);
+#else
+    store_pack<weight_t, VEC>(dst + col, y);
+#endif
+  }
+#endif
+}
+
 // A segment of `row` ends: write it where it belongs (see the file comment).
 // Returns 1 if it was the head piece of a run that continues into later chunks.
 __device__ __forceinline__ int flush_segment(i64 row, const RowAcc& a, bool first_in_chunk, bool continues,
                                              i64 prev_row, i64 padding_idx, i64 dim, i64 col0, int row_lane,
-                                             i64 chunk, weight_t* grad_weight, float* partial) {
+                                             i64 chunk, grad_t* grad_weight, float* partial) {
   if (row == padding_idx) return 0;
   if (first_in_chunk && row == prev_row) {
     store_partial(partial + (chunk * 2 + 0) * dim, a, dim, col0, row_lane);
@@ -172,7 +184,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
     const ROW_T* __restrict__ sorted_rows, const i64* __restrict__ positions, i64 num_indices,
     const i64* __restrict__ bag_of, i64 bag_size,
     const weight_t* __restrict__ per_sample_weights, const float* __restrict__ bag_scale, float scale,
-    i64 padding_idx, int col_tiles, weight_t* __restrict__ grad_weight,
+    i64 padding_idx, int col_tiles, grad_t* __restrict__ grad_weight,
     float* __restrict__ partial, int* __restrict__ carries) {
   const int lane = threadIdx.x & 31;
   const int row_lane = lane & (ROW_LANES - 1);
@@ -287,7 +299,7 @@ __device__ __forceinline__ void add(RowAcc& a, const RowAcc& x) {
 // COMBINE_UNROLL chunks are examined at a time, their loads in flight together.
 extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_backward_combine(
     const ROW_T* __restrict__ sorted_rows, i64 num_indices, i64 dim, int col_tiles,
-    const float* __restrict__ partial, const int* __restrict__ carries, weight_t* __restrict__ grad_weight) {
+    const float* __restrict__ partial, const int* __restrict__ carries, grad_t* __restrict__ grad_weight) {
   const int lane = threadIdx.x & 31;
   const int row_lane = lane & (ROW_LANES - 1);
   const i64 num_chunks = (num_indices + CHUNK_POS - 1) / CHUNK_POS;
