@@ -7,7 +7,10 @@ one table-batched module; uniform and Zipf 1.05 indices) and optimizer, three ro
 timed from the same forward (median of cold steps, L2 flushed, GPU time only; the timer of
 ``reference_kernels.bench``):
 
-* ours: ``out.backward(grad)`` of a module with a fused optimizer (sum pooling);
+* ours: ``out.backward(grad)`` of a module with a fused optimizer (sum pooling), the update
+  inside the backward's passes; "two-step": the compact float32 gradient written first, then
+  ``sparse_update.cu`` (the path for rows wider than one column tile); "sort alone": the
+  stable sort of the rows that both begin with;
 * torch sparse: ``F.embedding_bag(sparse=True)`` backward + ``torch.optim`` step
   (SGD / Adagrad / SparseAdam);
 * torch dense: dense gradient + ``torch.optim`` with ``fused=True`` where torch has it
@@ -34,7 +37,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import reference_kernels as rk  # noqa: E402
-from reference_kernels import optim  # noqa: E402
+from reference_kernels import _segments, optim  # noqa: E402
 from reference_kernels.bench import DCN_POOLING, DCN_ROW_CAP, DCN_ROWS, Timer, copy_ceiling_gbps, zipf_indices  # noqa: E402
 from reference_kernels.tbe import TableBatchedEmbeddingBag  # noqa: E402
 
@@ -46,6 +49,8 @@ class Row:
     case: str
     optimizer: str
     ours_us: float
+    ours_two_step_us: float  # the same with the compact float32 gradient written, then sparse_update.cu
+    sort_us: float  # the stable sort of the lookups' rows alone (part of ours)
     torch_sparse_us: float
     torch_dense_us: Optional[float]
     floor_us: float
@@ -118,6 +123,13 @@ def measure(case: Case, name: str, timer: Timer, gbps: float, gen: torch.Generat
     out = module(indices, offsets)
     grad = torch.randn(out.shape, generator=gen, device=DEV)
     ours = timer.median_us(lambda: out.backward(grad, retain_graph=True))
+    _segments.FUSE_INTO_PASSES = False
+    try:
+        two_step = timer.median_us(lambda: out.backward(grad, retain_graph=True))
+    finally:
+        _segments.FUSE_INTO_PASSES = True
+    keys = global_rows.to(torch.int32)
+    sort_us = timer.median_us(lambda: torch.sort(keys, stable=True))
     weight = module.weight.detach()
     del out, module
     # torch: one table of all rows, global indices, bags in table-major order (same bytes)
@@ -142,7 +154,7 @@ def measure(case: Case, name: str, timer: Timer, gbps: float, gen: torch.Generat
     moved, touched = floor_bytes(case, name, indices, offsets, global_rows)
     floor = moved / (gbps * 1e9) * 1e6
     best = min(v for v in routes.values() if v is not None)
-    row = Row(case.name, name, ours, routes[True] or 0.0, routes[False], floor, touched)
+    row = Row(case.name, name, ours, two_step, sort_us, routes[True] or 0.0, routes[False], floor, touched)
     row.speedup, row.pct_floor = best / ours, 100 * floor / ours
     del weight
     torch.cuda.empty_cache()
@@ -153,12 +165,13 @@ def measure(case: Case, name: str, timer: Timer, gbps: float, gen: torch.Generat
 def table_md(rows: list[Row], gbps: float) -> str:
     lines = [f"Backward + update per step, H200, median of cold steps (L2 flushed); byte floor at the measured "
              f"copy bandwidth {gbps:.0f} GB/s; float32 weights and state, sum pooling, int64 indices.", "",
-             "| case | optimizer | ours µs | torch sparse µs | torch dense µs | speedup vs torch's fastest | "
-             "byte floor µs | % of floor | touched rows |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| case | optimizer | ours µs | ours two-step µs | sort alone µs | torch sparse µs | torch dense µs | "
+             "speedup vs torch's fastest | byte floor µs | % of floor | touched rows |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         dense = "—" if r.torch_dense_us is None else f"{r.torch_dense_us:,.0f}"
-        lines.append(f"| {r.case} | {r.optimizer} | {r.ours_us:,.0f} | {r.torch_sparse_us:,.0f} | {dense} | "
+        lines.append(f"| {r.case} | {r.optimizer} | {r.ours_us:,.0f} | {r.ours_two_step_us:,.0f} | {r.sort_us:,.0f} | "
+                     f"{r.torch_sparse_us:,.0f} | {dense} | "
                      f"{r.speedup:.2f}× | {r.floor_us:,.0f} | {r.pct_floor:.0f} % | {r.touched_rows:,} |")
     return "\n".join(lines) + "\n"
 
@@ -186,7 +199,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             dense = not (args.no_dense and sum(case.rows) > 8_000_000)
             row = measure(case, name, timer, gbps, gen, dense)
             rows.append(row)
-            print(f"{row.case:40s} {row.optimizer:16s} ours {row.ours_us:9.1f} us  torch sparse "
+            print(f"{row.case:40s} {row.optimizer:16s} ours {row.ours_us:9.1f} us (two-step {row.ours_two_step_us:9.1f}, "
+                  f"sort {row.sort_us:7.1f})  torch sparse "
                   f"{row.torch_sparse_us:9.1f}  dense {row.torch_dense_us or 0:9.1f}  x{row.speedup:5.2f}  "
                   f"{row.pct_floor:5.1f} % of floor", flush=True)
     text = table_md(rows, gbps)

@@ -73,13 +73,16 @@ def sparse_or_fused_backward(grad_out: Tensor, lookups: Lookups, weight: Tensor,
                              fused: Optional[FusedState]) -> Optional[Tensor]:
     """The sparse COO gradient of ``weight``, or (``fused``) None after updating it in place."""
     num_rows, dim = weight.shape
-    seg = _segments.segment_gradient(grad_out, lookups.rows, lookups.bag_of, max(1, lookups.bag_size), num_rows,
-                                     lookups.per_sample_weights, lookups.bag_scale, lookups.padding_idx,
-                                     lookups.scale)
+    bag_size = max(1, lookups.bag_size)
     if fused is None:
+        seg = _segments.segment_gradient(grad_out, lookups.rows, lookups.bag_of, bag_size, num_rows,
+                                         lookups.per_sample_weights, lookups.bag_scale, lookups.padding_idx,
+                                         lookups.scale)
         return _segments.sparse_coo(seg, dim, weight.dtype)
     fused.step += 1
-    _segments.apply_update(seg, fused.spec, weight, fused.state1, fused.state2, fused.step, fused.seed)
+    _segments.fused_update(grad_out, lookups.rows, lookups.bag_of, bag_size, lookups.per_sample_weights,
+                           lookups.bag_scale, lookups.padding_idx, lookups.scale, fused.spec, weight, fused.state1,
+                           fused.state2, fused.step, fused.seed)
     return None
 
 

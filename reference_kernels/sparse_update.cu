@@ -18,11 +18,8 @@
 // 16-bit weights are updated in float32 and rounded once: to nearest, or stochastically
 // (STOCHASTIC = 1: round up with probability equal to the distance from the value below,
 // from a counter-based hash of (seed, row, column), so a given seed gives the same bits).
-#include "common.cuh"
+#include "optim_update.cuh"
 
-#ifndef OPTIMIZER
-#define OPTIMIZER 0
-#endif
 #ifndef VEC  // elements per lane access (weight and state), a divisor of dim
 #define VEC 4
 #endif
@@ -32,45 +29,9 @@
 #ifndef ROW_T
 #define ROW_T i64
 #endif
-#ifndef STOCHASTIC
-#define STOCHASTIC 0
-#endif
 #ifndef BLOCK
 #define BLOCK 256
 #endif
-
-__device__ __forceinline__ u32 mix32(u64 x) {  // splitmix64's finaliser, folded to 32 bits
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return (u32)(x ^ (x >> 32));
-}
-
-__device__ __forceinline__ weight_t round_weight(float x, u64 seed, i64 row, i64 col) {
-#if WEIGHT_DTYPE == 0 || !STOCHASTIC
-  return from_float(x);
-#elif WEIGHT_DTYPE == 2
-  // bfloat16 is float32's top half: add 16 random low bits, then truncate (finite values)
-  const u32 bits = __float_as_uint(x);
-  if ((bits & 0x7f800000u) == 0x7f800000u) return from_float(x);
-  const u32 r = mix32(seed ^ ((u64)row * 0x9e3779b97f4a7c15ull) ^ ((u64)col << 1)) & 0xffffu;
-  return (u16)((bits + r) >> 16);
-#else
-  // float16: the two neighbours below and above x, chosen by a uniform draw
-  u16 lo;
-  asm("cvt.rz.f16.f32 %0, %1;" : "=h"(lo) : "f"(x));
-  const float flo = to_float(lo);
-  if (flo == x || !isfinite(x)) return from_float(x);
-  const u16 hi = (u16)(lo + 1);  // the next magnitude away from zero (same sign)
-  const float fhi = to_float(hi);
-  const float p = (x - flo) / (fhi - flo);
-  const u32 r = mix32(seed ^ ((u64)row * 0x9e3779b97f4a7c15ull) ^ ((u64)col << 1));
-  const float u = (float)(r >> 8) * (1.0f / 16777216.0f);
-  return u < p ? hi : lo;
-#endif
-}
 
 typedef Pack<weight_t, VEC> WVec;
 #define FVEC (VEC < 4 ? VEC : 4)
@@ -100,6 +61,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) sparse_update(
     const float* __restrict__ grad, weight_t* __restrict__ weight, i64 dim,
     float* __restrict__ state1, float* __restrict__ state2,
     float lr, float eps, float beta1, float beta2, float weight_decay, float step_size, u64 seed) {
+  const OptParams p = {lr, eps, beta1, beta2, weight_decay, step_size, seed};
   const int lane = threadIdx.x & 31;
   const i64 k = ((i64)blockIdx.x * BLOCK + threadIdx.x) >> 5;
   if (k >= (i64)num_unique[0]) return;
@@ -110,6 +72,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) sparse_update(
 
   float g[ITERS][VEC];
   float w[ITERS][VEC];
+  float sq = 0.0f;  // row-wise Adagrad: this lane's columns in order, then a fixed butterfly
 #pragma unroll
   for (int it = 0; it < ITERS; ++it) {
     const i64 col = ((i64)it * 32 + lane) * VEC;
@@ -117,57 +80,36 @@ extern "C" __global__ void __launch_bounds__(BLOCK) sparse_update(
     load_floats(g_row + col, g[it]);
     const WVec wv = *reinterpret_cast<const WVec*>(w_row + col);
     to_floats(wv, w[it]);
-#if OPTIMIZER != 2
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) g[it][e] = fmaf(weight_decay, w[it][e], g[it][e]);
-#endif
-  }
-
-#if OPTIMIZER == 1
-  float sq = 0.0f;  // this lane's columns in order, then a fixed butterfly: deterministic
-#pragma unroll
-  for (int it = 0; it < ITERS; ++it) {
-    const i64 col = ((i64)it * 32 + lane) * VEC;
-    if (col >= dim) continue;
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) sq = fmaf(g[it][e], g[it][e], sq);
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, off);
-  const float s = state1[row] + sq / (float)dim;
-  if (lane == 0) state1[row] = s;
-  const float multiplier = lr / (sqrtf(s) + eps);
-#endif
-
-#pragma unroll
-  for (int it = 0; it < ITERS; ++it) {
-    const i64 col = ((i64)it * 32 + lane) * VEC;
-    if (col >= dim) continue;
-    float upd[VEC];
-#if OPTIMIZER == 0
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) upd[e] = lr * g[it][e];
-#elif OPTIMIZER == 1
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) upd[e] = multiplier * g[it][e];
-#else
-    float m[VEC], v[VEC];
-    load_floats(state1 + row * dim + col, m);
-    load_floats(state2 + row * dim + col, v);
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
-      const float dm = (g[it][e] - m[e]) * (1.0f - beta1);
-      const float dv = (g[it][e] * g[it][e] - v[e]) * (1.0f - beta2);
-      m[e] = m[e] + dm;
-      v[e] = v[e] + dv;
-      upd[e] = step_size * (m[e] / (sqrtf(v[e]) + eps));
+      g[it][e] = decayed_grad(g[it][e], w[it][e], p);
+      sq = fmaf(g[it][e], g[it][e], sq);
     }
-    store_floats(state1 + row * dim + col, m);
-    store_floats(state2 + row * dim + col, v);
+  }
+  float multiplier = 0.0f;
+#if OPTIMIZER == 1
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, off);
+  multiplier = adagrad_multiplier(sq, dim, state1, row, lane == 0, p);
+#endif
+
+#pragma unroll
+  for (int it = 0; it < ITERS; ++it) {
+    const i64 col = ((i64)it * 32 + lane) * VEC;
+    if (col >= dim) continue;
+    float m[VEC], v[VEC];
+#if OPTIMIZER == 2
+    load_floats(state1 + row * dim + col, m);
+    load_floats(state2 + row * dim + col, v);
 #endif
     WVec out;
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) out.v[e] = round_weight(w[it][e] - upd[e], seed, row, col + e);
+    for (int e = 0; e < VEC; ++e)
+      out.v[e] = round_weight(updated_weight(g[it][e], w[it][e], multiplier, m[e], v[e], p), seed, row, col + e);
     *reinterpret_cast<WVec*>(w_row + col) = out;
+#if OPTIMIZER == 2
+    store_floats(state1 + row * dim + col, m);
+    store_floats(state2 + row * dim + col, v);
+#endif
   }
 }

@@ -22,7 +22,7 @@ from .optim import OptimizerSpec, check_spec
 def check_tables(indices: Tensor, offsets: Tensor, table_sizes: Tensor, bags_per_table: int) -> None:
     """Offsets (kernel pass) and per-table index ranges (one vectorised pass, one sync)."""
     _launch.index_check(indices, int(table_sizes.max()), offsets)
-    ends = offsets[bags_per_table::bags_per_table].to(torch.int64)  # end of each table's indices
+    ends = offsets[bags_per_table::bags_per_table].to(torch.int64).contiguous()  # end of each table's indices
     pos = torch.arange(indices.numel(), device=indices.device)
     table = torch.searchsorted(ends, pos, right=True).clamp(max=table_sizes.numel() - 1)
     bad = (indices < 0) | (indices >= table_sizes[table])

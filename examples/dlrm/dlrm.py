@@ -16,8 +16,11 @@ dense . direction - bias). A model that learns the embeddings beats AUC 0.5 by a
 Both runs use SGD for the embeddings (``embedding_lr``) (ours: ``optim.SGD`` fused into the backward; torch:
 ``sparse=True`` gradients and ``torch.optim.SGD``) and SGD for the dense layers. The two
 runs compute the same float32 math in a different order (deterministic sort + segment sums
-against torch's), so their losses differ by rounding only: the test (and ``--check``)
-require |loss_ours - loss_torch| <= LOSS_TOLERANCE at every step.
+against torch's), so their losses differ by rounding only: the test and the command's exit
+status require |loss_ours - loss_torch| <= LOSS_TOLERANCE (1e-3) at every step. The learning
+rates are chosen where training is not chaotic: a 1e-7 relative change of the initial
+embeddings moved the 200-step loss curve by at most 1.3e-5 (CPU, torch path twice); at
+dense lr 1.0 the small model amplified it to 6e-3, beyond any rounding-level tolerance.
 """
 
 from __future__ import annotations
@@ -51,8 +54,8 @@ class Config:
     dim: int = 16
     batch: int = 2048
     steps: int = 200
-    lr: float = 1.0  # dense layers
-    embedding_lr: float = 4.0  # embedding rows (a row sees a sliver of each batch's gradient)
+    lr: float = 0.3  # dense layers
+    embedding_lr: float = 32.0  # embedding rows (a row gets 1/batch of the mean loss's gradient per lookup)
     zipf: float = 1.05
     seed: int = 0
     eval_batches: int = 8
@@ -64,7 +67,7 @@ class Config:
 
     @staticmethod
     def small() -> "Config":
-        return Config(tuple(200 + 97 * t for t in range(TABLES)), dim=16, batch=512)
+        return Config(tuple(200 + 97 * t for t in range(TABLES)), dim=16, batch=2048)
 
 
 class ClickLog:
@@ -153,6 +156,9 @@ class OurTables(nn.Module):
                                             optimizer=optim.SGD(lr=cfg.embedding_lr))
         with torch.no_grad():
             self.tbe.weight.copy_(init)
+        # the ids are valid by construction; the separate range check would synchronise with
+        # the host every step (torch's kernel checks inside, without one)
+        self.tbe.check_indices = False
 
     def forward(self, batch: Batch) -> Tensor:
         return self.tbe(batch.indices, batch.offsets)  # type: ignore[no-any-return]

@@ -35,7 +35,13 @@ NVCC_VARIANTS: dict[str, list[str]] = {
                                   "-DBACKWARD_PASS=3 -DFILL_BYTES=2 -DINDEX_T=int",
                                   "-DBACKWARD_PASS=1 -DROW_T=int -DCHUNK_POS=32 -DHAS_SCALE=1 -DSTREAMING_ROWS=0",
                                   "-DBACKWARD_PASS=1 -DGRAD_F32=1 -DWEIGHT_DTYPE=1 -DVEC=8 -DROW_LANES=16 -DROW_T=int",
-                                  "-DBACKWARD_PASS=2 -DGRAD_F32=1 -DWEIGHT_DTYPE=2 -DVEC=8 -DROW_LANES=16 -DROW_T=int"],
+                                  "-DBACKWARD_PASS=2 -DGRAD_F32=1 -DWEIGHT_DTYPE=2 -DVEC=8 -DROW_LANES=16 -DROW_T=int",
+                                  "-DBACKWARD_PASS=1 -DFUSED_OPT=1 -DOPTIMIZER=2 -DVEC=4 -DROW_LANES=16 -DCHUNKS=3 -DUNROLL=1 -DROW_T=int",
+                                  "-DBACKWARD_PASS=1 -DFUSED_OPT=1 -DOPTIMIZER=1 -DWEIGHT_DTYPE=2 -DVEC=8 -DROW_LANES=16 "
+                                  "-DSTOCHASTIC=1 -DROW_T=int",
+                                  "-DBACKWARD_PASS=1 -DFUSED_OPT=1 -DOPTIMIZER=0 -DROW_T=int -DUNROLL=4",
+                                  "-DBACKWARD_PASS=2 -DFUSED_OPT=1 -DOPTIMIZER=1 -DWEIGHT_DTYPE=1 -DVEC=8 -DROW_LANES=8 "
+                                  "-DSTOCHASTIC=1"],
     "embedding_gather.cu": ["", "-DCHUNK_BYTES=2 -DROW_LANES=4 -DINDEX_T=int"],
     "index_check.cu": ["", "-DINDEX_T=int"],
     "sparse_update.cu": ["", "-DOPTIMIZER=1 -DROW_T=int -DITERS=2", "-DOPTIMIZER=2 -DWEIGHT_DTYPE=1 -DSTOCHASTIC=1",

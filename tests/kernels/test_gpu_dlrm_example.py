@@ -33,7 +33,7 @@ def test_dlrm_example_trains_the_same_with_both_embedding_paths() -> None:
     assert len(result["ours"]["losses"]) == len(result["torch"]["losses"]) == 200
     assert result["max_loss_diff"] <= dlrm.LOSS_TOLERANCE, result["max_loss_diff"]
     for name in ("ours", "torch"):
-        assert result[name]["auc"] > 0.7, (name, result[name]["auc"])
+        assert result[name]["auc"] > 0.65, (name, result[name]["auc"])
         losses = result[name]["losses"]
         assert sum(losses[-20:]) < sum(losses[:20]), "the loss must fall"
 

@@ -240,13 +240,20 @@ def check_step(spec: optim.OptimizerSpec, dtype: torch.dtype, weight: torch.Tens
             assert torch.equal(now[untouched], before[untouched]), "an untouched row's state changed"
 
 
+@pytest.mark.parametrize("path", ["passes", "two_step"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("name", list(SPECS))
 @pytest.mark.parametrize("layout, mode, use_psw, padding", [("fixed", "sum", True, False), ("csr", "mean", False, True),
                                                             ("csr_last", "sum", False, True)])
 def test_fused_optimizer_equals_float64_reference(dtype: torch.dtype, name: str, layout: str, mode: str,
-                                                  use_psw: bool, padding: bool, gen: torch.Generator) -> None:
-    rows, dim = 2000, 40
+                                                  use_psw: bool, padding: bool, path: str, gen: torch.Generator,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """path: the update inside the backward's passes, or the compact gradient + sparse_update.cu
+    (forced here; taken by itself for rows wider than one column tile, e.g. dim 1040)."""
+    from reference_kernels import _segments
+
+    monkeypatch.setattr(_segments, "FUSE_INTO_PASSES", path == "passes")
+    rows, dim = 2000, 40 if path == "passes" else 1040
     pad = 11 if padding else None
     bag = rk.EmbeddingBag(rows, dim, mode=mode, padding_idx=pad, device="cuda", dtype=dtype,
                           include_last_offset=layout == "csr_last", optimizer=SPECS[name])
