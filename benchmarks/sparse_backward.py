@@ -36,9 +36,15 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import reference_kernels as rk  # noqa: E402
 from reference_kernels import _segments, optim  # noqa: E402
-from reference_kernels.bench import DCN_POOLING, DCN_ROW_CAP, DCN_ROWS, Timer, copy_ceiling_gbps, zipf_indices  # noqa: E402
+from reference_kernels.bench import (  # noqa: E402
+    DCN_POOLING,
+    DCN_ROW_CAP,
+    DCN_ROWS,
+    Timer,
+    copy_ceiling_gbps,
+    zipf_indices,
+)
 from reference_kernels.tbe import TableBatchedEmbeddingBag  # noqa: E402
 
 DEV = "cuda"

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from torch import Tensor
 import torch
+from torch import Tensor
 
 from ._api import embedding_bag_with, embedding_with
 from ._sparse import FusedOptimizerMixin

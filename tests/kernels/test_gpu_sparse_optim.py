@@ -11,20 +11,26 @@ up, and their state, must be bit-identical before and after.
 
 from __future__ import annotations
 
-import random
 from typing import Any, Optional
 
 import pytest
 
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
+from kernel_bounds import (  # noqa: E402
+    HALF_MIN_SUBNORMAL,
+    U32,
+    UNIT_ROUNDOFF,
+    assert_within,
+    gamma,
+    pooled_tolerance,
+)
 
 import reference_kernels as rk  # noqa: E402
-from kernel_bounds import U32, UNIT_ROUNDOFF, HALF_MIN_SUBNORMAL, assert_within, gamma, pooled_tolerance  # noqa: E402
 from reference_kernels import optim  # noqa: E402
 from reference_kernels.tbe import TableBatchedEmbeddingBag  # noqa: E402
 
-pytestmark = pytest.mark.cuda
+pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("poison_outputs")]
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 LAYOUTS = ["fixed", "csr", "csr_last"]
@@ -33,21 +39,6 @@ SPECS = {
     "adagrad": optim.RowWiseAdagrad(lr=0.05, eps=1e-6, weight_decay=0.01, initial_accumulator_value=0.1),
     "adam": optim.Adam(lr=0.01, betas=(0.8, 0.95), eps=1e-6),
 }
-
-
-@pytest.fixture(autouse=True)
-def poison_outputs(monkeypatch: pytest.MonkeyPatch) -> None:
-    from reference_kernels import _launch
-
-    monkeypatch.setattr(_launch, "POISON_OUTPUTS", True)
-
-
-@pytest.fixture
-def gen(request: pytest.FixtureRequest) -> torch.Generator:
-    seed = random.SystemRandom().randrange(2**62)
-    request.node.user_properties.append(("seed", seed))
-    print(f"seed={seed}")
-    return torch.Generator(device="cuda").manual_seed(seed)
 
 
 def zipf_rows(n: int, rows: int, gen: torch.Generator, alpha: float = 1.05) -> torch.Tensor:
