@@ -188,6 +188,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--json", type=Path, help="write the rows as JSON here")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="the first two cases only")
+    parser.add_argument("--uniform-only", action="store_true", help="the uniform-index cases only")
     parser.add_argument("--no-dense", action="store_true", help="skip torch's dense route on tables over 8M rows")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -198,6 +199,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     gen = torch.Generator(device=DEV).manual_seed(0)
     rows = []
     for case in cases(args.quick):
+        if args.uniform_only and case.alpha:
+            continue
         for name in SPECS:
             big = sum(case.rows) > 20_000_000
             if name == "adam" and big:
