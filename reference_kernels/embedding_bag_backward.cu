@@ -182,25 +182,6 @@ __device__ __forceinline__ void state_io(float* row, float (&x)[VEC], i64 col, b
 }
 
 #if FUSED_OPT
-// Asks the L2 for `bytes` bytes from p (128-byte lines; nothing waits for them).
-__device__ __forceinline__ void prefetch_l2(const void* p, i64 bytes) {
-  const char* c = reinterpret_cast<const char*>(p);
-  for (i64 off = 0; off < bytes; off += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(c + off));
-}
-
-// The rows a batch of sorted positions will update, and their state, requested from DRAM
-// when the batch's rows are known: a flush then finds them in the L2 instead of waiting on
-// DRAM for one row at a time (most rows of a uniform batch are one-position segments).
-__device__ __forceinline__ void prefetch_update(i64 row, i64 dim, const FusedArgs& f) {
-  prefetch_l2(f.weight + row * dim, dim * (i64)sizeof(weight_t));
-#if OPTIMIZER == 1
-  prefetch_l2(f.state1 + row, 4);
-#elif OPTIMIZER == 2
-  prefetch_l2(f.state1 + row * dim, dim * 4);
-  prefetch_l2(f.state2 + row * dim, dim * 4);
-#endif
-}
-
 // The optimizer step on `row` with its summed gradient `a` (the team holds the whole row:
 // one column tile). Not inlined: it is called from every flush site of the chunk loop.
 __device__ __noinline__ void apply_row(i64 row, const RowAcc& a, i64 dim, int row_lane, const FusedArgs& f) {
@@ -322,9 +303,6 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
       const i64 pos = positions[base + row_lane];
       my_row = sorted_rows[base + row_lane];
       my_bag = bag_of_position(pos, bag_of, bag_size);
-#if FUSED_OPT
-      if (my_row != padding_idx) prefetch_update(my_row, dim, fused);
-#endif
 #if HAS_PSW
       my_scale *= to_float(per_sample_weights[pos]);
 #endif
