@@ -148,6 +148,8 @@ class FusedOptimizerMixin:
     def fused_state(self, weight: Tensor) -> Optional[FusedState]:
         if self.optimizer is None:
             return None
+        if not weight.is_contiguous():  # the update writes through the weight's own storage
+            raise ValueError("a fused optimizer needs a contiguous weight")
         state = self.optimizer_state
         if state is None or state.spec is not self.optimizer or state.state1.device != weight.device:
             state = self.optimizer_state = FusedState.for_weight(self.optimizer, weight, self.optimizer_seed)
