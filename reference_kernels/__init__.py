@@ -24,6 +24,7 @@ KERNEL_SOURCES: tuple[str, ...] = (
     "embedding_bag_backward.cu",
     "embedding_gather.cu",
     "index_check.cu",
+    "sparse_update.cu",
 )
 
 __all__ = ["EmbeddingBag", "Embedding", "EmbeddingIndexError", "KERNEL_SOURCES", "embedding", "embedding_bag"]
@@ -50,6 +51,10 @@ def embedding(input: "Tensor", weight: "Tensor", *args: Any, **kwargs: Any) -> "
 
 
 def __getattr__(name: str) -> Any:
+    if name == "optim":  # the fused optimizers' specs (imports no torch)
+        import importlib
+
+        return importlib.import_module(f"{__name__}.optim")
     if name in ("EmbeddingBag", "Embedding"):
         from . import modules
 

@@ -8,12 +8,15 @@ dtypes first, then the CUDA requirement, so both are testable on a CPU); the cus
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 from torch import Tensor
 
 from . import _ops
+
+if TYPE_CHECKING:
+    from ._sparse import FusedState
 
 MODES = ("sum", "mean", "max")
 WEIGHT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -31,6 +34,11 @@ def _use_custom_op(*tensors: Optional[Tensor]) -> bool:
     dynamo is tracing; otherwise the implementation is called directly (less host overhead)."""
     if torch.compiler.is_compiling():
         return True
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _needs_grad(*tensors: Optional[Tensor]) -> bool:
+    """A backward may run: sparse gradients and fused optimizers take their own autograd path."""
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
@@ -67,11 +75,9 @@ def _normalise_padding_idx(fn: str, padding_idx: Optional[int], num_embeddings: 
     return padding_idx % num_embeddings
 
 
-def _reject_unsupported(fn: str, scale_grad_by_freq: bool, sparse: bool) -> None:
+def _reject_unsupported(fn: str, scale_grad_by_freq: bool) -> None:
     if scale_grad_by_freq:
         raise NotImplementedError(f"reference_kernels.{fn}: scale_grad_by_freq=True is not supported")
-    if sparse:
-        raise NotImplementedError(f"reference_kernels.{fn}: sparse=True (sparse gradients) is not supported; the gradient is dense")
 
 
 def _renorm(weight: Tensor, indices: Tensor, max_norm: Optional[float], norm_type: float) -> None:
@@ -121,16 +127,33 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Optional[Tensor] = Non
                   per_sample_weights: Optional[Tensor] = None, include_last_offset: bool = False,
                   padding_idx: Optional[int] = None, *, check_indices: Optional[bool] = None) -> Tensor:
     """Drop-in for ``torch.nn.functional.embedding_bag`` on CUDA tensors (see docs/kernels.md)."""
+    return embedding_bag_with(input, weight, offsets, max_norm, norm_type, scale_grad_by_freq, mode, sparse,
+                              per_sample_weights, include_last_offset, padding_idx, check_indices, None)
+
+
+def embedding_bag_with(input: Tensor, weight: Tensor, offsets: Optional[Tensor], max_norm: Optional[float],
+                       norm_type: float, scale_grad_by_freq: bool, mode: str, sparse: bool,
+                       per_sample_weights: Optional[Tensor], include_last_offset: bool, padding_idx: Optional[int],
+                       check_indices: Optional[bool], fused: Optional["FusedState"]) -> Tensor:
+    """``embedding_bag``, optionally with a fused optimizer (``fused``: the module's state)."""
     _check_weight("embedding_bag", weight)
     if mode not in MODES:
         raise ValueError(f"reference_kernels.embedding_bag: mode must be one of {MODES}, got {mode!r}")
-    _reject_unsupported("embedding_bag", scale_grad_by_freq, sparse)
+    _reject_unsupported("embedding_bag", scale_grad_by_freq)
+    if mode == "max" and (sparse or fused is not None):
+        raise ValueError("reference_kernels.embedding_bag: max mode does not support sparse weights "
+                         "(sparse=True or a fused optimizer), as in torch")
     indices, offsets = _bag_layout(input, offsets, include_last_offset)
     psw = _check_per_sample_weights(per_sample_weights, mode, input, weight)
     pad = _normalise_padding_idx("embedding_bag", padding_idx, weight.shape[0])
     _require_cuda("embedding_bag", input=input, weight=weight, offsets=offsets, per_sample_weights=per_sample_weights)
     check = default_check_indices() if check_indices is None else check_indices
     _renorm(weight, indices, max_norm, norm_type)
+    if (sparse or fused is not None) and _needs_grad(weight, psw):
+        from ._sparse import SparseBag
+
+        return SparseBag.apply(weight.contiguous(), indices, offsets, psw, mode, pad,  # type: ignore[no-any-return]
+                               include_last_offset and offsets is not None, check, fused)
     need_argmax = mode == "max" and torch.is_grad_enabled() and weight.requires_grad
     op = _ops.embedding_bag_op if _use_custom_op(weight, psw) else _ops.embedding_bag_impl
     out, _ = op(weight.contiguous(), indices, offsets, psw, mode, pad,
@@ -143,12 +166,24 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: Optional[int] = None,
               scale_grad_by_freq: bool = False, sparse: bool = False, *,
               check_indices: Optional[bool] = None) -> Tensor:
     """Drop-in for ``torch.nn.functional.embedding`` on CUDA tensors (see docs/kernels.md)."""
+    return embedding_with(input, weight, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse,
+                          check_indices, None)
+
+
+def embedding_with(input: Tensor, weight: Tensor, padding_idx: Optional[int], max_norm: Optional[float],
+                   norm_type: float, scale_grad_by_freq: bool, sparse: bool, check_indices: Optional[bool],
+                   fused: Optional["FusedState"]) -> Tensor:
+    """``embedding``, optionally with a fused optimizer (``fused``: the module's state)."""
     _check_weight("embedding", weight)
     _check_index_dtype("embedding", "input", input)
-    _reject_unsupported("embedding", scale_grad_by_freq, sparse)
+    _reject_unsupported("embedding", scale_grad_by_freq)
     pad = _normalise_padding_idx("embedding", padding_idx, weight.shape[0])
     _require_cuda("embedding", input=input, weight=weight)
     check = default_check_indices() if check_indices is None else check_indices
     _renorm(weight, input, max_norm, norm_type)
+    if (sparse or fused is not None) and _needs_grad(weight):
+        from ._sparse import SparseEmbedding
+
+        return SparseEmbedding.apply(weight.contiguous(), input.contiguous(), pad, check, fused)  # type: ignore[no-any-return]
     op = _ops.embedding_op if _use_custom_op(weight) else _ops.embedding_impl
     return op(weight.contiguous(), input.contiguous(), pad, check)

@@ -704,6 +704,10 @@ def gather(weight: "torch.Tensor", indices: "torch.Tensor") -> "torch.Tensor":
     return out
 
 
+# The trailing parameters of the backward kernels when no optimizer is fused (FUSED_OPT = 0):
+# weight, state1, state2, lr, eps, beta1, beta2, weight_decay, step_size, seed.
+NO_FUSED_ARGS: list[tuple[object, str]] = [(0, PTR)] * 3 + [(0.0, F32)] * 6 + [(0, I64)]
+
 BACKWARD_CHUNKS = (128, 64, 32)  # sorted positions per team in the backward kernel (CHUNK_POS)
 
 
@@ -795,8 +799,11 @@ def sort_by_row(flat: "torch.Tensor", num_weights: int) -> "tuple[torch.Tensor, 
 def backward_passes(grad_out: "torch.Tensor", sorted_rows: "torch.Tensor", positions: "torch.Tensor",
                     bag_of: "torch.Tensor | None", bag_size: int, per_sample_weights: "torch.Tensor | None",
                     bag_scale: "torch.Tensor | None", padding_idx: int, scale: float,
-                    grad_weight: "torch.Tensor") -> None:
-    """The chunk and combine kernels: write every looked-up row of ``grad_weight``."""
+                    grad_weight: "torch.Tensor | None", fused_defines: "dict[str, object] | None" = None,
+                    fused_args: "list[tuple[object, str]] | None" = None) -> None:
+    """The chunk and combine kernels: write every looked-up row of ``grad_weight`` (float32 rows
+    when it is float32 and grad_out is not: GRAD_F32), or, with ``fused_defines`` / ``fused_args``
+    (FUSED_OPT, _segments.py), update those rows in place instead."""
     import torch
 
     dim = grad_out.shape[1]
@@ -808,6 +815,11 @@ def backward_passes(grad_out: "torch.Tensor", sorted_rows: "torch.Tensor", posit
                "HAS_PSW": int(per_sample_weights is not None), "HAS_SCALE": int(bag_scale is not None),
                "CHUNK_POS": chunk, "BLOCK": BLOCK, "ROW_T": _index_type(sorted_rows.dtype),
                "MIN_BLOCKS": BACKWARD_MIN_BLOCKS, "STREAMING_ROWS": BACKWARD_STREAMING_ROWS}
+    if grad_weight is not None and grad_weight.dtype != grad_out.dtype:
+        defines["GRAD_F32"] = 1
+    if fused_defines:
+        defines.update(fused_defines)
+    tail = fused_args if fused_args is not None else NO_FUSED_ARGS
     device = grad_out.device.index
     chunks = -(-n // chunk)
     partial = torch.empty((chunks * 2, dim), dtype=torch.float32, device=grad_out.device)
@@ -819,12 +831,12 @@ def backward_passes(grad_out: "torch.Tensor", sorted_rows: "torch.Tensor", posit
         (grad_out.data_ptr(), PTR), (dim, I64), (sorted_rows.data_ptr(), PTR), (positions.data_ptr(), PTR),
         (n, I64), (_ptr(bag_of), PTR), (max(1, bag_size), I64), (_ptr(per_sample_weights), PTR),
         (_ptr(bag_scale), PTR), (scale, F32), (padding_idx, I64), (tiling.col_tiles, I32),
-        (grad_weight.data_ptr(), PTR), (partial.data_ptr(), PTR), (carries.data_ptr(), PTR)])
+        (_ptr(grad_weight), PTR), (partial.data_ptr(), PTR), (carries.data_ptr(), PTR), *tail])
     combine = _nvrtc.get_function("embedding_bag_backward.cu", "embedding_bag_backward_combine",
                                   {**defines, "BACKWARD_PASS": 2}, device)
     _launch_on(grad_out, combine, grid, [
         (sorted_rows.data_ptr(), PTR), (n, I64), (dim, I64), (tiling.col_tiles, I32), (partial.data_ptr(), PTR),
-        (carries.data_ptr(), PTR), (grad_weight.data_ptr(), PTR)])
+        (carries.data_ptr(), PTR), (_ptr(grad_weight), PTR), *tail])
 
 
 @functools.lru_cache(maxsize=None)

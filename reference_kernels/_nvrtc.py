@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 KERNEL_DIR = Path(__file__).resolve().parent
-HEADER = "common.cuh"
+HEADERS: tuple[str, ...] = ("common.cuh", "optim_update.cuh")  # every header a source may include
 BASE_OPTIONS: tuple[str, ...] = ("--std=c++17", "-default-device")
 
 
@@ -98,7 +98,7 @@ def nvrtc_version() -> tuple[int, int]:
 
 def cache_key(filename: str, options: Sequence[str]) -> str:
     h = hashlib.sha256()
-    for part in (read_source(filename), read_source(HEADER), "\0".join(options), repr(nvrtc_version())):
+    for part in (read_source(filename), *map(read_source, HEADERS), "\0".join(options), repr(nvrtc_version())):
         h.update(part.encode())
         h.update(b"\x01")
     return h.hexdigest()
@@ -108,8 +108,8 @@ def compile_cubin(filename: str, options: Sequence[str]) -> bytes:
     """Compile one source file to a cubin with NVRTC (needs no GPU)."""
     _, nvrtc = _bindings()
     prog = _check(
-        nvrtc.nvrtcCreateProgram(read_source(filename).encode(), filename.encode(), 1,
-                                 [read_source(HEADER).encode()], [HEADER.encode()]),
+        nvrtc.nvrtcCreateProgram(read_source(filename).encode(), filename.encode(), len(HEADERS),
+                                 [read_source(h).encode() for h in HEADERS], [h.encode() for h in HEADERS]),
         "nvrtcCreateProgram",
     )
     try:

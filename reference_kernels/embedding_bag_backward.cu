@@ -31,7 +31,13 @@
 //     padding row; the passes above write every other row, so no row is
 //     written by both and the order of the two streams does not matter.
 // The same inputs always give bit-identical gradients.
+//
+// FUSED_OPT = 1 (with OPTIMIZER, as optim_update.cuh): no gradient is written; where a row's
+// sum is complete (a segment inside one chunk, or the combine kernel's sum) the row and its
+// optimizer state are updated in place instead (the fused backward + optimizer; rows one
+// column tile wide, and the sorted rows are table rows with the padding sentinel skipped).
 #include "common.cuh"
+#include "optim_update.cuh"
 
 #ifndef VEC
 #define VEC 4
@@ -70,6 +76,17 @@
 #ifndef ROW_T  // sorted row numbers: int when the table has fewer than 2^31 rows (a shorter sort)
 #define ROW_T i64
 #endif
+#ifndef FUSED_OPT
+#define FUSED_OPT 0
+#endif
+#ifndef GRAD_F32  // 1: gradient rows written as float32 (the fused optimizers' compact gradient)
+#define GRAD_F32 0
+#endif
+#if GRAD_F32
+typedef float grad_t;
+#else
+typedef weight_t grad_t;
+#endif
 #ifndef FILL_BYTES  // word size of the zero fill: 16 when the row size is a multiple of 16 bytes
 #define FILL_BYTES 16
 #endif
@@ -104,22 +121,6 @@ __device__ __forceinline__ i64 lane_col(i64 col0, int c, int row_lane) {
   return col0 + (i64)(c * ROW_LANES + row_lane) * VEC;
 }
 
-__device__ __forceinline__ void store_row(weight_t* dst, const RowAcc& a, i64 dim, i64 col0, int row_lane) {
-#pragma unroll
-  for (int c = 0; c < CHUNKS; ++c) {
-    const i64 col = lane_col(col0, c, row_lane);
-    if (col >= dim) continue;
-    Vec y;
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) y.v[e] = from_float(a.v[c][e]);
-#if STREAMING_ROWS
-    store_pack_streaming<weight_t, VEC>(dst + col, y);
-#else
-    store_pack<weight_t, VEC>(dst + col, y);
-#endif
-  }
-}
-
 __device__ __forceinline__ void store_partial(float* dst, const RowAcc& a, i64 dim, i64 col0, int row_lane) {
 #pragma unroll
   for (int c = 0; c < CHUNKS; ++c) {
@@ -135,11 +136,104 @@ __device__ __forceinline__ void store_partial(float* dst, const RowAcc& a, i64 d
   }
 }
 
+__device__ __forceinline__ void store_row(grad_t* dst, const RowAcc& a, i64 dim, i64 col0, int row_lane) {
+#if GRAD_F32
+  store_partial(dst, a, dim, col0, row_lane);
+#else
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    const i64 col = lane_col(col0, c, row_lane);
+    if (col >= dim) continue;
+    Vec y;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) y.v[e] = from_float(a.v[c][e]);
+#if STREAMING_ROWS
+    store_pack_streaming<weight_t, VEC>(dst + col, y);
+#else
+    store_pack<weight_t, VEC>(dst + col, y);
+#endif
+  }
+#endif
+}
+
+// Where a fused pass updates rows (unused when FUSED_OPT = 0).
+struct FusedArgs {
+  weight_t* weight;
+  float* state1;
+  float* state2;
+  OptParams p;
+};
+
+// This lane's columns of one state row (float32), PVEC floats per access.
+__device__ __forceinline__ void state_io(float* row, float (&x)[VEC], i64 col, bool store) {
+#pragma unroll
+  for (int e0 = 0; e0 < VEC; e0 += PVEC) {
+    if (store) {
+      PartialVec y;
+#pragma unroll
+      for (int e = 0; e < PVEC; ++e) y.v[e] = x[e0 + e];
+      store_pack<float, PVEC>(row + col + e0, y);
+    } else {
+      const PartialVec y = *reinterpret_cast<const PartialVec*>(row + col + e0);
+#pragma unroll
+      for (int e = 0; e < PVEC; ++e) x[e0 + e] = y.v[e];
+    }
+  }
+}
+
+#if FUSED_OPT
+// The optimizer step on `row` with its summed gradient `a` (the team holds the whole row:
+// one column tile). Not inlined: it is called from every flush site of the chunk loop.
+__device__ __noinline__ void apply_row(i64 row, const RowAcc& a, i64 dim, int row_lane, const FusedArgs& f) {
+  weight_t* w_row = f.weight + row * dim;
+  float g[CHUNKS][VEC], w[CHUNKS][VEC];
+  float sq = 0.0f;  // row-wise Adagrad: this lane's columns in order, then a fixed butterfly
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    const i64 col = lane_col(0, c, row_lane);
+    if (col >= dim) continue;
+    const Vec wv = *reinterpret_cast<const Vec*>(w_row + col);
+    to_floats(wv, w[c]);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      g[c][e] = decayed_grad(a.v[c][e], w[c][e], f.p);
+      sq = fmaf(g[c][e], g[c][e], sq);
+    }
+  }
+  float multiplier = 0.0f;
+#if OPTIMIZER == 1
+  const u32 mask = team_mask<ROW_LANES>(threadIdx.x & 31);
+#pragma unroll
+  for (int off = ROW_LANES / 2; off > 0; off >>= 1) sq += __shfl_xor_sync(mask, sq, off);
+  multiplier = adagrad_multiplier(sq, dim, f.state1, row, row_lane == 0, f.p);
+#endif
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    const i64 col = lane_col(0, c, row_lane);
+    if (col >= dim) continue;
+    float m[VEC], v[VEC];
+#if OPTIMIZER == 2
+    state_io(f.state1 + row * dim, m, col, false);
+    state_io(f.state2 + row * dim, v, col, false);
+#endif
+    Vec out;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      out.v[e] = round_weight(updated_weight(g[c][e], w[c][e], multiplier, m[e], v[e], f.p), f.p.seed, row, col + e);
+    store_pack<weight_t, VEC>(w_row + col, out);
+#if OPTIMIZER == 2
+    state_io(f.state1 + row * dim, m, col, true);
+    state_io(f.state2 + row * dim, v, col, true);
+#endif
+  }
+}
+#endif
+
 // A segment of `row` ends: write it where it belongs (see the file comment).
 // Returns 1 if it was the head piece of a run that continues into later chunks.
 __device__ __forceinline__ int flush_segment(i64 row, const RowAcc& a, bool first_in_chunk, bool continues,
                                              i64 prev_row, i64 padding_idx, i64 dim, i64 col0, int row_lane,
-                                             i64 chunk, weight_t* grad_weight, float* partial) {
+                                             i64 chunk, grad_t* grad_weight, float* partial, const FusedArgs& fused) {
   if (row == padding_idx) return 0;
   if (first_in_chunk && row == prev_row) {
     store_partial(partial + (chunk * 2 + 0) * dim, a, dim, col0, row_lane);
@@ -149,7 +243,11 @@ __device__ __forceinline__ int flush_segment(i64 row, const RowAcc& a, bool firs
     store_partial(partial + (chunk * 2 + 1) * dim, a, dim, col0, row_lane);
     return 1;
   }
+#if FUSED_OPT
+  apply_row(row, a, dim, row_lane, fused);
+#else
   store_row(grad_weight + row * dim, a, dim, col0, row_lane);
+#endif
   return 0;
 }
 
@@ -172,8 +270,11 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
     const ROW_T* __restrict__ sorted_rows, const i64* __restrict__ positions, i64 num_indices,
     const i64* __restrict__ bag_of, i64 bag_size,
     const weight_t* __restrict__ per_sample_weights, const float* __restrict__ bag_scale, float scale,
-    i64 padding_idx, int col_tiles, weight_t* __restrict__ grad_weight,
-    float* __restrict__ partial, int* __restrict__ carries) {
+    i64 padding_idx, int col_tiles, grad_t* __restrict__ grad_weight,
+    float* __restrict__ partial, int* __restrict__ carries,
+    weight_t* __restrict__ fused_weight, float* __restrict__ state1, float* __restrict__ state2, float lr, float eps,
+    float beta1, float beta2, float weight_decay, float step_size, u64 seed) {
+  const FusedArgs fused = {fused_weight, state1, state2, {lr, eps, beta1, beta2, weight_decay, step_size, seed}};
   const int lane = threadIdx.x & 31;
   const int row_lane = lane & (ROW_LANES - 1);
   const u32 mask = team_mask<ROW_LANES>(lane);
@@ -235,7 +336,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
         const float factor = __shfl_sync(mask, my_scale, m + u, ROW_LANES);
         if ((starts >> (m + u)) & 1u) {  // the open segment closed inside the chunk
           carry |= flush_segment(cur, acc, first, false, prev_row, padding_idx, dim, col0, row_lane, chunk,
-                                 grad_weight, partial);
+                                 grad_weight, partial, fused);
           zero(acc);
           cur = r;
           first = false;
@@ -253,7 +354,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
   }
   // the last segment: continued by the next chunk when that starts with the same row
   carry |= flush_segment(cur, acc, first, cur == next_row, prev_row, padding_idx, dim, col0, row_lane, chunk,
-                         grad_weight, partial);
+                         grad_weight, partial, fused);
   if (row_lane == 0 && col0 == 0) carries[chunk] = carry;
 }
 
@@ -287,7 +388,9 @@ __device__ __forceinline__ void add(RowAcc& a, const RowAcc& x) {
 // COMBINE_UNROLL chunks are examined at a time, their loads in flight together.
 extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_backward_combine(
     const ROW_T* __restrict__ sorted_rows, i64 num_indices, i64 dim, int col_tiles,
-    const float* __restrict__ partial, const int* __restrict__ carries, weight_t* __restrict__ grad_weight) {
+    const float* __restrict__ partial, const int* __restrict__ carries, grad_t* __restrict__ grad_weight,
+    weight_t* __restrict__ fused_weight, float* __restrict__ state1, float* __restrict__ state2, float lr, float eps,
+    float beta1, float beta2, float weight_decay, float step_size, u64 seed) {
   const int lane = threadIdx.x & 31;
   const int row_lane = lane & (ROW_LANES - 1);
   const i64 num_chunks = (num_indices + CHUNK_POS - 1) / CHUNK_POS;
@@ -318,7 +421,12 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_backward_combi
     }
     if (done) break;
   }
+#if FUSED_OPT
+  const FusedArgs fused = {fused_weight, state1, state2, {lr, eps, beta1, beta2, weight_decay, step_size, seed}};
+  apply_row(row, acc, dim, row_lane, fused);
+#else
   store_row(grad_weight + row * dim, acc, dim, col0, row_lane);
+#endif
 }
 #endif  // BACKWARD_PASS == 0 || BACKWARD_PASS == 2
 

@@ -1,35 +1,49 @@
 """``nn.Module`` drop-ins: same constructor, parameters and state dict as torch's modules;
-``forward`` runs the reference kernels (CUDA tensors only)."""
+``forward`` runs the reference kernels (CUDA tensors only). ``sparse=True`` gives torch's
+sparse COO gradient; ``optimizer=`` (a spec from ``reference_kernels.optim``) fuses the
+optimizer into the backward instead (the weight's ``.grad`` stays None)."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
-from ._api import embedding, embedding_bag
+from ._api import embedding_bag_with, embedding_with
+from ._sparse import FusedOptimizerMixin
+from .optim import OptimizerSpec, check_spec
 
 
-class EmbeddingBag(torch.nn.EmbeddingBag):
+class EmbeddingBag(FusedOptimizerMixin, torch.nn.EmbeddingBag):
     """Drop-in for ``torch.nn.EmbeddingBag`` (``from_pretrained`` included) backed by the
     reference kernels. ``check_indices`` (default: on unless REFERENCE_KERNELS_SKIP_INDEX_CHECK=1)
     runs the separate index-range pass before each lookup."""
 
     check_indices: Optional[bool] = None
 
+    def __init__(self, *args: Any, optimizer: Optional[OptimizerSpec] = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.optimizer = None if optimizer is None else check_spec(optimizer)
+
     def forward(self, input: Tensor, offsets: Optional[Tensor] = None,
                 per_sample_weights: Optional[Tensor] = None) -> Tensor:
-        return embedding_bag(input, self.weight, offsets, self.max_norm, self.norm_type,
-                             self.scale_grad_by_freq, self.mode, self.sparse, per_sample_weights,
-                             self.include_last_offset, self.padding_idx, check_indices=self.check_indices)
+        return embedding_bag_with(input, self.weight, offsets, self.max_norm, self.norm_type,
+                                  self.scale_grad_by_freq, self.mode, self.sparse, per_sample_weights,
+                                  self.include_last_offset, self.padding_idx, self.check_indices,
+                                  self.fused_state(self.weight))
 
 
-class Embedding(torch.nn.Embedding):
+class Embedding(FusedOptimizerMixin, torch.nn.Embedding):
     """Drop-in for ``torch.nn.Embedding`` backed by the reference gather kernel."""
 
     check_indices: Optional[bool] = None
 
+    def __init__(self, *args: Any, optimizer: Optional[OptimizerSpec] = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.optimizer = None if optimizer is None else check_spec(optimizer)
+
     def forward(self, input: Tensor) -> Tensor:
-        return embedding(input, self.weight, self.padding_idx, self.max_norm, self.norm_type,
-                         self.scale_grad_by_freq, self.sparse, check_indices=self.check_indices)
+        return embedding_with(input, self.weight, self.padding_idx, self.max_norm, self.norm_type,
+                              self.scale_grad_by_freq, self.sparse, self.check_indices,
+                              self.fused_state(self.weight))

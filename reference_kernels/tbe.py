@@ -14,14 +14,15 @@ from typing import Any, Optional, Sequence
 import torch
 from torch import Tensor
 
-from . import EmbeddingIndexError, _launch, _ops
+from . import EmbeddingIndexError, _launch, _ops, _sparse
 from ._api import MODES, default_check_indices
+from .optim import OptimizerSpec, check_spec
 
 
 def check_tables(indices: Tensor, offsets: Tensor, table_sizes: Tensor, bags_per_table: int) -> None:
     """Offsets (kernel pass) and per-table index ranges (one vectorised pass, one sync)."""
     _launch.index_check(indices, int(table_sizes.max()), offsets)
-    ends = offsets[bags_per_table::bags_per_table].to(torch.int64)  # end of each table's indices
+    ends = offsets[bags_per_table::bags_per_table].to(torch.int64).contiguous()  # end of each table's indices
     pos = torch.arange(indices.numel(), device=indices.device)
     table = torch.searchsorted(ends, pos, right=True).clamp(max=table_sizes.numel() - 1)
     bad = (indices < 0) | (indices >= table_sizes[table])
@@ -56,12 +57,10 @@ def _setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
     ctx.save_for_backward(table_rows, indices, offsets, psw)
 
 
-def _backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], ...]:
-    """Weight gradient with the deterministic sort-based kernel: global row = index + table
-    start; grad_out [B, T*dim] viewed as [B*T, dim] rows (b * T + t)."""
-    if ctx.mode == "max":
-        raise NotImplementedError("table-batched max: no backward (use EmbeddingBag per table)")
-    table_rows, indices, offsets, psw = ctx.saved_tensors
+def tbe_lookups(table_rows: Tensor, indices: Tensor, offsets: Tensor, mode: str,
+                psw: Optional[Tensor]) -> "_sparse.Lookups":
+    """Where each position's gradient goes: global row = index + table start; output rows
+    b * T + t of grad_out [B, T*dim] viewed as [B*T, dim]; mean's bag scale in that numbering."""
     tables = table_rows.numel()
     bags = offsets.numel() - 1
     bags_per_table = bags // tables
@@ -69,27 +68,62 @@ def _backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], ...]:
     table = torch.div(bag, bags_per_table, rounding_mode="floor").clamp(min=0)
     rows = indices.to(torch.int64) + table_rows[table]
     grad_row = torch.where(bag >= 0, (bag % bags_per_table) * tables + table, -1)
-    dim = grad_out.shape[1] // tables
-    scale = None
-    if ctx.mode == "mean":  # bag scale in the grad_row numbering
-        scale = _ops._bag_scale(indices, grad_row, bags, -1)
-    grad_weight = _ops.embedding_bag_backward_op(grad_out.contiguous().view(-1, dim), rows, grad_row, 0,
-                                                 ctx.num_weights, psw, scale, -1)
+    scale = _ops._bag_scale(indices, grad_row, bags, -1) if mode == "mean" else None
+    return _sparse.Lookups(rows, grad_row, 0, psw, scale, 1.0, -1)
+
+
+def _backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], ...]:
+    """Weight gradient with the deterministic sort-based kernel (positions as tbe_lookups)."""
+    if ctx.mode == "max":
+        raise NotImplementedError("table-batched max: no backward (use EmbeddingBag per table)")
+    table_rows, indices, offsets, psw = ctx.saved_tensors
+    lk = tbe_lookups(table_rows, indices, offsets, ctx.mode, psw)
+    dim = grad_out.shape[1] // table_rows.numel()
+    grad_weight = _ops.embedding_bag_backward_op(grad_out.contiguous().view(-1, dim), lk.rows, lk.bag_of, 0,
+                                                 ctx.num_weights, psw, lk.bag_scale, -1)
     return grad_weight, None, None, None, None, None, None, None
+
+
+class SparseTBE(torch.autograd.Function):
+    """Table-batched lookup with a sparse gradient or a fused optimizer (sum and mean)."""
+
+    @staticmethod
+    def forward(ctx: Any, weight: Tensor, table_rows: Tensor, table_sizes: Tensor, indices: Tensor,
+                offsets: Tensor, psw: Optional[Tensor], mode: str, check: bool,
+                fused: Optional["_sparse.FusedState"]) -> Tensor:
+        ctx.mode, ctx.fused = mode, fused
+        ctx.save_for_backward(weight, table_rows, indices, offsets, psw)
+        return tbe_forward_op(weight, table_rows, table_sizes, indices, offsets, psw, mode, check)
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], ...]:
+        weight, table_rows, indices, offsets, psw = ctx.saved_tensors
+        lk = tbe_lookups(table_rows, indices, offsets, ctx.mode, psw)
+        grad = grad_out.contiguous().view(-1, weight.shape[1])
+        return (_sparse.sparse_or_fused_backward(grad, lk, weight, ctx.fused),
+                None, None, None, None, None, None, None, None)
 
 
 tbe_forward_op.register_autograd(_backward, setup_context=_setup)
 
 
-class TableBatchedEmbeddingBag(torch.nn.Module):
+class TableBatchedEmbeddingBag(_sparse.FusedOptimizerMixin, torch.nn.Module):
     """T tables of equal ``embedding_dim`` in one parameter; ``forward(indices, offsets,
-    per_sample_weights=None) -> [B, T * dim]`` in one launch (see the module docstring)."""
+    per_sample_weights=None) -> [B, T * dim]`` in one launch (see the module docstring).
+    ``sparse=True``: the weight's gradient is torch's sparse COO tensor; ``optimizer``
+    (``reference_kernels.optim.SGD``, ``RowWiseAdagrad``, ``Adam``): the backward updates the
+    looked-up rows and their state in place and leaves ``weight.grad`` None."""
 
     def __init__(self, num_embeddings: Sequence[int], embedding_dim: int, mode: str = "sum",
-                 dtype: torch.dtype = torch.float32, device: Any = None) -> None:
+                 dtype: torch.dtype = torch.float32, device: Any = None, sparse: bool = False,
+                 optimizer: Optional[OptimizerSpec] = None) -> None:
         super().__init__()
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if mode == "max" and (sparse or optimizer is not None):
+            raise ValueError("table-batched max mode has no backward: no sparse gradient or fused optimizer")
+        self.sparse = sparse
+        self.optimizer = None if optimizer is None else check_spec(optimizer)
         sizes = torch.tensor(list(num_embeddings), dtype=torch.int64, device=device)
         self.mode = mode
         self.check_indices: Optional[bool] = None
@@ -115,5 +149,9 @@ class TableBatchedEmbeddingBag(torch.nn.Module):
             indices, offsets = indices.to(torch.int64), offsets.to(torch.int64)
         check = default_check_indices() if self.check_indices is None else self.check_indices
         psw = None if per_sample_weights is None else per_sample_weights.contiguous()
+        fused = self.fused_state(self.weight)
+        if (self.sparse or fused is not None) and torch.is_grad_enabled() and self.weight.requires_grad:
+            return SparseTBE.apply(self.weight, self.table_rows, self.table_sizes,  # type: ignore[no-any-return]
+                                   indices.contiguous(), offsets.contiguous(), psw, self.mode, check, fused)
         return tbe_forward_op(self.weight, self.table_rows, self.table_sizes, indices.contiguous(),
                               offsets.contiguous(), psw, self.mode, check)

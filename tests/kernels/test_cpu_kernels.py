@@ -33,9 +33,19 @@ NVCC_VARIANTS: dict[str, list[str]] = {
     "embedding_bag_backward.cu": ["", "-DWEIGHT_DTYPE=2 -DVEC=8 -DROW_LANES=16 -DHAS_PSW=1 -DHAS_SCALE=1",
                                   "-DBACKWARD_PASS=1 -DVEC=4 -DROW_LANES=16 -DCHUNKS=3 -DUNROLL=1",
                                   "-DBACKWARD_PASS=3 -DFILL_BYTES=2 -DINDEX_T=int",
-                                  "-DBACKWARD_PASS=1 -DROW_T=int -DCHUNK_POS=32 -DHAS_SCALE=1 -DSTREAMING_ROWS=0"],
+                                  "-DBACKWARD_PASS=1 -DROW_T=int -DCHUNK_POS=32 -DHAS_SCALE=1 -DSTREAMING_ROWS=0",
+                                  "-DBACKWARD_PASS=1 -DGRAD_F32=1 -DWEIGHT_DTYPE=1 -DVEC=8 -DROW_LANES=16 -DROW_T=int",
+                                  "-DBACKWARD_PASS=2 -DGRAD_F32=1 -DWEIGHT_DTYPE=2 -DVEC=8 -DROW_LANES=16 -DROW_T=int",
+                                  "-DBACKWARD_PASS=1 -DFUSED_OPT=1 -DOPTIMIZER=2 -DVEC=4 -DROW_LANES=16 -DCHUNKS=3 -DUNROLL=1 -DROW_T=int",
+                                  "-DBACKWARD_PASS=1 -DFUSED_OPT=1 -DOPTIMIZER=1 -DWEIGHT_DTYPE=2 -DVEC=8 -DROW_LANES=16 "
+                                  "-DSTOCHASTIC=1 -DROW_T=int",
+                                  "-DBACKWARD_PASS=1 -DFUSED_OPT=1 -DOPTIMIZER=0 -DROW_T=int -DUNROLL=4",
+                                  "-DBACKWARD_PASS=2 -DFUSED_OPT=1 -DOPTIMIZER=1 -DWEIGHT_DTYPE=1 -DVEC=8 -DROW_LANES=8 "
+                                  "-DSTOCHASTIC=1"],
     "embedding_gather.cu": ["", "-DCHUNK_BYTES=2 -DROW_LANES=4 -DINDEX_T=int"],
     "index_check.cu": ["", "-DINDEX_T=int"],
+    "sparse_update.cu": ["", "-DOPTIMIZER=1 -DROW_T=int -DITERS=2", "-DOPTIMIZER=2 -DWEIGHT_DTYPE=1 -DSTOCHASTIC=1",
+                         "-DOPTIMIZER=1 -DWEIGHT_DTYPE=2 -DSTOCHASTIC=1 -DVEC=2 -DITERS=3"],
 }
 # Entries that need sm_90 (the bulk-copy engine): compiled for sm_90 only. The bulk gather
 # and the one-row-bag entry at the row sizes the launcher admits (128 B to 4 KB: 32 rows to
@@ -426,7 +436,8 @@ def _bad_calls():  # type: ignore[no-untyped-def]
         (lambda: rk.embedding_bag(i2, w, mode="sum", per_sample_weights=torch.ones(2, 2).half()), TypeError,
          "must match weight dtype"),
         (lambda: rk.embedding_bag(i2, w, padding_idx=10), ValueError, "padding_idx must be within"),
-        (lambda: rk.embedding_bag(i2, w, sparse=True), NotImplementedError, "sparse"),
+        (lambda: rk.embedding_bag(i2, w, mode="max", sparse=True), ValueError, "max mode does not support sparse"),
+        (lambda: rk.embedding_bag(i2, w, mode="sum", sparse=True), RuntimeError, "needs CUDA tensors"),
         (lambda: rk.embedding_bag(i2, w, scale_grad_by_freq=True), NotImplementedError, "scale_grad_by_freq"),
         (lambda: rk.embedding_bag(i1, w, torch.tensor([], dtype=torch.int64), include_last_offset=True), ValueError,
          "at least one offset"),

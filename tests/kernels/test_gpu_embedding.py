@@ -8,7 +8,6 @@ max mode and the unpooled lookup checked for exact equality.
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 from typing import Optional
 
@@ -20,26 +19,11 @@ import torch.nn.functional as F  # noqa: E402
 import reference_kernels as rk  # noqa: E402
 from kernel_bounds import assert_within, pooled_tolerance  # noqa: E402
 
-pytestmark = pytest.mark.cuda
+pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("poison_outputs")]
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 INDEX_DTYPES = [torch.int32, torch.int64]
 LAYOUTS = ["fixed", "csr", "csr_last"]
-
-
-@pytest.fixture(autouse=True)
-def poison_outputs(monkeypatch: pytest.MonkeyPatch) -> None:
-    from reference_kernels import _launch
-
-    monkeypatch.setattr(_launch, "POISON_OUTPUTS", True)
-
-
-@pytest.fixture
-def gen(request: pytest.FixtureRequest) -> torch.Generator:
-    seed = random.SystemRandom().randrange(2**62)
-    request.node.user_properties.append(("seed", seed))
-    print(f"seed={seed}")
-    return torch.Generator(device="cuda").manual_seed(seed)
 
 
 @dataclass
