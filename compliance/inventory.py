@@ -175,7 +175,10 @@ class Inventory:
     files: frozenset[str] = field(default_factory=frozenset)
     """Every regular file's root-relative path."""
     unreadable: tuple[str, ...] = ()
-    """Files or directories that could not be read."""
+    """Files or directories that could not be read or entered (permissions, paths longer than
+    PATH_MAX, I/O errors); each is an error-level ``path-unreadable`` finding."""
+    unparseable_setups: tuple[tuple[str, str], ...] = ()
+    """(setup.py path, why) for setup.py files mentioning extensions that could not be parsed."""
     mapper: LayoutMapper | None = None
     """Path -> layout location."""
 
@@ -259,12 +262,28 @@ def _call_name(call: ast.Call) -> str | None:
     return None
 
 
+def parse_setup(source: bytes, setup_relpath: str) -> tuple[list[SetupExtension], str | None]:
+    """(extensions found, why the file could not be parsed or None): AST only, never run.
+
+    A hostile setup.py can make the parser itself fail (``a.b.b...`` nested past the
+    recursion limit, a run of unary minus signs exhausting memory); that is reported,
+    because extensions it may build would otherwise go unseen.
+    """
+    try:
+        return setup_extensions_of(ast.parse(source, filename=setup_relpath), setup_relpath), None
+    except SyntaxError as exc:
+        return [], f"syntax error at line {exc.lineno}: {exc.msg}"
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return [], f"{type(exc).__name__} while parsing{': ' + str(exc) if str(exc) else ''}"
+
+
 def setup_extensions(source: bytes, setup_relpath: str) -> list[SetupExtension]:
     """``CUDAExtension``/``CppExtension`` calls in a setup.py (AST only; never run)."""
-    try:
-        tree = ast.parse(source, filename=setup_relpath)
-    except (SyntaxError, ValueError):
-        return []
+    return parse_setup(source, setup_relpath)[0]
+
+
+def setup_extensions_of(tree: ast.AST, setup_relpath: str) -> list[SetupExtension]:
+    """The extension calls in a parsed setup.py (``ast.walk`` is iterative: no depth limit)."""
     base = parent_dir(setup_relpath)
     found = []
     for node in ast.walk(tree):
@@ -294,6 +313,7 @@ class Walk:
     manifests: list[str] = field(default_factory=list)
     setups: list[SetupExtension] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
+    unparseable_setups: list[tuple[str, str]] = field(default_factory=list)
     licensed_dirs: set[str] = field(default_factory=set)
 
 
@@ -334,7 +354,10 @@ def _visit_file(entry: os.DirEntry[str], rel: str, walk: Walk) -> None:
     if ext in CUDA_EXTENSIONS or ext == ".ptx":
         evidence.insert(0, Evidence("extension-file", None))
     if name == "setup.py" and scan and b"Extension" in data:
-        walk.setups.extend(setup_extensions(data, rel))
+        extensions, problem = parse_setup(data, rel)
+        walk.setups.extend(extensions)
+        if problem is not None:
+            walk.unparseable_setups.append((rel, problem))
     if evidence:
         walk.native[rel] = evidence
 
@@ -353,7 +376,10 @@ def _walk(root: Path) -> Walk:
                 walk.unreadable.append(rel)
                 continue
             if stat.S_ISLNK(mode):
-                walk.symlinks.append((rel, os.readlink(entry.path), _escapes(root_real, entry.path)))
+                try:
+                    walk.symlinks.append((rel, os.readlink(entry.path), _escapes(root_real, entry.path)))
+                except OSError:
+                    walk.unreadable.append(rel)
             elif stat.S_ISDIR(mode):
                 if entry.name not in SKIP_DIRS:
                     stack.append((entry.path, rel))
@@ -442,7 +468,8 @@ def classify(walk: Walk, style: str, divisions: tuple[str, ...] = (),
         manifests=tuple(sorted(walk.manifests)), setup_extensions=tuple(walk.setups),
         vendored=tuple(VendoredTree(v, reason, counts[v], locate(v), v in declared_vendored)
                        for v, reason in sorted(vendored.items())),
-        files=frozenset(walk.files), unreadable=tuple(sorted(walk.unreadable)), mapper=mapper,
+        files=frozenset(walk.files), unreadable=tuple(sorted(walk.unreadable)),
+        unparseable_setups=tuple(sorted(walk.unparseable_setups)), mapper=mapper,
     )
 
 
