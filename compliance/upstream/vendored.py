@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from compliance.upstream import specs
 from compliance.upstream.blobs import file_blob_hash
 from compliance.upstream.commits import RULE_OF_FAILURE, Subject, commit_findings
-from compliance.upstream.gitcache import CachedRepository, GitFailure
+from compliance.upstream.gitcache import CachedRepository, GitFailure, askable_path
 from compliance.upstream.resolve import CommitState
 
 if TYPE_CHECKING:
@@ -77,7 +77,8 @@ def compare_tree(ctx: CheckContext, target: VendoredTarget, repo: CachedReposito
     """Verdicts for every native file of the tree (one batch lookup)."""
     files = native_files(ctx, target.tree)
     base = f"{target.upstream_dir}/" if target.upstream_dir else ""
-    specs_ = [f"{sha}:{base}{path[len(target.tree) + 1:]}" for path in files]
+    specs_ = [f"{sha}:{base}{path[len(target.tree) + 1:]}" if askable_path(f"{base}{path[len(target.tree) + 1:]}")
+              else None for path in files]
     infos = repo.batch_check(specs_)
     return [FileVerdict(path, file_blob_hash(ctx.root / path),
                         info.sha if info is not None and info.type == "blob" else None)
@@ -121,7 +122,8 @@ def vendored_findings(ctx: CheckContext, target: VendoredTarget, repo: CachedRep
         return findings
     try:
         if target.upstream_dir:
-            top = repo.batch_check([f"{state.sha}:{target.upstream_dir}"])[0]
+            top = repo.batch_check([f"{state.sha}:{target.upstream_dir}" if askable_path(target.upstream_dir)
+                                    else None])[0]
             if top is None or top.type != "tree":
                 return findings + [_upstream_dir_missing(ctx, target, repo, state.sha)]
         verdicts = compare_tree(ctx, target, repo, state.sha)
