@@ -50,6 +50,11 @@ def build_case(case_dir: Path, dest: Path) -> dict:
         os.symlink(target, dest / rel)
     for rel, levels in (case.get("deep") or {}).items():
         deep_kernel(dest / rel, levels)
+    for rel, spec in (case.get("generate") or {}).items():
+        # Files too pathological to commit as such (linters crash on them): prefix +
+        # repeat * times + suffix.
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_text(spec.get("prefix", "") + spec["repeat"] * spec["times"] + spec.get("suffix", ""))
     return case
 
 
