@@ -91,11 +91,11 @@ def tree_digest(root: Path) -> str:
         dirnames.sort()
         for name in sorted(filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]):
             path = os.path.join(dirpath, name)
-            digest.update(os.path.relpath(path, root).encode())
+            digest.update(os.fsencode(os.path.relpath(path, root)))
             if os.path.islink(path):
-                digest.update(os.readlink(path).encode())
+                digest.update(os.fsencode(os.readlink(path)))
             else:
                 with open(path, "rb") as handle:
                     digest.update(handle.read())
-        digest.update(b"|".join(d.encode() for d in dirnames))
+        digest.update(b"|".join(os.fsencode(d) for d in dirnames))
     return digest.hexdigest()
