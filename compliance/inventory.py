@@ -28,6 +28,9 @@ from compliance.paths import parent_dir
 
 MAX_SCAN_BYTES = 4 * 1024 * 1024
 """Text files larger than this are classified by extension only."""
+MAX_SETUP_BYTES = 256 * 1024
+"""Largest setup.py parsed (Python's AST costs up to ~500 bytes of memory per source byte;
+real ones are under 5 KB). A larger one that mentions extensions is ``setup-py-unparseable``."""
 CUDA_EXTENSIONS = {".cu", ".cuh"}
 CPP_EXTENSIONS = {".c", ".cc", ".cpp", ".cxx", ".c++", ".h", ".hh", ".hpp", ".hxx", ".inl", ".inc"}
 NOT_CODE_EXTENSIONS = {".md", ".rst", ".txt", ".json", ".yaml", ".yml", ".csv", ".log", ".html",
@@ -269,6 +272,8 @@ def parse_setup(source: bytes, setup_relpath: str) -> tuple[list[SetupExtension]
     recursion limit, a run of unary minus signs exhausting memory); that is reported,
     because extensions it may build would otherwise go unseen.
     """
+    if len(source) > MAX_SETUP_BYTES:
+        return [], f"larger than the {MAX_SETUP_BYTES // 1024} KiB limit for parsing"
     try:
         return setup_extensions_of(ast.parse(source, filename=setup_relpath), setup_relpath), None
     except SyntaxError as exc:

@@ -25,12 +25,15 @@ from compliance.errors import InputError
 
 JsonPath = tuple[str | int, ...]
 
-MAX_YAML_BYTES = 1024 * 1024
-"""Largest manifest or rule file read (shipped rule files are under 2 KB)."""
+MAX_YAML_BYTES = 256 * 1024
+"""Largest manifest or rule file read: 40 times the largest real one (6 KB); PyYAML's pure
+Python loader (the only one whose nesting can be bounded) needs about 1.3 s for this much
+dense YAML."""
 MAX_DEPTH = 64
 """Deepest nesting of mappings and sequences accepted."""
-MAX_NODES = 100_000
-"""Most nodes a document may have once its aliases are expanded (an alias bomb has billions)."""
+MAX_NODES = 20_000
+"""Most nodes a document may have once its aliases are expanded: 50 times a real manifest
+(the reference manifest has about 400); an alias bomb has billions."""
 MAX_INT_DIGITS = 100
 """Longest integer literal accepted (Python refuses to convert those over 4300 digits)."""
 
@@ -53,14 +56,19 @@ class _Loader(yaml.SafeLoader):
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._depth = 0
+        self._composed = 0
 
     def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         # The composer recurses once per level: refuse deep documents before Python's
         # recursion limit does (a RecursionError would name no line).
         self._depth += 1
+        self._composed += 1
         try:
             if self._depth > MAX_DEPTH:
                 raise _too_deep(self.peek_event().start_mark)  # type: ignore[no-untyped-call]
+            if self._composed > MAX_NODES:
+                raise yaml.composer.ComposerError(None, None, f"more than {MAX_NODES} nodes",
+                                                  self.peek_event().start_mark)  # type: ignore[no-untyped-call]
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1

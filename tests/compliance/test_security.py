@@ -355,3 +355,10 @@ def test_internal_error_exits_3_naming_the_input(tmp_path: Path, monkeypatch: py
     assert result.exit_code == EXIT_INTERNAL == 3
     assert f"internal error while processing {tree}: TypeError: unhashable type" in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_hostile_names_in_the_inventory(hostile_names: Path) -> None:
+    result = _invoke("inventory", str(hostile_names))
+    assert result.exit_code == 0, result.output
+    assert "k\\udcff\\x1b[31m/x\\x0a  PASS.cu:1 (cuda)" in result.stdout
+    assert not any(line.startswith("  PASS") for line in result.stdout.splitlines())
