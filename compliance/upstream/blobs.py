@@ -36,6 +36,13 @@ def file_blob_hash(path: Path) -> str | None:
     return digest.hexdigest() if read == size else None
 
 
+def needs_hash(local_size: int, upstream_size: int | None) -> bool:
+    """Whether a local file's blob hash is worth computing: always for files up to
+    ``MAX_DIFF_BYTES``, and for larger ones only when upstream has a blob of the same size
+    (otherwise they differ; hashing a 64 GiB sparse file would take a minute)."""
+    return local_size <= MAX_DIFF_BYTES or local_size == upstream_size
+
+
 def read_small(path: Path, limit: int = MAX_DIFF_BYTES) -> bytes | None:
     """The whole file when it has at most ``limit`` bytes; None when larger or unreadable."""
     try:

@@ -62,3 +62,22 @@ def test_vendored_file_names_git_cannot_be_asked_about(
     assert len(differs) == 1
     whys = {item["path"].rsplit("/", 1)[-1]: item["why"] for item in dict(differs[0].details)["not_verbatim"]}
     assert whys["bad\nname.cu"] == "not upstream" and whys["bad\udcffname.cu"] == "not upstream"
+
+
+def test_huge_vendored_files_are_not_hashed(tmp_path: Path, kernel_upstream: KernelUpstream) -> None:
+    """A 64 GiB sparse vendored file (absent upstream) is listed as not upstream at once;
+    hashing it would take about a minute."""
+    import time
+
+    copy = "third_party/framework"
+    files = {f"{copy}/LICENSE": b"MIT\n", f"{copy}/huge.cu": b"__global__ void huge() {}\n"}
+    tree = write_tree(tmp_path / "tree", KERNEL_V1, [kernel_entry(kernel_upstream.url, kernel_upstream.added)],
+                      vendored=[{"path": copy, "repository": kernel_upstream.url,
+                                 "commit": kernel_upstream.added}], files=files)
+    with open(tree / IMPL / copy / "huge.cu", "r+b") as handle:
+        handle.truncate(64 << 30)
+    started = time.monotonic()
+    report = check(tree, tmp_path / "cache")
+    assert time.monotonic() - started < 20
+    (differs,) = [f for f in report.findings if f.rule_id == "upstream-vendored-differs"]
+    assert [(i["why"], i["local_blob"]) for i in dict(differs.details)["not_verbatim"]] == [("not upstream", None)]
