@@ -362,3 +362,19 @@ def test_hostile_names_in_the_inventory(hostile_names: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "k\\udcff\\x1b[31m/x\\x0a  PASS.cu:1 (cuda)" in result.stdout
     assert not any(line.startswith("  PASS") for line in result.stdout.splitlines())
+
+
+def test_alias_bomb_rule_file_on_every_command(tmp_path: Path) -> None:
+    """--rules, rules validate and rules show each hung on this file before issue 23."""
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 9)))
+    started = time.monotonic()
+    validate = _invoke("rules", "validate", str(bomb))
+    show = _invoke("rules", "show", str(bomb))
+    check = _invoke("check", str(_tree(tmp_path)), "--rules", str(bomb))
+    assert time.monotonic() - started < 10
+    assert validate.exit_code == 1 and "expands to more than" in validate.stdout
+    assert show.exit_code == 2 and f"{bomb}:" in show.stderr
+    assert check.exit_code == 2
+    assert "Traceback" not in validate.output + show.output + check.output
