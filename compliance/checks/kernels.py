@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 MANIFEST_INVALID = register(CheckSpec(
     id="manifest-invalid", title="Kernel manifest does not follow its schema", default_level="error",
     doc=f"A {MANIFEST_NAME} could not be parsed or does not match the manifest schema "
-        "(`compliance rules schema --manifest`). Kernels in an invalid entry are not checked "
-        "further, so the problem may hide others.",
+        "(`compliance rules schema --manifest`), or is over the YAML limits (256 KiB, 64 levels "
+        "of nesting, 20,000 nodes after alias expansion). A manifest with any schema error "
+        "declares no kernels, so the code it meant to declare is reported as undeclared too.",
     hint="Fix the entry at the reported line; validate while editing with the schema "
          "(see docs/manifest.md).",
     passing="manifest_version: 1\nkernels:\n  - id: emb\n    category: dlrm-embedding\n    ...",
