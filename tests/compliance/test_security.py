@@ -236,17 +236,31 @@ def _invoke(*args: str) -> Any:
     return CliRunner().invoke(cli, list(args))
 
 
-def test_output_to_dev_null_keeps_the_device(tmp_path: Path) -> None:
-    tree = _tree(tmp_path)
-    result = _invoke("check", str(tree), "--output", "/dev/null")
+def _device(tmp_path: Path, name: str, minor: int) -> Path:
+    """A private copy of /dev/null (minor 3) or /dev/full (minor 7): a broken ``--output``
+    replaces the device it is given with a regular file, so the tests never give it the
+    real ones."""
+    node = tmp_path / name
+    try:
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, minor))
+    except PermissionError:
+        pytest.skip("creating a device node needs CAP_MKNOD")
+    return node
+
+
+def test_output_to_a_device_keeps_the_device(tmp_path: Path) -> None:
+    null = _device(tmp_path, "null", 3)
+    result = _invoke("check", str(_tree(tmp_path)), "--output", str(null))
     assert result.exit_code == 0, result.output
-    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert stat.S_ISCHR(os.stat(null).st_mode)
 
 
-def test_output_to_dev_full_is_an_input_error(tmp_path: Path) -> None:
-    result = _invoke("check", str(_tree(tmp_path)), "--output", "/dev/full")
+def test_output_to_a_full_device_is_an_input_error(tmp_path: Path) -> None:
+    full = _device(tmp_path, "full", 7)
+    result = _invoke("check", str(_tree(tmp_path)), "--output", str(full))
     assert result.exit_code == 2
-    assert "/dev/full" in result.stderr and "Traceback" not in result.output
+    assert f"{full}: cannot write the report: No space left on device" in result.stderr
+    assert "Traceback" not in result.output and stat.S_ISCHR(os.stat(full).st_mode)
 
 
 def test_output_to_fifo_writes_into_it(tmp_path: Path) -> None:
@@ -378,3 +392,24 @@ def test_alias_bomb_rule_file_on_every_command(tmp_path: Path) -> None:
     assert show.exit_code == 2 and f"{bomb}:" in show.stderr
     assert check.exit_code == 2
     assert "Traceback" not in validate.output + show.output + check.output
+
+
+@pytest.mark.parametrize("case", ["manifest-vendored-malformed", "manifest-kernel-id-list", "manifest-kernels-null"])
+def test_malformed_manifests_in_verify(tmp_path: Path, case: str) -> None:
+    """``verify`` ran manifest semantics on schema-invalid data too (TypeError) before issue 23."""
+    from tests.compliance.treeutil import CASES, build_case
+
+    build_case(CASES / "negative" / case, tmp_path / "t")
+    result = _invoke("verify", str(tmp_path / "t"), "--quiet")
+    assert result.exit_code in (0, 1), result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+@pytest.mark.parametrize("case", ["setup-py-unparseable-recursion", "setup-py-unparseable-memory"])
+def test_hostile_setup_py_in_inventory(tmp_path: Path, case: str) -> None:
+    from tests.compliance.treeutil import CASES, build_case
+
+    build_case(CASES / "negative" / case, tmp_path / "t")
+    result = _invoke("inventory", str(tmp_path / "t"))
+    assert result.exit_code == 0, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
