@@ -17,6 +17,7 @@ import ast
 import os
 import re
 import stat
+import warnings
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -40,6 +41,9 @@ from compliance.vendored_trees import (
 
 MAX_SCAN_BYTES = 4 * 1024 * 1024
 """Text files larger than this are classified by extension only."""
+MAX_SETUP_BYTES = 128 * 1024
+"""Largest setup.py parsed (Python's AST costs up to ~500 bytes of memory per source byte;
+real ones are under 40 KB, apex's is 35 KB). A larger one that mentions extensions is ``setup-py-unparseable``."""
 CUDA_EXTENSIONS = {".cu", ".cuh"}
 CPP_EXTENSIONS = {".c", ".cc", ".cpp", ".cxx", ".c++", ".h", ".hh", ".hpp", ".hxx", ".inl", ".inc"}
 NOT_CODE_EXTENSIONS = {".md", ".rst", ".txt", ".json", ".yaml", ".yml", ".csv", ".log", ".html",
@@ -183,7 +187,10 @@ class Inventory:
     files: frozenset[str] = field(default_factory=frozenset)
     """Every regular file's root-relative path."""
     unreadable: tuple[str, ...] = ()
-    """Files or directories that could not be read."""
+    """Files or directories that could not be read or entered (permissions, paths longer than
+    PATH_MAX, I/O errors); each is an error-level ``path-unreadable`` finding."""
+    unparseable_setups: tuple[tuple[str, str], ...] = ()
+    """(setup.py path, why) for setup.py files mentioning extensions that could not be parsed."""
     mapper: LayoutMapper | None = None
     """Path -> layout location."""
     forks: tuple[Fork, ...] = ()
@@ -273,12 +280,33 @@ def _call_name(call: ast.Call) -> str | None:
     return None
 
 
+def parse_setup(source: bytes, setup_relpath: str) -> tuple[list[SetupExtension], str | None]:
+    """(extensions found, why the file could not be parsed or None): AST only, never run.
+
+    A hostile setup.py can make the parser itself fail (``a.b.b...`` nested past the
+    recursion limit, a run of unary minus signs exhausting memory); that is reported,
+    because extensions it may build would otherwise go unseen.
+    """
+    if len(source) > MAX_SETUP_BYTES:
+        return [], f"larger than the {MAX_SETUP_BYTES // 1024} KiB limit for parsing"
+    try:
+        with warnings.catch_warnings():  # the tree's odd literals are not the operator's concern
+            warnings.simplefilter("ignore")
+            tree = ast.parse(source, filename=setup_relpath)
+        return setup_extensions_of(tree, setup_relpath), None
+    except SyntaxError as exc:
+        return [], f"syntax error at line {exc.lineno}: {exc.msg}"
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return [], f"{type(exc).__name__} while parsing{': ' + str(exc) if str(exc) else ''}"
+
+
 def setup_extensions(source: bytes, setup_relpath: str) -> list[SetupExtension]:
     """``CUDAExtension``/``CppExtension`` calls in a setup.py (AST only; never run)."""
-    try:
-        tree = ast.parse(source, filename=setup_relpath)
-    except (SyntaxError, ValueError):
-        return []
+    return parse_setup(source, setup_relpath)[0]
+
+
+def setup_extensions_of(tree: ast.AST, setup_relpath: str) -> list[SetupExtension]:
+    """The extension calls in a parsed setup.py (``ast.walk`` is iterative: no depth limit)."""
     base = parent_dir(setup_relpath)
     found = []
     for node in ast.walk(tree):
@@ -308,6 +336,7 @@ class Walk:
     manifests: list[str] = field(default_factory=list)
     setups: list[SetupExtension] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
+    unparseable_setups: list[tuple[str, str]] = field(default_factory=list)
     licensed_dirs: set[str] = field(default_factory=set)
     dirs: set[str] = field(default_factory=set)
     build_products: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
@@ -357,7 +386,10 @@ def _visit_file(entry: os.DirEntry[str], rel: str, walk: Walk) -> None:
     if ext in CUDA_EXTENSIONS or ext == ".ptx":
         evidence.insert(0, Evidence("extension-file", None))
     if name == "setup.py" and scan and b"Extension" in data:
-        walk.setups.extend(setup_extensions(data, rel))
+        extensions, problem = parse_setup(data, rel)
+        walk.setups.extend(extensions)
+        if problem is not None:
+            walk.unparseable_setups.append((rel, problem))
     if evidence:
         walk.native[rel] = evidence
         if scan:
@@ -378,7 +410,10 @@ def _walk(root: Path) -> Walk:
                 walk.unreadable.append(rel)
                 continue
             if stat.S_ISLNK(mode):
-                walk.symlinks.append((rel, os.readlink(entry.path), _escapes(root_real, entry.path)))
+                try:
+                    walk.symlinks.append((rel, os.readlink(entry.path), _escapes(root_real, entry.path)))
+                except OSError:
+                    walk.unreadable.append(rel)
             elif stat.S_ISDIR(mode):
                 if entry.name not in SKIP_DIRS:
                     walk.dirs.add(rel)
@@ -468,7 +503,7 @@ def classify(walk: Walk, style: str, divisions: tuple[str, ...] = (),
         mapper=mapper, forks=found.forks,
         build_directories=tuple(BuildDirectory(d, tuple(sorted(p)), locate(d))
                                 for d, p in sorted(walk.build_products.items())),
-        digests=dict(walk.digests),
+        digests=dict(walk.digests), unparseable_setups=tuple(sorted(walk.unparseable_setups)),
     )
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from compliance.inventory import Inventory
 from compliance.layout import Location
+from compliance.report.safetext import one_line
 
 INVENTORY_SCHEMA_VERSION = 1
 
@@ -80,4 +81,4 @@ def inventory_text(inv: Inventory) -> str:
                 lines.append(f"    symlink   {item['path']} -> {item['target']}{escape}")
     for path in inv.unreadable:
         lines.append(f"unreadable: {path}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(one_line(line) for line in lines) + "\n"  # names from the tree: escaped

@@ -17,7 +17,7 @@ from typing import Any
 from compliance.errors import InputError
 from compliance.schema import validate_document
 from compliance.verify.semantics import Backward, Domain, Tables
-from compliance.yamlsource import JsonPath, YamlDocument, parse_yaml
+from compliance.yamlsource import JsonPath, YamlDocument, parse_yaml, read_yaml_text
 
 MANIFEST_NAME = "kernel_manifest.yaml"
 COMMIT_HEX_LENGTH = 40
@@ -229,22 +229,29 @@ def _semantic_problems(document: YamlDocument) -> list[ManifestProblem]:
 
 
 def parse_manifest(text: str, path: Path) -> Manifest:
-    """Parse and validate manifest text; never raises for bad content."""
+    """Parse and validate manifest text; never raises for bad content.
+
+    Semantic processing (duplicate ids, building declarations) runs only on a
+    document that passed the schema: a schema failure leaves the manifest with
+    its problems and no kernels, so nothing downstream sees ill-typed data.
+    The sources of its kernels then count as undeclared: an invalid manifest
+    never makes a tree pass.
+    """
     try:
         document = parse_yaml(text, path)
     except InputError as exc:
         return Manifest(path, None, (), (ManifestProblem(exc.message, exc.line),))
     schema_problems = validate_document(document, "manifest")
-    problems = [ManifestProblem(p.message, p.line) for p in schema_problems]
-    if not isinstance(document.data, dict):
-        return Manifest(path, None, (), tuple(problems), document)
-    problems += _semantic_problems(document)
-    bad_kernels = {p.json_path[1] for p in schema_problems
-                   if len(p.json_path) >= 2 and p.json_path[0] == "kernels"}
-    if any(len(p.json_path) < 2 for p in schema_problems):
-        return Manifest(path, None, (), tuple(problems), document)
-    kernels = tuple(_kernel(document, i, k) for i, k in enumerate(document.data["kernels"])
-                    if i not in bad_kernels)
+    if schema_problems or not isinstance(document.data, dict):
+        ruleset_ok = isinstance(document.data, dict) and isinstance(document.data.get("ruleset"), str) \
+            and not any(p.json_path[:1] == ("ruleset",) for p in schema_problems)
+        # placeholders are read from any shape of data: a draft's unfilled values are named as
+        # such even where they also break the schema (a FILL-IN commit is no 40-hex hash)
+        return Manifest(path, document.data["ruleset"] if ruleset_ok else None, (),
+                        (*_placeholder_problems(document),
+                         *(ManifestProblem(p.message, p.line) for p in schema_problems)), document)
+    problems = _semantic_problems(document)
+    kernels = tuple(_kernel(document, i, k) for i, k in enumerate(document.data.get("kernels", [])))
     ruleset = document.data.get("ruleset")
     return Manifest(path, ruleset if isinstance(ruleset, str) else None, kernels,
                     tuple(problems), document, _vendored(document))
@@ -259,11 +266,9 @@ def _vendored(document: YamlDocument) -> tuple[VendoredDeclaration, ...]:
 
 
 def load_manifest(path: Path) -> Manifest:
-    """Read and parse the manifest at ``path``; unreadable files become problems."""
+    """Read (bounded) and parse the manifest at ``path``; unreadable files become problems."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        return Manifest(path, None, (), (ManifestProblem("manifest is not UTF-8 text", None),))
-    except OSError as exc:
-        return Manifest(path, None, (), (ManifestProblem(f"cannot read manifest: {exc.strerror}", None),))
+        text = read_yaml_text(path)
+    except InputError as exc:
+        return Manifest(path, None, (), (ManifestProblem(f"cannot read manifest: {exc.message}", None),))
     return parse_manifest(text, path)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from compliance.checks import binaries, kernels, layout, upstream_links, vendoring
+from compliance.checks import binaries, kernels, layout, readability, upstream_links, vendoring
 from compliance.upstream import specs as _upstream_specs  # noqa: F401  (upstream-* rule ids)
 from compliance.verify import specs as _verify_specs  # noqa: F401  (verify-* rule ids)
 
@@ -21,5 +21,5 @@ if TYPE_CHECKING:
     from compliance.findings import Finding
 
 STATIC_CHECKS: tuple[Callable[["CheckContext"], Iterable["Finding | None"]], ...] = (
-    layout.run, kernels.run, binaries.run, upstream_links.run, vendoring.run,
+    layout.run, kernels.run, binaries.run, upstream_links.run, vendoring.run, readability.run,
 )

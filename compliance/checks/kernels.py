@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from compliance.checks.interface import CheckSpec, register
+from compliance.checks.readability import PATH_UNREADABLE
 from compliance.context import DeclaredKernel
 from compliance.manifest import MANIFEST_NAME
 
@@ -17,8 +18,9 @@ if TYPE_CHECKING:
 MANIFEST_INVALID = register(CheckSpec(
     id="manifest-invalid", title="Kernel manifest does not follow its schema", default_level="error",
     doc=f"A {MANIFEST_NAME} could not be parsed or does not match the manifest schema "
-        "(`compliance rules schema --manifest`). Kernels in an invalid entry are not checked "
-        "further, so the problem may hide others.",
+        "(`compliance rules schema --manifest`), or is over the YAML limits (256 KiB, 64 levels "
+        "of nesting, 20,000 nodes after alias expansion). A manifest with any schema error "
+        "declares no kernels, so the code it meant to declare is reported as undeclared too.",
     hint="Fix the entry at the reported line; validate while editing with the schema "
          "(see docs/manifest.md).",
     passing="manifest_version: 1\nkernels:\n  - id: emb\n    category: dlrm-embedding\n    ...",
@@ -122,6 +124,7 @@ VENDORED = register(CheckSpec(
 ))
 
 _READ_LIMIT = 8 * 1024 * 1024
+"""Bytes of each declared source searched for its entry symbols (sources are read no further)."""
 
 
 def _manifest_findings(ctx: "CheckContext") -> Iterator["Finding | None"]:
@@ -188,6 +191,16 @@ def _allowlist(ctx: "CheckContext", item: DeclaredKernel) -> Iterator["Finding |
                           line=line, kernel=kernel.id)
 
 
+def _read_head(ctx: "CheckContext", rel: str) -> bytes | None:
+    """The first ``_READ_LIMIT`` bytes of a declared source (never more: the file may be a
+    sparse file of many GiB), or None when it cannot be read."""
+    try:
+        with open(ctx.root / rel, "rb") as handle:
+            return handle.read(_READ_LIMIT)
+    except OSError:
+        return None
+
+
 def _symbol_pattern(symbol: str) -> re.Pattern[bytes]:
     return re.compile(rb"\b" + re.escape(symbol.encode()) + rb"\s*(?:<[^;{}()]*>\s*)?\(")
 
@@ -204,7 +217,12 @@ def _sources(ctx: "CheckContext", item: DeclaredKernel) -> Iterator["Finding | N
                               f"kernel {kernel.id!r}: source {declared!r} is not a file in the tree "
                               f"(expected at {rel})", line=kernel.line, kernel=kernel.id)
         else:
-            data = (ctx.root / rel).read_bytes()[:_READ_LIMIT]
+            data = _read_head(ctx, rel)
+            if data is None:
+                if rel not in ctx.inventory.unreadable:  # else the walk already reported it
+                    yield ctx.finding(PATH_UNREADABLE.id, rel, f"kernel {kernel.id!r}: declared source "
+                                      "could not be read", kernel=kernel.id)
+                continue
             if not data.strip():
                 yield ctx.finding(SOURCE_EMPTY.id, rel, f"kernel {kernel.id!r}: source is empty",
                                   kernel=kernel.id)

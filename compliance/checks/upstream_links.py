@@ -19,8 +19,11 @@ if TYPE_CHECKING:
     from compliance.findings import Finding
     from compliance.ruleset import UpstreamPolicy
 
-FULL_COMMIT = re.compile(r"^[0-9a-f]{40}$")
-_SCP_LIKE = re.compile(r"^(?P<user>[\w.-]+)@(?P<host>[\w.-]+):(?P<path>[^\s]+)$")
+FULL_COMMIT = re.compile(r"[0-9a-f]{40}")
+"""A full commit hash; use with ``fullmatch`` only (``$`` would accept a trailing newline)."""
+_SCP_LIKE = re.compile(r"(?P<user>[\w.-]+)@(?P<host>[\w.-]+):(?P<path>\S+)")
+_CONTROL = re.compile(r"[\x00-\x20\x7f]")
+"""Whitespace and control characters: urlparse silently drops some of them, git would not."""
 
 MISSING = register(CheckSpec(
     id="upstream-missing", title="Upstream link missing", default_level="error",
@@ -74,14 +77,20 @@ class ParsedUrl:
 
 def parse_repository(url: str) -> ParsedUrl | None:
     """Parse a clone URL; None when it is not one."""
-    scp = _SCP_LIKE.match(url)
+    if _CONTROL.search(url):
+        return None
+    scp = _SCP_LIKE.fullmatch(url)
     if scp:
         return ParsedUrl(scp["host"].lower(), scp["path"], False)
-    parsed = urlparse(url)
+    try:
+        parsed = urlparse(url)
+        hostname = parsed.hostname  # raises ValueError for a malformed IPv6 literal or port
+    except ValueError:
+        return None
     if parsed.scheme == "file" or (not parsed.scheme and url.startswith(("/", "./", "../"))):
         return ParsedUrl(None, parsed.path or url, True)
-    if parsed.scheme in ("https", "http", "ssh", "git") and parsed.hostname:
-        return ParsedUrl(parsed.hostname.lower(), parsed.path, False)
+    if parsed.scheme in ("https", "http", "ssh", "git") and hostname:
+        return ParsedUrl(hostname.lower(), parsed.path, False)
     return None
 
 
@@ -113,7 +122,7 @@ def _kernel_findings(ctx: "CheckContext", item: "DeclaredKernel") -> Iterator["F
     if problem:
         yield ctx.finding(problem[0], item.manifest_path, f"kernel {kernel.id!r}: {problem[1]}",
                           line=upstream.line, kernel=kernel.id)
-    if policy.require_commit and not FULL_COMMIT.match(upstream.commit):
+    if policy.require_commit and not FULL_COMMIT.fullmatch(upstream.commit):
         what = "a short hash" if re.fullmatch(r"[0-9a-f]{4,39}", upstream.commit) else "a branch or tag name"
         yield ctx.finding(NOT_PINNED.id, item.manifest_path, f"kernel {kernel.id!r}: commit "
                           f"{upstream.commit!r} looks like {what}, not a full 40-hex commit",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from compliance.cli.common import OUTPUT_OPTION, PATH_ARGUMENT, RULES_OPTION, emit
+from compliance.cli.common import OUTPUT_OPTION, PATH_ARGUMENT, RULES_OPTION, echo, emit
 from compliance.cli.main import cli, reports_input_errors
 from compliance.engine import CheckOptions, run_check
 from compliance.report import FORMATS
@@ -51,5 +51,5 @@ def check_command(path: Path, rules: str | None, fmt: str, output: Path | None, 
     text = render_text(report, verbose=verbose, summary=summary) if fmt == "text" else FORMATS[fmt](report)
     emit(text, output, checked_root=path)
     if output is not None:
-        click.echo(f"report written to {output}; {'PASS' if report.passed else 'FAIL'}", err=True)
+        echo(f"report written to {output}; {'PASS' if report.passed else 'FAIL'}", err=True)
     raise SystemExit(report.exit_code)

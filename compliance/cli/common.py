@@ -1,14 +1,20 @@
-"""Helpers shared by the command modules: output files and common options."""
+"""Helpers shared by the command modules: output (stdout, files, devices) and common options."""
 
 from __future__ import annotations
 
 import os
+import stat
+import sys
 import tempfile
 from pathlib import Path
 
 import click
 
 from compliance.errors import InputError
+from compliance.report.safetext import encodable
+
+SPECIAL_PREFIXES = ("/dev/", "/proc/")
+"""Paths written in place, never replaced (``/dev/stdout``, ``/dev/null``, ``/proc/self/fd/N``)."""
 
 
 def is_inside(path: Path, root: Path) -> bool:
@@ -17,21 +23,66 @@ def is_inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
+def echo(text: str, err: bool = False, nl: bool = True) -> None:
+    """``click.echo`` of text escaped to what the stream's encoding can hold.
+
+    Report text can carry the tree's undecodable file names (lone surrogates) or any
+    character of a manifest; a strict UTF-8 (or ASCII) stdout must not crash on them.
+    """
+    stream = sys.stderr if err else sys.stdout
+    click.echo(encodable(text, getattr(stream, "encoding", None) or "utf-8"), err=err, nl=nl)
+
+
 def emit(text: str, output: Path | None, checked_root: Path | None = None) -> None:
-    """Print ``text``, or write it atomically to ``output`` (never inside the checked tree)."""
+    """Print ``text``, or write it to ``output`` (never inside the checked tree).
+
+    A regular file (or a new one) is written atomically: a temporary file in the same
+    directory, given the mode a plain ``open`` would (0666 less the umask, or the
+    existing file's mode), then renamed over it. Anything else that exists (a device
+    such as /dev/null, a FIFO, /dev/stdout) is opened and written in place.
+    """
     if output is None:
-        click.echo(text, nl=False)
+        echo(text, nl=False)
         return
     if checked_root is not None and is_inside(output, checked_root):
         raise InputError("refusing to write the report inside the checked tree; choose a path "
                          "outside it", output)
+    data = encodable(text).encode("utf-8")
+    try:
+        existing = os.stat(output)
+    except FileNotFoundError:
+        existing = None
+    except OSError as exc:
+        raise InputError(f"cannot write the report: {exc.strerror or exc}", output) from exc
+    try:
+        if str(output).startswith(SPECIAL_PREFIXES) or (existing and not stat.S_ISREG(existing.st_mode)):
+            _write_in_place(output, data)
+        else:
+            _write_atomically(output, data, stat.S_IMODE(existing.st_mode) if existing else None)
+    except OSError as exc:
+        raise InputError(f"cannot write the report: {exc.strerror or exc}", output) from exc
+
+
+def _write_in_place(output: Path, data: bytes) -> None:
+    with open(output, "wb") as handle:
+        handle.write(data)
+
+
+def _default_mode() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _write_atomically(output: Path, data: bytes, mode: int | None) -> None:
     directory = output.resolve().parent
     if not directory.is_dir():
         raise InputError("output directory does not exist", directory)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{output.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), _default_mode() if mode is None else mode)
+            handle.write(data)
         os.replace(tmp, output)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -46,4 +97,5 @@ RULES_OPTION = click.option(
          "name (`ruleset:`), else the round detected from the tree (the report says why).")
 OUTPUT_OPTION = click.option(
     "--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the report to FILE (outside the checked tree) instead of stdout.")
+    help="Write the report to FILE (outside the checked tree) instead of stdout; a device or "
+         "FIFO (/dev/stdout, /dev/null) is written in place, a regular file atomically.")

@@ -1,15 +1,20 @@
 """The ``compliance`` command group.
 
 Exit codes (every command): 0 compliant / nothing wrong, 1 findings at error
-level, 2 usage or input errors (bad rule file, missing path, bad option).
+level, 2 usage or input errors (bad rule file, missing path, bad option),
+3 internal error (a bug in this tool; never a verdict on the tree).
 Commands raise ``InputError`` for bad input; ``reports_input_errors`` turns it
-into a message on stderr and exit code 2, so Click's test runner and the
-console script behave the same.
+into a message on stderr and exit code 2, and any other exception into a
+one-line message naming the command's path and where the tool failed, with
+exit code 3 (no traceback unless ``COMPLIANCE_DEBUG=1``), so Click's test
+runner and the console script behave the same.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,25 +22,48 @@ from typing import Any, TypeVar
 import click
 
 from compliance import __version__
+from compliance.cli.common import echo
 from compliance.errors import InputError
+from compliance.report.safetext import one_line
 
-EXIT_OK, EXIT_FINDINGS, EXIT_INPUT = 0, 1, 2
+EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+DEBUG_VARIABLE = "COMPLIANCE_DEBUG"
+"""Set to 1 to get the traceback of an internal error instead of the one-line message."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def reports_input_errors(func: F) -> F:
-    """Decorator for command callbacks: ``InputError`` -> stderr + exit 2."""
+    """Decorator for command callbacks: ``InputError`` -> stderr + exit 2; any other
+    exception (a bug) -> one line naming the input and the failing code + exit 3."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
         except InputError as exc:
-            click.echo(f"error: {exc}", err=True)
+            echo(f"error: {exc}", err=True)
             raise SystemExit(EXIT_INPUT) from exc
+        except (SystemExit, click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:
+            if os.environ.get(DEBUG_VARIABLE) == "1":
+                raise
+            echo(internal_error_message(exc, kwargs), err=True)
+            raise SystemExit(EXIT_INTERNAL) from exc
 
     return wrapper  # type: ignore[return-value]
+
+
+def internal_error_message(exc: BaseException, arguments: dict[str, Any]) -> str:
+    """``internal error checking <path>: <type>: <message> (at <file>:<line>)``."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    subject = next((str(arguments[k]) for k in ("path", "name", "files", "old") if arguments.get(k)), "")
+    about = f" while processing {subject}" if subject else ""
+    text = one_line(str(exc))[:300]
+    return (f"internal error{about}: {type(exc).__name__}: {text}{where}; this is a bug in compliance, "
+            f"not a verdict on the input (set {DEBUG_VARIABLE}=1 for the traceback)")
 
 
 class _Group(click.Group):
@@ -51,7 +79,8 @@ class _Group(click.Group):
 def cli(rules_dirs: tuple[Path, ...]) -> None:
     """Check MLPerf-style submission trees for custom-kernel compliance.
 
-    Exit codes: 0 compliant, 1 error-level findings, 2 usage or input errors.
+    Exit codes: 0 compliant, 1 error-level findings, 2 usage or input errors,
+    3 internal error (a bug in this tool).
     """
     # The operator's rule directories; a submission tree can only name ids found there.
     from compliance.ruleset import set_operator_rules_dirs

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from compliance.cli.common import echo
 from compliance.cli.main import EXIT_FINDINGS, EXIT_OK, cli, reports_input_errors
 from compliance.ruleset import load_ruleset
 from compliance.ruletools import diff as diff_tools
@@ -30,7 +31,7 @@ FORMAT_OPTION = click.option("--format", "fmt", type=click.Choice(["text", "json
 
 
 def _print_json(document: dict[str, Any]) -> None:
-    click.echo(json.dumps(document, indent=2, sort_keys=False))
+    echo(json.dumps(document, indent=2, sort_keys=False))
 
 
 @cli.group("rules")
@@ -50,7 +51,7 @@ def list_command(fmt: str) -> None:
     if fmt == "json":
         _print_json(listing.to_json(infos))
     else:
-        click.echo(listing.render_text(infos), nl=False)
+        echo(listing.render_text(infos), nl=False)
 
 
 @rules.command("show", short_help="A rule set after extends, with provenance.")
@@ -64,7 +65,7 @@ def show_command(name: str, origin: bool, fmt: str) -> None:
     if fmt == "json":
         _print_json(show_tools.to_json(view, with_origin=origin))
     else:
-        click.echo(show_tools.render_text(view, with_origin=origin), nl=False)
+        echo(show_tools.render_text(view, with_origin=origin), nl=False)
 
 
 @rules.command("validate", short_help="Every error of rule files, at file:line:col.")
@@ -82,7 +83,7 @@ def validate_command(files: tuple[str, ...], shipped: bool, fmt: str) -> None:
     if fmt == "json":
         _print_json(validate_tools.to_json(report))
     else:
-        click.echo(validate_tools.render_text(report), nl=False)
+        echo(validate_tools.render_text(report), nl=False)
     raise SystemExit(EXIT_OK if report.valid else EXIT_FINDINGS)
 
 
@@ -103,7 +104,7 @@ def diff_command(old: str, new: str, exit_code: bool, fmt: str) -> None:
     if fmt == "json":
         _print_json(diff_tools.to_json(result))
     else:
-        click.echo(diff_tools.render_text(result), nl=False)
+        echo(diff_tools.render_text(result), nl=False)
     raise SystemExit(EXIT_FINDINGS if exit_code and not result.empty else EXIT_OK)
 
 
@@ -117,7 +118,7 @@ def explain_command(rule_id: str, fmt: str) -> None:
     if fmt == "json":
         _print_json(explain_tools.to_json(spec))
     else:
-        click.echo(explain_tools.render_markdown(spec), nl=False)
+        echo(explain_tools.render_markdown(spec), nl=False)
 
 
 @rules.command("schema", short_help="The JSON Schema of rule files or manifests.")
@@ -133,6 +134,6 @@ def schema_command(manifest: bool, as_path: bool) -> None:
     """
     name = "manifest" if manifest else "ruleset"
     if as_path:
-        click.echo(schema_file(name))
+        echo(schema_file(name))
     else:
         _print_json(load_schema(name))

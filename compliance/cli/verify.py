@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from compliance.cli.common import OUTPUT_OPTION, PATH_ARGUMENT, RULES_OPTION, emit
+from compliance.cli.common import OUTPUT_OPTION, PATH_ARGUMENT, RULES_OPTION, echo, emit
 from compliance.cli.main import cli, reports_input_errors
 from compliance.engine import CheckOptions, CheckReport, build_context
 from compliance.findings import Finding
@@ -44,7 +44,7 @@ def verify_command(path: Path, rules: str | None, kernels: tuple[str, ...], seed
     """
     extra = {"kernels": kernels, "build_dir": build_dir, "time_limit_s": time_limit,
              "build_timeout_s": build_time_limit, "large": not no_large_table,
-             "progress": None if quiet else (lambda line: click.echo(line, err=True))}
+             "progress": None if quiet else (lambda line: echo(line, err=True))}
     options = CheckOptions(rules=rules, verify=True, seed=seed, extra=extra)
     ctx, choice = build_context(path, rules)
     from compliance.verify import run_verification_checks
@@ -54,5 +54,5 @@ def verify_command(path: Path, rules: str | None, kernels: tuple[str, ...], seed
                          ("verify",))
     emit(FORMATS[fmt](report), output, checked_root=path)
     if output is not None:
-        click.echo(f"report written to {output}; {'PASS' if report.passed else 'FAIL'}", err=True)
+        echo(f"report written to {output}; {'PASS' if report.passed else 'FAIL'}", err=True)
     raise SystemExit(report.exit_code)

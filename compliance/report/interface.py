@@ -14,6 +14,7 @@ Reporter = Callable[["CheckReport"], str]
 def status_line(report: "CheckReport") -> str:
     """The one summary line every human-facing format ends with."""
     from compliance.findings import Severity
+    from compliance.report.safetext import one_line
 
     errors, warnings = report.count(Severity.ERROR), report.count(Severity.WARNING)
     verdict = "PASS" if report.passed else "FAIL"
@@ -21,4 +22,4 @@ def status_line(report: "CheckReport") -> str:
     status = "PROPOSAL, not MLPerf policy" if rs.status == "proposal" else rs.status
     return (f"{verdict}: {errors} error(s), {warnings} warning(s) in "
             f"{len(report.inventory.organizations)} organization(s); rule set {rs.id} ({status}; "
-            f"{report.choice.reason}); checks: {', '.join(report.stages)}")
+            f"{one_line(report.choice.reason)}); checks: {', '.join(report.stages)}")

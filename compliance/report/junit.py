@@ -6,6 +6,7 @@ import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING
 
 from compliance.checks.interface import all_specs
+from compliance.report.safetext import xml_safe
 
 if TYPE_CHECKING:
     from compliance.engine import CheckReport
@@ -34,4 +35,4 @@ def render_junit(report: "CheckReport") -> str:
                     f"{f.severity.value}: {f.location()}: {f.message}" for f in others)
         suite.set("tests", str(len(suite)))
         suite.set("failures", str(failures))
-    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+    return xml_safe(ET.tostring(suites, encoding="unicode", xml_declaration=True)) + "\n"

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from compliance.findings import Finding, Severity
 from compliance.report.interface import status_line
+from compliance.report.safetext import one_line
 from compliance.shared_sources import SharedSource, shared_sources
 
 if TYPE_CHECKING:
@@ -255,4 +256,6 @@ def render_text(report: "CheckReport", verbose: bool = False, summary: bool = Fa
             body = _grouped(view, None, True, None)
         else:
             body = _fitting_body(report, view, DEFAULT_MAX_LINES - len(head) - len(foot))
-    return "\n".join(head + body + foot) + "\n"
+    # Names, messages and hints come from the tree: each line is escaped once here, so no
+    # string from a submission can forge a report line or break the output stream.
+    return "\n".join(one_line(line) for line in head + body + foot) + "\n"

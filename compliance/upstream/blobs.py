@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 MAX_DIFF_LINES = 50_000
 """Files with more lines than this get blob hashes only, no line counts."""
+MAX_DIFF_BYTES = 8 * 1024 * 1024
+"""Files (local or upstream) larger than this get blob hashes only: no line diff is read."""
+HASH_CHUNK = 1024 * 1024
+"""Bytes read at a time while hashing (memory stays this size whatever the file's)."""
 
 
 def blob_hash(data: bytes) -> str:
@@ -17,11 +22,35 @@ def blob_hash(data: bytes) -> str:
 
 
 def file_blob_hash(path: Path) -> str | None:
-    """Blob hash of the file at ``path``, or None when it cannot be read."""
+    """Blob hash of the file at ``path``, streamed; None when it cannot be read (or changes size)."""
     try:
-        return blob_hash(path.read_bytes())
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            digest = hashlib.sha1(b"blob %d\0" % size)
+            read = 0
+            while chunk := handle.read(HASH_CHUNK):
+                digest.update(chunk)
+                read += len(chunk)
     except OSError:
         return None
+    return digest.hexdigest() if read == size else None
+
+
+def needs_hash(local_size: int, upstream_size: int | None) -> bool:
+    """Whether a local file's blob hash is worth computing: always for files up to
+    ``MAX_DIFF_BYTES``, and for larger ones only when upstream has a blob of the same size
+    (otherwise they differ; hashing a 64 GiB sparse file would take a minute)."""
+    return local_size <= MAX_DIFF_BYTES or local_size == upstream_size
+
+
+def read_small(path: Path, limit: int = MAX_DIFF_BYTES) -> bytes | None:
+    """The whole file when it has at most ``limit`` bytes; None when larger or unreadable."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(limit + 1)
+    except OSError:
+        return None
+    return data if len(data) <= limit else None
 
 
 def normalized_blob_hash(data: bytes) -> str:
@@ -51,6 +80,11 @@ class DiffSummary:
     """First line (1-based, submitted file) where they differ."""
     only: str | None
     """``line endings`` or ``whitespace`` when that is the only difference, else None."""
+
+    @classmethod
+    def too_large(cls) -> DiffSummary:
+        """The summary of files too large to diff (hashes only)."""
+        return cls(None, None, None, None)
 
     def describe(self) -> str:
         """E.g. ``+3 -1 lines, first difference at line 12``."""

@@ -22,6 +22,8 @@ from urllib.parse import urlparse
 
 import git
 
+from compliance.errors import InputError
+
 NETWORK_TIMEOUT_S = 120.0
 """Default limit for a fetch."""
 LOCAL_TIMEOUT_S = 60.0
@@ -204,8 +206,12 @@ class CachedRepository:
             raise GitFailure(FailureKind.CORRUPT, f"cache {self.git_dir} is unusable: {detail}")
 
     def create(self) -> None:
-        """Create the bare repository (parents included)."""
-        self.git_dir.mkdir(parents=True, exist_ok=True)
+        """Create the bare repository (parents included); an unwritable cache is an input error."""
+        try:
+            self.git_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"cannot create the upstream cache entry: {exc.strerror or exc}",
+                             self.git_dir) from exc
         self.runner.run("init", "--bare", "--quiet", str(self.git_dir))
 
     def has_commit(self, sha: str) -> bool:
@@ -240,7 +246,10 @@ class CachedRepository:
     def fetch_refs(self) -> None:
         """Fetch every branch and tag (pruning deleted ones) and record when."""
         self._fetch("+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", prune=True)
-        (self.git_dir / FETCHED_MARKER).write_text(datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        try:
+            (self.git_dir / FETCHED_MARKER).write_text(datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        except OSError as exc:
+            raise InputError(f"cannot write to the upstream cache: {exc.strerror or exc}", self.git_dir) from exc
 
     def fetch_commit(self, sha: str) -> None:
         """Fetch one commit by hash (e.g. an unmerged pull request head) and pin it in the cache."""
@@ -253,22 +262,41 @@ class CachedRepository:
         except OSError:
             return None
 
-    def batch_check(self, specs: list[str]) -> list[ObjectInfo | None]:
-        """``git cat-file --batch-check`` of ``<rev>:<path>`` specs, in order (None: missing)."""
-        if not specs:
-            return []
-        if any("\n" in spec for spec in specs):
-            raise ValueError("object specs cannot contain newlines")
-        out = self.runner.run("cat-file", "--batch-check", stdin="".join(f"{s}\n" for s in specs).encode())
+    def batch_check(self, specs: list[str | None]) -> list[ObjectInfo | None]:
+        """``git cat-file --batch-check`` of ``<rev>:<path>`` specs, in order (None: missing).
+
+        A None spec (a path git cannot be asked about, see ``askable_path``) answers None
+        without asking git.
+        """
+        asked = [s for s in specs if s is not None]
+        if not asked:
+            return [None] * len(specs)
+        if any("\n" in spec or "\0" in spec for spec in asked):
+            raise ValueError("object specs cannot contain newlines or NUL")
+        stdin = "".join(f"{s}\n" for s in asked).encode("utf-8", "surrogateescape")
+        out = self.runner.run("cat-file", "--batch-check", stdin=stdin)
         lines = out.decode("utf-8", "surrogateescape").splitlines()
-        if len(lines) != len(specs):
+        if len(lines) != len(asked):
             raise GitFailure(FailureKind.CORRUPT, f"cache {self.git_dir}: cat-file answered {len(lines)} "
-                             f"lines for {len(specs)} objects")
-        return [_object_info(line) for line in lines]
+                             f"lines for {len(asked)} objects")
+        answers = iter(_object_info(line) for line in lines)
+        return [None if s is None else next(answers) for s in specs]
 
     def blob(self, sha: str) -> bytes:
         """Content of blob ``sha``."""
         return self.runner.run("cat-file", "blob", sha)
+
+
+def askable_path(path: str) -> bool:
+    """True when ``path`` can name a file inside a repository for ``<rev>:<path>``.
+
+    Git refuses the whole batch with a fatal error for a path that climbs out
+    (``../x``), which would read as a damaged cache; a newline or NUL would split
+    or cut the request. Such paths name nothing in the repository.
+    """
+    if not path or any(c in path for c in "\n\r\0"):
+        return False
+    return ".." not in path.split("/")
 
 
 def _object_info(line: str) -> ObjectInfo | None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compliance.errors import InputError
-from compliance.upstream.blobs import DiffSummary, blob_hash, diff_summary
+from compliance.upstream.blobs import DiffSummary, diff_summary, file_blob_hash, read_small
 from compliance.upstream.gitcache import CachedRepository, FailureKind, GitFailure
 from compliance.upstream.resolve import open_cache
 from compliance.vendored_trees import (
@@ -158,6 +158,17 @@ def load_index(repo: CachedRepository) -> BlobIndex:
 
 # --------------------------------------------------------------------------- the copy
 
+HASH_LIMIT = 64 * 1024 * 1024
+"""Copy files larger than this are not hashed (a 64 GiB sparse file takes about a minute):
+they are recorded as ``unhashed:<size>``, which matches no upstream blob, so such a file
+counts as differing from every commit."""
+
+
+def _copy_blob(path: Path, size: int) -> str | None:
+    """Streamed blob hash (memory bounded by its chunk); a size marker past HASH_LIMIT."""
+    return f"unhashed:{size}" if size > HASH_LIMIT else file_blob_hash(path)
+
+
 def copy_blobs(directory: Path) -> dict[str, str]:
     """Relative path -> git blob hash of every regular file of the copy (no links followed).
 
@@ -182,7 +193,9 @@ def copy_blobs(directory: Path) -> dict[str, str]:
                 if stat.S_ISDIR(mode) and entry.name not in SKIP_DIRS:
                     stack.append((Path(entry.path), rel + "/"))
                 elif stat.S_ISREG(mode) and not is_build_noise(rel) and build_directory_of(rel) is None:
-                    found[rel] = blob_hash(Path(entry.path).read_bytes())
+                    digest = _copy_blob(Path(entry.path), entry.stat(follow_symlinks=False).st_size)
+                    if digest is not None:
+                        found[rel] = digest
             except OSError:
                 continue
     return found
@@ -347,12 +360,17 @@ def identify_copy(repo: CachedRepository, directory: Path, upstream_dir: str | N
         return Identification(repo.url, where, len(copy), len(index.commits), None)
     sha = index.commits[best.index]
     upstream = _upstream_files(repo, sha, where)
-    modified = tuple(ModifiedFile(rel, blob, upstream[rel],
-                                  diff_summary(repo.blob(upstream[rel]), (directory / rel).read_bytes()))
+    modified = tuple(ModifiedFile(rel, blob, upstream[rel], _diff(repo, upstream[rel], directory / rel))
                      for rel, blob in sorted(copy.items()) if rel in upstream and upstream[rel] != blob)
     return Identification(repo.url, where, len(copy), len(index.commits), sha, index.tags.get(sha, ()),
                           best.equal, modified, tuple(sorted(set(copy) - set(upstream))),
                           tuple(sorted(set(upstream) - set(copy))))
+
+
+def _diff(repo: CachedRepository, upstream_blob: str, local: Path) -> DiffSummary:
+    """Line diff of a modified file; files over the diff limit (read bounded) get hashes only."""
+    data = read_small(local)
+    return DiffSummary.too_large() if data is None else diff_summary(repo.blob(upstream_blob), data)
 
 
 # --------------------------------------------------------------------------- entry point

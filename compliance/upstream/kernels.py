@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from compliance.upstream import specs
-from compliance.upstream.blobs import blob_hash, diff_summary
+from compliance.upstream.blobs import (
+    MAX_DIFF_BYTES,
+    DiffSummary,
+    diff_summary,
+    file_blob_hash,
+    needs_hash,
+    read_small,
+)
 from compliance.upstream.commits import RULE_OF_FAILURE, Subject, commit_findings
-from compliance.upstream.gitcache import CachedRepository, GitFailure, ObjectInfo
+from compliance.upstream.gitcache import CachedRepository, GitFailure, ObjectInfo, askable_path
 from compliance.upstream.resolve import CommitState
 
 if TYPE_CHECKING:
@@ -24,8 +32,8 @@ class SourcePair:
     """Root-relative path of the submitted file."""
     upstream_path: str
     """Path in the upstream repository."""
-    data: bytes
-    """The submitted file's bytes."""
+    size: int
+    """The submitted file's size in bytes."""
 
 
 def upstream_path(path: str) -> str:
@@ -41,35 +49,56 @@ def source_pairs(ctx: CheckContext, item: DeclaredKernel) -> list[SourcePair]:
         if rel is None or rel not in ctx.inventory.files:
             continue
         try:
-            pairs.append(SourcePair(rel, upstream_path(path), (ctx.root / rel).read_bytes()))
-        except OSError:
+            size = os.stat(ctx.root / rel, follow_symlinks=False).st_size
+        except OSError:  # unreadable sources are static findings (path-unreadable)
             continue
+        pairs.append(SourcePair(rel, upstream_path(path), size))
     return pairs
 
 
+def local_blob(ctx: CheckContext, pair: SourcePair, info: ObjectInfo | None) -> str | None:
+    """The submitted file's blob hash, streamed; None when it cannot be read or is not worth
+    hashing (large, and upstream has no blob of its size: see ``needs_hash``)."""
+    upstream_size = info.size if info is not None and info.type == "blob" else None
+    if not needs_hash(pair.size, upstream_size):
+        return None
+    return file_blob_hash(ctx.root / pair.relpath)
+
+
 def _compare(ctx: CheckContext, item: DeclaredKernel, repo: CachedRepository, sha: str,
-             pair: SourcePair, info: ObjectInfo | None) -> Finding | None:
+             pair: SourcePair, info: ObjectInfo | None, local: str | None) -> Finding | None:
     kernel = item.kernel
     where = f"{repo.url} at {sha[:12]}"
     if info is None or info.type != "blob":
         what = "a directory" if info is not None and info.type == "tree" else "no such file"
+        if not askable_path(pair.upstream_path):
+            what = "not a path inside a repository"
         return ctx.finding(specs.PATH_MISSING.id, item.manifest_path, f"kernel {kernel.id!r}: upstream path "
                            f"{pair.upstream_path!r} (for {pair.relpath}) is {what} in {where}",
                            line=kernel.upstream.line if kernel.upstream else None, kernel=kernel.id,
                            details={"repository": repo.url, "commit": sha, "upstream_path": pair.upstream_path,
                                     "level": "path-missing"})
-    local = blob_hash(pair.data)
     if local == info.sha:
         return None
-    summary = diff_summary(repo.blob(info.sha), pair.data)
+    summary = _summary(ctx, repo, pair, info)
+    ours = f"local blob {local[:12]}" if local else f"local file of {pair.size} bytes"
+    theirs = f"upstream blob {info.sha[:12]}" + ("" if local else f" of {info.size} bytes")
     return ctx.finding(specs.CONTENT_DIFFERS.id, pair.relpath, f"kernel {kernel.id!r}: differs from "
-                       f"{pair.upstream_path} in {where}: local blob {local[:12]} vs upstream blob "
-                       f"{info.sha[:12]}, {summary.describe()}", kernel=kernel.id,
+                       f"{pair.upstream_path} in {where}: {ours} vs {theirs}, {summary.describe()}",
+                       kernel=kernel.id,
                        details={"repository": repo.url, "commit": sha, "upstream_path": pair.upstream_path,
                                 "local_blob": local, "upstream_blob": info.sha,
                                 "lines_added": summary.lines_added, "lines_removed": summary.lines_removed,
                                 "first_difference_line": summary.first_difference_line,
                                 "only_difference": summary.only, "level": "differs"})
+
+
+def _summary(ctx: CheckContext, repo: CachedRepository, pair: SourcePair, info: ObjectInfo) -> DiffSummary:
+    """Line diff of the two files, unless either is larger than ``MAX_DIFF_BYTES``."""
+    local = read_small(ctx.root / pair.relpath) if info.size <= MAX_DIFF_BYTES else None
+    if local is None:
+        return DiffSummary.too_large()
+    return diff_summary(repo.blob(info.sha), local)
 
 
 def _verified(ctx: CheckContext, item: DeclaredKernel, repo: CachedRepository, state: CommitState,
@@ -94,13 +123,15 @@ def kernel_findings(ctx: CheckContext, item: DeclaredKernel, repo: CachedReposit
         return findings
     pairs = source_pairs(ctx, item)
     try:
-        infos = repo.batch_check([f"{state.sha}:{p.upstream_path}" for p in pairs])
-        findings += [_compare(ctx, item, repo, state.sha, p, i) for p, i in zip(pairs, infos, strict=True)]
+        infos = repo.batch_check([f"{state.sha}:{p.upstream_path}" if askable_path(p.upstream_path) else None
+                                  for p in pairs])
+        blobs = [local_blob(ctx, p, i) for p, i in zip(pairs, infos, strict=True)]
+        findings += [_compare(ctx, item, repo, state.sha, p, i, b)
+                     for p, i, b in zip(pairs, infos, blobs, strict=True)]
     except GitFailure as exc:
         return findings + [ctx.finding(RULE_OF_FAILURE[exc.kind], item.manifest_path,
                                        f"kernel {kernel.id!r}: {exc.message}", line=line, kernel=kernel.id)]
-    exact = all(i is not None and i.type == "blob" and i.sha == blob_hash(p.data)
-                for p, i in zip(pairs, infos, strict=True))
+    exact = all(i is not None and i.type == "blob" and i.sha == b for i, b in zip(infos, blobs, strict=True))
     if pairs and exact and state.containing_ref is not None:
         findings.append(_verified(ctx, item, repo, state, pairs))
     return findings

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from compliance.upstream.gitcache import CachedRepository, FailureKind, GitFailure
 
-FULL_HASH = re.compile(r"^[0-9a-f]{40}$")
+FULL_HASH = re.compile(r"[0-9a-f]{40}")
+"""A full commit hash; use with ``fullmatch`` only."""
 
 
 @dataclass(frozen=True)
@@ -39,15 +40,15 @@ class CommitState:
 
 def _lookup(repo: CachedRepository, name: str) -> tuple[str | None, str | None]:
     """(full hash, containing ref) of ``name`` in the cache."""
-    sha = name if FULL_HASH.match(name) and repo.has_commit(name) else None
-    if sha is None and not FULL_HASH.match(name):
+    sha = name if FULL_HASH.fullmatch(name) and repo.has_commit(name) else None
+    if sha is None and not FULL_HASH.fullmatch(name):
         sha = repo.resolve(name)
     return sha, (repo.containing_ref(sha) if sha else None)
 
 
 def _answered(repo: CachedRepository, names: Iterable[str]) -> bool:
     """True when every name is a cached full hash that a cached branch or tag contains."""
-    return all(FULL_HASH.match(n) and _lookup(repo, n)[1] for n in names)
+    return all(FULL_HASH.fullmatch(n) and _lookup(repo, n)[1] for n in names)
 
 
 def _open(repo: CachedRepository, offline: bool) -> None:
@@ -71,7 +72,7 @@ def _fetch_missing(repo: CachedRepository, names: list[str]) -> dict[str, GitFai
         repo.fetch_refs()
     failures = {}
     for name in names:
-        if FULL_HASH.match(name) and not repo.has_commit(name):
+        if FULL_HASH.fullmatch(name) and not repo.has_commit(name):
             try:
                 repo.fetch_commit(name)
             except GitFailure as exc:

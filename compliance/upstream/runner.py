@@ -71,7 +71,7 @@ def checkable_kernels(ctx: CheckContext) -> list[DeclaredKernel]:
     policy = ctx.ruleset.upstream_policy
     return [item for item in ctx.kernels() if item.kernel.upstream is not None
             and repository_problem(item.kernel.upstream.repository, policy) is None
-            and (FULL_COMMIT.match(item.kernel.upstream.commit) or not policy.require_commit)]
+            and (FULL_COMMIT.fullmatch(item.kernel.upstream.commit) or not policy.require_commit)]
 
 
 def vendored_targets(ctx: CheckContext) -> Iterator[tuple[VendoredTarget | None, Finding | None]]:
@@ -84,7 +84,7 @@ def vendored_targets(ctx: CheckContext) -> Iterator[tuple[VendoredTarget | None,
             if problem is not None:
                 yield None, ctx.finding(problem[0], relpath, f"vendored {entry.path!r}: {problem[1]}",
                                         line=entry.line)
-            elif policy.require_commit and not FULL_COMMIT.match(entry.commit):
+            elif policy.require_commit and not FULL_COMMIT.fullmatch(entry.commit):
                 yield None, ctx.finding(NOT_PINNED.id, relpath, f"vendored {entry.path!r}: commit "
                                         f"{entry.commit!r} is not a full 40-hex commit", line=entry.line)
             elif tree is not None:

@@ -7,13 +7,14 @@ files take well under a second once the commit is cached.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from compliance.upstream import specs
-from compliance.upstream.blobs import file_blob_hash
+from compliance.upstream.blobs import file_blob_hash, needs_hash
 from compliance.upstream.commits import RULE_OF_FAILURE, Subject, commit_findings
-from compliance.upstream.gitcache import CachedRepository, GitFailure
+from compliance.upstream.gitcache import CachedRepository, GitFailure, ObjectInfo, askable_path
 from compliance.upstream.resolve import CommitState
 
 if TYPE_CHECKING:
@@ -52,6 +53,9 @@ class FileVerdict:
     """Its blob hash (None: unreadable)."""
     upstream_blob: str | None
     """Blob hash upstream (None: no such file upstream)."""
+    unhashed: bool = False
+    """Not hashed: larger than ``MAX_DIFF_BYTES`` and of another size than the upstream blob
+    (or with no upstream blob): it cannot be verbatim, and hashing a huge file costs minutes."""
 
     @property
     def verbatim(self) -> bool:
@@ -61,6 +65,8 @@ class FileVerdict:
     @property
     def why(self) -> str:
         """modified, not upstream or unreadable."""
+        if self.unhashed:
+            return "not upstream" if self.upstream_blob is None else "modified"
         if self.local_blob is None:
             return "unreadable"
         return "not upstream" if self.upstream_blob is None else "modified"
@@ -77,11 +83,21 @@ def compare_tree(ctx: CheckContext, target: VendoredTarget, repo: CachedReposito
     """Verdicts for every native file of the tree (one batch lookup)."""
     files = native_files(ctx, target.tree)
     base = f"{target.upstream_dir}/" if target.upstream_dir else ""
-    specs_ = [f"{sha}:{base}{path[len(target.tree) + 1:]}" for path in files]
+    specs_ = [f"{sha}:{base}{path[len(target.tree) + 1:]}" if askable_path(f"{base}{path[len(target.tree) + 1:]}")
+              else None for path in files]
     infos = repo.batch_check(specs_)
-    return [FileVerdict(path, file_blob_hash(ctx.root / path),
-                        info.sha if info is not None and info.type == "blob" else None)
+    return [_verdict(ctx, path, info if info is not None and info.type == "blob" else None)
             for path, info in zip(files, infos, strict=True)]
+
+
+def _verdict(ctx: CheckContext, path: str, info: ObjectInfo | None) -> FileVerdict:
+    try:
+        size = os.stat(ctx.root / path, follow_symlinks=False).st_size
+    except OSError:
+        return FileVerdict(path, None, info.sha if info else None)
+    if not needs_hash(size, info.size if info else None):
+        return FileVerdict(path, None, info.sha if info else None, unhashed=True)
+    return FileVerdict(path, file_blob_hash(ctx.root / path), info.sha if info else None)
 
 
 def _summary(ctx: CheckContext, target: VendoredTarget, repo: CachedRepository, state: CommitState,
@@ -121,7 +137,8 @@ def vendored_findings(ctx: CheckContext, target: VendoredTarget, repo: CachedRep
         return findings
     try:
         if target.upstream_dir:
-            top = repo.batch_check([f"{state.sha}:{target.upstream_dir}"])[0]
+            top = repo.batch_check([f"{state.sha}:{target.upstream_dir}" if askable_path(target.upstream_dir)
+                                    else None])[0]
             if top is None or top.type != "tree":
                 return findings + [_upstream_dir_missing(ctx, target, repo, state.sha)]
         verdicts = compare_tree(ctx, target, repo, state.sha)

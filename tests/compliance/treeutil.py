@@ -48,7 +48,40 @@ def build_case(case_dir: Path, dest: Path) -> dict:
     for rel, target in (case.get("symlinks") or {}).items():
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         os.symlink(target, dest / rel)
+    for rel, levels in (case.get("deep") or {}).items():
+        deep_kernel(dest / rel, levels)
+    for rel, spec in (case.get("generate") or {}).items():
+        # Files too pathological to commit as such (linters crash on them): prefix +
+        # repeat * times + suffix.
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_text(spec.get("prefix", "") + spec["repeat"] * spec["times"] + spec.get("suffix", ""))
     return case
+
+
+DEEP_KERNEL = b"__global__ void hidden(float* x) { x[0] = 1.0f; }\n"
+
+
+def deep_kernel(top: Path, levels: int, name: str = "d" * 200) -> str:
+    """``levels`` directories named ``name`` below ``top``, a CUDA kernel at the bottom.
+
+    Built with ``openat``-style calls (``dir_fd``), so the chain may be longer than
+    PATH_MAX, which no path-based call can reach. Returns the kernel's path relative to
+    ``top``.
+    """
+    top.mkdir(parents=True, exist_ok=True)
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(levels):
+            os.mkdir(name, dir_fd=fd)
+            child = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        out = os.open("hidden.cu", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+        os.write(out, DEEP_KERNEL)
+        os.close(out)
+    finally:
+        os.close(fd)
+    return "/".join([name] * levels + ["hidden.cu"])
 
 
 def tree_digest(root: Path) -> str:
@@ -58,11 +91,11 @@ def tree_digest(root: Path) -> str:
         dirnames.sort()
         for name in sorted(filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]):
             path = os.path.join(dirpath, name)
-            digest.update(os.path.relpath(path, root).encode())
+            digest.update(os.fsencode(os.path.relpath(path, root)))
             if os.path.islink(path):
-                digest.update(os.readlink(path).encode())
+                digest.update(os.fsencode(os.readlink(path)))
             else:
                 with open(path, "rb") as handle:
                     digest.update(handle.read())
-        digest.update(b"|".join(d.encode() for d in dirnames))
+        digest.update(b"|".join(os.fsencode(d) for d in dirnames))
     return digest.hexdigest()
