@@ -153,6 +153,29 @@ def device_arch(device_index: int) -> str:
     return f"sm_{major}{minor}"
 
 
+def device_attributes(device_index: int) -> dict[str, int]:
+    """What kernel selection reads about a device (the fields of ``_plan.DeviceProps``), from
+    the driver."""
+    import torch
+
+    driver, _ = _bindings()
+    torch.cuda.init()
+    dev = _check(driver.cuDeviceGet(device_index), "cuDeviceGet")
+    attr = driver.CUdevice_attribute
+
+    def get(name: str) -> int:
+        return int(_check(driver.cuDeviceGetAttribute(getattr(attr, name), dev), f"cuDeviceGetAttribute {name}"))
+
+    return {"sms": get("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT"),
+            "arch": 10 * get("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR")
+            + get("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR"),
+            "max_threads_per_sm": get("CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR"),
+            "max_blocks_per_sm": get("CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR"),
+            "regs_per_sm": get("CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR"),
+            "smem_per_sm": get("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR"),
+            "smem_reserved_per_block": get("CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK")}
+
+
 def _load_module(cubin: bytes, device_index: int) -> Any:
     """Load a cubin into the device's primary context (the one torch uses), without
     changing the caller's current device."""

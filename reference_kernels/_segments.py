@@ -68,8 +68,9 @@ def segment_gradient(grad_out: Tensor, flat: Tensor, bag_of: Optional[Tensor], b
     count = (rank[-1:] + 1).to(torch.int32)
     grad = torch.empty((n, dim), dtype=torch.float32, device=flat.device)
     if n and dim:
-        _launch.backward_passes(grad_out, rank, positions, bag_of, bag_size, per_sample_weights, bag_scale,
-                                -1, scale, grad)
+        _launch.backward_passes(grad_out, rank, positions, bag_of=bag_of, bag_size=bag_size,
+                                per_sample_weights=per_sample_weights, bag_scale=bag_scale, padding_idx=-1,
+                                scale=scale, grad_weight=grad)
     return Segments(rows, count, grad, num_rows)
 
 
@@ -143,5 +144,6 @@ def fused_update(grad_out: Tensor, flat: Tensor, bag_of: Optional[Tensor], bag_s
     fused_args = [(weight.data_ptr(), PTR), (_ptr(state1), PTR), (_ptr(state2), PTR),
                   *_optimizer_args(spec, step, seed)]
     # the sentinel row (padding, positions in no bag) goes in as the padding row: skipped
-    _launch.backward_passes(grad_out, sorted_rows, positions, bag_of, bag_size, per_sample_weights, bag_scale,
-                            num_rows, scale, None, fused_defines, fused_args)
+    _launch.backward_passes(grad_out, sorted_rows, positions, bag_of=bag_of, bag_size=bag_size,
+                            per_sample_weights=per_sample_weights, bag_scale=bag_scale, padding_idx=num_rows,
+                            scale=scale, grad_weight=None, fused_defines=fused_defines, fused_args=fused_args)

@@ -39,8 +39,9 @@ def tbe_forward_op(weight: Tensor, table_rows: Tensor, table_sizes: Tensor, indi
     bags_per_table = (offsets.numel() - 1) // tables
     if check_indices:
         check_tables(indices, offsets, table_sizes, bags_per_table)
-    out, _ = _launch.bag_forward(weight, indices, offsets, tables * bags_per_table, per_sample_weights, mode,
-                                 -1, False, table_rows)
+    out, _ = _launch.bag_forward(weight, indices, offsets, num_bags=tables * bags_per_table,
+                                 per_sample_weights=per_sample_weights, mode=mode, padding_idx=-1, need_argmax=False,
+                                 table_rows=table_rows)
     return out
 
 

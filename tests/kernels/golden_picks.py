@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from reference_kernels._plan import DeviceProps
+
 GOLDEN = Path(__file__).parent / "golden" / "picks.json.gz"
 
 # The described device: an H100/H200-like part (132 SMs, sm_90). The occupancy of a compiled
@@ -30,6 +32,8 @@ GOLDEN = Path(__file__).parent / "golden" / "picks.json.gz"
 # (its __launch_bounds__ floor), so that the resident-wave grids are recorded too.
 SMS = 132
 ARCH = "sm_90"
+DEVICE = DeviceProps(sms=SMS, arch=90, max_threads_per_sm=2048, max_blocks_per_sm=32, regs_per_sm=65536,
+                     smem_per_sm=228 << 10, smem_reserved_per_block=1 << 10)
 
 DTYPES = ("float32", "float16", "bfloat16")
 WIDTHS = (1, 3, 16, 32, 64, 96, 128, 192, 256, 1000)
@@ -57,8 +61,8 @@ def recording() -> Iterator[None]:
     """Replace the kernel lookup, the device queries and the launch by recorders."""
     from reference_kernels import _launch, _nvrtc
 
-    saved = {name: getattr(_nvrtc, name) for name in ("get_function", "resident_blocks", "device_arch")}
-    saved_launch = {name: getattr(_launch, name) for name in ("_launch_on", "sm_count")}
+    saved = {name: getattr(_nvrtc, name) for name in ("get_function", "resident_blocks")}
+    saved_launch = {name: getattr(_launch, name) for name in ("_launch_on", "device_props")}
 
     def get_function(filename: str, name: str, defines: dict[str, Any], device_index: int) -> tuple[str, str, str]:
         return filename, name, _defines_text(defines)
@@ -71,9 +75,8 @@ def recording() -> Iterator[None]:
 
     _nvrtc.get_function = get_function  # type: ignore[assignment]
     _nvrtc.resident_blocks = resident_blocks  # type: ignore[assignment]
-    _nvrtc.device_arch = lambda device_index: ARCH  # type: ignore[assignment]
     _launch._launch_on = launch_on  # type: ignore[assignment]
-    _launch.sm_count = lambda device: SMS  # type: ignore[assignment]
+    _launch.device_props = lambda device: DEVICE  # type: ignore[assignment]
     _clear_plan_caches()
     try:
         yield
@@ -88,8 +91,7 @@ def recording() -> Iterator[None]:
 def _clear_plan_caches() -> None:
     from reference_kernels import _launch
 
-    for cache in (_launch._PLANS, _launch._SHORT_PLANS, _launch._SEGMENT_PLANS):
-        cache.clear()
+    _launch.clear_plans()
 
 
 def _weight(dtype: Any, rows: int, dim: int, offset: int) -> Any:
@@ -124,21 +126,23 @@ def picks_of(combo: tuple[str, int, int, str, int, int, int]) -> dict[str, list[
         out[path] = list(RECORDED)
 
     fixed = torch.empty((batch, length), dtype=torch.int64, **meta)
-    run("fixed", lambda: _launch.bag_forward(weight, fixed, None, batch, psw, mode, -1, need_argmax))
+    forward = {"num_bags": batch, "per_sample_weights": psw, "mode": mode, "padding_idx": -1,
+               "need_argmax": need_argmax}
+    run("fixed", lambda: _launch.bag_forward(weight, fixed, None, **forward))
     flat32 = torch.empty(n, dtype=torch.int32, **meta)
     offsets = torch.empty(batch + 1, dtype=torch.int64, **meta)
-    run("csr", lambda: _launch.bag_forward(weight, flat32, offsets, batch, psw, mode, -1, need_argmax))
+    run("csr", lambda: _launch.bag_forward(weight, flat32, offsets, **forward))
     flat64 = torch.empty(n, dtype=torch.int64, **meta)
     table_rows = torch.empty(TABLES, dtype=torch.int64, **meta)
-    run("tbe", lambda: _launch.bag_forward(weight, flat64, offsets, batch, psw, mode, -1, need_argmax,
-                                           table_rows))
+    run("tbe", lambda: _launch.bag_forward(weight, flat64, offsets, **forward, table_rows=table_rows))
     run("gather", lambda: _launch.gather(weight, flat64))
     grad_out = _weight(dtype, batch, dim, offset)
     sorted_rows = torch.empty(n, dtype=torch.int32, **meta)
     bag_scale = torch.empty(batch, dtype=torch.float32, **meta) if mode == "mean" else None
     grad_weight = torch.empty((rows, dim), dtype=dtype, **meta)
-    run("backward", lambda: _launch.backward_passes(grad_out, sorted_rows, flat64, None, length, psw, bag_scale,
-                                                    -1, 1.0, grad_weight))
+    run("backward", lambda: _launch.backward_passes(
+        grad_out, sorted_rows, flat64, bag_of=None, bag_size=length, per_sample_weights=psw, bag_scale=bag_scale,
+        padding_idx=-1, scale=1.0, grad_weight=grad_weight))
     return out
 
 
