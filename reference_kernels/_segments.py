@@ -17,14 +17,13 @@ update each row where its sum is complete (FUSED_OPT), one pass over the touched
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Optional
 
 import torch
 from torch import Tensor
 
-from . import _launch, _nvrtc
+from . import _launch, _nvrtc, tuning
 from ._launch import BLOCK, RowTiling, _dtype_code, _index_type, _launch_on, _ptr, vector_width
 from ._nvrtc import F32, I64, PTR
 from .optim import Adam, OptimizerSpec
@@ -114,16 +113,15 @@ def apply_update(seg: Segments, spec: OptimizerSpec, weight: Tensor, state1: Ten
         *_optimizer_args(spec, step, seed)])
 
 
-# Apply the update inside the backward's chunk and combine kernels (FUSED_OPT) where a row fits
-# one column tile and the weight is aligned like the output gradient: no compact gradient is
-# written and read back. False: always the two steps (segment_gradient, then apply_update).
-FUSE_INTO_PASSES = os.environ.get("REFERENCE_KERNELS_FUSED_TWO_STEPS", "0") != "1"
 
 
 def fits_passes(grad_out: Tensor, weight: Tensor) -> bool:
     dim, size = weight.shape[1], weight.element_size()
     vec = vector_width(dim, size, grad_out.data_ptr())
-    return (FUSE_INTO_PASSES and vec == vector_width(dim, size, grad_out.data_ptr(), weight.data_ptr())
+    # Apply the update inside the backward's chunk and combine kernels (FUSED_OPT) where a row fits
+    # one column tile and the weight is aligned like the output gradient: no compact gradient is
+    # written and read back. The knob off: always the two steps (segment_gradient, apply_update).
+    return (tuning.current().fuse_into_passes and vec == vector_width(dim, size, grad_out.data_ptr(), weight.data_ptr())
             and RowTiling.for_row(dim, vec).col_tiles == 1)
 
 

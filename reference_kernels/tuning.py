@@ -67,11 +67,15 @@ class Tuning:
     overlap_zero_fill: bool = True  # zero untouched rows on a side stream (few lookups per row)
     overlap_max_lookups_per_row: float = 0.1
     fill_blocks_per_sm: int = 16
+    # fused optimizers: the update inside the backward's passes where a row fits one column tile
+    # (False: the compact gradient, then sparse_update.cu; REFERENCE_KERNELS_FUSED_TWO_STEPS=1)
+    fuse_into_passes: bool = True
     # compile-time defines forced onto the forward kernels (experiments only)
     overrides: tuple[tuple[str, int], ...] = ()
 
 
-_CURRENT = Tuning(overrides=overrides_from_spec(os.environ.get("REFERENCE_KERNELS_TUNE", "")))
+_CURRENT = Tuning(overrides=overrides_from_spec(os.environ.get("REFERENCE_KERNELS_TUNE", "")),
+                  fuse_into_passes=os.environ.get("REFERENCE_KERNELS_FUSED_TWO_STEPS", "0") != "1")
 
 
 def current() -> Tuning:

@@ -11,6 +11,7 @@ up, and their state, must be bit-identical before and after.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Optional
 
 import pytest
@@ -238,12 +239,10 @@ def check_step(spec: optim.OptimizerSpec, dtype: torch.dtype, weight: torch.Tens
                                                             ("csr_last", "sum", False, True)])
 def test_fused_optimizer_equals_float64_reference(dtype: torch.dtype, name: str, layout: str, mode: str,
                                                   use_psw: bool, padding: bool, path: str, gen: torch.Generator,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+                                                  tune: Callable[..., None]) -> None:
     """path: the update inside the backward's passes, or the compact gradient + sparse_update.cu
     (forced here; taken by itself for rows wider than one column tile, e.g. dim 1040)."""
-    from reference_kernels import _segments
-
-    monkeypatch.setattr(_segments, "FUSE_INTO_PASSES", path == "passes")
+    tune(fuse_into_passes=path == "passes")
     rows, dim = 2000, 40 if path == "passes" else 1040
     pad = 11 if padding else None
     bag = rk.EmbeddingBag(rows, dim, mode=mode, padding_idx=pad, device="cuda", dtype=dtype,
