@@ -46,17 +46,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
 
 import reference_kernels as rk
 from reference_kernels import diagnostics
-from reference_kernels.tuning import overrides_from_spec, tuned
 from reference_kernels.tbe import TableBatchedEmbeddingBag
+from reference_kernels.tuning import overrides_from_spec, tuned
 
 DEV = "cuda"
 FLUSH_BYTES = 512 << 20
@@ -78,7 +78,7 @@ class Result:
     psw: bool
     ours_us: float
     torch_us: float
-    ours_check_us: Optional[float]
+    ours_check_us: float | None
     compulsory_bytes: int
     logical_bytes: int
     ours_gbps: float = 0.0
@@ -88,16 +88,16 @@ class Result:
     torch_pct_copy: float = 0.0
     speedup: float = 0.0
     row_bytes: int = 0
-    ours_host_us: Optional[float] = None
-    torch_host_us: Optional[float] = None
+    ours_host_us: float | None = None
+    torch_host_us: float | None = None
     reuse: float = 1.0  # logical / compulsory bytes: how often, on average, a touched row is read
     logical_pct_copy: float = 0.0
     notes: str = ""
     # A plain device-to-device copy that moves the case's compulsory bytes (half read, half
     # written; rounded to COPY_ALIGN), timed the same way: what a copy reaches at this size,
     # launch floor included.
-    same_size_copy_us: Optional[float] = None
-    same_size_copy_pct: Optional[float] = None  # its bandwidth (bytes it moved) / copy ceiling
+    same_size_copy_us: float | None = None
+    same_size_copy_pct: float | None = None  # its bandwidth (bytes it moved) / copy ceiling
 
 
 @dataclass
@@ -126,7 +126,7 @@ class Timer:
             torch.cuda.synchronize()
         return min(MAX_SLEEP_CYCLES, max(SLEEP_CYCLES, int(3 * min(host) * SLEEP_CLOCK_HZ)))
 
-    def median_us(self, fn: Callable[[], object], before: Optional[Callable[[], object]] = None) -> float:
+    def median_us(self, fn: Callable[[], object], before: Callable[[], object] | None = None) -> float:
         """Median GPU time of ``fn`` over ``reps`` cold calls; ``before`` (if given) runs ahead of
         each call, outside the timed window (the diagnostics scripts reset state with it)."""
         for _ in range(self.warmup):
@@ -136,7 +136,7 @@ class Timer:
         sleep = self.head_start_cycles(fn)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
-        for s, e in zip(starts, ends):
+        for s, e in zip(starts, ends, strict=False):
             self.evict_l2()
             if before:
                 before()
@@ -145,7 +145,7 @@ class Timer:
             fn()
             e.record()
         torch.cuda.synchronize()
-        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
+        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=False)) * 1e3
 
 
 def host_us(fn: Callable[[], object], calls: int = 50) -> float:
@@ -181,7 +181,7 @@ def zipf_indices(n: int, rows: int, alpha: float, gen: torch.Generator) -> torch
 
 
 def bag_indices(batch: int, pooling: int, rows: int, alpha: float, csr: bool,
-                gen: torch.Generator) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+                gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor | None]:
     """B bags of L lookups (zipf_indices): [B, L] indices and no offsets (fixed layout), or flat
     indices and B + 1 CSR offsets (include_last_offset)."""
     idx = zipf_indices(batch * pooling, rows, alpha, gen)
@@ -194,7 +194,7 @@ def table(rows: int, dim: int, dtype: torch.dtype, gen: torch.Generator) -> torc
     return torch.randn(rows, dim, generator=gen, device=DEV, dtype=torch.float32).to(dtype)
 
 
-def bag_bytes(weight: torch.Tensor, idx: torch.Tensor, offsets: Optional[torch.Tensor], psw: bool,
+def bag_bytes(weight: torch.Tensor, idx: torch.Tensor, offsets: torch.Tensor | None, psw: bool,
               out_elems: int) -> tuple[int, int]:
     row = weight.shape[1] * weight.element_size()
     extra = idx.numel() * idx.element_size() + (0 if offsets is None else offsets.numel() * offsets.element_size())
@@ -215,15 +215,17 @@ class TableBatch:
 
 
 def table_batch(rows: list[int], batch: int, pooling: list[int], alpha: float, gen: torch.Generator) -> TableBatch:
-    per_table = [zipf_indices(batch * p, r, alpha, gen) for r, p in zip(rows, pooling)]
+    per_table = [zipf_indices(batch * p, r, alpha, gen) for r, p in zip(rows, pooling, strict=False)]
     lengths = torch.tensor([p for p in pooling for _ in range(batch)], device=DEV)
-    return TableBatch(per_table, [torch.arange(0, i.numel() + 1, p, device=DEV) for i, p in zip(per_table, pooling)],
+    per_offsets = [torch.arange(0, i.numel() + 1, p, device=DEV) for i, p in zip(per_table, pooling, strict=False)]
+    return TableBatch(per_table, per_offsets,
                       torch.cat(per_table), torch.cat([lengths.new_zeros(1), lengths.cumsum(0)]))
 
 
 def table_batch_bytes(tables: list[torch.Tensor], tb: TableBatch, psw: bool, batch: int) -> tuple[int, int]:
     """(compulsory, logical) bytes of a table-batched call: bag_bytes summed over the tables."""
-    sizes = [bag_bytes(t, i, o, psw, batch * t.shape[1]) for t, i, o in zip(tables, tb.per_table, tb.per_table_offsets)]
+    sizes = [bag_bytes(t, i, o, psw, batch * t.shape[1])
+             for t, i, o in zip(tables, tb.per_table, tb.per_table_offsets, strict=False)]
     return sum(c for c, _ in sizes), sum(n for _, n in sizes)
 
 
@@ -262,7 +264,7 @@ class Suite:
         self.quick = quick
         self.gen = torch.Generator(device=DEV).manual_seed(seed)
         self.results: list[Result] = []
-        self._copy_buffers: Optional[tuple[torch.Tensor, torch.Tensor]] = None  # same-size copies
+        self._copy_buffers: tuple[torch.Tensor, torch.Tensor] | None = None  # same-size copies
         self.copy_gbps = copy_ceiling_gbps(self.timer)
         print(f"copy ceiling: {self.copy_gbps:.0f} GB/s (read + write)", flush=True)
 
@@ -292,7 +294,7 @@ class Suite:
         return self.timer.median_us(lambda: dst.copy_(src))
 
     def bag_case(self, name: str, group: str, weight: torch.Tensor, idx: torch.Tensor,
-                 offsets: Optional[torch.Tensor], mode: str, psw: bool) -> None:
+                 offsets: torch.Tensor | None, mode: str, psw: bool) -> None:
         w = None
         if psw:
             w = torch.rand(idx.shape, generator=self.gen, device=DEV).to(weight.dtype)
@@ -357,12 +359,12 @@ class Suite:
         def torch_per_table() -> list[torch.Tensor]:
             return [F.embedding_bag(i, t, o, mode=mode, include_last_offset=True,
                                     per_sample_weights=None if per_w is None else per_w[k])
-                    for k, (i, t, o) in enumerate(zip(per_idx, tables, per_off))]
+                    for k, (i, t, o) in enumerate(zip(per_idx, tables, per_off, strict=False))]
 
         def ours_per_table() -> list[torch.Tensor]:
             return [rk.embedding_bag(i, t, o, mode=mode, include_last_offset=True, check_indices=False,
                                      per_sample_weights=None if per_w is None else per_w[k])
-                    for k, (i, t, o) in enumerate(zip(per_idx, tables, per_off))]
+                    for k, (i, t, o) in enumerate(zip(per_idx, tables, per_off, strict=False))]
 
         with torch.no_grad():
             theirs = self.timer.median_us(torch_per_table)
@@ -442,7 +444,7 @@ class Suite:
                                 notes="dense grad: compulsory = indices + grad_out + whole grad table"))
 
 
-def tune(suite: "Suite") -> None:
+def tune(suite: Suite) -> None:
     """Forward-kernel variants on a few shapes (compile-time overrides, reference_kernels.tuning)."""
     shapes = [("5Mx128 B2048 L150 f32 sum", 5_000_000, 128, torch.float32, 2048, 150, "sum"),
               ("5Mx128 B2048 L150 f32 mean", 5_000_000, 128, torch.float32, 2048, 150, "mean"),
@@ -483,7 +485,7 @@ def tune(suite: "Suite") -> None:
             print(f"registers {regs:3d} local {local:3d} B  {variant}")
 
 
-def profile_cases(suite: "Suite") -> None:
+def profile_cases(suite: Suite) -> None:
     """A few calls of suite (1) in float32 and bfloat16, for Nsight Compute (ncu) to capture."""
     for dtype in (torch.float32, torch.bfloat16):
         weight = table(5_000_000, 128, dtype, suite.gen)
@@ -494,7 +496,7 @@ def profile_cases(suite: "Suite") -> None:
         torch.cuda.synchronize()
 
 
-def probe(suite: "Suite") -> None:
+def probe(suite: Suite) -> None:
     """Side-by-side evidence for docs/perf/: the same calls timed after a dirty and after a
     clean L2 flush, the smallest launch (the timing floor), tuning variants, a bag kernel given
     32x more bags, and the parts of the suite-1 backward."""
@@ -513,7 +515,7 @@ def probe(suite: "Suite") -> None:
 
     src = torch.randn(1 << 28, device=DEV)  # 1 GiB
     dst = torch.empty_like(src)
-    both("copy 1 GiB", lambda: dst.copy_(src), 2 << 30)
+    both("copy 1 GiB", lambda: dst.copy_(src), 2 << 30)  # noqa: F821  (timed before the del below)
     del src, dst
     for dtype in (torch.float32, torch.bfloat16):
         weight = table(5_000_000, 128, dtype, suite.gen)
@@ -553,7 +555,7 @@ def probe(suite: "Suite") -> None:
     dense = 5_000_000 * 128 * 4
     both("bwd part: torch.zeros of the 5Mx128 grad", lambda: torch.zeros(5_000_000, 128, device=DEV), dense)
     buf = torch.empty(5_000_000, 128, device=DEV)
-    both("bwd part: zero_() of an existing 5Mx128", lambda: buf.zero_(), dense)
+    both("bwd part: zero_() of an existing 5Mx128", lambda: buf.zero_(), dense)  # noqa: F821  (before the del)
     both("bwd part: stable sort of 307200 indices", lambda: torch.sort(idx.view(-1), stable=True), 0)
     rows = idx.view(-1)
     out_ours = rk.embedding_bag(idx, weight, check_indices=False)
@@ -584,7 +586,8 @@ def summary(results: list[Result], copy_gbps: float) -> dict[str, object]:
         "geomean_speedup": geomean([r.speedup for r in results]),
         "geomean_speedup_by_group": {g: geomean(v) for g, v in by_group.items()},
         "slower_than_torch": [r.case for r in results if r.speedup < 1.0],
-        "uniform_pct_copy_256B_plus": [round(r.pct_copy, 1) for r in uniform if r.row_bytes >= 256 and r.mode != "gather"],
+        "uniform_pct_copy_256B_plus": [round(r.pct_copy, 1) for r in uniform
+                                       if r.row_bytes >= 256 and r.mode != "gather"],
         "uniform_pct_copy_64_128B": [round(r.pct_copy, 1) for r in uniform if 64 <= r.row_bytes <= 128],
         "targets": {
             "rows_256B_plus_at_90pct": target_report([r for r in uniform if r.row_bytes >= 256], 90.0),
@@ -669,7 +672,8 @@ def compile_seconds() -> dict[str, float]:
 def run_groups(args: argparse.Namespace, chosen: list[str]) -> tuple[list[Result], float]:
     """Run the chosen groups in this process: their results and this process's copy ceiling."""
     suite = Suite(args.reps, args.quick, args.seed, args.flush)
-    steps = {"simple": suite.simple, "large": suite.single_table, "tables": suite.twelve_tables, "big": suite.two_big_tables,
+    steps = {"simple": suite.simple, "large": suite.single_table, "tables": suite.twelve_tables,
+             "big": suite.two_big_tables,
              "sweep": suite.sweep, "dcnv2": suite.dcnv2, "onehot": suite.one_hot, "backward": suite.backward,
              "tune": lambda: tune(suite), "profile": lambda: profile_cases(suite), "probe": lambda: probe(suite)}
     for name in chosen:
@@ -710,7 +714,7 @@ def run_isolated(args: argparse.Namespace, chosen: list[str],
     return results, ceilings, compiles
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", help="where to write every figure (JSON); required")
     p.add_argument("--chart", help="where to write the bandwidth chart (PNG); required")

@@ -40,7 +40,7 @@ INT64_MAX = 2**63 - 1
 POISON_OUTPUTS = os.environ.get("REFERENCE_KERNELS_POISON_OUTPUTS", "0") == "1"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _device_props(device_index: int) -> DeviceProps:
     return DeviceProps(**_nvrtc.device_attributes(device_index))
 
@@ -329,7 +329,7 @@ def backward_passes(grad_out: torch.Tensor, sorted_rows: torch.Tensor, positions
         (carries.data_ptr(), PTR), (_ptr(grad_weight), PTR), *tail])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _side_stream(device_index: int) -> torch.cuda.Stream:
     import torch
 

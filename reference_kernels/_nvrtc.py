@@ -25,9 +25,10 @@ import os
 import struct
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 KERNEL_DIR = Path(__file__).resolve().parent
 HEADERS: tuple[str, ...] = ("common.cuh", "optim_update.cuh")  # every header a source may include
@@ -145,7 +146,7 @@ def cached_cubin(filename: str, options: Sequence[str]) -> tuple[str, bytes]:
     return key, cubin
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def device_arch(device_index: int) -> str:
     import torch
 
@@ -244,7 +245,7 @@ PTR, I64, I32, F32 = "P", "q", "i", "f"
 _CU_LAUNCH_PARAM_BUFFER_POINTER, _CU_LAUNCH_PARAM_BUFFER_SIZE, _CU_LAUNCH_PARAM_END = 1, 2, 0
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _param_struct(codes: str) -> struct.Struct:
     return struct.Struct("@" + codes)
 

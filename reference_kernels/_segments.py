@@ -18,7 +18,6 @@ update each row where its sum is complete (FUSED_OPT), one pass over the touched
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from torch import Tensor
@@ -41,7 +40,7 @@ class Segments:
     num_rows: int
 
 
-def _sort_keys(flat: Tensor, bag_of: Optional[Tensor], num_rows: int, padding_idx: int) -> Tensor:
+def _sort_keys(flat: Tensor, bag_of: Tensor | None, num_rows: int, padding_idx: int) -> Tensor:
     """Each position's row as the sort key (int32 below 2^31 - 1 rows); the sentinel
     ``num_rows`` for the padding row and positions in no bag."""
     keys = flat.to(torch.int32 if num_rows < 2**31 - 1 else torch.int64)
@@ -51,8 +50,8 @@ def _sort_keys(flat: Tensor, bag_of: Optional[Tensor], num_rows: int, padding_id
     return keys if drop is None else torch.where(drop, num_rows, keys)
 
 
-def segment_gradient(grad_out: Tensor, flat: Tensor, bag_of: Optional[Tensor], bag_size: int, num_rows: int,
-                     per_sample_weights: Optional[Tensor], bag_scale: Optional[Tensor], padding_idx: int,
+def segment_gradient(grad_out: Tensor, flat: Tensor, bag_of: Tensor | None, bag_size: int, num_rows: int,
+                     per_sample_weights: Tensor | None, bag_scale: Tensor | None, padding_idx: int,
                      scale: float = 1.0) -> Segments:
     """``flat``: the table row of each lookup position; the rest as ``_launch.bag_backward``."""
     n, dim = flat.numel(), grad_out.shape[1]
@@ -125,8 +124,8 @@ def fits_passes(grad_out: Tensor, weight: Tensor) -> bool:
             and RowTiling.for_row(dim, vec).col_tiles == 1)
 
 
-def fused_update(grad_out: Tensor, flat: Tensor, bag_of: Optional[Tensor], bag_size: int,
-                 per_sample_weights: Optional[Tensor], bag_scale: Optional[Tensor], padding_idx: int, scale: float,
+def fused_update(grad_out: Tensor, flat: Tensor, bag_of: Tensor | None, bag_size: int,
+                 per_sample_weights: Tensor | None, bag_scale: Tensor | None, padding_idx: int, scale: float,
                  spec: OptimizerSpec, weight: Tensor, state1: Tensor, state2: Tensor, step: int, seed: int) -> None:
     """The fused backward + optimizer step on the looked-up rows of ``weight`` (in place)."""
     num_rows = weight.shape[0]

@@ -9,7 +9,8 @@ b's pooled rows of all tables side by side, the input of DLRM's interaction laye
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -59,7 +60,7 @@ def _setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
 
 
 def tbe_lookups(table_rows: Tensor, indices: Tensor, offsets: Tensor, mode: str,
-                psw: Optional[Tensor]) -> "_sparse.Lookups":
+                psw: Optional[Tensor]) -> _sparse.Lookups:
     """Where each position's gradient goes: global row = index + table start; output rows
     b * T + t of grad_out [B, T*dim] viewed as [B*T, dim]; mean's bag scale in that numbering."""
     tables = table_rows.numel()
@@ -91,7 +92,7 @@ class SparseTBE(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, weight: Tensor, table_rows: Tensor, table_sizes: Tensor, indices: Tensor,
                 offsets: Tensor, psw: Optional[Tensor], mode: str, check: bool,
-                fused: Optional["_sparse.FusedState"]) -> Tensor:
+                fused: Optional[_sparse.FusedState]) -> Tensor:
         ctx.mode, ctx.fused = mode, fused
         ctx.save_for_backward(weight, table_rows, indices, offsets, psw)
         return tbe_forward_op(weight, table_rows, table_sizes, indices, offsets, psw, mode, check)

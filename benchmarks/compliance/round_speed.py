@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO))  # compliance and tests.compliance from this checkout, however it is started
 
-from compliance.ruleset import load_ruleset
-from tests.compliance.roundgen import write_round
+from compliance.ruleset import load_ruleset  # noqa: E402
+from tests.compliance.roundgen import write_round  # noqa: E402
 
 
 def main() -> int:

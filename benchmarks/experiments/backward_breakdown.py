@@ -11,18 +11,15 @@ byte floor can be assigned to the lookups' bookkeeping, the sort, the passes and
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
-from typing import Optional
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from benchmarks.harness import zipf_indices
 from reference_kernels import optim
 from reference_kernels.tbe import TableBatchedEmbeddingBag
 from reference_kernels.tuning import tuned
-
-from benchmarks.harness import zipf_indices
 
 CASES = [("4Mx128 B6912 L100", 4_000_000, 128, 6912, 100), ("10Mx192 B65536 L32", 10_000_000, 192, 65536, 32)]
 STEPS = 5
@@ -55,7 +52,7 @@ def breakdown(rows: int, dim: int, batch: int, pooling: int, in_passes: bool) ->
     return "\n".join([f"  {total:9.1f} us  kernels in total per step"] + lines)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)

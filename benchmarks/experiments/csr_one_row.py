@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 
 import reference_kernels as rk
+from benchmarks.harness import Suite, bag_bytes, copy_ceiling_gbps, table, zipf_indices
 from reference_kernels.tuning import tuned
 
-from benchmarks.harness import Suite, bag_bytes, copy_ceiling_gbps, table, zipf_indices
 
 def mixed_offsets(batch: int) -> torch.Tensor:
     lengths = torch.ones(batch, dtype=torch.int64)
@@ -27,7 +27,8 @@ def mixed_offsets(batch: int) -> torch.Tensor:
     return torch.cat([lengths.new_zeros(1), lengths.cumsum(0)]).cuda()
 
 
-def case(suite: Suite, ceiling: float, label: str, weight: torch.Tensor, idx: torch.Tensor, offsets: "torch.Tensor | None", mode: str) -> None:
+def case(suite: Suite, ceiling: float, label: str, weight: torch.Tensor, idx: torch.Tensor,
+         offsets: torch.Tensor | None, mode: str) -> None:
     last = offsets is not None
     batch = idx.shape[0] if offsets is None else offsets.numel() - 1
     call = lambda: rk.embedding_bag(idx, weight, offsets, mode=mode, include_last_offset=last,  # noqa: E731
@@ -69,7 +70,8 @@ def main() -> None:
     with torch.no_grad():
         us = suite.timer.median_us(lambda: rk.embedding_bag(fixed, weight, mode="sum", check_indices=False))
     compulsory, _ = bag_bytes(weight, fixed, None, False, fixed.numel() * 128)
-    print(f"{'d128 float32 B131072 L1 fixed sum (bulk gather)':44s} {us:7.1f} us ({compulsory / (us * 1e3) / ceiling:5.1%})",
+    label = "d128 float32 B131072 L1 fixed sum (bulk gather)"
+    print(f"{label:44s} {us:7.1f} us ({compulsory / (us * 1e3) / ceiling:5.1%})",
           flush=True)
 
 

@@ -28,8 +28,6 @@ from contextlib import AbstractContextManager
 import torch
 import torch.nn.functional as F
 
-from reference_kernels.tuning import Tuning, tuned
-
 from benchmarks.harness import (
     DCN_POOLING,
     DCN_ROW_CAP,
@@ -39,6 +37,7 @@ from benchmarks.harness import (
     table_batch_bytes,
 )
 from reference_kernels.tbe import TableBatchedEmbeddingBag
+from reference_kernels.tuning import Tuning, tuned
 
 DEV = "cuda"
 BATCH = 6912
@@ -64,7 +63,8 @@ class Call:
             self.expected = torch.cat([
                 F.embedding_bag(i, t, o, mode=mode, include_last_offset=True,
                                 per_sample_weights=None if per_w is None else per_w[k])
-                for k, (i, t, o) in enumerate(zip(self.tb.per_table, weights, self.tb.per_table_offsets))], dim=1)
+                for k, (i, t, o) in enumerate(zip(self.tb.per_table, weights, self.tb.per_table_offsets,
+                                                  strict=False))], dim=1)
         self.comp, _ = table_batch_bytes(weights, self.tb, psw, BATCH)
         self.tol = tolerance(dtype)
 
@@ -121,7 +121,8 @@ def side_by_side(suite: Suite, label: str, comp: int, fn, check) -> None:  # typ
         for c in CHOICES:
             with choose(*c):
                 times[c].append(suite.timer.median_us(fn))
-    cells = [f"rows {r} vec {v}: {min(t):6.1f} us {suite.pct_of_copy(comp, min(t)):5.1f}%" for (r, v), t in times.items()]
+    cells = [f"rows {r} vec {v}: {min(t):6.1f} us {suite.pct_of_copy(comp, min(t)):5.1f}%"
+             for (r, v), t in times.items()]
     print(f"{label:36s} " + " | ".join(cells), flush=True)
 
 
@@ -140,7 +141,7 @@ def f32_choices(suite: Suite) -> None:
             with torch.no_grad():
                 return [rk.embedding_bag(i, t, o, mode=m, include_last_offset=True, check_indices=False,
                                          per_sample_weights=None if pw is None else pw[k])
-                        for k, (i, t, o) in enumerate(zip(c.tb.per_table, ws, c.tb.per_table_offsets))]
+                        for k, (i, t, o) in enumerate(zip(c.tb.per_table, ws, c.tb.per_table_offsets, strict=False))]
 
         side_by_side(suite, label.replace("TBE", "per-table"), call.comp, per_table,
                      lambda c=call, f=per_table: torch.testing.assert_close(torch.cat(f(), dim=1), c.expected,

@@ -24,8 +24,8 @@ def tolerance(dtype: torch.dtype) -> float:
 def table_batched(suite: Suite, label: str, rows: list[int], dim: int, batch: int, pooling: list[int],
                   alpha: float, dtype: torch.dtype, variants: list[tuple[str, bool]]) -> None:
     """One TBE call per (mode, per-sample weights) variant, checked against one torch call per table."""
-    per_idx = [zipf_indices(batch * p, r, alpha, suite.gen) for r, p in zip(rows, pooling)]
-    per_off = [torch.arange(0, i.numel() + 1, p, device=DEV) for i, p in zip(per_idx, pooling)]
+    per_idx = [zipf_indices(batch * p, r, alpha, suite.gen) for r, p in zip(rows, pooling, strict=False)]
+    per_off = [torch.arange(0, i.numel() + 1, p, device=DEV) for i, p in zip(per_idx, pooling, strict=False)]
     lengths = torch.tensor([p for p in pooling for _ in range(batch)], device=DEV)
     offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
     idx = torch.cat(per_idx)
@@ -38,11 +38,12 @@ def table_batched(suite: Suite, label: str, rows: list[int], dim: int, batch: in
         tables = [tbe.table(t).detach() for t in range(len(rows))]
         expected = torch.cat([F.embedding_bag(i, t, o, mode=mode, include_last_offset=True,
                                               per_sample_weights=per_w[k] if with_psw else None)
-                              for k, (i, t, o) in enumerate(zip(per_idx, tables, per_off))], dim=1)
+                              for k, (i, t, o) in enumerate(zip(per_idx, tables, per_off, strict=False))], dim=1)
         tol = tolerance(dtype)
         torch.testing.assert_close(tbe(idx, offsets, w), expected, rtol=tol, atol=tol)
-        us = suite.timer.median_us(lambda: tbe(idx, offsets, w))
-        comp = sum(bag_bytes(t, i, o, with_psw, batch * dim)[0] for t, i, o in zip(tables, per_idx, per_off))
+        us = suite.timer.median_us(lambda: tbe(idx, offsets, w))  # noqa: F821  (timed before the del below)
+        comp = sum(bag_bytes(t, i, o, with_psw, batch * dim)[0]
+                   for t, i, o in zip(tables, per_idx, per_off, strict=False))
         pct = 100 * comp / (us * 1e-6) / 1e9 / suite.copy_gbps
         name = f"{label} {mode}{'+psw' if with_psw else ''} {dtype}".replace("torch.", "")
         print(f"{name:36s} {us:7.1f} us {pct:5.1f}%", flush=True)

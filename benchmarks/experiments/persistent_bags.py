@@ -15,10 +15,9 @@ import torch
 import torch.nn.functional as F
 
 import reference_kernels as rk
-from reference_kernels.tuning import tuned
-
 from benchmarks.harness import Suite, bag_bytes, bag_indices, table, table_batch, table_batch_bytes
 from reference_kernels.tbe import TableBatchedEmbeddingBag
+from reference_kernels.tuning import tuned
 
 DEV = "cuda"
 GRIDS = (0, 1, 2)
@@ -105,9 +104,9 @@ def multi(suite: Suite, label: str, rows: list[int], dim: int, batch: int, pooli
     tbe.check_indices = False
     tb = table_batch(rows, batch, pooling, alpha, suite.gen)
     tables = [tbe.table(t).detach() for t in range(len(rows))]
-    per_off = [torch.arange(0, i.numel() + 1, p, device=DEV) for i, p in zip(tb.per_table, pooling)]
+    per_off = [torch.arange(0, i.numel() + 1, p, device=DEV) for i, p in zip(tb.per_table, pooling, strict=False)]
     expected = torch.cat([F.embedding_bag(i, t, o, mode="sum", include_last_offset=True)
-                          for i, t, o in zip(tb.per_table, tables, per_off)], dim=1)
+                          for i, t, o in zip(tb.per_table, tables, per_off, strict=False)], dim=1)
     for g in GRIDS:
         with tuned(forward_resident_waves=g):
             tol = tolerance(dtype)

@@ -25,8 +25,17 @@ import torch
 import torch.nn.functional as F
 
 import reference_kernels as rk
-from benchmarks.harness import (DCN_POOLING, DCN_ROW_CAP, DCN_ROWS, Suite, bag_bytes, table, table_batch,
-                                     table_batch_bytes, zipf_indices)
+from benchmarks.harness import (
+    DCN_POOLING,
+    DCN_ROW_CAP,
+    DCN_ROWS,
+    Suite,
+    bag_bytes,
+    table,
+    table_batch,
+    table_batch_bytes,
+    zipf_indices,
+)
 from reference_kernels.tbe import TableBatchedEmbeddingBag
 
 DEV = "cuda"

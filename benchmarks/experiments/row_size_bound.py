@@ -24,9 +24,8 @@ import torch
 import torch.nn.functional as F
 
 import reference_kernels as rk
-from reference_kernels.tuning import tuned
-
 from benchmarks.harness import Suite, table
+from reference_kernels.tuning import tuned
 
 DEV = "cuda"
 TABLE_BYTES = 1 << 30
@@ -81,7 +80,8 @@ def row_size(suite: Suite, dim: int) -> None:
         theirs = suite.timer.median_us(lambda b=bags, w=weight: F.embedding_bag(b, w, mode="sum"))
         copy = suite.same_size_copy_us(pooled_bytes)
         print(f"d{dim:<3d} {row:4d} B rows, {n:8d} {order:6s} pooled L{POOLING} | ours {ours:6.1f} us "
-              f"{suite.pct_of_copy(pooled_bytes, ours):5.1f}% | torch {theirs:6.1f} us {suite.pct_of_copy(pooled_bytes, theirs):5.1f}% "
+              f"{suite.pct_of_copy(pooled_bytes, ours):5.1f}% | torch {theirs:6.1f} us "
+              f"{suite.pct_of_copy(pooled_bytes, theirs):5.1f}% "
               f"| copy {suite.pct_of_copy(pooled_bytes, copy):5.1f}%", flush=True)
     del weight
     torch.cuda.empty_cache()

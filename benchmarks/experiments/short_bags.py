@@ -5,20 +5,18 @@ the short-bag kernel (several bags per team step) with 4 or 8 vectors in flight 
 8 or 16 blocks per SM, or a grid with one step per team (run 42, change 28), each next to a
 plain copy of the case's compulsory bytes.
 Median of 100 cold calls (the benchmark's Timer: clean L2 flush, head start)."""
-from typing import Optional
 
 import torch
 
 import reference_kernels as rk
-from reference_kernels.tuning import overrides_from_spec, tuned
-
 from benchmarks.harness import Suite, bag_bytes, table, zipf_indices
+from reference_kernels.tuning import overrides_from_spec, tuned
 
 CASES = [(dim, dtype, batch, pooling) for dim, dtype in ((32, torch.float32), (128, torch.float32),
                                                          (128, torch.bfloat16))
          for batch in (32768, 131072) for pooling in (1, 2, 4)]
 FULL_GRID = 1 << 30  # blocks per SM beyond any case's steps: a grid with one step per team
-VARIANTS: list[tuple[str, int, int, Optional[str]]] = [
+VARIANTS: list[tuple[str, int, int, str | None]] = [
     ("general", 0, 8, None), ("short 4v", 4, 8, None), ("short 4v 16/SM", 4, 16, None),
     ("short 4v one step/team", 4, FULL_GRID, None), ("short 8v one step/team", 8, FULL_GRID, None)]
 def main() -> None:

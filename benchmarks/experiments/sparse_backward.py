@@ -27,16 +27,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-
-from reference_kernels import optim
-from reference_kernels.tbe import TableBatchedEmbeddingBag
-from reference_kernels.tuning import tuned
 
 from benchmarks.harness import (
     DCN_POOLING,
@@ -46,6 +43,9 @@ from benchmarks.harness import (
     copy_ceiling_gbps,
     zipf_indices,
 )
+from reference_kernels import optim
+from reference_kernels.tbe import TableBatchedEmbeddingBag
+from reference_kernels.tuning import tuned
 
 DEV = "cuda"
 
@@ -58,7 +58,7 @@ class Row:
     ours_two_step_us: float  # the same with the compact float32 gradient written, then sparse_update.cu
     sort_us: float  # the stable sort of the lookups' rows alone (part of ours)
     torch_sparse_us: float
-    torch_dense_us: Optional[float]
+    torch_dense_us: float | None
     floor_us: float
     touched_rows: int
     speedup: float = 0.0
@@ -103,15 +103,17 @@ def torch_optimizer(name: str, param: torch.Tensor, sparse: bool) -> torch.optim
 
 def lookups(case: Case, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(table-local indices, T*B+1 offsets, global rows) of one step, table-major."""
-    per_table = [zipf_indices(case.batch * p, r, case.alpha, gen) for r, p in zip(case.rows, case.pooling)]
+    per_table = [zipf_indices(case.batch * p, r, case.alpha, gen)
+                 for r, p in zip(case.rows, case.pooling, strict=False)]
     lengths = torch.tensor([p for p in case.pooling for _ in range(case.batch)], device=DEV)
     offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
     starts = torch.tensor([0] + case.rows[:-1], device=DEV).cumsum(0)
-    global_rows = torch.cat([i + s for i, s in zip(per_table, starts.tolist())])
+    global_rows = torch.cat([i + s for i, s in zip(per_table, starts.tolist(), strict=False)])
     return torch.cat(per_table), offsets, global_rows
 
 
-def floor_bytes(case: Case, name: str, indices: torch.Tensor, offsets: torch.Tensor, global_rows: torch.Tensor) -> tuple[int, int]:
+def floor_bytes(case: Case, name: str, indices: torch.Tensor, offsets: torch.Tensor,
+                global_rows: torch.Tensor) -> tuple[int, int]:
     touched = int(torch.unique(global_rows).numel())
     row = case.dim * 4
     state = {"sgd": 0, "rowwise_adagrad": 4, "adam": 2 * row}[name]
@@ -128,16 +130,17 @@ def measure(case: Case, name: str, timer: Timer, gbps: float, gen: torch.Generat
     module.check_indices = False
     out = module(indices, offsets)
     grad = torch.randn(out.shape, generator=gen, device=DEV)
-    ours = timer.median_us(lambda: out.backward(grad, retain_graph=True))
+    # (the closures run before `del out` below; pyflakes cannot tell)
+    ours = timer.median_us(lambda: out.backward(grad, retain_graph=True))  # noqa: F821
     with tuned(fuse_into_passes=False):
-        two_step = timer.median_us(lambda: out.backward(grad, retain_graph=True))
+        two_step = timer.median_us(lambda: out.backward(grad, retain_graph=True))  # noqa: F821
     keys = global_rows.to(torch.int32)
     sort_us = timer.median_us(lambda: torch.sort(keys, stable=True))
     weight = module.weight.detach()
     del out, module
     # torch: one table of all rows, global indices, bags in table-major order (same bytes)
     grad_rows = grad.view(case.batch, tables, case.dim).transpose(0, 1).reshape(-1, case.dim).contiguous()
-    routes: dict[bool, Optional[float]] = {}
+    routes: dict[bool, float | None] = {}
     for sparse in (True, False):
         if not sparse and not dense:
             routes[sparse] = None
@@ -146,10 +149,10 @@ def measure(case: Case, name: str, timer: Timer, gbps: float, gen: torch.Generat
         opt = torch_optimizer(name, param, sparse)
         t_out = F.embedding_bag(global_rows, param, offsets, mode="sum", sparse=sparse, include_last_offset=True)
 
-        def step() -> None:
-            t_out.backward(grad_rows, retain_graph=True)
-            opt.step()
-            param.grad = None
+        def step() -> None:  # timed before the `del` below (pyflakes cannot tell)
+            t_out.backward(grad_rows, retain_graph=True)  # noqa: F821
+            opt.step()  # noqa: F821
+            param.grad = None  # noqa: F821
 
         routes[sparse] = timer.median_us(step)
         del t_out, opt, param
@@ -179,7 +182,7 @@ def table_md(rows: list[Row], gbps: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the markdown table here")
     parser.add_argument("--json", type=Path, help="write the rows as JSON here")
@@ -205,8 +208,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             dense = not (args.no_dense and sum(case.rows) > 8_000_000)
             row = measure(case, name, timer, gbps, gen, dense)
             rows.append(row)
-            print(f"{row.case:40s} {row.optimizer:16s} ours {row.ours_us:9.1f} us (two-step {row.ours_two_step_us:9.1f}, "
-                  f"sort {row.sort_us:7.1f})  torch sparse "
+            print(f"{row.case:40s} {row.optimizer:16s} ours {row.ours_us:9.1f} us "
+                  f"(two-step {row.ours_two_step_us:9.1f}, sort {row.sort_us:7.1f})  torch sparse "
                   f"{row.torch_sparse_us:9.1f}  dense {row.torch_dense_us or 0:9.1f}  x{row.speedup:5.2f}  "
                   f"{row.pct_floor:5.1f} % of floor", flush=True)
     text = table_md(rows, gbps)

@@ -1,7 +1,8 @@
 """Rows in flight against blocks per SM for the general kernel on bags of 12-32 rows (device
 diagnostics for docs/perf/change-40.md).
 
-scripts/suite1_bound.py (run 86, deleted: docs/perf/deleted-experiments.md) found that a minimal fixed-size bag kernel (units of exactly L rows,
+scripts/suite1_bound.py (run 86, deleted: docs/perf/deleted-experiments.md) found that a minimal
+fixed-size bag kernel (units of exactly L rows,
 output written) with 8 rows in flight per lane at 4 blocks per SM beats the same kernel with 16
 rows at 2 blocks by 4.5 % (L16) and 9 % (L20), while ours matches the 16-row one. This script
 times the package's own general kernel with its compile-time choices overridden (reference_kernels.tuning overrides:
@@ -28,10 +29,9 @@ import torch
 import torch.nn.functional as F
 
 import reference_kernels as rk
+from benchmarks.harness import Suite, bag_bytes, bag_indices, table
 from reference_kernels import diagnostics
 from reference_kernels.tuning import overrides_from_spec, tuned
-
-from benchmarks.harness import Suite, bag_bytes, bag_indices, table
 
 DEV = "cuda"
 SPECS = ["", "UNROLL=8,MIN_BLOCKS=4,PERSISTENT=0", "UNROLL=8,MIN_BLOCKS=4,PERSISTENT=1",

@@ -198,7 +198,7 @@ def main() -> None:
         print(f"{len(data['rows'])} combinations, {len(data['defines'])} distinct define sets -> {GOLDEN}")
         return
     old, new = readable(load()), readable(data)
-    changed = [(a, b) for a, b in zip(old, new) if a != b]
+    changed = [(a, b) for a, b in zip(old, new, strict=False) if a != b]
     for a, b in changed[:20]:
         print(f"- {a}\n+ {b}")
     print(f"{len(changed)} of {len(new)} combinations differ")

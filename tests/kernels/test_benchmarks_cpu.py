@@ -8,7 +8,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 from benchmarks import harness as bench  # noqa: E402

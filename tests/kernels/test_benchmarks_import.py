@@ -4,8 +4,8 @@ at import, has a main(), and reaches reference_kernels through public names only
 from __future__ import annotations
 
 import ast
-import re
 import importlib
+import re
 import subprocess
 import sys
 from pathlib import Path

@@ -8,8 +8,8 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -49,12 +49,13 @@ NVCC_VARIANTS: dict[str, list[str]] = {
                                   "-DBACKWARD_PASS=1 -DROW_T=int -DCHUNK_POS=32 -DHAS_SCALE=1 -DSTREAMING_ROWS=0",
                                   "-DBACKWARD_PASS=1 -DGRAD_F32=1 -DWEIGHT_DTYPE=1 -DVEC=8 -DROW_LANES=16 -DROW_T=int",
                                   "-DBACKWARD_PASS=2 -DGRAD_F32=1 -DWEIGHT_DTYPE=2 -DVEC=8 -DROW_LANES=16 -DROW_T=int",
-                                  "-DBACKWARD_PASS=1 -DFUSED_OPT=1 -DOPTIMIZER=2 -DVEC=4 -DROW_LANES=16 -DCHUNKS=3 -DUNROLL=1 -DROW_T=int",
-                                  "-DBACKWARD_PASS=1 -DFUSED_OPT=1 -DOPTIMIZER=1 -DWEIGHT_DTYPE=2 -DVEC=8 -DROW_LANES=16 "
-                                  "-DSTOCHASTIC=1 -DROW_T=int",
+                                  "-DBACKWARD_PASS=1 -DFUSED_OPT=1 -DOPTIMIZER=2 -DVEC=4 -DROW_LANES=16 -DCHUNKS=3 "
+                                  "-DUNROLL=1 -DROW_T=int",
+                                  "-DBACKWARD_PASS=1 -DFUSED_OPT=1 -DOPTIMIZER=1 -DWEIGHT_DTYPE=2 -DVEC=8 "
+                                  "-DROW_LANES=16 -DSTOCHASTIC=1 -DROW_T=int",
                                   "-DBACKWARD_PASS=1 -DFUSED_OPT=1 -DOPTIMIZER=0 -DROW_T=int -DUNROLL=4",
-                                  "-DBACKWARD_PASS=2 -DFUSED_OPT=1 -DOPTIMIZER=1 -DWEIGHT_DTYPE=1 -DVEC=8 -DROW_LANES=8 "
-                                  "-DSTOCHASTIC=1"],
+                                  "-DBACKWARD_PASS=2 -DFUSED_OPT=1 -DOPTIMIZER=1 -DWEIGHT_DTYPE=1 -DVEC=8 "
+                                  "-DROW_LANES=8 -DSTOCHASTIC=1"],
     "embedding_gather.cu": ["", "-DCHUNK_BYTES=2 -DROW_LANES=4 -DINDEX_T=int"],
     "index_check.cu": ["", "-DINDEX_T=int"],
     "sparse_update.cu": ["", "-DOPTIMIZER=1 -DROW_T=int -DITERS=2", "-DOPTIMIZER=2 -DWEIGHT_DTYPE=1 -DSTOCHASTIC=1",
@@ -85,7 +86,8 @@ def _ptxas_report(output: str) -> str:
     return f"registers={','.join(regs)} spills(stores,loads)={spills}"
 
 
-def _compile(source: str, flags: str, arch: str, out_dir: Path) -> tuple[str, str, str, subprocess.CompletedProcess[str]]:
+def _compile(source: str, flags: str, arch: str,
+             out_dir: Path) -> tuple[str, str, str, subprocess.CompletedProcess[str]]:
     cmd = ["nvcc", "-std=c++17", "-cubin", f"-arch={arch}", "-Xptxas", "-v", *flags.split(),
            "-o", str(out_dir / f"{source}.{arch}.{abs(hash(flags))}.cubin"), str(KERNEL_DIR / source)]
     return source, flags, arch, subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -141,7 +143,8 @@ def _launcher_picks() -> list[str]:
                     segmented = _plan.segmented_defines(variant, avg_len=avg_len, tuning=KNOBS)
                     if segmented is not None:  # the segmented kernel: every pick too
                         key = ("segmented",) + tuple(segmented[k] for k in (
-                            "WEIGHT_DTYPE", "MODE", "HAS_PSW", "WRITE_ARGMAX", "VEC", "CHUNKS", "UNROLL", "SEGMENT_BAGS"))
+                            "WEIGHT_DTYPE", "MODE", "HAS_PSW", "WRITE_ARGMAX", "VEC", "CHUNKS", "UNROLL",
+                            "SEGMENT_BAGS"))
                         picks.setdefault(key, " ".join(f"-D{k}={v}" for k, v in segmented.items()))
     return list(picks.values())
 
@@ -301,8 +304,9 @@ def test_segmented_kernel_holds_every_offset_of_a_segment_in_one_team() -> None:
     assert segment_rows(0, KNOBS) == 64 and segment_rows(1, KNOBS) == segment_rows(2, KNOBS) == 32
     assert [segment_bags(n, 32, 64) for n in (1, 4, 5, 8, SEGMENT_MAX_AVG + 1)] == [16, 16, 12, 8, 1]
     tiling = RowTiling.for_row(128, 4)
-    assert [segmented_defines(_variant(code, "sum", False, False, tiling), avg_len=8,  # type: ignore[index]
-                              tuning=KNOBS)["SEGMENT_ROWS"] for code in (0, 1, 2)] == [64, 32, 32]  # the kernel's own per-table sizes alike
+    rows = [segmented_defines(_variant(code, "sum", False, False, tiling), avg_len=8,  # type: ignore[index]
+                              tuning=KNOBS)["SEGMENT_ROWS"] for code in (0, 1, 2)]
+    assert rows == [64, 32, 32]  # the kernel's own per-table sizes alike
     assert segment_bags(1, 8) == 7 and segment_bags(1, 4) == 3  # never more bags than a team has lanes - 1
     assert [segment_cap(32, b, 132, KNOBS) for b in (1024, 6912, 32768, 131072)] == [0, 3, 15, 16]  # >= 16 warps
     assert segment_cap(8, 131072, 132, KNOBS) == 7 and segment_cap(8, 32768, 132, KNOBS) == 3  # 4 teams per warp

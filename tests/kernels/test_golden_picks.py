@@ -12,7 +12,7 @@ def test_the_launcher_picks_what_the_golden_table_records() -> None:
     now = golden_picks.table()
     assert len(now["rows"]) == 32_400
     old_lines, new_lines = golden_picks.readable(golden), golden_picks.readable(now)
-    changed = [f"- {a}\n+ {b}" for a, b in zip(old_lines, new_lines) if a != b]
+    changed = [f"- {a}\n+ {b}" for a, b in zip(old_lines, new_lines, strict=False) if a != b]
     assert len(old_lines) == len(new_lines)
     assert not changed, (f"{len(changed)} combinations pick differently (first 5 below); if intended, regenerate "
                          "with python3 -m tests.kernels.golden_picks --write\n" + "\n".join(changed[:5]))

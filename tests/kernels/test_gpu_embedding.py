@@ -10,15 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Optional
 
 import pytest
 
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
+from kernel_bounds import assert_within, pooled_tolerance  # noqa: E402
 
 import reference_kernels as rk  # noqa: E402
-from kernel_bounds import assert_within, pooled_tolerance  # noqa: E402
 
 pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("poison_outputs")]
 
@@ -32,7 +31,7 @@ class Bags:
     """One batch of lookups in the layout under test (arguments for embedding_bag)."""
 
     input: torch.Tensor
-    offsets: Optional[torch.Tensor]
+    offsets: torch.Tensor | None
     include_last_offset: bool
     longest: int  # longest bag: sets the error bound
 
@@ -77,20 +76,20 @@ def random_table(rows: int, dim: int, dtype: torch.dtype, gen: torch.Generator) 
     return torch.randn(rows, dim, generator=gen, device="cuda").to(dtype)
 
 
-def torch_bag(bags: Bags, weight: torch.Tensor, mode: str, psw: Optional[torch.Tensor],
-              padding_idx: Optional[int]) -> torch.Tensor:
+def torch_bag(bags: Bags, weight: torch.Tensor, mode: str, psw: torch.Tensor | None,
+              padding_idx: int | None) -> torch.Tensor:
     return F.embedding_bag(bags.input, weight, bags.offsets, mode=mode, per_sample_weights=psw,
                            include_last_offset=bags.include_last_offset, padding_idx=padding_idx)
 
 
-def ours_bag(bags: Bags, weight: torch.Tensor, mode: str, psw: Optional[torch.Tensor],
-             padding_idx: Optional[int]) -> torch.Tensor:
+def ours_bag(bags: Bags, weight: torch.Tensor, mode: str, psw: torch.Tensor | None,
+             padding_idx: int | None) -> torch.Tensor:
     return rk.embedding_bag(bags.input, weight, bags.offsets, mode=mode, per_sample_weights=psw,
                             include_last_offset=bags.include_last_offset, padding_idx=padding_idx)
 
 
-def check_bag(bags: Bags, weight: torch.Tensor, mode: str, psw: Optional[torch.Tensor] = None,
-              padding_idx: Optional[int] = None) -> None:
+def check_bag(bags: Bags, weight: torch.Tensor, mode: str, psw: torch.Tensor | None = None,
+              padding_idx: int | None = None) -> None:
     ours = ours_bag(bags, weight, mode, psw, padding_idx)
     if mode == "max":
         expected = torch_bag(bags, weight, mode, psw, padding_idx)
@@ -370,13 +369,14 @@ def test_persistent_teams_max_backward_and_table_batched(gen: torch.Generator) -
 
     rows, pooling = [300, 1000, 50], [12, 20, 16]
     tbe = TableBatchedEmbeddingBag(rows, 128, "sum", torch.float32, "cuda")
-    per_table = [torch.randint(0, r, (batch * p,), generator=gen, device="cuda") for r, p in zip(rows, pooling)]
+    per_table = [torch.randint(0, r, (batch * p,), generator=gen, device="cuda")
+                 for r, p in zip(rows, pooling, strict=False)]
     lengths = torch.tensor([p for p in pooling for _ in range(batch)], device="cuda")
     offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
     with torch.no_grad():
         out = tbe(torch.cat(per_table), offsets)
         expected = torch.cat([F.embedding_bag(i.view(batch, p), tbe.table(t), mode="sum")
-                              for t, (i, p) in enumerate(zip(per_table, pooling))], dim=1)
+                              for t, (i, p) in enumerate(zip(per_table, pooling, strict=False))], dim=1)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-4)
     assert _persistent_plans(batch * len(rows)), "the persistent general kernel was not used"
 
@@ -637,7 +637,7 @@ def _grad_bound(ref_fn, ours_grad: torch.Tensor, ref_grad: torch.Tensor, terms: 
 
 
 def _bag_grad(fn, bags: Bags, weight: torch.Tensor, mode: str, grad_out: torch.Tensor,
-              psw: Optional[torch.Tensor], padding_idx: Optional[int]) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+              psw: torch.Tensor | None, padding_idx: int | None) -> tuple[torch.Tensor, torch.Tensor | None]:
     w = weight.detach().clone().requires_grad_(True)
     p = None if psw is None else psw.detach().clone().requires_grad_(True)
     out = fn(bags, w, mode, p, padding_idx)
@@ -891,7 +891,8 @@ def test_table_batched(mode: str, gen: torch.Generator) -> None:
     per_table = [make_bags("csr_last", batch, 5, r, torch.int64, gen) for r in rows]
     indices = torch.cat([b.input for b in per_table])
     starts = [0] + torch.tensor([b.input.numel() for b in per_table]).cumsum(0).tolist()
-    offsets = torch.cat([per_table[0].offsets[:1]] + [b.offsets[1:] + s for b, s in zip(per_table, starts)])
+    offsets = torch.cat([per_table[0].offsets[:1]]
+                        + [b.offsets[1:] + s for b, s in zip(per_table, starts, strict=False)])
     out = tbe(indices, offsets)
     assert out.shape == (batch, len(rows) * dim)
     grad = torch.randn(out.shape, generator=gen, device="cuda")
@@ -932,7 +933,7 @@ def test_table_batched_mixed_bag_lengths(mode: str, with_psw: bool, dtype: torch
 
     rows, pooling, batch, dim = MIXED_TABLES[tables]
     tbe = TableBatchedEmbeddingBag(rows, dim, mode, dtype, "cuda")
-    per_table = [make_bags("csr_last", batch, p, r, torch.int64, gen) for r, p in zip(rows, pooling)]
+    per_table = [make_bags("csr_last", batch, p, r, torch.int64, gen) for r, p in zip(rows, pooling, strict=False)]
     check_table_batched(tbe, per_table, mode, dtype, with_psw, gen)
     _check_segmented_plan_used()
 
@@ -943,7 +944,8 @@ def check_table_batched(tbe: object, per_table: list[Bags], mode: str, dtype: to
     dim = tbe.weight.shape[1]  # type: ignore[attr-defined]
     indices = torch.cat([b.input for b in per_table])
     starts = [0] + torch.tensor([b.input.numel() for b in per_table]).cumsum(0).tolist()
-    offsets = torch.cat([per_table[0].offsets[:1]] + [b.offsets[1:] + s for b, s in zip(per_table, starts)])
+    offsets = torch.cat([per_table[0].offsets[:1]]
+                        + [b.offsets[1:] + s for b, s in zip(per_table, starts, strict=False)])
     psw = torch.rand(indices.shape, generator=gen, device="cuda").to(dtype) if with_psw else None
     with torch.no_grad():
         out = tbe(indices, offsets, psw)
