@@ -160,8 +160,10 @@ def embedding_bag_with(input: Tensor, weight: Tensor, offsets: Tensor | None, ma
     if (sparse or fused is not None) and _needs_grad(weight, psw):
         from ._sparse import SparseBag
 
-        return SparseBag.apply(weight.contiguous(), indices, offsets, psw, mode, pad,  # type: ignore[no-any-return]
-                               include_last_offset and offsets is not None, check, fused)
+        bag: Tensor = SparseBag.apply(  # type: ignore[no-untyped-call]
+            weight.contiguous(), indices, offsets, psw, mode, pad, include_last_offset and offsets is not None, check,
+            fused)
+        return bag
     need_argmax = mode == "max" and torch.is_grad_enabled() and weight.requires_grad
     op = _ops.embedding_bag_op if _use_custom_op(weight, psw) else _ops.embedding_bag_impl
     out, _ = op(weight.contiguous(), indices, offsets, psw, mode, pad,
@@ -192,6 +194,8 @@ def embedding_with(input: Tensor, weight: Tensor, padding_idx: int | None, max_n
     if (sparse or fused is not None) and _needs_grad(weight):
         from ._sparse import SparseEmbedding
 
-        return SparseEmbedding.apply(weight.contiguous(), input.contiguous(), pad, check, fused)  # type: ignore[no-any-return]
+        rows: Tensor = SparseEmbedding.apply(  # type: ignore[no-untyped-call]
+            weight.contiguous(), input.contiguous(), pad, check, fused)
+        return rows
     op = _ops.embedding_op if _use_custom_op(weight) else _ops.embedding_impl
     return op(weight.contiguous(), input.contiguous(), pad, check)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import EmbeddingIndexError, _nvrtc, tuning
@@ -224,6 +225,7 @@ def gather(weight: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     prepared = _prepared(call, weight.device, lambda props, knobs: plan_gather(call, props, knobs))
     assert prepared is not None
     plan, fn, grid = prepared
+    args: list[tuple[object, str]]
     if plan.entry == "embedding_gather_bulk":
         args = [(weight.data_ptr(), PTR), (_ptr(indices), PTR), (indices.numel(), I64), (out.data_ptr(), PTR)]
     else:
@@ -235,7 +237,9 @@ def gather(weight: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
 
 # The trailing parameters of the backward kernels when no optimizer is fused (FUSED_OPT = 0):
 # weight, state1, state2, lr, eps, beta1, beta2, weight_decay, step_size, seed.
-NO_FUSED_ARGS: list[tuple[object, str]] = [(0, PTR)] * 3 + [(0.0, F32)] * 6 + [(0, I64)]
+_NULL: tuple[object, str] = (0, PTR)
+_ZERO: tuple[object, str] = (0.0, F32)
+NO_FUSED_ARGS: list[tuple[object, str]] = [_NULL] * 3 + [_ZERO] * 6 + [(0, I64)]
 
 
 def bag_backward(grad_out: torch.Tensor, indices: torch.Tensor, bag_of: torch.Tensor | None, *, bag_size: int,
@@ -280,6 +284,7 @@ def bag_backward(grad_out: torch.Tensor, indices: torch.Tensor, bag_of: torch.Te
                     grad_weight=grad_weight)
     if side is not main:
         main.wait_stream(side)
+        assert keys is not None  # the overlapped branch always has its keys
         for t in (flat, grad_weight, keys):  # used on both streams: not reused before the side work is done
             t.record_stream(side)
     return grad_weight
@@ -297,7 +302,7 @@ def sort_by_row(flat: torch.Tensor, num_weights: int) -> tuple[torch.Tensor, tor
 def backward_passes(grad_out: torch.Tensor, sorted_rows: torch.Tensor, positions: torch.Tensor, *,
                     bag_of: torch.Tensor | None, bag_size: int, per_sample_weights: torch.Tensor | None,
                     bag_scale: torch.Tensor | None, padding_idx: int, scale: float,
-                    grad_weight: torch.Tensor | None, fused_defines: dict[str, object] | None = None,
+                    grad_weight: torch.Tensor | None, fused_defines: Mapping[str, object] | None = None,
                     fused_args: list[tuple[object, str]] | None = None) -> None:
     """The chunk and combine kernels: write every looked-up row of ``grad_weight`` (float32 rows
     when it is float32 and grad_out is not: GRAD_F32), or, with ``fused_defines`` / ``fused_args``
@@ -333,7 +338,7 @@ def backward_passes(grad_out: torch.Tensor, sorted_rows: torch.Tensor, positions
 def _side_stream(device_index: int) -> torch.cuda.Stream:
     import torch
 
-    return torch.cuda.Stream(device_index)
+    return torch.cuda.Stream(device_index)  # type: ignore[no-untyped-call]
 
 
 def _zero_untouched_rows(grad_weight: torch.Tensor, rows: torch.Tensor, padding_idx: int,
@@ -356,7 +361,7 @@ def _zero_untouched_rows(grad_weight: torch.Tensor, rows: torch.Tensor, padding_
     _launch_on(grad_weight, mark, grid, [
         (rows.data_ptr(), PTR), (rows.numel(), I64), (num_weights, I64), (touched.data_ptr(), PTR),
         (_ptr(keys), PTR)])
-    marked = torch.cuda.Event()
+    marked = torch.cuda.Event()  # type: ignore[no-untyped-call]
     marked.record()
     row_bytes = dim * grad_weight.element_size()
     word = vector_width(row_bytes, 1, grad_weight.data_ptr())  # bytes per zeroed word: 2..16

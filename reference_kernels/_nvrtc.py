@@ -58,7 +58,7 @@ _MODULES: dict[tuple[Any, ...], Any] = {}  # (file, defines, device) -> CUmodule
 
 def _bindings() -> tuple[Any, Any]:
     try:
-        from cuda.bindings import driver, nvrtc
+        from cuda.bindings import driver, nvrtc  # type: ignore[import-untyped]
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
             "reference_kernels needs cuda-python's bindings for NVRTC and the driver: "
@@ -124,7 +124,7 @@ def compile_cubin(filename: str, options: Sequence[str]) -> bytes:
         size = _check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
         cubin = b" " * size
         _check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
-        return cubin
+        return bytes(cubin)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
@@ -160,7 +160,7 @@ def device_attributes(device_index: int) -> dict[str, int]:
     import torch
 
     driver, _ = _bindings()
-    torch.cuda.init()
+    torch.cuda.init()  # type: ignore[no-untyped-call]
     dev = _check(driver.cuDeviceGet(device_index), "cuDeviceGet")
     attr = driver.CUdevice_attribute
 
@@ -183,7 +183,7 @@ def _load_module(cubin: bytes, device_index: int) -> Any:
     import torch
 
     driver, _ = _bindings()
-    torch.cuda.init()
+    torch.cuda.init()  # type: ignore[no-untyped-call]
     with torch.cuda.device(device_index):
         ctx = _check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
         if int(ctx) == 0:  # torch has not made the primary context current on this thread yet

@@ -95,7 +95,8 @@ class SparseTBE(torch.autograd.Function):
                 fused: Optional[_sparse.FusedState]) -> Tensor:
         ctx.mode, ctx.fused = mode, fused
         ctx.save_for_backward(weight, table_rows, indices, offsets, psw)
-        return tbe_forward_op(weight, table_rows, table_sizes, indices, offsets, psw, mode, check)
+        out: Tensor = tbe_forward_op(weight, table_rows, table_sizes, indices, offsets, psw, mode, check)
+        return out
 
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], ...]:
@@ -153,7 +154,10 @@ class TableBatchedEmbeddingBag(_sparse.FusedOptimizerMixin, torch.nn.Module):
         psw = None if per_sample_weights is None else per_sample_weights.contiguous()
         fused = self.fused_state(self.weight)
         if (self.sparse or fused is not None) and torch.is_grad_enabled() and self.weight.requires_grad:
-            return SparseTBE.apply(self.weight, self.table_rows, self.table_sizes,  # type: ignore[no-any-return]
-                                   indices.contiguous(), offsets.contiguous(), psw, self.mode, check, fused)
-        return tbe_forward_op(self.weight, self.table_rows, self.table_sizes, indices.contiguous(),
-                              offsets.contiguous(), psw, self.mode, check)
+            pooled: Tensor = SparseTBE.apply(  # type: ignore[no-untyped-call]
+                self.weight, self.table_rows, self.table_sizes, indices.contiguous(), offsets.contiguous(), psw,
+                self.mode, check, fused)
+            return pooled
+        out: Tensor = tbe_forward_op(self.weight, self.table_rows, self.table_sizes, indices.contiguous(),
+                                     offsets.contiguous(), psw, self.mode, check)
+        return out
