@@ -23,6 +23,7 @@ from ._plan import (
     Plan,
     RowTiling,
     grid_stride_blocks,
+    overlaps_zero_fill,
     plan_backward,
     plan_bag_forward,
     plan_gather,
@@ -259,11 +260,7 @@ def bag_backward(grad_out: torch.Tensor, indices: torch.Tensor, bag_of: torch.Te
     flat = indices.reshape(-1)
     main = torch.cuda.current_stream(grad_out.device)
     side = main
-    knobs = tuning.current()
-    # Zero the untouched rows on a side stream only when lookups are few per table row: then the
-    # sort and the passes are small and latency-bound and hide under the fill; with many, both
-    # sides are memory-bound and a memset followed by the passes is faster.
-    if knobs.overlap_zero_fill and n <= knobs.overlap_max_lookups_per_row * num_weights:
+    if overlaps_zero_fill(n, num_weights, tuning.current()):
         grad_weight = new_output((num_weights, dim), grad_out)
         # the side stream's first kernel (the bitmap) also writes the int32 sort keys: one
         # launch fewer before the sort, and launches beside the fill are slow

@@ -524,6 +524,14 @@ def backward_chunk(num_positions: int, sms: int, tuning: Tuning) -> int:
     return tuning.backward_chunks[-1]
 
 
+def overlaps_zero_fill(num_positions: int, num_weights: int, tuning: Tuning) -> bool:
+    """Zero the untouched gradient rows on a side stream, beside the sort and the passes, only
+    when lookups are few per table row: then the sort and the passes are small and latency-bound
+    and hide under the fill; with many, both sides are memory-bound and a memset followed by the
+    passes is faster."""
+    return tuning.overlap_zero_fill and num_positions <= tuning.overlap_max_lookups_per_row * num_weights
+
+
 def plan_backward(call: BackwardCall, device: DeviceProps, tuning: Tuning) -> tuple[Plan, Plan]:
     """The chunk pass and the combine pass (the same grid: a team per chunk and column tile)."""
     tiling = RowTiling.for_row(call.dim, vector_width(call.dim, call.elem_bytes, call.grad_align))

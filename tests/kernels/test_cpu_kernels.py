@@ -561,3 +561,14 @@ def test_kernel_manifest_is_valid_and_matches_the_sources() -> None:
         for symbol in kernel.entry_symbols:
             pattern = r'extern "C" __global__ void\b[^;{]*?\b' + symbol + r"\("
             assert re.search(pattern, text), (kernel.id, symbol)
+
+
+def test_zero_fill_overlaps_the_backward_only_for_few_lookups_per_row() -> None:
+    """Suite 1 (307200 lookups of 5M rows: 0.06 per row) zeroes its untouched rows beside the sort
+    and the passes; suite 3 (2 x 65536 x 32 lookups of 20M rows: 0.21 per row) runs a memset
+    first; the knob off: never."""
+    from reference_kernels._plan import overlaps_zero_fill
+
+    assert overlaps_zero_fill(2048 * 150, 5_000_000, KNOBS)
+    assert not overlaps_zero_fill(2 * 65536 * 32, 20_000_000, KNOBS)
+    assert not overlaps_zero_fill(2048 * 150, 5_000_000, replace(KNOBS, overlap_zero_fill=False))
