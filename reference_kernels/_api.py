@@ -135,11 +135,13 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None,
                   per_sample_weights: Tensor | None = None, include_last_offset: bool = False,
                   padding_idx: int | None = None, *, check_indices: bool | None = None) -> Tensor:
     """Drop-in for ``torch.nn.functional.embedding_bag`` on CUDA tensors (see docs/kernels.md)."""
-    return embedding_bag_with(input, weight, offsets, max_norm, norm_type, scale_grad_by_freq, mode, sparse,
-                              per_sample_weights, include_last_offset, padding_idx, check_indices, None)
+    return embedding_bag_with(input, weight, offsets, max_norm=max_norm, norm_type=norm_type,
+                              scale_grad_by_freq=scale_grad_by_freq, mode=mode, sparse=sparse,
+                              per_sample_weights=per_sample_weights, include_last_offset=include_last_offset,
+                              padding_idx=padding_idx, check_indices=check_indices, fused=None)
 
 
-def embedding_bag_with(input: Tensor, weight: Tensor, offsets: Tensor | None, max_norm: float | None,
+def embedding_bag_with(input: Tensor, weight: Tensor, offsets: Tensor | None, *, max_norm: float | None,
                        norm_type: float, scale_grad_by_freq: bool, mode: str, sparse: bool,
                        per_sample_weights: Tensor | None, include_last_offset: bool, padding_idx: int | None,
                        check_indices: bool | None, fused: FusedState | None) -> Tensor:
@@ -176,11 +178,11 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,
               scale_grad_by_freq: bool = False, sparse: bool = False, *,
               check_indices: bool | None = None) -> Tensor:
     """Drop-in for ``torch.nn.functional.embedding`` on CUDA tensors (see docs/kernels.md)."""
-    return embedding_with(input, weight, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse,
-                          check_indices, None)
+    return embedding_with(input, weight, padding_idx=padding_idx, max_norm=max_norm, norm_type=norm_type,
+                          scale_grad_by_freq=scale_grad_by_freq, sparse=sparse, check_indices=check_indices, fused=None)
 
 
-def embedding_with(input: Tensor, weight: Tensor, padding_idx: int | None, max_norm: float | None,
+def embedding_with(input: Tensor, weight: Tensor, *, padding_idx: int | None, max_norm: float | None,
                    norm_type: float, scale_grad_by_freq: bool, sparse: bool, check_indices: bool | None,
                    fused: FusedState | None) -> Tensor:
     """``embedding``, optionally with a fused optimizer (``fused``: the module's state)."""

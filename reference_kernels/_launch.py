@@ -182,12 +182,13 @@ def bag_forward(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tens
     prepared = _prepared(call, weight.device, lambda props, knobs: plan_bag_forward(call, props, knobs))
     assert prepared is not None
     plan, fn, grid = prepared
-    _launch_on(weight, fn, grid, _forward_args(plan, call, weight, indices, offsets, per_sample_weights,
-                                               padding_idx, table_rows, out, argmax), block=plan.block)
+    args = _forward_args(plan, call, weight=weight, indices=indices, offsets=offsets, psw=per_sample_weights,
+                         padding_idx=padding_idx, table_rows=table_rows, out=out, argmax=argmax)
+    _launch_on(weight, fn, grid, args, block=plan.block)
     return out, argmax
 
 
-def _forward_args(plan: Plan, call: BagCall, weight: torch.Tensor, indices: torch.Tensor,
+def _forward_args(plan: Plan, call: BagCall, *, weight: torch.Tensor, indices: torch.Tensor,
                   offsets: torch.Tensor | None, psw: torch.Tensor | None, padding_idx: int,
                   table_rows: torch.Tensor | None, out: torch.Tensor,
                   argmax: torch.Tensor | None) -> list[tuple[object, str]]:

@@ -50,7 +50,7 @@ def _sort_keys(flat: Tensor, bag_of: Tensor | None, num_rows: int, padding_idx: 
     return keys if drop is None else torch.where(drop, num_rows, keys)
 
 
-def segment_gradient(grad_out: Tensor, flat: Tensor, bag_of: Tensor | None, bag_size: int, num_rows: int,
+def segment_gradient(grad_out: Tensor, flat: Tensor, *, bag_of: Tensor | None, bag_size: int, num_rows: int,
                      per_sample_weights: Tensor | None, bag_scale: Tensor | None, padding_idx: int,
                      scale: float = 1.0) -> Segments:
     """``flat``: the table row of each lookup position; the rest as ``_launch.bag_backward``."""
@@ -124,7 +124,7 @@ def fits_passes(grad_out: Tensor, weight: Tensor) -> bool:
             and RowTiling.for_row(dim, vec).col_tiles == 1)
 
 
-def fused_update(grad_out: Tensor, flat: Tensor, bag_of: Tensor | None, bag_size: int,
+def fused_update(grad_out: Tensor, flat: Tensor, *, bag_of: Tensor | None, bag_size: int,
                  per_sample_weights: Tensor | None, bag_scale: Tensor | None, padding_idx: int, scale: float,
                  spec: OptimizerSpec, weight: Tensor, state1: Tensor, state2: Tensor, step: int, seed: int) -> None:
     """The fused backward + optimizer step on the looked-up rows of ``weight`` (in place)."""
@@ -132,8 +132,9 @@ def fused_update(grad_out: Tensor, flat: Tensor, bag_of: Tensor | None, bag_size
     if flat.numel() == 0 or weight.shape[1] == 0:
         return
     if not fits_passes(grad_out, weight):
-        seg = segment_gradient(grad_out, flat, bag_of, bag_size, num_rows, per_sample_weights, bag_scale,
-                               padding_idx, scale)
+        seg = segment_gradient(grad_out, flat, bag_of=bag_of, bag_size=bag_size, num_rows=num_rows,
+                               per_sample_weights=per_sample_weights, bag_scale=bag_scale, padding_idx=padding_idx,
+                               scale=scale)
         apply_update(seg, spec, weight, state1, state2, step, seed)
         return
     sorted_rows, positions = torch.sort(_sort_keys(flat, bag_of, num_rows, padding_idx), stable=True)

@@ -75,14 +75,16 @@ def sparse_or_fused_backward(grad_out: Tensor, lookups: Lookups, weight: Tensor,
     num_rows, dim = weight.shape
     bag_size = max(1, lookups.bag_size)
     if fused is None:
-        seg = _segments.segment_gradient(grad_out, lookups.rows, lookups.bag_of, bag_size, num_rows,
-                                         lookups.per_sample_weights, lookups.bag_scale, lookups.padding_idx,
-                                         lookups.scale)
+        seg = _segments.segment_gradient(grad_out, lookups.rows, bag_of=lookups.bag_of, bag_size=bag_size,
+                                         num_rows=num_rows, per_sample_weights=lookups.per_sample_weights,
+                                         bag_scale=lookups.bag_scale, padding_idx=lookups.padding_idx,
+                                         scale=lookups.scale)
         return _segments.sparse_coo(seg, dim, weight.dtype)
     fused.step += 1
-    _segments.fused_update(grad_out, lookups.rows, lookups.bag_of, bag_size, lookups.per_sample_weights,
-                           lookups.bag_scale, lookups.padding_idx, lookups.scale, fused.spec, weight, fused.state1,
-                           fused.state2, fused.step, fused.seed)
+    _segments.fused_update(grad_out, lookups.rows, bag_of=lookups.bag_of, bag_size=bag_size,
+                           per_sample_weights=lookups.per_sample_weights, bag_scale=lookups.bag_scale,
+                           padding_idx=lookups.padding_idx, scale=lookups.scale, spec=fused.spec, weight=weight,
+                           state1=fused.state1, state2=fused.state2, step=fused.step, seed=fused.seed)
     return None
 
 

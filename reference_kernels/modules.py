@@ -28,10 +28,11 @@ class EmbeddingBag(FusedOptimizerMixin, torch.nn.EmbeddingBag):
 
     def forward(self, input: Tensor, offsets: Tensor | None = None,
                 per_sample_weights: Tensor | None = None) -> Tensor:
-        return embedding_bag_with(input, self.weight, offsets, self.max_norm, self.norm_type,
-                                  self.scale_grad_by_freq, self.mode, self.sparse, per_sample_weights,
-                                  self.include_last_offset, self.padding_idx, self.check_indices,
-                                  self.fused_state(self.weight))
+        return embedding_bag_with(input, self.weight, offsets, max_norm=self.max_norm, norm_type=self.norm_type,
+                                  scale_grad_by_freq=self.scale_grad_by_freq, mode=self.mode, sparse=self.sparse,
+                                  per_sample_weights=per_sample_weights, include_last_offset=self.include_last_offset,
+                                  padding_idx=self.padding_idx, check_indices=self.check_indices,
+                                  fused=self.fused_state(self.weight))
 
 
 class Embedding(FusedOptimizerMixin, torch.nn.Embedding):
@@ -44,6 +45,7 @@ class Embedding(FusedOptimizerMixin, torch.nn.Embedding):
         self.optimizer = None if optimizer is None else check_spec(optimizer)
 
     def forward(self, input: Tensor) -> Tensor:
-        return embedding_with(input, self.weight, self.padding_idx, self.max_norm, self.norm_type,
-                              self.scale_grad_by_freq, self.sparse, self.check_indices,
-                              self.fused_state(self.weight))
+        return embedding_with(input, self.weight, padding_idx=self.padding_idx, max_norm=self.max_norm,
+                              norm_type=self.norm_type, scale_grad_by_freq=self.scale_grad_by_freq,
+                              sparse=self.sparse, check_indices=self.check_indices,
+                              fused=self.fused_state(self.weight))
