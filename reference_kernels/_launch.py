@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import EmbeddingIndexError, _nvrtc, tuning
 from ._nvrtc import F32, I32, I64, PTR
@@ -94,41 +94,93 @@ def new_output(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
     return torch.empty(shape, dtype=like.dtype, device=like.device)
 
 
-# (tuning, device index) -> call -> (plan, compiled function, grid). The tuning is part of the
-# key, so experiments that change a knob never meet a stale plan; the host work of a repeated
-# call is one description and one dictionary lookup.
-_PLANS: dict[tuple[tuning.Tuning, int | None], dict[object, tuple[Plan, Any, int]]] = {}
+# A call's key holds the raw values its description is built from, and nothing else: the
+# description (BagCall, GatherCall) is made from the key alone, on a miss, so no input of the
+# selection can be left out of the key. A hit costs one small tuple and two dictionary lookups
+# (a frozen dataclass per call costs several microseconds of host time more).
+Prepared = tuple[Plan, Any, int, Any]  # plan, compiled function, grid, the call's description
 
 
+class BagKey(NamedTuple):
+    """What bag_forward's selection depends on, as read from the tensors."""
+
+    dtype: Any  # torch.dtype of the weight
+    num_rows: int
+    dim: int
+    weight_align: int
+    out_aligned: bool
+    index_dtype: Any  # torch.dtype of the indices
+    bag_size: int
+    num_indices: int
+    num_bags: int
+    tables: int
+    table_batched: bool
+    mode: str
+    has_psw: bool
+    need_argmax: bool
+    has_padding: bool
+
+
+class GatherKey(NamedTuple):
+    """What gather's selection depends on, as read from the tensors."""
+
+    dtype: Any
+    dim: int
+    weight_align: int
+    out_aligned: bool
+    index_dtype: Any
+    num_indices: int
+# (tuning, device index) -> key -> Prepared. The tuning is part of the key, so experiments that
+# change a knob never meet a stale plan.
+_PLANS: dict[tuple[tuning.Tuning, int | None], dict[BagKey | GatherKey, Prepared]] = {}
 _MAX_PLANS = 4096
+_last: list[Any] = [None, None, None]  # the tuning, device index and plans of the last call
 
 
 def planned_launches() -> list[tuple[Plan, int]]:
     """(plan, grid) of every call planned since clear_plans (tests check which paths ran)."""
-    return [(plan, grid) for plans in _PLANS.values() for plan, _, grid in plans.values()]
+    return [(plan, grid) for plans in _PLANS.values() for plan, _, grid, _ in plans.values()]
 
 
 def clear_plans() -> None:
     _PLANS.clear()
+    _last[:] = [None, None, None]
 
 
-def _prepared(call: object, device: torch.device, make: Any) -> tuple[Plan, Any, int] | None:
-    """The memoised (plan, function, grid) of ``call`` on ``device``; ``make(props, knobs)``
-    selects the plan (None: the path does not serve the call)."""
+def _plans_now(device_index: int | None) -> tuple[tuning.Tuning, dict[BagKey | GatherKey, Prepared]]:
     knobs = tuning.current()
-    plans = _PLANS.setdefault((knobs, device.index), {})
-    if call in plans:
-        return plans[call]
+    if _last[0] is not knobs or _last[1] != device_index:  # identity: no hash of the knobs per call
+        _last[:] = [knobs, device_index, _PLANS.setdefault((knobs, device_index), {})]
+    return knobs, _last[2]
+
+
+def _prepared(key: BagKey | GatherKey, device: torch.device, describe: Any, select: Any) -> Prepared | None:
+    """The memoised (plan, function, grid, description) of the call ``key`` on ``device``:
+    ``describe(key)`` makes the call's description, ``select(call, props, knobs)`` its plan
+    (None: the path does not serve the call)."""
+    knobs, plans = _plans_now(device.index)
+    found = plans.get(key)
+    if found is not None:
+        return found
     props = device_props(device)
-    plan = make(props, knobs)
+    call = describe(key)
+    plan = select(call, props, knobs)
     if plan is None:
         return None
     if len(plans) >= _MAX_PLANS:  # calls of ever new sizes (CSR batches) must not grow it forever
         plans.clear()
     fn = _nvrtc.get_function(plan.source, plan.entry, dict(plan.defines), device.index)
     resident = _nvrtc.resident_blocks(fn, plan.block) if plan.resident_waves is not None else 0
-    plans[call] = (plan, fn, plan.grid(props.sms, resident))
-    return plans[call]
+    plans[key] = (plan, fn, plan.grid(props.sms, resident), call)
+    return plans[key]
+
+
+def _describe_bag(key: BagKey) -> BagCall:
+    return BagCall(weight_dtype=_dtype_code(key.dtype), elem_bytes=key.dtype.itemsize, dim=key.dim,
+                   num_rows=key.num_rows, weight_align=key.weight_align, out_aligned=key.out_aligned,
+                   index_type=_index_type(key.index_dtype), bag_size=key.bag_size, num_indices=key.num_indices,
+                   num_bags=key.num_bags, tables=key.tables, table_batched=key.table_batched, mode=key.mode,
+                   has_psw=key.has_psw, need_argmax=key.need_argmax, has_padding=key.has_padding)
 
 
 def index_check(indices: torch.Tensor, num_embeddings: int, offsets: torch.Tensor | None) -> None:
@@ -173,15 +225,14 @@ def bag_forward(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tens
     argmax = torch.empty(shape, dtype=torch.int64, device=weight.device) if need_argmax else None
     if num_bags == 0 or dim == 0:
         return out, argmax
-    call = BagCall(weight_dtype=_dtype_code(weight.dtype), elem_bytes=weight.element_size(), dim=dim,
-                   num_rows=weight.shape[0], weight_align=weight.data_ptr() % 16, out_aligned=out.data_ptr() % 16 == 0,
-                   index_type=_index_type(indices.dtype), bag_size=indices.shape[1] if offsets is None else 0,
-                   num_indices=indices.numel(), num_bags=num_bags, tables=tables, table_batched=table_rows is not None,
-                   mode=mode, has_psw=per_sample_weights is not None, need_argmax=need_argmax,
-                   has_padding=padding_idx >= 0)
-    prepared = _prepared(call, weight.device, lambda props, knobs: plan_bag_forward(call, props, knobs))
+    key = BagKey(dtype=weight.dtype, num_rows=weight.shape[0], dim=dim, weight_align=weight.data_ptr() % 16,
+                 out_aligned=out.data_ptr() % 16 == 0, index_dtype=indices.dtype,
+                 bag_size=indices.shape[1] if offsets is None else 0, num_indices=indices.numel(), num_bags=num_bags,
+                 tables=tables, table_batched=table_rows is not None, mode=mode,
+                 has_psw=per_sample_weights is not None, need_argmax=need_argmax, has_padding=padding_idx >= 0)
+    prepared = _prepared(key, weight.device, _describe_bag, plan_bag_forward)
     assert prepared is not None
-    plan, fn, grid = prepared
+    plan, fn, grid, call = prepared
     args = _forward_args(plan, call, weight=weight, indices=indices, offsets=offsets, psw=per_sample_weights,
                          padding_idx=padding_idx, table_rows=table_rows, out=out, argmax=argmax)
     _launch_on(weight, fn, grid, args, block=plan.block)
@@ -221,12 +272,11 @@ def gather(weight: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     out = new_output((indices.numel(), dim), weight)
     if out.numel() == 0:
         return out
-    call = GatherCall(elem_bytes=weight.element_size(), dim=dim, weight_align=weight.data_ptr() % 16,
-                      out_aligned=out.data_ptr() % 16 == 0, index_type=_index_type(indices.dtype),
-                      num_indices=indices.numel())
-    prepared = _prepared(call, weight.device, lambda props, knobs: plan_gather(call, props, knobs))
+    key = GatherKey(dtype=weight.dtype, dim=dim, weight_align=weight.data_ptr() % 16,
+                    out_aligned=out.data_ptr() % 16 == 0, index_dtype=indices.dtype, num_indices=indices.numel())
+    prepared = _prepared(key, weight.device, _describe_gather, plan_gather)
     assert prepared is not None
-    plan, fn, grid = prepared
+    plan, fn, grid, _ = prepared
     args: list[tuple[object, str]]
     if plan.entry == "embedding_gather_bulk":
         args = [(weight.data_ptr(), PTR), (_ptr(indices), PTR), (indices.numel(), I64), (out.data_ptr(), PTR)]
@@ -235,6 +285,12 @@ def gather(weight: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
                 (out.data_ptr(), PTR)]
     _launch_on(weight, fn, grid, args, block=plan.block)
     return out
+
+
+def _describe_gather(key: GatherKey) -> GatherCall:
+    return GatherCall(elem_bytes=key.dtype.itemsize, dim=key.dim, weight_align=key.weight_align,
+                      out_aligned=key.out_aligned, index_type=_index_type(key.index_dtype),
+                      num_indices=key.num_indices)
 
 
 # The trailing parameters of the backward kernels when no optimizer is fused (FUSED_OPT = 0):
