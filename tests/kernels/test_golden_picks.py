@@ -11,6 +11,8 @@ def test_the_launcher_picks_what_the_golden_table_records() -> None:
     golden = golden_picks.load()
     now = golden_picks.table()
     assert len(now["rows"]) == 32_400
+    if now == golden:
+        return
     old_lines, new_lines = golden_picks.readable(golden), golden_picks.readable(now)
     changed = [f"- {a}\n+ {b}" for a, b in zip(old_lines, new_lines, strict=False) if a != b]
     assert len(old_lines) == len(new_lines)
