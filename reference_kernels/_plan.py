@@ -274,27 +274,32 @@ def _general_bags(call: BagCall, device: DeviceProps, tuning: Tuning) -> Plan:
     pos32 = fits_pos32(num_indices=call.num_indices, num_rows=call.num_rows, num_bags=call.num_bags, dim=call.dim,
                        tuning=tuning)
     tiling = call.tiling()
+    why: list[str] = []
     defines = forward_defines(Variant.of(call), avg_len=call.avg_len, many_bags=many_bags, pos32=pos32,
-                              tuning=tuning)
+                              tuning=tuning, why=why)
     team = int(defines["TEAM"])  # type: ignore[call-overload]
     blocks = _ceil_div(call.num_bags * tiling.col_tiles * team, BLOCK)
     persistent = bool(defines["PERSISTENT"])
     return _plan(FORWARD, "embedding_bag_forward", defines, blocks,
                  f"general kernel: {'teams striding over' if persistent else 'one team per'} bag(s)",
-                 f"{'many' if many_bags else 'few'} bags, {'32' if pos32 else '64'}-bit positions",
+                 f"{'many' if many_bags else 'few'} bags, {'32' if pos32 else '64'}-bit positions", *why,
                  resident_waves=tuning.forward_resident_waves if persistent else None, col_tiles=tiling.col_tiles)
 
 
 def forward_defines(variant: Variant, *, avg_len: int, many_bags: bool = True, pos32: bool = True,
-                    tuning: Tuning) -> Defines:
+                    tuning: Tuning, why: list[str] | None = None) -> Defines:
     """Compile-time variant of the general forward kernel for bags of ``avg_len`` rows.
     A team reads as many rows at once as fit in a warp, but no more than a bag holds.
     ``many_bags``: the call has more bags than ``min_blocks`` blocks per SM hold teams.
-    ``pos32``: the call's positions, rows and threads fit 31 bits (fits_pos32)."""
+    ``pos32``: the call's positions, rows and threads fit 31 bits (fits_pos32).
+    ``why``, when given, receives one line per rule that shaped the variant."""
+    reasons = why if why is not None else []
     tiling = variant.tiling
     rows_at_once = min(32 // tiling.row_lanes, _floor_pow2(avg_len))
     group_rows = _ceil_div(max(1, avg_len), rows_at_once)
     unroll, min_blocks = _rows_in_flight(tiling, variant.has_psw, variant.need_argmax, group_rows, tuning)
+    reasons.append(f"{rows_at_once} row(s) at once per team, {group_rows} rows per lane group: {unroll} in flight "
+                   f"per lane, at least {min_blocks} blocks per SM")
     # Teams stride over bags of at most persistent_max_group_rows rows per lane group: they load
     # the next bag's bounds and indices while this bag's rows are in flight. Longer bags overlap
     # their own index batches; the 3-4 blocks-per-SM variants spill with the stride's registers.
@@ -306,17 +311,23 @@ def forward_defines(variant: Variant, *, avg_len: int, many_bags: bool = True, p
                         and unroll == tuning.unroll_rows)
     # with 32-bit positions (6-11 registers fewer) the next two fit 64 registers: 4 blocks per SM
     blocks = 4 if pos32 else 3
+    if persistent:
+        reasons.append(f"bags of at most {tuning.persistent_max_group_rows} rows per lane group: teams stride")
     if tuning.stride_f32_half_unroll and persistent and plain_f32 and full_f32_vectors and rows_at_once == 1:
         # d128 striding: the same bytes in flight per SM, more warps to cover each bag's last row
         unroll, min_blocks = tuning.unroll_rows // 2, blocks
+        reasons.append(f"stride_f32_half_unroll: {unroll} rows in flight at {blocks} blocks per SM")
     if tuning.wide_f32_fewer_rows and plain_f32 and tiling.chunks == 3 and unroll == 4:
         # 192 columns: 2 rows in flight, more blocks, one team per bag (striding spills there)
         unroll, min_blocks, persistent = 2, blocks, False
+        reasons.append(f"wide_f32_fewer_rows: 2 rows in flight at {blocks} blocks per SM, one team per bag")
     if tuning.small_f32_more_blocks and pos32 and full_f32_vectors and not variant.need_argmax:
         if rows_at_once == 2:  # 64 columns: half the rows in flight, more blocks (mean, max spill at 4)
             unroll, min_blocks = tuning.unroll_rows // 2, 4 if variant.mode == "sum" and not variant.has_psw else 3
+            reasons.append(f"small_f32_more_blocks: {unroll} rows in flight at {min_blocks} blocks per SM")
         elif rows_at_once == 4 and variant.has_psw and persistent:  # 32 columns, per-sample weights
             min_blocks = 3
+            reasons.append("small_f32_more_blocks: 3 blocks per SM")
     return _bag_defines(variant, min_blocks, tuning, TEAM=tiling.row_lanes * rows_at_once, UNROLL=unroll,
                         PERSISTENT=int(persistent), POS32=int(pos32))
 

@@ -572,3 +572,19 @@ def test_zero_fill_overlaps_the_backward_only_for_few_lookups_per_row() -> None:
     assert overlaps_zero_fill(2048 * 150, 5_000_000, KNOBS)
     assert not overlaps_zero_fill(2 * 65536 * 32, 20_000_000, KNOBS)
     assert not overlaps_zero_fill(2048 * 150, 5_000_000, replace(KNOBS, overlap_zero_fill=False))
+
+
+def test_a_plan_says_why_it_was_chosen() -> None:
+    """Each plan carries one line per choice: d128 float32 bags of 20 rows in a call of many bags
+    take the general kernel striding, with the d128 rule's rows in flight and blocks."""
+    from reference_kernels._plan import BagCall, plan_bag_forward
+
+    call = BagCall(weight_dtype=0, elem_bytes=4, dim=128, num_rows=1_000_000, weight_align=0, out_aligned=True,
+                   index_type="i64", bag_size=20, num_indices=16384 * 20, num_bags=16384, tables=1,
+                   table_batched=False, mode="sum", has_psw=False, need_argmax=False, has_padding=False)
+    plan = plan_bag_forward(call, HOPPER, KNOBS)
+    assert plan.entry == "embedding_bag_forward" and plan.define("MIN_BLOCKS") == 4
+    assert plan.why[0] == "general kernel: teams striding over bag(s)"
+    assert "stride_f32_half_unroll: 8 rows in flight at 4 blocks per SM" in plan.why
+    short = plan_bag_forward(replace(call, bag_size=2, num_indices=16384 * 2), HOPPER, KNOBS)
+    assert short.entry == "embedding_bag_forward_short" and short.why == ("fixed bags of 2: 2 bags per team step",)
