@@ -34,7 +34,7 @@ class EmbeddingIndexError(IndexError):
     """An index is outside [0, num_embeddings), or the offsets are not a valid CSR layout."""
 
 
-def embedding_bag(input: "Tensor", weight: "Tensor", offsets: "Tensor | None" = None, *args: Any, **kwargs: Any) -> "Tensor":
+def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None, *args: Any, **kwargs: Any) -> Tensor:
     """Pooled lookup; arguments and result of ``torch.nn.functional.embedding_bag``, plus
     keyword ``check_indices`` (bool; default from REFERENCE_KERNELS_SKIP_INDEX_CHECK)."""
     from . import _api
@@ -42,7 +42,7 @@ def embedding_bag(input: "Tensor", weight: "Tensor", offsets: "Tensor | None" = 
     return _api.embedding_bag(input, weight, offsets, *args, **kwargs)
 
 
-def embedding(input: "Tensor", weight: "Tensor", *args: Any, **kwargs: Any) -> "Tensor":
+def embedding(input: Tensor, weight: Tensor, *args: Any, **kwargs: Any) -> Tensor:
     """Unpooled lookup; arguments and result of ``torch.nn.functional.embedding``, plus
     keyword ``check_indices``."""
     from . import _api

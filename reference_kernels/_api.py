@@ -8,7 +8,7 @@ dtypes first, then the CUDA requirement, so both are testable on a CPU); the cus
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -29,7 +29,7 @@ def default_check_indices() -> bool:
     return os.environ.get(SKIP_CHECK_ENV, "0") not in ("1", "true", "True", "yes")
 
 
-def _use_custom_op(*tensors: Optional[Tensor]) -> bool:
+def _use_custom_op(*tensors: Tensor | None) -> bool:
     """The registered op (autograd, torch.compile) is needed when a gradient may flow or
     dynamo is tracing; otherwise the implementation is called directly (less host overhead)."""
     if torch.compiler.is_compiling():
@@ -37,12 +37,12 @@ def _use_custom_op(*tensors: Optional[Tensor]) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
-def _needs_grad(*tensors: Optional[Tensor]) -> bool:
+def _needs_grad(*tensors: Tensor | None) -> bool:
     """A backward may run: sparse gradients and fused optimizers take their own autograd path."""
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
-def _require_cuda(fn: str, **tensors: Optional[Tensor]) -> None:
+def _require_cuda(fn: str, **tensors: Tensor | None) -> None:
     present = {name: t for name, t in tensors.items() if t is not None}
     for name, t in present.items():
         if t.device.type != "cuda":
@@ -52,14 +52,17 @@ def _require_cuda(fn: str, **tensors: Optional[Tensor]) -> None:
                 f"torch.nn.functional.{fn} on the CPU.")
     devices = {t.device for t in present.values()}
     if len(devices) > 1:
-        raise RuntimeError(f"reference_kernels.{fn}: all tensors must be on one device, got {sorted(map(str, devices))}")
+        raise RuntimeError(f"reference_kernels.{fn}: all tensors must be on one device, "
+                           f"got {sorted(map(str, devices))}")
 
 
 def _check_weight(fn: str, weight: Tensor) -> None:
     if weight.dim() != 2:
-        raise ValueError(f"reference_kernels.{fn}: weight must be 2-D [num_embeddings, embedding_dim], got shape {tuple(weight.shape)}")
+        raise ValueError(f"reference_kernels.{fn}: weight must be 2-D [num_embeddings, embedding_dim], "
+                         f"got shape {tuple(weight.shape)}")
     if weight.dtype not in WEIGHT_DTYPES:
-        raise TypeError(f"reference_kernels.{fn}: weight dtype must be float32, float16 or bfloat16, got {weight.dtype}")
+        raise TypeError(f"reference_kernels.{fn}: weight dtype must be float32, float16 or bfloat16, "
+                        f"got {weight.dtype}")
 
 
 def _check_index_dtype(fn: str, name: str, t: Tensor) -> None:
@@ -67,11 +70,12 @@ def _check_index_dtype(fn: str, name: str, t: Tensor) -> None:
         raise TypeError(f"reference_kernels.{fn}: {name} must be int32 or int64, got {t.dtype}")
 
 
-def _normalise_padding_idx(fn: str, padding_idx: Optional[int], num_embeddings: int) -> int:
+def _normalise_padding_idx(fn: str, padding_idx: int | None, num_embeddings: int) -> int:
     if padding_idx is None:
         return -1
     if not -num_embeddings <= padding_idx < num_embeddings:
-        raise ValueError(f"reference_kernels.{fn}: padding_idx must be within [-{num_embeddings}, {num_embeddings}), got {padding_idx}")
+        raise ValueError(f"reference_kernels.{fn}: padding_idx must be within [-{num_embeddings}, "
+                         f"{num_embeddings}), got {padding_idx}")
     return padding_idx % num_embeddings
 
 
@@ -80,14 +84,14 @@ def _reject_unsupported(fn: str, scale_grad_by_freq: bool) -> None:
         raise NotImplementedError(f"reference_kernels.{fn}: scale_grad_by_freq=True is not supported")
 
 
-def _renorm(weight: Tensor, indices: Tensor, max_norm: Optional[float], norm_type: float) -> None:
+def _renorm(weight: Tensor, indices: Tensor, max_norm: float | None, norm_type: float) -> None:
     """max_norm: rescale the looked-up rows in place first, exactly as torch does (torch's kernel)."""
     if max_norm is not None:
         with torch.no_grad():
             torch.embedding_renorm_(weight, indices.reshape(-1), max_norm, norm_type)
 
 
-def _bag_layout(input: Tensor, offsets: Optional[Tensor], include_last_offset: bool) -> tuple[Tensor, Optional[Tensor]]:
+def _bag_layout(input: Tensor, offsets: Tensor | None, include_last_offset: bool) -> tuple[Tensor, Tensor | None]:
     """Validate the fixed ([B, L], no offsets) or CSR (1-D + offsets) layout; one index dtype."""
     _check_index_dtype("embedding_bag", "input", input)
     if input.dim() == 2:
@@ -95,7 +99,8 @@ def _bag_layout(input: Tensor, offsets: Optional[Tensor], include_last_offset: b
             raise ValueError("reference_kernels.embedding_bag: if input is 2-D [B, L], offsets must be None")
         return input.contiguous(), None
     if input.dim() != 1:
-        raise ValueError(f"reference_kernels.embedding_bag: input must be 1-D (with offsets) or 2-D, got {input.dim()}-D")
+        raise ValueError(f"reference_kernels.embedding_bag: input must be 1-D (with offsets) or 2-D, "
+                         f"got {input.dim()}-D")
     if offsets is None:
         raise ValueError("reference_kernels.embedding_bag: offsets must be given when input is 1-D")
     _check_index_dtype("embedding_bag", "offsets", offsets)
@@ -108,33 +113,38 @@ def _bag_layout(input: Tensor, offsets: Optional[Tensor], include_last_offset: b
     return input.contiguous(), offsets.contiguous()
 
 
-def _check_per_sample_weights(psw: Optional[Tensor], mode: str, input: Tensor, weight: Tensor) -> Optional[Tensor]:
+def _check_per_sample_weights(psw: Tensor | None, mode: str, input: Tensor, weight: Tensor) -> Tensor | None:
     if psw is None:
         return None
     if mode != "sum":
         raise NotImplementedError(
-            f"reference_kernels.embedding_bag: per_sample_weights is only supported for mode='sum' (got mode='{mode}'), as in torch")
+            f"reference_kernels.embedding_bag: per_sample_weights is only supported for mode='sum' "
+            f"(got mode='{mode}'), as in torch")
     if psw.shape != input.shape:
-        raise ValueError(f"reference_kernels.embedding_bag: per_sample_weights must have the shape of input {tuple(input.shape)}, got {tuple(psw.shape)}")
+        raise ValueError(f"reference_kernels.embedding_bag: per_sample_weights must have the shape of input "
+                         f"{tuple(input.shape)}, got {tuple(psw.shape)}")
     if psw.dtype != weight.dtype:
-        raise TypeError(f"reference_kernels.embedding_bag: per_sample_weights dtype {psw.dtype} must match weight dtype {weight.dtype}")
+        raise TypeError(f"reference_kernels.embedding_bag: per_sample_weights dtype {psw.dtype} must match "
+                        f"weight dtype {weight.dtype}")
     return psw.contiguous()
 
 
-def embedding_bag(input: Tensor, weight: Tensor, offsets: Optional[Tensor] = None,
-                  max_norm: Optional[float] = None, norm_type: float = 2.0,
+def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None,
+                  max_norm: float | None = None, norm_type: float = 2.0,
                   scale_grad_by_freq: bool = False, mode: str = "mean", sparse: bool = False,
-                  per_sample_weights: Optional[Tensor] = None, include_last_offset: bool = False,
-                  padding_idx: Optional[int] = None, *, check_indices: Optional[bool] = None) -> Tensor:
+                  per_sample_weights: Tensor | None = None, include_last_offset: bool = False,
+                  padding_idx: int | None = None, *, check_indices: bool | None = None) -> Tensor:
     """Drop-in for ``torch.nn.functional.embedding_bag`` on CUDA tensors (see docs/kernels.md)."""
-    return embedding_bag_with(input, weight, offsets, max_norm, norm_type, scale_grad_by_freq, mode, sparse,
-                              per_sample_weights, include_last_offset, padding_idx, check_indices, None)
+    return embedding_bag_with(input, weight, offsets, max_norm=max_norm, norm_type=norm_type,
+                              scale_grad_by_freq=scale_grad_by_freq, mode=mode, sparse=sparse,
+                              per_sample_weights=per_sample_weights, include_last_offset=include_last_offset,
+                              padding_idx=padding_idx, check_indices=check_indices, fused=None)
 
 
-def embedding_bag_with(input: Tensor, weight: Tensor, offsets: Optional[Tensor], max_norm: Optional[float],
+def embedding_bag_with(input: Tensor, weight: Tensor, offsets: Tensor | None, *, max_norm: float | None,
                        norm_type: float, scale_grad_by_freq: bool, mode: str, sparse: bool,
-                       per_sample_weights: Optional[Tensor], include_last_offset: bool, padding_idx: Optional[int],
-                       check_indices: Optional[bool], fused: Optional["FusedState"]) -> Tensor:
+                       per_sample_weights: Tensor | None, include_last_offset: bool, padding_idx: int | None,
+                       check_indices: bool | None, fused: FusedState | None) -> Tensor:
     """``embedding_bag``, optionally with a fused optimizer (``fused``: the module's state)."""
     _check_weight("embedding_bag", weight)
     if mode not in MODES:
@@ -152,8 +162,10 @@ def embedding_bag_with(input: Tensor, weight: Tensor, offsets: Optional[Tensor],
     if (sparse or fused is not None) and _needs_grad(weight, psw):
         from ._sparse import SparseBag
 
-        return SparseBag.apply(weight.contiguous(), indices, offsets, psw, mode, pad,  # type: ignore[no-any-return]
-                               include_last_offset and offsets is not None, check, fused)
+        bag: Tensor = SparseBag.apply(  # type: ignore[no-untyped-call]
+            weight.contiguous(), indices, offsets, psw, mode, pad, include_last_offset and offsets is not None, check,
+            fused)
+        return bag
     need_argmax = mode == "max" and torch.is_grad_enabled() and weight.requires_grad
     op = _ops.embedding_bag_op if _use_custom_op(weight, psw) else _ops.embedding_bag_impl
     out, _ = op(weight.contiguous(), indices, offsets, psw, mode, pad,
@@ -161,18 +173,18 @@ def embedding_bag_with(input: Tensor, weight: Tensor, offsets: Optional[Tensor],
     return out
 
 
-def embedding(input: Tensor, weight: Tensor, padding_idx: Optional[int] = None,
-              max_norm: Optional[float] = None, norm_type: float = 2.0,
+def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,
+              max_norm: float | None = None, norm_type: float = 2.0,
               scale_grad_by_freq: bool = False, sparse: bool = False, *,
-              check_indices: Optional[bool] = None) -> Tensor:
+              check_indices: bool | None = None) -> Tensor:
     """Drop-in for ``torch.nn.functional.embedding`` on CUDA tensors (see docs/kernels.md)."""
-    return embedding_with(input, weight, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse,
-                          check_indices, None)
+    return embedding_with(input, weight, padding_idx=padding_idx, max_norm=max_norm, norm_type=norm_type,
+                          scale_grad_by_freq=scale_grad_by_freq, sparse=sparse, check_indices=check_indices, fused=None)
 
 
-def embedding_with(input: Tensor, weight: Tensor, padding_idx: Optional[int], max_norm: Optional[float],
-                   norm_type: float, scale_grad_by_freq: bool, sparse: bool, check_indices: Optional[bool],
-                   fused: Optional["FusedState"]) -> Tensor:
+def embedding_with(input: Tensor, weight: Tensor, *, padding_idx: int | None, max_norm: float | None,
+                   norm_type: float, scale_grad_by_freq: bool, sparse: bool, check_indices: bool | None,
+                   fused: FusedState | None) -> Tensor:
     """``embedding``, optionally with a fused optimizer (``fused``: the module's state)."""
     _check_weight("embedding", weight)
     _check_index_dtype("embedding", "input", input)
@@ -184,6 +196,8 @@ def embedding_with(input: Tensor, weight: Tensor, padding_idx: Optional[int], ma
     if (sparse or fused is not None) and _needs_grad(weight):
         from ._sparse import SparseEmbedding
 
-        return SparseEmbedding.apply(weight.contiguous(), input.contiguous(), pad, check, fused)  # type: ignore[no-any-return]
+        rows: Tensor = SparseEmbedding.apply(  # type: ignore[no-untyped-call]
+            weight.contiguous(), input.contiguous(), pad, check, fused)
+        return rows
     op = _ops.embedding_op if _use_custom_op(weight) else _ops.embedding_impl
     return op(weight.contiguous(), input.contiguous(), pad, check)

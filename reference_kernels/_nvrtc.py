@@ -25,9 +25,10 @@ import os
 import struct
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 KERNEL_DIR = Path(__file__).resolve().parent
 HEADERS: tuple[str, ...] = ("common.cuh", "optim_update.cuh")  # every header a source may include
@@ -57,7 +58,7 @@ _MODULES: dict[tuple[Any, ...], Any] = {}  # (file, defines, device) -> CUmodule
 
 def _bindings() -> tuple[Any, Any]:
     try:
-        from cuda.bindings import driver, nvrtc
+        from cuda.bindings import driver, nvrtc  # type: ignore[import-untyped]
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
             "reference_kernels needs cuda-python's bindings for NVRTC and the driver: "
@@ -123,7 +124,7 @@ def compile_cubin(filename: str, options: Sequence[str]) -> bytes:
         size = _check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
         cubin = b" " * size
         _check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
-        return cubin
+        return bytes(cubin)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
@@ -145,12 +146,35 @@ def cached_cubin(filename: str, options: Sequence[str]) -> tuple[str, bytes]:
     return key, cubin
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def device_arch(device_index: int) -> str:
     import torch
 
     major, minor = torch.cuda.get_device_capability(device_index)
     return f"sm_{major}{minor}"
+
+
+def device_attributes(device_index: int) -> dict[str, int]:
+    """What kernel selection reads about a device (the fields of ``_plan.DeviceProps``), from
+    the driver."""
+    import torch
+
+    driver, _ = _bindings()
+    torch.cuda.init()  # type: ignore[no-untyped-call]
+    dev = _check(driver.cuDeviceGet(device_index), "cuDeviceGet")
+    attr = driver.CUdevice_attribute
+
+    def get(name: str) -> int:
+        return int(_check(driver.cuDeviceGetAttribute(getattr(attr, name), dev), f"cuDeviceGetAttribute {name}"))
+
+    return {"sms": get("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT"),
+            "arch": 10 * get("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR")
+            + get("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR"),
+            "max_threads_per_sm": get("CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR"),
+            "max_blocks_per_sm": get("CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR"),
+            "regs_per_sm": get("CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR"),
+            "smem_per_sm": get("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR"),
+            "smem_reserved_per_block": get("CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK")}
 
 
 def _load_module(cubin: bytes, device_index: int) -> Any:
@@ -159,7 +183,7 @@ def _load_module(cubin: bytes, device_index: int) -> Any:
     import torch
 
     driver, _ = _bindings()
-    torch.cuda.init()
+    torch.cuda.init()  # type: ignore[no-untyped-call]
     with torch.cuda.device(device_index):
         ctx = _check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
         if int(ctx) == 0:  # torch has not made the primary context current on this thread yet
@@ -221,7 +245,7 @@ PTR, I64, I32, F32 = "P", "q", "i", "f"
 _CU_LAUNCH_PARAM_BUFFER_POINTER, _CU_LAUNCH_PARAM_BUFFER_SIZE, _CU_LAUNCH_PARAM_END = 1, 2, 0
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _param_struct(codes: str) -> struct.Struct:
     return struct.Struct("@" + codes)
 

@@ -37,8 +37,9 @@ def embedding_bag_impl(weight: Tensor, indices: Tensor, offsets: Optional[Tensor
     if check_indices:
         _launch.index_check(indices, weight.shape[0], offsets)
     num_bags = num_bags_of(indices, offsets, include_last_offset)
-    out, argmax = _launch.bag_forward(weight, indices, offsets, num_bags, per_sample_weights, mode,
-                                      padding_idx, need_argmax)
+    out, argmax = _launch.bag_forward(weight, indices, offsets, num_bags=num_bags,
+                                      per_sample_weights=per_sample_weights, mode=mode, padding_idx=padding_idx,
+                                      need_argmax=need_argmax)
     return out, argmax if argmax is not None else indices.new_empty((0,), dtype=torch.int64)
 
 
@@ -60,8 +61,9 @@ def _(weight: Tensor, indices: Tensor, offsets: Optional[Tensor], per_sample_wei
 def embedding_bag_backward_op(grad_out: Tensor, indices: Tensor, bag_of: Optional[Tensor], bag_size: int,
                               num_weights: int, per_sample_weights: Optional[Tensor],
                               bag_scale: Optional[Tensor], padding_idx: int, scale: float = 1.0) -> Tensor:
-    return _launch.bag_backward(grad_out.contiguous(), indices, bag_of, bag_size, num_weights,
-                                per_sample_weights, bag_scale, padding_idx, scale)
+    return _launch.bag_backward(grad_out.contiguous(), indices, bag_of, bag_size=bag_size, num_weights=num_weights,
+                                per_sample_weights=per_sample_weights, bag_scale=bag_scale, padding_idx=padding_idx,
+                                scale=scale)
 
 
 @embedding_bag_backward_op.register_fake

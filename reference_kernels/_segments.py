@@ -17,14 +17,12 @@ update each row where its sum is complete (FUSED_OPT), one pass over the touched
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from torch import Tensor
 
-from . import _launch, _nvrtc
+from . import _launch, _nvrtc, tuning
 from ._launch import BLOCK, RowTiling, _dtype_code, _index_type, _launch_on, _ptr, vector_width
 from ._nvrtc import F32, I64, PTR
 from .optim import Adam, OptimizerSpec
@@ -42,7 +40,7 @@ class Segments:
     num_rows: int
 
 
-def _sort_keys(flat: Tensor, bag_of: Optional[Tensor], num_rows: int, padding_idx: int) -> Tensor:
+def _sort_keys(flat: Tensor, bag_of: Tensor | None, num_rows: int, padding_idx: int) -> Tensor:
     """Each position's row as the sort key (int32 below 2^31 - 1 rows); the sentinel
     ``num_rows`` for the padding row and positions in no bag."""
     keys = flat.to(torch.int32 if num_rows < 2**31 - 1 else torch.int64)
@@ -52,8 +50,8 @@ def _sort_keys(flat: Tensor, bag_of: Optional[Tensor], num_rows: int, padding_id
     return keys if drop is None else torch.where(drop, num_rows, keys)
 
 
-def segment_gradient(grad_out: Tensor, flat: Tensor, bag_of: Optional[Tensor], bag_size: int, num_rows: int,
-                     per_sample_weights: Optional[Tensor], bag_scale: Optional[Tensor], padding_idx: int,
+def segment_gradient(grad_out: Tensor, flat: Tensor, *, bag_of: Tensor | None, bag_size: int, num_rows: int,
+                     per_sample_weights: Tensor | None, bag_scale: Tensor | None, padding_idx: int,
                      scale: float = 1.0) -> Segments:
     """``flat``: the table row of each lookup position; the rest as ``_launch.bag_backward``."""
     n, dim = flat.numel(), grad_out.shape[1]
@@ -68,8 +66,9 @@ def segment_gradient(grad_out: Tensor, flat: Tensor, bag_of: Optional[Tensor], b
     count = (rank[-1:] + 1).to(torch.int32)
     grad = torch.empty((n, dim), dtype=torch.float32, device=flat.device)
     if n and dim:
-        _launch.backward_passes(grad_out, rank, positions, bag_of, bag_size, per_sample_weights, bag_scale,
-                                -1, scale, grad)
+        _launch.backward_passes(grad_out, rank, positions, bag_of=bag_of, bag_size=bag_size,
+                                per_sample_weights=per_sample_weights, bag_scale=bag_scale, padding_idx=-1,
+                                scale=scale, grad_weight=grad)
     return Segments(rows, count, grad, num_rows)
 
 
@@ -113,29 +112,29 @@ def apply_update(seg: Segments, spec: OptimizerSpec, weight: Tensor, state1: Ten
         *_optimizer_args(spec, step, seed)])
 
 
-# Apply the update inside the backward's chunk and combine kernels (FUSED_OPT) where a row fits
-# one column tile and the weight is aligned like the output gradient: no compact gradient is
-# written and read back. False: always the two steps (segment_gradient, then apply_update).
-FUSE_INTO_PASSES = os.environ.get("REFERENCE_KERNELS_FUSED_TWO_STEPS", "0") != "1"
 
 
 def fits_passes(grad_out: Tensor, weight: Tensor) -> bool:
     dim, size = weight.shape[1], weight.element_size()
     vec = vector_width(dim, size, grad_out.data_ptr())
-    return (FUSE_INTO_PASSES and vec == vector_width(dim, size, grad_out.data_ptr(), weight.data_ptr())
+    # Apply the update inside the backward's chunk and combine kernels (FUSED_OPT) where a row fits
+    # one column tile and the weight is aligned like the output gradient: no compact gradient is
+    # written and read back. The knob off: always the two steps (segment_gradient, apply_update).
+    return (tuning.current().fuse_into_passes and vec == vector_width(dim, size, grad_out.data_ptr(), weight.data_ptr())
             and RowTiling.for_row(dim, vec).col_tiles == 1)
 
 
-def fused_update(grad_out: Tensor, flat: Tensor, bag_of: Optional[Tensor], bag_size: int,
-                 per_sample_weights: Optional[Tensor], bag_scale: Optional[Tensor], padding_idx: int, scale: float,
+def fused_update(grad_out: Tensor, flat: Tensor, *, bag_of: Tensor | None, bag_size: int,
+                 per_sample_weights: Tensor | None, bag_scale: Tensor | None, padding_idx: int, scale: float,
                  spec: OptimizerSpec, weight: Tensor, state1: Tensor, state2: Tensor, step: int, seed: int) -> None:
     """The fused backward + optimizer step on the looked-up rows of ``weight`` (in place)."""
     num_rows = weight.shape[0]
     if flat.numel() == 0 or weight.shape[1] == 0:
         return
     if not fits_passes(grad_out, weight):
-        seg = segment_gradient(grad_out, flat, bag_of, bag_size, num_rows, per_sample_weights, bag_scale,
-                               padding_idx, scale)
+        seg = segment_gradient(grad_out, flat, bag_of=bag_of, bag_size=bag_size, num_rows=num_rows,
+                               per_sample_weights=per_sample_weights, bag_scale=bag_scale, padding_idx=padding_idx,
+                               scale=scale)
         apply_update(seg, spec, weight, state1, state2, step, seed)
         return
     sorted_rows, positions = torch.sort(_sort_keys(flat, bag_of, num_rows, padding_idx), stable=True)
@@ -143,5 +142,6 @@ def fused_update(grad_out: Tensor, flat: Tensor, bag_of: Optional[Tensor], bag_s
     fused_args = [(weight.data_ptr(), PTR), (_ptr(state1), PTR), (_ptr(state2), PTR),
                   *_optimizer_args(spec, step, seed)]
     # the sentinel row (padding, positions in no bag) goes in as the padding row: skipped
-    _launch.backward_passes(grad_out, sorted_rows, positions, bag_of, bag_size, per_sample_weights, bag_scale,
-                            num_rows, scale, None, fused_defines, fused_args)
+    _launch.backward_passes(grad_out, sorted_rows, positions, bag_of=bag_of, bag_size=bag_size,
+                            per_sample_weights=per_sample_weights, bag_scale=bag_scale, padding_idx=num_rows,
+                            scale=scale, grad_weight=None, fused_defines=fused_defines, fused_args=fused_args)

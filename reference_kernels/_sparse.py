@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -33,7 +33,7 @@ class FusedState:
     seed: int = field(default_factory=lambda: random.SystemRandom().randrange(2**62))
 
     @staticmethod
-    def for_weight(spec: Any, weight: Tensor, seed: Optional[int] = None) -> "FusedState":
+    def for_weight(spec: Any, weight: Tensor, seed: int | None = None) -> FusedState:
         spec = check_spec(spec)
         s1, s2 = new_state(spec, weight.shape[0], weight.shape[1], weight.device)
         state = FusedState(spec, s1, s2)
@@ -48,16 +48,16 @@ class Lookups:
     (``bag_of``; None: position // bag_size), and the per-contribution factors."""
 
     rows: Tensor
-    bag_of: Optional[Tensor]
+    bag_of: Tensor | None
     bag_size: int
-    per_sample_weights: Optional[Tensor]
-    bag_scale: Optional[Tensor]
+    per_sample_weights: Tensor | None
+    bag_scale: Tensor | None
     scale: float
     padding_idx: int
 
 
-def bag_lookups(indices: Tensor, offsets: Optional[Tensor], include_last_offset: bool, mode: str,
-                padding_idx: int, psw: Optional[Tensor], num_bags: int) -> Lookups:
+def bag_lookups(indices: Tensor, offsets: Tensor | None, include_last_offset: bool, mode: str,
+                padding_idx: int, psw: Tensor | None, num_bags: int) -> Lookups:
     """The lookups of one embedding_bag call (as the dense backward in ``_ops`` sees them)."""
     bag_of = None if offsets is None else _ops.bag_of_positions(indices, offsets, include_last_offset)
     bag_size = indices.shape[1] if offsets is None else 0
@@ -70,19 +70,21 @@ def bag_lookups(indices: Tensor, offsets: Optional[Tensor], include_last_offset:
 
 
 def sparse_or_fused_backward(grad_out: Tensor, lookups: Lookups, weight: Tensor,
-                             fused: Optional[FusedState]) -> Optional[Tensor]:
+                             fused: FusedState | None) -> Tensor | None:
     """The sparse COO gradient of ``weight``, or (``fused``) None after updating it in place."""
     num_rows, dim = weight.shape
     bag_size = max(1, lookups.bag_size)
     if fused is None:
-        seg = _segments.segment_gradient(grad_out, lookups.rows, lookups.bag_of, bag_size, num_rows,
-                                         lookups.per_sample_weights, lookups.bag_scale, lookups.padding_idx,
-                                         lookups.scale)
+        seg = _segments.segment_gradient(grad_out, lookups.rows, bag_of=lookups.bag_of, bag_size=bag_size,
+                                         num_rows=num_rows, per_sample_weights=lookups.per_sample_weights,
+                                         bag_scale=lookups.bag_scale, padding_idx=lookups.padding_idx,
+                                         scale=lookups.scale)
         return _segments.sparse_coo(seg, dim, weight.dtype)
     fused.step += 1
-    _segments.fused_update(grad_out, lookups.rows, lookups.bag_of, bag_size, lookups.per_sample_weights,
-                           lookups.bag_scale, lookups.padding_idx, lookups.scale, fused.spec, weight, fused.state1,
-                           fused.state2, fused.step, fused.seed)
+    _segments.fused_update(grad_out, lookups.rows, bag_of=lookups.bag_of, bag_size=bag_size,
+                           per_sample_weights=lookups.per_sample_weights, bag_scale=lookups.bag_scale,
+                           padding_idx=lookups.padding_idx, scale=lookups.scale, spec=fused.spec, weight=weight,
+                           state1=fused.state1, state2=fused.state2, step=fused.step, seed=fused.seed)
     return None
 
 
@@ -90,9 +92,9 @@ class SparseBag(torch.autograd.Function):
     """embedding_bag with a sparse gradient or a fused optimizer (max mode excluded, as torch)."""
 
     @staticmethod
-    def forward(ctx: Any, weight: Tensor, indices: Tensor, offsets: Optional[Tensor], psw: Optional[Tensor],
+    def forward(ctx: Any, weight: Tensor, indices: Tensor, offsets: Tensor | None, psw: Tensor | None,
                 mode: str, padding_idx: int, include_last_offset: bool, check: bool,
-                fused: Optional[FusedState]) -> Tensor:
+                fused: FusedState | None) -> Tensor:
         out, _ = _ops.embedding_bag_impl(weight, indices, offsets, psw, mode, padding_idx, include_last_offset,
                                          check, False)
         ctx.mode, ctx.padding_idx, ctx.include_last_offset, ctx.fused = mode, padding_idx, include_last_offset, fused
@@ -101,7 +103,7 @@ class SparseBag(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], ...]:
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         weight, indices, offsets, psw = ctx.saved_tensors
         grad_out = grad_out.contiguous()
         lookups = bag_lookups(indices, offsets, ctx.include_last_offset, ctx.mode, ctx.padding_idx, psw,
@@ -122,13 +124,13 @@ class SparseEmbedding(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, weight: Tensor, indices: Tensor, padding_idx: int, check: bool,
-                fused: Optional[FusedState]) -> Tensor:
+                fused: FusedState | None) -> Tensor:
         ctx.padding_idx, ctx.fused = padding_idx, fused
         ctx.save_for_backward(weight, indices)
         return _ops.embedding_impl(weight, indices, padding_idx, check)
 
     @staticmethod
-    def backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], ...]:
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         weight, indices = ctx.saved_tensors
         grad = grad_out.reshape(-1, grad_out.shape[-1]).contiguous()
         lookups = Lookups(indices.reshape(-1), None, 1, None, None, 1.0, ctx.padding_idx)
@@ -141,11 +143,11 @@ class FusedOptimizerMixin:
     created on the first forward on the weight's device (``optimizer_seed``: the stochastic
     rounding seed, random unless set)."""
 
-    optimizer: Optional[OptimizerSpec] = None
-    optimizer_state: Optional[FusedState] = None
-    optimizer_seed: Optional[int] = None
+    optimizer: OptimizerSpec | None = None
+    optimizer_state: FusedState | None = None
+    optimizer_seed: int | None = None
 
-    def fused_state(self, weight: Tensor) -> Optional[FusedState]:
+    def fused_state(self, weight: Tensor) -> FusedState | None:
         if self.optimizer is None:
             return None
         if not weight.is_contiguous():  # the update writes through the weight's own storage

@@ -226,7 +226,7 @@ __device__ __forceinline__ BagSpan bag_span(const INDEX_T* __restrict__ offsets,
 }
 
 // Lanes < rows take one bag each (``span``: the lane's bag's rows): a bag of exactly one valid
-// row is that row in every mode (change 32 in docs/perf-log.md), so its row is bulk-copied
+// row is that row in every mode (docs/perf/change-32.md), so its row is bulk-copied
 // into the lane's slot; any other bag (empty, longer, or a padding or negative row) is pooled
 // into its slot by the warp.
 __device__ __forceinline__ void load_bag_stage(const char* __restrict__ weight, const INDEX_T* __restrict__ indices,

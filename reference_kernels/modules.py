@@ -5,7 +5,7 @@ optimizer into the backward instead (the weight's ``.grad`` stays None)."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -20,30 +20,32 @@ class EmbeddingBag(FusedOptimizerMixin, torch.nn.EmbeddingBag):
     reference kernels. ``check_indices`` (default: on unless REFERENCE_KERNELS_SKIP_INDEX_CHECK=1)
     runs the separate index-range pass before each lookup."""
 
-    check_indices: Optional[bool] = None
+    check_indices: bool | None = None
 
-    def __init__(self, *args: Any, optimizer: Optional[OptimizerSpec] = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, optimizer: OptimizerSpec | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.optimizer = None if optimizer is None else check_spec(optimizer)
 
-    def forward(self, input: Tensor, offsets: Optional[Tensor] = None,
-                per_sample_weights: Optional[Tensor] = None) -> Tensor:
-        return embedding_bag_with(input, self.weight, offsets, self.max_norm, self.norm_type,
-                                  self.scale_grad_by_freq, self.mode, self.sparse, per_sample_weights,
-                                  self.include_last_offset, self.padding_idx, self.check_indices,
-                                  self.fused_state(self.weight))
+    def forward(self, input: Tensor, offsets: Tensor | None = None,
+                per_sample_weights: Tensor | None = None) -> Tensor:
+        return embedding_bag_with(input, self.weight, offsets, max_norm=self.max_norm, norm_type=self.norm_type,
+                                  scale_grad_by_freq=self.scale_grad_by_freq, mode=self.mode, sparse=self.sparse,
+                                  per_sample_weights=per_sample_weights, include_last_offset=self.include_last_offset,
+                                  padding_idx=self.padding_idx, check_indices=self.check_indices,
+                                  fused=self.fused_state(self.weight))
 
 
 class Embedding(FusedOptimizerMixin, torch.nn.Embedding):
     """Drop-in for ``torch.nn.Embedding`` backed by the reference gather kernel."""
 
-    check_indices: Optional[bool] = None
+    check_indices: bool | None = None
 
-    def __init__(self, *args: Any, optimizer: Optional[OptimizerSpec] = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, optimizer: OptimizerSpec | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.optimizer = None if optimizer is None else check_spec(optimizer)
 
     def forward(self, input: Tensor) -> Tensor:
-        return embedding_with(input, self.weight, self.padding_idx, self.max_norm, self.norm_type,
-                              self.scale_grad_by_freq, self.sparse, self.check_indices,
-                              self.fused_state(self.weight))
+        return embedding_with(input, self.weight, padding_idx=self.padding_idx, max_norm=self.max_norm,
+                              norm_type=self.norm_type, scale_grad_by_freq=self.scale_grad_by_freq,
+                              sparse=self.sparse, check_indices=self.check_indices,
+                              fused=self.fused_state(self.weight))

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -95,7 +95,7 @@ class Adam:
         return self.lr * math.sqrt(1.0 - b2**step) / (1.0 - b1**step)
 
 
-OptimizerSpec = Union[SGD, RowWiseAdagrad, Adam]
+OptimizerSpec = SGD | RowWiseAdagrad | Adam
 SPECS = (SGD, RowWiseAdagrad, Adam)
 
 
@@ -106,7 +106,7 @@ def check_spec(spec: Any) -> OptimizerSpec:
     return spec
 
 
-def new_state(spec: OptimizerSpec, num_rows: int, dim: int, device: Any) -> tuple["torch.Tensor", "torch.Tensor"]:
+def new_state(spec: OptimizerSpec, num_rows: int, dim: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """(state1, state2), float32: SGD none (empty), row-wise Adagrad [rows], Adam [rows, dim] twice."""
     import torch
 
@@ -119,8 +119,8 @@ def new_state(spec: OptimizerSpec, num_rows: int, dim: int, device: Any) -> tupl
     return empty, empty
 
 
-def reference_update(spec: OptimizerSpec, weight: "torch.Tensor", state1: "torch.Tensor", state2: "torch.Tensor",
-                     rows: "torch.Tensor", grad: "torch.Tensor", step: int) -> None:
+def reference_update(spec: OptimizerSpec, weight: torch.Tensor, state1: torch.Tensor, state2: torch.Tensor,
+                     rows: torch.Tensor, grad: torch.Tensor, step: int) -> None:
     """The fused update written out in torch, in place, in the tensors' own dtype: ``rows``
     the distinct touched rows, ``grad`` their summed gradients ([len(rows), dim]); ``step``
     counts from 1 (Adam's bias correction)."""

@@ -9,7 +9,8 @@ b's pooled rows of all tables side by side, the input of DLRM's interaction laye
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -39,8 +40,9 @@ def tbe_forward_op(weight: Tensor, table_rows: Tensor, table_sizes: Tensor, indi
     bags_per_table = (offsets.numel() - 1) // tables
     if check_indices:
         check_tables(indices, offsets, table_sizes, bags_per_table)
-    out, _ = _launch.bag_forward(weight, indices, offsets, tables * bags_per_table, per_sample_weights, mode,
-                                 -1, False, table_rows)
+    out, _ = _launch.bag_forward(weight, indices, offsets, num_bags=tables * bags_per_table,
+                                 per_sample_weights=per_sample_weights, mode=mode, padding_idx=-1, need_argmax=False,
+                                 table_rows=table_rows)
     return out
 
 
@@ -58,7 +60,7 @@ def _setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
 
 
 def tbe_lookups(table_rows: Tensor, indices: Tensor, offsets: Tensor, mode: str,
-                psw: Optional[Tensor]) -> "_sparse.Lookups":
+                psw: Optional[Tensor]) -> _sparse.Lookups:
     """Where each position's gradient goes: global row = index + table start; output rows
     b * T + t of grad_out [B, T*dim] viewed as [B*T, dim]; mean's bag scale in that numbering."""
     tables = table_rows.numel()
@@ -90,10 +92,11 @@ class SparseTBE(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, weight: Tensor, table_rows: Tensor, table_sizes: Tensor, indices: Tensor,
                 offsets: Tensor, psw: Optional[Tensor], mode: str, check: bool,
-                fused: Optional["_sparse.FusedState"]) -> Tensor:
+                fused: Optional[_sparse.FusedState]) -> Tensor:
         ctx.mode, ctx.fused = mode, fused
         ctx.save_for_backward(weight, table_rows, indices, offsets, psw)
-        return tbe_forward_op(weight, table_rows, table_sizes, indices, offsets, psw, mode, check)
+        out: Tensor = tbe_forward_op(weight, table_rows, table_sizes, indices, offsets, psw, mode, check)
+        return out
 
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], ...]:
@@ -151,7 +154,10 @@ class TableBatchedEmbeddingBag(_sparse.FusedOptimizerMixin, torch.nn.Module):
         psw = None if per_sample_weights is None else per_sample_weights.contiguous()
         fused = self.fused_state(self.weight)
         if (self.sparse or fused is not None) and torch.is_grad_enabled() and self.weight.requires_grad:
-            return SparseTBE.apply(self.weight, self.table_rows, self.table_sizes,  # type: ignore[no-any-return]
-                                   indices.contiguous(), offsets.contiguous(), psw, self.mode, check, fused)
-        return tbe_forward_op(self.weight, self.table_rows, self.table_sizes, indices.contiguous(),
-                              offsets.contiguous(), psw, self.mode, check)
+            pooled: Tensor = SparseTBE.apply(  # type: ignore[no-untyped-call]
+                self.weight, self.table_rows, self.table_sizes, indices.contiguous(), offsets.contiguous(), psw,
+                self.mode, check, fused)
+            return pooled
+        out: Tensor = tbe_forward_op(self.weight, self.table_rows, self.table_sizes, indices.contiguous(),
+                                     offsets.contiguous(), psw, self.mode, check)
+        return out

@@ -33,7 +33,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -61,12 +61,12 @@ class Config:
     eval_batches: int = 8
 
     @staticmethod
-    def full() -> "Config":
+    def full() -> Config:
         rows = tuple(int(10 ** (3 + 3 * (t % 7) / 6)) for t in range(TABLES))  # 1e3 .. 1e6 rows
         return Config(rows, dim=64, batch=8192)
 
     @staticmethod
-    def small() -> "Config":
+    def small() -> Config:
         return Config(tuple(200 + 97 * t for t in range(TABLES)), dim=16, batch=2048)
 
 
@@ -85,7 +85,7 @@ class ClickLog:
             self.cdfs.append((p.cumsum(0) / p.sum()).to(device))
         self.perm = [torch.randperm(r, generator=g).to(device) for r in cfg.rows]
 
-    def batch(self, gen: torch.Generator) -> "Batch":
+    def batch(self, gen: torch.Generator) -> Batch:
         """One batch: dense features, the sparse features in both layouts, labels."""
         b = self.cfg.batch
         dense = torch.randn(b, DENSE_FEATURES, generator=gen, device=self.device)
@@ -120,7 +120,7 @@ class Batch:
 
 def mlp(sizes: list[int], last_plain: bool) -> nn.Sequential:
     layers: list[nn.Module] = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=False)):
         layers.append(nn.Linear(a, b))
         if not (last_plain and i == len(sizes) - 2):
             layers.append(nn.ReLU())
@@ -175,10 +175,10 @@ class TorchTables(nn.Module):
         self.bags = nn.ModuleList(
             nn.EmbeddingBag.from_pretrained(init[a:b].clone(), freeze=False, mode="sum", sparse=True,
                                             include_last_offset=True).to(device)
-            for a, b in zip(starts[:-1], starts[1:]))
+            for a, b in zip(starts[:-1], starts[1:], strict=False))
 
     def forward(self, batch: Batch) -> Tensor:
-        return torch.cat([bag(idx, off) for bag, (idx, off) in zip(self.bags, batch.per_table)], 1)
+        return torch.cat([bag(idx, off) for bag, (idx, off) in zip(self.bags, batch.per_table, strict=False)], 1)
 
 
 def auc(scores: Tensor, labels: Tensor) -> float:
@@ -200,7 +200,7 @@ class Run:
     auc: float
 
 
-def train(model: DLRM, log: ClickLog, cfg: Config, sparse_opt: Optional[torch.optim.Optimizer],
+def train(model: DLRM, log: ClickLog, cfg: Config, sparse_opt: torch.optim.Optimizer | None,
           device: str) -> Run:
     dense_opt = torch.optim.SGD([p for n, p in model.named_parameters() if not n.startswith("embed")], lr=cfg.lr)
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
@@ -244,11 +244,11 @@ def run_both(cfg: Config, device: str = "cuda") -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
     theirs = DLRM(cfg, tables).to(device)
     for a, b in zip([*ours.bottom.parameters(), *ours.top.parameters()],
-                    [*theirs.bottom.parameters(), *theirs.top.parameters()]):
+                    [*theirs.bottom.parameters(), *theirs.top.parameters()], strict=False):
         assert torch.equal(a, b), "the dense layers must start equal"
     run_ours = train(ours, log, cfg, None, device)
     run_torch = train(theirs, log, cfg, torch.optim.SGD(tables.parameters(), lr=cfg.embedding_lr), device)
-    diff = max(abs(a - b) for a, b in zip(run_ours.losses, run_torch.losses))
+    diff = max(abs(a - b) for a, b in zip(run_ours.losses, run_torch.losses, strict=False))
     return {"config": asdict(cfg), "ours": asdict(run_ours), "torch": asdict(run_torch), "max_loss_diff": diff,
             "loss_tolerance": LOSS_TOLERANCE}
 
@@ -268,14 +268,14 @@ def plot(result: dict[str, Any], path: Path) -> None:
     top.set_ylabel("training log loss")
     top.legend()
     top.set_title("DLRM on a synthetic click log (same seed, same batches)")
-    bottom.plot([a - b for a, b in zip(ours["losses"], theirs["losses"])])
+    bottom.plot([a - b for a, b in zip(ours["losses"], theirs["losses"], strict=False)])
     bottom.set_ylabel("ours - torch")
     bottom.set_xlabel("step")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Train a small DLRM with both embedding paths")
     parser.add_argument("--small", action="store_true", help="the test-sized model and batches")
     parser.add_argument("--steps", type=int, default=200)
@@ -291,7 +291,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     result = run_both(cfg)
     for name in ("ours", "torch"):
         r = result[name]
-        print(f"{name:6s} steps/s {r['steps_per_s']:8.1f}  final loss {r['losses'][-1]:.4f}  held-out AUC {r['auc']:.4f}")
+        print(f"{name:6s} steps/s {r['steps_per_s']:8.1f}  final loss {r['losses'][-1]:.4f}  "
+              f"held-out AUC {r['auc']:.4f}")
     print(f"max |loss ours - loss torch| over {cfg.steps} steps: {result['max_loss_diff']:.2e} "
           f"(tolerance {LOSS_TOLERANCE:g})")
     if args.json:

@@ -1,6 +1,6 @@
 """Synthetic whole-round trees: every benchmark of a rule set, for any number of submitters.
 
-Used by the per-round tests (small trees) and by ``scripts/round_speed.py``
+Used by the per-round tests (small trees) and by ``benchmarks/compliance/round_speed.py``
 (a round of realistic size). Trees are data only: no manifest, so the check
 must detect the round itself unless told.
 """

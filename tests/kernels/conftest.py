@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,6 +16,17 @@ def poison_outputs(monkeypatch: pytest.MonkeyPatch) -> None:
     from reference_kernels import _launch
 
     monkeypatch.setattr(_launch, "POISON_OUTPUTS", True)
+
+
+@pytest.fixture
+def tune(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """``tune(knob=value, ...)``: launch with those tuning knobs for the rest of the test."""
+    from reference_kernels import tuning
+
+    def set_knobs(**changes: Any) -> None:
+        monkeypatch.setattr(tuning, "_CURRENT", replace(tuning.current(), **changes))
+
+    return set_knobs
 
 
 @pytest.fixture

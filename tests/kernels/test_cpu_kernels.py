@@ -9,12 +9,25 @@ import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 import reference_kernels
 from reference_kernels import KERNEL_DIR, KERNEL_SOURCES
+from reference_kernels._plan import DeviceProps, RowTiling, Variant
+from reference_kernels.tuning import Tuning
+
+KNOBS = Tuning()  # the defaults (not the environment's overrides)
+# An H100/H200-like device: 132 SMs, Hopper's per-SM limits.
+HOPPER = DeviceProps(sms=132, arch=90, max_threads_per_sm=2048, max_blocks_per_sm=32, regs_per_sm=65536,
+                     smem_per_sm=228 << 10, smem_reserved_per_block=1 << 10)
+
+
+def _variant(code: int, mode: str, psw: bool, argmax: bool, tiling: RowTiling, index_type: str = "i64") -> Variant:
+    return Variant(weight_dtype=code, index_type=index_type, mode=mode, has_psw=psw, need_argmax=argmax,
+                   tiling=tiling)
 
 # Representative compile-time variants of every kernel (the defaults of each file first).
 NVCC_VARIANTS: dict[str, list[str]] = {
@@ -36,12 +49,13 @@ NVCC_VARIANTS: dict[str, list[str]] = {
                                   "-DBACKWARD_PASS=1 -DROW_T=int -DCHUNK_POS=32 -DHAS_SCALE=1 -DSTREAMING_ROWS=0",
                                   "-DBACKWARD_PASS=1 -DGRAD_F32=1 -DWEIGHT_DTYPE=1 -DVEC=8 -DROW_LANES=16 -DROW_T=int",
                                   "-DBACKWARD_PASS=2 -DGRAD_F32=1 -DWEIGHT_DTYPE=2 -DVEC=8 -DROW_LANES=16 -DROW_T=int",
-                                  "-DBACKWARD_PASS=1 -DFUSED_OPT=1 -DOPTIMIZER=2 -DVEC=4 -DROW_LANES=16 -DCHUNKS=3 -DUNROLL=1 -DROW_T=int",
-                                  "-DBACKWARD_PASS=1 -DFUSED_OPT=1 -DOPTIMIZER=1 -DWEIGHT_DTYPE=2 -DVEC=8 -DROW_LANES=16 "
-                                  "-DSTOCHASTIC=1 -DROW_T=int",
+                                  "-DBACKWARD_PASS=1 -DFUSED_OPT=1 -DOPTIMIZER=2 -DVEC=4 -DROW_LANES=16 -DCHUNKS=3 "
+                                  "-DUNROLL=1 -DROW_T=int",
+                                  "-DBACKWARD_PASS=1 -DFUSED_OPT=1 -DOPTIMIZER=1 -DWEIGHT_DTYPE=2 -DVEC=8 "
+                                  "-DROW_LANES=16 -DSTOCHASTIC=1 -DROW_T=int",
                                   "-DBACKWARD_PASS=1 -DFUSED_OPT=1 -DOPTIMIZER=0 -DROW_T=int -DUNROLL=4",
-                                  "-DBACKWARD_PASS=2 -DFUSED_OPT=1 -DOPTIMIZER=1 -DWEIGHT_DTYPE=1 -DVEC=8 -DROW_LANES=8 "
-                                  "-DSTOCHASTIC=1"],
+                                  "-DBACKWARD_PASS=2 -DFUSED_OPT=1 -DOPTIMIZER=1 -DWEIGHT_DTYPE=1 -DVEC=8 "
+                                  "-DROW_LANES=8 -DSTOCHASTIC=1"],
     "embedding_gather.cu": ["", "-DCHUNK_BYTES=2 -DROW_LANES=4 -DINDEX_T=int"],
     "index_check.cu": ["", "-DINDEX_T=int"],
     "sparse_update.cu": ["", "-DOPTIMIZER=1 -DROW_T=int -DITERS=2", "-DOPTIMIZER=2 -DWEIGHT_DTYPE=1 -DSTOCHASTIC=1",
@@ -72,7 +86,8 @@ def _ptxas_report(output: str) -> str:
     return f"registers={','.join(regs)} spills(stores,loads)={spills}"
 
 
-def _compile(source: str, flags: str, arch: str, out_dir: Path) -> tuple[str, str, str, subprocess.CompletedProcess[str]]:
+def _compile(source: str, flags: str, arch: str,
+             out_dir: Path) -> tuple[str, str, str, subprocess.CompletedProcess[str]]:
     cmd = ["nvcc", "-std=c++17", "-cubin", f"-arch={arch}", "-Xptxas", "-v", *flags.split(),
            "-o", str(out_dir / f"{source}.{arch}.{abs(hash(flags))}.cubin"), str(KERNEL_DIR / source)]
     return source, flags, arch, subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -105,31 +120,31 @@ def _launcher_picks() -> list[str]:
     """The forward variants the launcher itself picks with more than two blocks per SM (short
     bags: fewer rows in flight, a tighter register cap), and every short-bag and segmented
     kernel variant, one per register-relevant shape."""
-    from reference_kernels import _launch
+    from reference_kernels import _plan
 
     picks: dict[tuple[object, ...], str] = {}
     for code, size in ((0, 4), (1, 2), (2, 2)):
         for dim in (32, 64, 128, 192, 256):
-            tiling = _launch.RowTiling.for_row(dim, _launch.vector_width(dim, size, 0))
+            tiling = _plan.RowTiling.for_row(dim, _plan.vector_width(dim, size, 0))
             for mode, psw, argmax in (("sum", 0, 0), ("sum", 1, 0), ("mean", 0, 0), ("max", 0, 1), ("max", 0, 0)):
+                variant = _variant(code, mode, bool(psw), bool(argmax), tiling)
                 for avg_len in (1, 2, 3, 4, 8, 16, 32, 64, 150):
                     for pos32 in (True, False):
-                        d = _launch.forward_defines(code, "i64", mode, bool(psw), bool(argmax), tiling, avg_len,
-                                                    pos32=pos32)
+                        d = _plan.forward_defines(variant, avg_len=avg_len, pos32=pos32, tuning=KNOBS)
                         shape = tuple(d[k] for k in ("WEIGHT_DTYPE", "MODE", "HAS_PSW", "VEC", "ROW_LANES", "CHUNKS",
                                                      "UNROLL", "MIN_BLOCKS", "POS32", "PERSISTENT"))
                         if int(d["MIN_BLOCKS"]) > 2:  # type: ignore[call-overload]
                             picks.setdefault(shape, " ".join(f"-D{k}={v}" for k, v in d.items()))
-                    short = _launch.short_bag_defines(code, "i64", mode, bool(psw), bool(argmax), tiling, avg_len)
+                    short = _plan.short_bag_defines(variant, bag_len=avg_len, tuning=KNOBS)
                     if short is not None:  # the short-bag kernel: every pick, whatever its occupancy
                         key = ("short",) + tuple(short[k] for k in ("WEIGHT_DTYPE", "MODE", "HAS_PSW", "WRITE_ARGMAX",
                                                                     "VEC", "CHUNKS", "BAGS_PER_STEP", "BAG_LEN"))
                         picks.setdefault(key, " ".join(f"-D{k}={v}" for k, v in short.items()))
-                    segmented = _launch.segmented_defines(code, "i64", mode, bool(psw), bool(argmax), tiling,
-                                                          avg_len)
+                    segmented = _plan.segmented_defines(variant, avg_len=avg_len, tuning=KNOBS)
                     if segmented is not None:  # the segmented kernel: every pick too
                         key = ("segmented",) + tuple(segmented[k] for k in (
-                            "WEIGHT_DTYPE", "MODE", "HAS_PSW", "WRITE_ARGMAX", "VEC", "CHUNKS", "UNROLL", "SEGMENT_BAGS"))
+                            "WEIGHT_DTYPE", "MODE", "HAS_PSW", "WRITE_ARGMAX", "VEC", "CHUNKS", "UNROLL",
+                            "SEGMENT_BAGS"))
                         picks.setdefault(key, " ".join(f"-D{k}={v}" for k, v in segmented.items()))
     return list(picks.values())
 
@@ -165,24 +180,26 @@ needs_nvrtc = pytest.mark.skipif(not _nvrtc_available(), reason="cuda-bindings /
 @pytest.mark.parametrize("dim", [1, 3, 128, 192, 1000])
 @pytest.mark.parametrize("mode", ["sum", "mean", "max"])
 def test_nvrtc_compiles_the_variants_the_launcher_picks(mode: str, dim: int) -> None:
-    from reference_kernels import _launch, _nvrtc
+    from reference_kernels import _nvrtc, _plan
 
-    vec = _launch.vector_width(dim, 2, 0)
-    tiling = _launch.RowTiling.for_row(dim, vec)
+    vec = _plan.vector_width(dim, 2, 0)
+    tiling = _plan.RowTiling.for_row(dim, vec)
+    variant = _variant(1, mode, mode == "sum", mode == "max", tiling, "int")
     for avg_len in (1, 20):
-        defines = _launch.forward_defines(1, "int", mode, mode == "sum", mode == "max", tiling, avg_len)
+        defines = _plan.forward_defines(variant, avg_len=avg_len, tuning=KNOBS)
         cubin = _nvrtc.compile_cubin("embedding_bag_forward.cu", _nvrtc.compile_options("sm_90", defines))
         assert cubin[:4] == b"\x7fELF"
-    short = _launch.short_bag_defines(1, "int", mode, mode == "sum", False, tiling, 1)
+    short = _plan.short_bag_defines(_variant(1, mode, mode == "sum", False, tiling, "int"), bag_len=1, tuning=KNOBS)
     assert short is not None  # without argmax, every width takes the short-bag kernel for 1-row bags
     cubin = _nvrtc.compile_cubin("embedding_bag_forward.cu", _nvrtc.compile_options("sm_90", short))
     assert cubin[:4] == b"\x7fELF"
-    bulk = _launch.bulk_gather_plan(dim * 4, 1000, True, 90, 132)  # float32 rows
+    bulk = _plan.bulk_gather_plan(row_bytes=dim * 4, num_indices=1000, aligned=True, device=HOPPER,
+                                  tuning=KNOBS)  # float32 rows
     if bulk is not None:
-        defines = {"INDEX_T": "int", "BULK_ROWS": bulk.rows, "ROW_BYTES": dim * 4, "BLOCK": _launch.BULK_BLOCK}
+        defines = {"INDEX_T": "int", "BULK_ROWS": bulk.rows, "ROW_BYTES": dim * 4, "BLOCK": _plan.BULK_BLOCK}
         cubin = _nvrtc.compile_cubin("embedding_gather.cu", _nvrtc.compile_options("sm_90", defines))
         assert cubin[:4] == b"\x7fELF"
-    segmented = _launch.segmented_defines(1, "int", mode, False, False, tiling, 2)
+    segmented = _plan.segmented_defines(_variant(1, mode, False, False, tiling, "int"), avg_len=2, tuning=KNOBS)
     # general kernel instead where a team is too narrow for two bags' offsets
     if tiling.row_lanes >= 4:
         assert segmented is not None
@@ -222,16 +239,16 @@ def test_import_does_not_load_torch_or_cuda_bindings() -> None:
 
 
 def test_backward_chunk_fills_the_gpu_before_it_lengthens() -> None:
-    from reference_kernels import _launch
+    from reference_kernels._plan import backward_chunk
 
-    assert _launch.backward_chunk(2048 * 150, 132) == 32  # suite 1: 9600 teams
-    assert _launch.backward_chunk(65536 * 32 * 2, 132) == 128  # suite 3: 32768 teams
-    assert _launch.backward_chunk(64 * 132 * 64, 132) == 64
-    assert _launch.backward_chunk(1, 132) == 32
+    assert backward_chunk(2048 * 150, 132, KNOBS) == 32  # suite 1: 9600 teams
+    assert backward_chunk(65536 * 32 * 2, 132, KNOBS) == 128  # suite 3: 32768 teams
+    assert backward_chunk(64 * 132 * 64, 132, KNOBS) == 64
+    assert backward_chunk(1, 132, KNOBS) == 32
 
 
 def test_vector_width_and_row_tiling() -> None:
-    from reference_kernels._launch import RowTiling, vector_width
+    from reference_kernels._plan import RowTiling, vector_width
 
     assert vector_width(128, 4, 0) == 4
     assert vector_width(128, 2, 0) == 8
@@ -246,10 +263,11 @@ def test_vector_width_and_row_tiling() -> None:
 
 
 def test_short_bag_kernel_takes_two_or_more_bags_per_step() -> None:
-    from reference_kernels._launch import RowTiling, short_bag_defines
+    from reference_kernels._plan import RowTiling, short_bag_defines
 
     def bags(tiling: RowTiling, length: int, argmax: bool = False) -> object:
-        d = short_bag_defines(0, "i64", "max" if argmax else "sum", False, argmax, tiling, length)
+        d = short_bag_defines(_variant(0, "max" if argmax else "sum", False, argmax, tiling), bag_len=length,
+                              tuning=KNOBS)
         return None if d is None else d["BAGS_PER_STEP"]
 
     d128 = RowTiling.for_row(128, 4)  # 32 lanes x 1 vector
@@ -261,12 +279,17 @@ def test_short_bag_kernel_takes_two_or_more_bags_per_step() -> None:
 
 
 def test_segmented_kernel_holds_every_offset_of_a_segment_in_one_team() -> None:
-    from reference_kernels._launch import (SEGMENT_MAX_AVG, RowTiling, segment_bags, segment_cap, segment_rows,
-                                           segmented_defines)
+    from reference_kernels._plan import RowTiling, segment_cap, segment_rows, segmented_defines
+    from reference_kernels._plan import segment_bags as bags_of
+
+    SEGMENT_MAX_AVG = KNOBS.segment_max_avg
+
+    def segment_bags(avg_len: int, row_lanes: int, rows: int = KNOBS.segment_rows) -> int:
+        return bags_of(avg_len, row_lanes, rows, KNOBS)
 
     def pick(dim: int, avg_len: int, argmax: bool = False) -> object:
-        d = segmented_defines(0, "i64", "max" if argmax else "sum", False, argmax, RowTiling.for_row(dim, 4),
-                              avg_len)
+        d = segmented_defines(_variant(0, "max" if argmax else "sum", False, argmax, RowTiling.for_row(dim, 4)),
+                              avg_len=avg_len, tuning=KNOBS)
         return None if d is None else (d["SEGMENT_BAGS"], d["UNROLL"], d["TEAM"])
 
     assert pick(128, 1) == (16, 4, 32)  # 32 lanes: room for 31 bags' offsets, 16 at most
@@ -278,15 +301,16 @@ def test_segmented_kernel_holds_every_offset_of_a_segment_in_one_team() -> None:
     assert pick(128, 1, argmax=True) == (16, 2, 32)  # argmax: half the rows in flight
     assert [segment_bags(n, 32) for n in (1, 2, 4, 8, SEGMENT_MAX_AVG + 1, 100)] == [16, 16, 8, 4, 1, 1]
     # float32 rows: segments of 64 rows' worth of bags (change 42)
-    assert segment_rows(0) == 64 and segment_rows(1) == segment_rows(2) == 32
+    assert segment_rows(0, KNOBS) == 64 and segment_rows(1, KNOBS) == segment_rows(2, KNOBS) == 32
     assert [segment_bags(n, 32, 64) for n in (1, 4, 5, 8, SEGMENT_MAX_AVG + 1)] == [16, 16, 12, 8, 1]
     tiling = RowTiling.for_row(128, 4)
-    assert [segmented_defines(code, "i64", "sum", False, False, tiling, 8)["SEGMENT_ROWS"]  # type: ignore[index]
-            for code in (0, 1, 2)] == [64, 32, 32]  # the kernel's own per-table sizes alike
+    rows = [segmented_defines(_variant(code, "sum", False, False, tiling), avg_len=8,  # type: ignore[index]
+                              tuning=KNOBS)["SEGMENT_ROWS"] for code in (0, 1, 2)]
+    assert rows == [64, 32, 32]  # the kernel's own per-table sizes alike
     assert segment_bags(1, 8) == 7 and segment_bags(1, 4) == 3  # never more bags than a team has lanes - 1
-    assert [segment_cap(32, b, 132) for b in (1024, 6912, 32768, 131072)] == [0, 3, 15, 16]  # >= 16 warps/SM
-    assert segment_cap(8, 131072, 132) == 7 and segment_cap(8, 32768, 132) == 3  # 4 teams per warp
-    assert segment_cap(16, 6912, 132) == 1  # 16-lane teams, B6912: the general kernel
+    assert [segment_cap(32, b, 132, KNOBS) for b in (1024, 6912, 32768, 131072)] == [0, 3, 15, 16]  # >= 16 warps
+    assert segment_cap(8, 131072, 132, KNOBS) == 7 and segment_cap(8, 32768, 132, KNOBS) == 3  # 4 teams per warp
+    assert segment_cap(16, 6912, 132, KNOBS) == 1  # 16-lane teams, B6912: the general kernel
     for lanes in (4, 8, 16, 32):  # a short table's segments: two or more bags
         assert all(2 <= segment_bags(n, lanes) < lanes for n in range(1, SEGMENT_MAX_AVG + 1))
 
@@ -294,10 +318,11 @@ def test_segmented_kernel_holds_every_offset_of_a_segment_in_one_team() -> None:
 def test_segmented_kernel_occupancy_by_mode_and_row_type() -> None:
     """3 blocks per SM for every mode of 16-bit rows (DCNv2's mean and per-sample weights ran
     21-22 % faster than at 2, change 37); float32 mean and per-sample weights keep 2."""
-    from reference_kernels._launch import RowTiling, segmented_defines
+    from reference_kernels._plan import RowTiling, segmented_defines
 
     def blocks(code: int, mode: str, psw: bool, elem_bytes: int) -> object:
-        d = segmented_defines(code, "i64", mode, psw, False, RowTiling.for_row(128, 16 // elem_bytes), 8)
+        d = segmented_defines(_variant(code, mode, psw, False, RowTiling.for_row(128, 16 // elem_bytes)), avg_len=8,
+                              tuning=KNOBS)
         return None if d is None else d["MIN_BLOCKS"]
 
     for code in (1, 2):  # float16, bfloat16
@@ -307,19 +332,21 @@ def test_segmented_kernel_occupancy_by_mode_and_row_type() -> None:
         == [3, 2, 2, 3]
 
 
-def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group() -> None:
     """PERSISTENT (teams striding over the bags, the next bag prefetched) for the 2-blocks-per-SM
     variants whose bags hold at most PERSISTENT_MAX_GROUP_ROWS rows per lane group: it gained
     up to 14 % there and lost 1-3 % on longer bags (change 39); short-bag variants at 3-4 blocks
     per SM never take it (the stride's registers spill them). Float32 rows one warp wide (d128)
     then stride with 8 rows in flight at 3 blocks per SM, except with per-sample weights (change 40);
     4 blocks with 32-bit positions (change 43), the calls that fit them."""
-    from reference_kernels import _launch
-    from reference_kernels._launch import RowTiling, forward_defines
+    from reference_kernels._plan import RowTiling, forward_defines
+
+    knobs = KNOBS
 
     def persistent(dim: int, avg_len: int, elem_bytes: int = 4, argmax: bool = False, pos32: bool = True) -> object:
-        d = forward_defines(0 if elem_bytes == 4 else 2, "i64", "max" if argmax else "sum", False, argmax,
-                            RowTiling.for_row(dim, 16 // elem_bytes), avg_len, pos32=pos32)
+        variant = _variant(0 if elem_bytes == 4 else 2, "max" if argmax else "sum", False, argmax,
+                           RowTiling.for_row(dim, 16 // elem_bytes))
+        d = forward_defines(variant, avg_len=avg_len, pos32=pos32, tuning=knobs)
         assert d["POS32"] == int(pos32)
         return d["PERSISTENT"], d["MIN_BLOCKS"], d["UNROLL"]
 
@@ -334,30 +361,32 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group(monkey
     assert persistent(192, 32, 2) == (1, 2, 4)  # 16-bit 192: 8 lanes x 3 vectors, 4 rows at once
     assert persistent(32, 64) == (1, 2, 16) and persistent(32, 128) == (0, 2, 16)  # 4 rows at once: 16 in flight
     assert persistent(128, 20, argmax=True) == (1, 2, 8)
-    few = forward_defines(0, "i64", "sum", False, False, RowTiling.for_row(128, 4), 16, many_bags=False)
+    few = forward_defines(_variant(0, "sum", False, False, RowTiling.for_row(128, 4)), avg_len=16, many_bags=False,
+                          tuning=KNOBS)
     assert (few["PERSISTENT"], few["MIN_BLOCKS"], few["UNROLL"]) == (1, 2, 16)  # one wave: 16 in flight
-    psw = forward_defines(0, "i64", "sum", True, False, RowTiling.for_row(128, 4), 20)
+    psw = forward_defines(_variant(0, "sum", True, False, RowTiling.for_row(128, 4)), avg_len=20, tuning=KNOBS)
     assert (psw["PERSISTENT"], psw["MIN_BLOCKS"], psw["UNROLL"]) == (1, 2, 16)  # per-sample weights keep 16
-    monkeypatch.setattr(_launch, "STRIDE_F32_HALF_UNROLL", False)
+    knobs = replace(knobs, stride_f32_half_unroll=False)
     assert persistent(128, 16) == (1, 2, 16)
-    monkeypatch.setattr(_launch, "WIDE_F32_FEWER_ROWS", False)
+    knobs = replace(knobs, wide_f32_fewer_rows=False)
     assert persistent(192, 32) == (1, 2, 4)
-    monkeypatch.setattr(_launch, "FORWARD_RESIDENT_WAVES", 0)
+    knobs = replace(knobs, forward_resident_waves=0)
     assert persistent(128, 16) == (0, 2, 16)
 
 
-def test_float32_rows_of_64_and_32_columns_trade_rows_in_flight_for_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_float32_rows_of_64_and_32_columns_trade_rows_in_flight_for_blocks() -> None:
     """Change 44: float32 rows two per warp (d64) keep 8 rows in flight at 4 blocks per SM for sum,
     3 for mean, max and per-sample weights; d32 rows with per-sample weights, striding over bags
     of up to 96 rows, keep 16 rows at 3 blocks. Only with 32-bit positions, in calls of many
     bags, and not where argmax is written; 16-bit rows and d32 without weights keep their picks."""
-    from reference_kernels import _launch
-    from reference_kernels._launch import RowTiling, forward_defines
+    from reference_kernels._plan import RowTiling, forward_defines
+
+    knobs = KNOBS
 
     def pick(dim: int, avg_len: int, mode: str = "sum", psw: bool = False, code: int = 0, argmax: bool = False,
              many_bags: bool = True, pos32: bool = True) -> tuple[object, object, object]:
-        d = forward_defines(code, "i64", mode, psw, argmax, RowTiling.for_row(dim, 4 if code == 0 else 8), avg_len,
-                            many_bags=many_bags, pos32=pos32)
+        variant = _variant(code, mode, psw, argmax, RowTiling.for_row(dim, 4 if code == 0 else 8))
+        d = forward_defines(variant, avg_len=avg_len, many_bags=many_bags, pos32=pos32, tuning=knobs)
         return d["UNROLL"], d["MIN_BLOCKS"], d["PERSISTENT"]
 
     assert [pick(64, n) for n in (20, 48)] == [(8, 4, 1)] * 2
@@ -369,7 +398,7 @@ def test_float32_rows_of_64_and_32_columns_trade_rows_in_flight_for_blocks(monke
     assert pick(32, 64) == (16, 2, 1)  # d32 without weights: 1-4 % slower at more blocks (changes 40, 43)
     unchanged = [pick(64, 20, many_bags=False), pick(64, 20, pos32=False), pick(32, 64, psw=True, many_bags=False),
                  pick(64, 40, code=2), pick(64, 20, "max", argmax=True)]
-    monkeypatch.setattr(_launch, "SMALL_F32_MORE_BLOCKS", False)
+    knobs = replace(knobs, small_f32_more_blocks=False)
     assert unchanged == [pick(64, 20), pick(64, 20, pos32=False), pick(32, 64, psw=True), pick(64, 40, code=2),
                          pick(64, 20, "max", argmax=True)]
     assert pick(64, 20) == (16, 2, 1) and pick(32, 64, psw=True) == (16, 2, 1)
@@ -379,7 +408,12 @@ def test_32_bit_positions_only_where_every_position_row_and_thread_fits() -> Non
     """POS32 (change 43): indices, table rows and threads (one 32-lane team per bag and column
     at most) below POS32_LIMIT, 2^31 less a margin for a step past the end; the rest keep
     64-bit arithmetic."""
-    from reference_kernels._launch import POS32_LIMIT, fits_pos32
+    from reference_kernels._plan import fits_pos32 as fits
+
+    POS32_LIMIT = KNOBS.pos32_limit
+
+    def fits_pos32(num_indices: int, num_rows: int, num_bags: int, dim: int) -> bool:
+        return fits(num_indices=num_indices, num_rows=num_rows, num_bags=num_bags, dim=dim, tuning=KNOBS)
 
     assert 2**31 - 2**20 < POS32_LIMIT <= 2**31 - 64
     assert fits_pos32(2 * 65536 * 32, 20_000_000, 2 * 65536, 192)  # suite 3 in one launch
@@ -390,18 +424,25 @@ def test_32_bit_positions_only_where_every_position_row_and_thread_fits() -> Non
     assert not fits_pos32(1000, 1000, POS32_LIMIT // (128 * 32) + 1, 128)  # threads
 
 
-def test_general_kernel_grid_is_one_wave_of_resident_blocks_when_striding(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Persistent plans launch at most one wave of resident blocks (FORWARD_RESIDENT_WAVES), the
+def test_general_kernel_grid_is_one_wave_of_resident_blocks_when_striding() -> None:
+    """Persistent plans launch at most one wave of resident blocks (forward_resident_waves), the
     others one team per unit of work (a bag and a column tile)."""
-    from reference_kernels import _launch
+    from reference_kernels._plan import BLOCK, BagCall, plan_bag_forward
 
-    monkeypatch.setattr(_launch, "sm_count", lambda device: 132)
-    teams = 132 * 2 * (_launch.BLOCK // 32)  # 2 resident blocks of 8 warp-wide teams per SM
-    strided = _launch.ForwardPlan(fn=None, team=32, col_tiles=2, resident_blocks=2)
-    assert strided.grid(100 * teams, None) == 264  # type: ignore[arg-type]
-    assert strided.grid(teams // 4, None) == teams // 2 * 32 // _launch.BLOCK  # type: ignore[arg-type]
-    one_per_bag = _launch.ForwardPlan(fn=None, team=32, col_tiles=1, resident_blocks=0)
-    assert one_per_bag.grid(100 * teams, None) == 100 * teams * 32 // _launch.BLOCK  # type: ignore[arg-type]
+    def plan(num_bags: int, dim: int = 1024, avg_len: int = 16) -> object:
+        call = BagCall(weight_dtype=0, elem_bytes=4, dim=dim, num_rows=1000, weight_align=0, out_aligned=True,
+                       index_type="i64", bag_size=0, num_indices=num_bags * avg_len, num_bags=num_bags, tables=1,
+                       table_batched=False, mode="sum", has_psw=False, need_argmax=False, has_padding=False)
+        return plan_bag_forward(call, HOPPER, KNOBS)
+
+    teams = 132 * 2 * (BLOCK // 32)  # 2 resident blocks of 8 warp-wide teams per SM
+    strided = plan(100 * teams)  # d1024 float32: 2 column tiles, bags of 16 rows: striding
+    assert strided.entry == "embedding_bag_forward" and strided.define("PERSISTENT") == 1  # type: ignore[attr-defined]
+    assert strided.grid(132, 2) == 264  # type: ignore[attr-defined]
+    assert plan(teams // 4).grid(132, 2) == teams // 2 * 32 // BLOCK  # type: ignore[attr-defined]
+    one_per_bag = plan(100 * teams, dim=128, avg_len=64)
+    assert one_per_bag.define("PERSISTENT") == 0  # type: ignore[attr-defined]
+    assert one_per_bag.grid(132, 2) == 100 * teams * 32 // BLOCK  # type: ignore[attr-defined]
 
 
 def test_skip_index_check_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -483,10 +524,11 @@ def test_custom_ops_are_registered_with_fake_kernels() -> None:
 
 
 def test_bulk_gather_applies_on_hopper_to_aligned_rows_of_128_bytes_to_4_kb() -> None:
-    from reference_kernels._launch import BULK_BLOCK, BULK_GATHER_MIN_ROW_BYTES, BulkPlan, bulk_gather_plan
+    from reference_kernels._plan import BULK_BLOCK, BulkPlan, bulk_gather_plan
 
-    def plan(row_bytes: int, n: int = 262144, aligned: bool = True, arch: int = 90) -> object:
-        return bulk_gather_plan(row_bytes, n, aligned, arch, 132)
+    def plan(row_bytes: int, n: int = 262144, aligned: bool = True, arch: int = 90, min_row_bytes: int = 0) -> object:
+        return bulk_gather_plan(row_bytes=row_bytes, num_indices=n, aligned=aligned,
+                                device=replace(HOPPER, arch=arch), tuning=KNOBS, min_row_bytes=min_row_bytes)
 
     assert plan(512, arch=80) is None and plan(512, arch=89) is None and plan(512, arch=100) is not None
     assert plan(512, aligned=False) is None
@@ -502,8 +544,8 @@ def test_bulk_gather_applies_on_hopper_to_aligned_rows_of_128_bytes_to_4_kb() ->
     assert plan(512, n=5) == BulkPlan(8, 1)  # fewer rows than one stage
     assert plan(4096, n=1) == BulkPlan(1, 1)
     # the gather's own floor (BULK_GATHER_MIN_ROW_BYTES): 128-byte rows stay on the register gather
-    assert bulk_gather_plan(128, 262144, True, 90, 132, BULK_GATHER_MIN_ROW_BYTES) is None
-    assert bulk_gather_plan(256, 262144, True, 90, 132, BULK_GATHER_MIN_ROW_BYTES) == plan(256)
+    assert plan(128, min_row_bytes=KNOBS.bulk_gather_min_row_bytes) is None
+    assert plan(256, min_row_bytes=KNOBS.bulk_gather_min_row_bytes) == plan(256)
 
 
 def test_kernel_manifest_is_valid_and_matches_the_sources() -> None:
@@ -519,3 +561,30 @@ def test_kernel_manifest_is_valid_and_matches_the_sources() -> None:
         for symbol in kernel.entry_symbols:
             pattern = r'extern "C" __global__ void\b[^;{]*?\b' + symbol + r"\("
             assert re.search(pattern, text), (kernel.id, symbol)
+
+
+def test_zero_fill_overlaps_the_backward_only_for_few_lookups_per_row() -> None:
+    """Suite 1 (307200 lookups of 5M rows: 0.06 per row) zeroes its untouched rows beside the sort
+    and the passes; suite 3 (2 x 65536 x 32 lookups of 20M rows: 0.21 per row) runs a memset
+    first; the knob off: never."""
+    from reference_kernels._plan import overlaps_zero_fill
+
+    assert overlaps_zero_fill(2048 * 150, 5_000_000, KNOBS)
+    assert not overlaps_zero_fill(2 * 65536 * 32, 20_000_000, KNOBS)
+    assert not overlaps_zero_fill(2048 * 150, 5_000_000, replace(KNOBS, overlap_zero_fill=False))
+
+
+def test_a_plan_says_why_it_was_chosen() -> None:
+    """Each plan carries one line per choice: d128 float32 bags of 20 rows in a call of many bags
+    take the general kernel striding, with the d128 rule's rows in flight and blocks."""
+    from reference_kernels._plan import BagCall, plan_bag_forward
+
+    call = BagCall(weight_dtype=0, elem_bytes=4, dim=128, num_rows=1_000_000, weight_align=0, out_aligned=True,
+                   index_type="i64", bag_size=20, num_indices=16384 * 20, num_bags=16384, tables=1,
+                   table_batched=False, mode="sum", has_psw=False, need_argmax=False, has_padding=False)
+    plan = plan_bag_forward(call, HOPPER, KNOBS)
+    assert plan.entry == "embedding_bag_forward" and plan.define("MIN_BLOCKS") == 4
+    assert plan.why[0] == "general kernel: teams striding over bag(s)"
+    assert "stride_f32_half_unroll: 8 rows in flight at 4 blocks per SM" in plan.why
+    short = plan_bag_forward(replace(call, bag_size=2, num_indices=16384 * 2), HOPPER, KNOBS)
+    assert short.entry == "embedding_bag_forward_short" and short.why == ("fixed bags of 2: 2 bags per team step",)

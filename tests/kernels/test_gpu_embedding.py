@@ -8,16 +8,16 @@ max mode and the unpooled lookup checked for exact equality.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Optional
 
 import pytest
 
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
+from kernel_bounds import assert_within, pooled_tolerance  # noqa: E402
 
 import reference_kernels as rk  # noqa: E402
-from kernel_bounds import assert_within, pooled_tolerance  # noqa: E402
 
 pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("poison_outputs")]
 
@@ -31,7 +31,7 @@ class Bags:
     """One batch of lookups in the layout under test (arguments for embedding_bag)."""
 
     input: torch.Tensor
-    offsets: Optional[torch.Tensor]
+    offsets: torch.Tensor | None
     include_last_offset: bool
     longest: int  # longest bag: sets the error bound
 
@@ -76,20 +76,20 @@ def random_table(rows: int, dim: int, dtype: torch.dtype, gen: torch.Generator) 
     return torch.randn(rows, dim, generator=gen, device="cuda").to(dtype)
 
 
-def torch_bag(bags: Bags, weight: torch.Tensor, mode: str, psw: Optional[torch.Tensor],
-              padding_idx: Optional[int]) -> torch.Tensor:
+def torch_bag(bags: Bags, weight: torch.Tensor, mode: str, psw: torch.Tensor | None,
+              padding_idx: int | None) -> torch.Tensor:
     return F.embedding_bag(bags.input, weight, bags.offsets, mode=mode, per_sample_weights=psw,
                            include_last_offset=bags.include_last_offset, padding_idx=padding_idx)
 
 
-def ours_bag(bags: Bags, weight: torch.Tensor, mode: str, psw: Optional[torch.Tensor],
-             padding_idx: Optional[int]) -> torch.Tensor:
+def ours_bag(bags: Bags, weight: torch.Tensor, mode: str, psw: torch.Tensor | None,
+             padding_idx: int | None) -> torch.Tensor:
     return rk.embedding_bag(bags.input, weight, bags.offsets, mode=mode, per_sample_weights=psw,
                             include_last_offset=bags.include_last_offset, padding_idx=padding_idx)
 
 
-def check_bag(bags: Bags, weight: torch.Tensor, mode: str, psw: Optional[torch.Tensor] = None,
-              padding_idx: Optional[int] = None) -> None:
+def check_bag(bags: Bags, weight: torch.Tensor, mode: str, psw: torch.Tensor | None = None,
+              padding_idx: int | None = None) -> None:
     ours = ours_bag(bags, weight, mode, psw, padding_idx)
     if mode == "max":
         expected = torch_bag(bags, weight, mode, psw, padding_idx)
@@ -191,14 +191,14 @@ def test_short_fixed_bags(mode: str, with_psw: bool, dtype: torch.dtype, dim: in
     indices, with and without a padding row; the launcher must really pick that kernel."""
     from reference_kernels import _launch
 
-    _launch._SHORT_PLANS.clear()
+    _launch.clear_plans()
     rows = 50  # small table: the padding row is frequent
     weight = random_table(rows, dim, dtype, gen)
     for index_dtype, padding_idx in ((torch.int64, None), (torch.int32, 7)):
         bags = make_bags("fixed", 1001, pooling, rows, index_dtype, gen)
         psw = torch.rand(bags.input.shape, generator=gen, device="cuda").to(dtype) if with_psw else None
         check_bag(bags, weight, mode, psw, padding_idx)
-    assert [p for p in _launch._SHORT_PLANS.values() if p is not None], "the short-bag kernel was not used"
+    assert _entry_used("embedding_bag_forward_short"), "the short-bag kernel was not used"
 
 
 @pytest.mark.parametrize("pooling", [1, 2])
@@ -206,14 +206,14 @@ def test_short_fixed_bags_max_backward(pooling: int, gen: torch.Generator) -> No
     """Max mode under autograd writes the winning rows (argmax) from the short-bag kernel too."""
     from reference_kernels import _launch
 
-    _launch._SHORT_PLANS.clear()
+    _launch.clear_plans()
     weight = random_table(300, 128, torch.float32, gen)
     bags = make_bags("fixed", 333, pooling, 300, torch.int64, gen)
     grad_out = torch.randn(333, 128, generator=gen, device="cuda")
     ours_w, _ = _bag_grad(ours_bag, bags, weight, "max", grad_out, None, None)
     ref_w, _ = _bag_grad(torch_bag, bags, weight, "max", grad_out, None, None)
     torch.testing.assert_close(ours_w, ref_w, rtol=1e-5, atol=1e-5)
-    assert [p for p in _launch._SHORT_PLANS.values() if p is not None], "the short-bag kernel was not used"
+    assert _entry_used("embedding_bag_forward_short"), "the short-bag kernel was not used"
 
 
 SEGMENT_CASES = [  # (dtype, dim, pooling): CSR bags short enough for the segmented kernel (0..2*pooling rows)
@@ -221,20 +221,25 @@ SEGMENT_CASES = [  # (dtype, dim, pooling): CSR bags short enough for the segmen
     (torch.bfloat16, 192, 3), (torch.float32, 1000, 1), (torch.float32, 16, 1), (torch.float32, 128, 8)]
 
 
-def _check_segmented_plan_used() -> None:
-    """The segmented kernel served the calls (every mode and dtype takes it for short CSR bags)."""
+def _entry_used(entry: str) -> bool:
+    """The launcher planned a launch of ``entry`` since its plans were last cleared."""
     from reference_kernels import _launch
 
-    assert [p for p in _launch._SEGMENT_PLANS.values() if p is not None], "the segmented kernel was not used"
+    return any(plan.entry == entry for plan, _ in _launch.planned_launches())
+
+
+def _check_segmented_plan_used() -> None:
+    """The segmented kernel served the calls (every mode and dtype takes it for short CSR bags)."""
+    assert _entry_used("embedding_bag_forward_segmented"), "the segmented kernel was not used"
 
 
 @pytest.fixture
-def segments_at_any_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+def segments_at_any_batch(tune: Callable[..., None]) -> None:
     """The segmented kernel even for batches too small to fill the GPU (small tests, same code)."""
     from reference_kernels import _launch
 
-    monkeypatch.setattr(_launch, "SEGMENT_MIN_WARPS_PER_SM", 0)
-    _launch._SEGMENT_PLANS.clear()
+    tune(segment_min_warps_per_sm=0)
+    _launch.clear_plans()
 
 
 @pytest.mark.parametrize("dtype,dim,pooling", SEGMENT_CASES, ids=str)
@@ -281,9 +286,9 @@ def _persistent_plans(batch: int) -> list[object]:
     ``batch`` bags (so the tests really walk from bag to bag)."""
     from reference_kernels import _launch
 
-    dev = torch.device("cuda", torch.cuda.current_device())
-    return [p for p in _launch._PLANS.values()
-            if p.resident_blocks and p.grid(batch, dev) * _launch.BLOCK // p.team < batch * p.col_tiles // 2]
+    return [plan for plan, grid in _launch.planned_launches()
+            if plan.entry == "embedding_bag_forward" and plan.resident_waves is not None
+            and grid * _launch.BLOCK // plan.define("TEAM") < batch * plan.col_tiles // 2]
 
 
 POS32_CASES = [  # (dtype, dim, pooling, batch): the general kernel's picks that changes 43-44 moved to 3-4
@@ -298,7 +303,7 @@ POS32_CASES = [  # (dtype, dim, pooling, batch): the general kernel's picks that
 @pytest.mark.parametrize("mode,with_psw", [("sum", False), ("sum", True), ("mean", False), ("max", False)])
 def test_general_kernel_with_32_and_64_bit_positions(mode: str, with_psw: bool, dtype: torch.dtype, dim: int,
                                                      pooling: int, batch: int, pos32: bool, gen: torch.Generator,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+                                                     tune: Callable[..., None]) -> None:
     """The general kernel with POS32 (positions, bags and rows in 32-bit registers; d128 and d192
     float32 at 4 blocks per SM, d64 and d32 at 3-4, change 44) and without it (calls past
     POS32_LIMIT), fixed and CSR layouts
@@ -306,9 +311,9 @@ def test_general_kernel_with_32_and_64_bit_positions(mode: str, with_psw: bool, 
     from reference_kernels import _launch
     from reference_kernels.tbe import TableBatchedEmbeddingBag
 
-    monkeypatch.setattr(_launch, "_PLANS", {})  # this test's plans only
+    _launch.clear_plans()  # this test's plans only
     if not pos32:
-        monkeypatch.setattr(_launch, "POS32_LIMIT", 0)
+        tune(pos32_limit=0)
     weight = random_table(3000, dim, dtype, gen)
     for layout, padding_idx in (("fixed", None), ("csr_last", 5)):
         bags = make_bags(layout, batch, pooling, 3000, torch.int64, gen)
@@ -317,7 +322,8 @@ def test_general_kernel_with_32_and_64_bit_positions(mode: str, with_psw: bool, 
     tbe = TableBatchedEmbeddingBag([700, 3000], dim, mode, dtype, "cuda")
     check_table_batched(tbe, [make_bags("csr_last", batch, pooling, r, torch.int64, gen) for r in (700, 3000)],
                         mode, dtype, with_psw, gen)
-    used = {p.pos32 for p in _launch._PLANS.values()}
+    used = {bool(plan.define("POS32")) for plan, _ in _launch.planned_launches()
+            if plan.entry == "embedding_bag_forward"}
     assert pos32 in used and (pos32 or used == {False}), used
 
 
@@ -332,7 +338,7 @@ def test_persistent_teams_pool_several_bags(mode: str, with_psw: bool, dtype: to
     row; the launcher must really pick the persistent variant."""
     from reference_kernels import _launch
 
-    _launch._PLANS.clear()
+    _launch.clear_plans()
     rows = 500
     batch = _bags_per_team(8 if dim < 1000 else 4)  # dim 1000: two column tiles, 8 units per team
     weight = random_table(rows, dim, dtype, gen)
@@ -363,13 +369,14 @@ def test_persistent_teams_max_backward_and_table_batched(gen: torch.Generator) -
 
     rows, pooling = [300, 1000, 50], [12, 20, 16]
     tbe = TableBatchedEmbeddingBag(rows, 128, "sum", torch.float32, "cuda")
-    per_table = [torch.randint(0, r, (batch * p,), generator=gen, device="cuda") for r, p in zip(rows, pooling)]
+    per_table = [torch.randint(0, r, (batch * p,), generator=gen, device="cuda")
+                 for r, p in zip(rows, pooling, strict=False)]
     lengths = torch.tensor([p for p in pooling for _ in range(batch)], device="cuda")
     offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
     with torch.no_grad():
         out = tbe(torch.cat(per_table), offsets)
         expected = torch.cat([F.embedding_bag(i.view(batch, p), tbe.table(t), mode="sum")
-                              for t, (i, p) in enumerate(zip(per_table, pooling))], dim=1)
+                              for t, (i, p) in enumerate(zip(per_table, pooling, strict=False))], dim=1)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-4)
     assert _persistent_plans(batch * len(rows)), "the persistent general kernel was not used"
 
@@ -425,23 +432,22 @@ def _gather_kernels_used(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return real(filename, name, defines, device)
 
     monkeypatch.setattr(_launch._nvrtc, "get_function", spy)
+    _launch.clear_plans()  # compiled functions are kept with their plans: ask afresh
     return names
 
 
 @pytest.mark.parametrize("path", ["bulk", "register"])
 @pytest.mark.parametrize("dim", [128, 1000])  # 1000 float32: two column tiles per row (register path)
 def test_embedding_strides_past_a_capped_grid(dim: int, path: str, gen: torch.Generator,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+                                              monkeypatch: pytest.MonkeyPatch, tune: Callable[..., None]) -> None:
     """The launcher gives every team (warp) one step; with the grid capped, they must stride,
     through both stages of the bulk path (the output is poisoned, so a row no team reached
     fails)."""
-    from reference_kernels import _launch
-
     if path == "bulk" and not _hopper():
         pytest.skip("the bulk-copy gather needs sm_90")
     if path == "register":
-        monkeypatch.setattr(_launch, "BULK_MIN_ARCH", 10**6)
-    monkeypatch.setattr(_launch, "MAX_GRID", 3)
+        tune(bulk_min_arch=10**6)
+    tune(max_grid=3)
     used = _gather_kernels_used(monkeypatch)
     weight = random_table(4000, dim, torch.float32, gen)
     idx = torch.randint(0, 4000, (5001,), generator=gen, device="cuda")
@@ -457,15 +463,12 @@ def test_embedding_strides_past_a_capped_grid(dim: int, path: str, gen: torch.Ge
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=str)
 def test_bulk_gather_rows_stages_and_grids(dtype: torch.dtype, dim: int, index_dtype: torch.dtype,
                                            steps_per_warp: int, gen: torch.Generator,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+                                           monkeypatch: pytest.MonkeyPatch, tune: Callable[..., None]) -> None:
     """Every row size the bulk path takes (32 rows per stage down to 1), partial last stages
     and fewer rows than one stage, under both grid policies; exact against torch. Rows under
     BULK_GATHER_MIN_ROW_BYTES (the launcher's choice for the gather) are let in here: the
     one-row CSR path copies them with the same stages."""
-    from reference_kernels import _launch
-
-    monkeypatch.setattr(_launch, "BULK_MAX_STEPS_PER_WARP", steps_per_warp)
-    monkeypatch.setattr(_launch, "BULK_GATHER_MIN_ROW_BYTES", 0)
+    tune(bulk_max_steps_per_warp=steps_per_warp, bulk_gather_min_row_bytes=0)
     used = _gather_kernels_used(monkeypatch)
     weight = random_table(3001, dim, dtype, gen)
     for n in (1, 7, 33, 1001, 70001):
@@ -477,15 +480,13 @@ def test_bulk_gather_rows_stages_and_grids(dtype: torch.dtype, dim: int, index_d
 
 @pytest.mark.parametrize("path", ["bulk", "register"])
 def test_gather_gives_zeros_for_negative_indices_unchecked(path: str, gen: torch.Generator,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+                                                           tune: Callable[..., None]) -> None:
     """With the index check off, a negative index gives a row of zeros (over the poisoned
     output) and disturbs no other row of its stage or step."""
-    from reference_kernels import _launch
-
     if path == "bulk" and not _hopper():
         pytest.skip("the bulk-copy gather needs sm_90")
     if path == "register":
-        monkeypatch.setattr(_launch, "BULK_MIN_ARCH", 10**6)
+        tune(bulk_min_arch=10**6)
     weight = random_table(500, 128, torch.float32, gen)
     idx = torch.randint(0, 500, (1000,), generator=gen, device="cuda")
     idx[::7] = -1
@@ -586,13 +587,11 @@ def test_one_row_csr_bags_take_the_bulk_path(mode: str, dtype: torch.dtype, gen:
                                         (torch.float32, 1024)], ids=["128B", "256B", "2000B", "4096B"])
 @pytest.mark.parametrize("mode", ["sum", "max"])
 def test_one_row_csr_bags_row_sizes_and_grids(mode: str, dtype: torch.dtype, dim: int, steps_per_warp: int,
-                                              gen: torch.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
+                                              gen: torch.Generator, monkeypatch: pytest.MonkeyPatch,
+                                              tune: Callable[..., None]) -> None:
     """The bulk bag path at every stage shape (32 bags per stage down to 1; rows of 4 KB are
     pooled by lanes that each take eight vectors), partial last stages, both grid policies."""
-    from reference_kernels import _launch
-
-    monkeypatch.setattr(_launch, "BULK_MAX_STEPS_PER_WARP", steps_per_warp)
-    monkeypatch.setattr(_launch, "BULK_BAGS_MIN_STEPS_PER_SM", 0)  # small batches too (same code)
+    tune(bulk_max_steps_per_warp=steps_per_warp, bulk_bags_min_steps_per_sm=0)  # small batches too (same code)
     used = _gather_kernels_used(monkeypatch)
     weight = random_table(3001, dim, dtype, gen)
     for batch in (1, 7, 33, 5001):
@@ -638,7 +637,7 @@ def _grad_bound(ref_fn, ours_grad: torch.Tensor, ref_grad: torch.Tensor, terms: 
 
 
 def _bag_grad(fn, bags: Bags, weight: torch.Tensor, mode: str, grad_out: torch.Tensor,
-              psw: Optional[torch.Tensor], padding_idx: Optional[int]) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+              psw: torch.Tensor | None, padding_idx: int | None) -> tuple[torch.Tensor, torch.Tensor | None]:
     w = weight.detach().clone().requires_grad_(True)
     p = None if psw is None else psw.detach().clone().requires_grad_(True)
     out = fn(bags, w, mode, p, padding_idx)
@@ -868,7 +867,7 @@ def test_compile_and_load_under_one_second(tmp_path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("REFERENCE_KERNELS_CACHE", str(tmp_path))
     monkeypatch.setattr(_nvrtc, "_FUNCTIONS", {})
     monkeypatch.setattr(_nvrtc, "_MODULES", {})
-    monkeypatch.setattr(_launch, "_PLANS", {})
+    _launch.clear_plans()
     weight = torch.randn(100, 128, device="cuda")
     idx = torch.randint(0, 100, (8, 4), device="cuda")
     _nvrtc.STATS.compile_s.clear()
@@ -892,7 +891,8 @@ def test_table_batched(mode: str, gen: torch.Generator) -> None:
     per_table = [make_bags("csr_last", batch, 5, r, torch.int64, gen) for r in rows]
     indices = torch.cat([b.input for b in per_table])
     starts = [0] + torch.tensor([b.input.numel() for b in per_table]).cumsum(0).tolist()
-    offsets = torch.cat([per_table[0].offsets[:1]] + [b.offsets[1:] + s for b, s in zip(per_table, starts)])
+    offsets = torch.cat([per_table[0].offsets[:1]]
+                        + [b.offsets[1:] + s for b, s in zip(per_table, starts, strict=False)])
     out = tbe(indices, offsets)
     assert out.shape == (batch, len(rows) * dim)
     grad = torch.randn(out.shape, generator=gen, device="cuda")
@@ -933,7 +933,7 @@ def test_table_batched_mixed_bag_lengths(mode: str, with_psw: bool, dtype: torch
 
     rows, pooling, batch, dim = MIXED_TABLES[tables]
     tbe = TableBatchedEmbeddingBag(rows, dim, mode, dtype, "cuda")
-    per_table = [make_bags("csr_last", batch, p, r, torch.int64, gen) for r, p in zip(rows, pooling)]
+    per_table = [make_bags("csr_last", batch, p, r, torch.int64, gen) for r, p in zip(rows, pooling, strict=False)]
     check_table_batched(tbe, per_table, mode, dtype, with_psw, gen)
     _check_segmented_plan_used()
 
@@ -944,7 +944,8 @@ def check_table_batched(tbe: object, per_table: list[Bags], mode: str, dtype: to
     dim = tbe.weight.shape[1]  # type: ignore[attr-defined]
     indices = torch.cat([b.input for b in per_table])
     starts = [0] + torch.tensor([b.input.numel() for b in per_table]).cumsum(0).tolist()
-    offsets = torch.cat([per_table[0].offsets[:1]] + [b.offsets[1:] + s for b, s in zip(per_table, starts)])
+    offsets = torch.cat([per_table[0].offsets[:1]]
+                        + [b.offsets[1:] + s for b, s in zip(per_table, starts, strict=False)])
     psw = torch.rand(indices.shape, generator=gen, device="cuda").to(dtype) if with_psw else None
     with torch.no_grad():
         out = tbe(indices, offsets, psw)

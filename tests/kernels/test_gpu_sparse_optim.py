@@ -11,7 +11,8 @@ up, and their state, must be bit-identical before and after.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -50,7 +51,7 @@ def zipf_rows(n: int, rows: int, gen: torch.Generator, alpha: float = 1.05) -> t
 
 
 def make_lookups(layout: str, batch: int, pooling: int, rows: int, gen: torch.Generator,
-                 padding_idx: Optional[int]) -> dict[str, Any]:
+                 padding_idx: int | None) -> dict[str, Any]:
     """Half the positions Zipf-hot, half uniform; a row repeated inside one bag and across
     bags; empty bags (CSR); the padding row planted when there is one."""
     lengths = (torch.full((batch,), pooling, device="cuda") if layout == "fixed"
@@ -73,7 +74,7 @@ def make_lookups(layout: str, batch: int, pooling: int, rows: int, gen: torch.Ge
 
 
 def torch_sparse_grad(weight: torch.Tensor, lk: dict[str, Any], mode: str, grad_out: torch.Tensor,
-                      psw: Optional[torch.Tensor], padding_idx: Optional[int]) -> torch.Tensor:
+                      psw: torch.Tensor | None, padding_idx: int | None) -> torch.Tensor:
     """torch's sparse gradient of weight (in weight's dtype), coalesced."""
     w = weight.detach().clone().requires_grad_()
     out = F.embedding_bag(lk["input"], w, lk["offsets"], mode=mode, sparse=True, per_sample_weights=psw,
@@ -84,7 +85,7 @@ def torch_sparse_grad(weight: torch.Tensor, lk: dict[str, Any], mode: str, grad_
 
 
 def sparse_bound(weight: torch.Tensor, lk: dict[str, Any], mode: str, grad_out: torch.Tensor,
-                 psw: Optional[torch.Tensor], padding_idx: Optional[int]) -> tuple[torch.Tensor, torch.Tensor, int]:
+                 psw: torch.Tensor | None, padding_idx: int | None) -> tuple[torch.Tensor, torch.Tensor, int]:
     """(reference rows' gradient, their sum of |contributions|, most contributions to a row), float64."""
     ref = torch_sparse_grad(weight.double(), lk, mode, grad_out.double(), None if psw is None else psw.double(),
                             padding_idx)
@@ -199,7 +200,7 @@ def fused_tolerance(spec: optim.OptimizerSpec, w0: torch.Tensor, s1: torch.Tenso
     units = 2 if spec.stochastic_rounding and dtype != torch.float32 else 1  # stochastic: up to one whole unit
     u_w = UNIT_ROUNDOFF[dtype] * units
     tols = []
-    for k, (new, old) in enumerate(zip(ref, (w0, s1, s2))):
+    for k, (new, old) in enumerate(zip(ref, (w0, s1, s2), strict=False)):
         tol = 2 * spread[k] + 16 * U32 * (new.abs() + old.abs())
         if k == 0:
             tol = tol + u_w * new.abs() + units * HALF_MIN_SUBNORMAL[dtype]
@@ -209,7 +210,7 @@ def fused_tolerance(spec: optim.OptimizerSpec, w0: torch.Tensor, s1: torch.Tenso
 
 def check_step(spec: optim.OptimizerSpec, dtype: torch.dtype, weight: torch.Tensor, state: Any,
                w_before: torch.Tensor, s_before: tuple[torch.Tensor, torch.Tensor], lk: dict[str, Any], mode: str,
-               grad_out: torch.Tensor, psw: Optional[torch.Tensor], pad: Optional[int]) -> None:
+               grad_out: torch.Tensor, psw: torch.Tensor | None, pad: int | None) -> None:
     """Our fused step (already taken) against the float64 reference from the same start."""
     ref_g, absg, terms = sparse_bound(w_before, lk, mode, grad_out, psw, pad)
     rows = ref_g.indices()[0]
@@ -226,7 +227,7 @@ def check_step(spec: optim.OptimizerSpec, dtype: torch.dtype, weight: torch.Tens
     untouched = torch.ones(weight.shape[0], dtype=torch.bool, device="cuda")
     untouched[rows] = False
     assert torch.equal(weight.detach()[untouched], w_before[untouched]), "an untouched row changed"
-    for now, before in zip((state.state1, state.state2), s_before):
+    for now, before in zip((state.state1, state.state2), s_before, strict=False):
         if now.numel():
             assert torch.equal(now[untouched], before[untouched]), "an untouched row's state changed"
 
@@ -238,12 +239,10 @@ def check_step(spec: optim.OptimizerSpec, dtype: torch.dtype, weight: torch.Tens
                                                             ("csr_last", "sum", False, True)])
 def test_fused_optimizer_equals_float64_reference(dtype: torch.dtype, name: str, layout: str, mode: str,
                                                   use_psw: bool, padding: bool, path: str, gen: torch.Generator,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+                                                  tune: Callable[..., None]) -> None:
     """path: the update inside the backward's passes, or the compact gradient + sparse_update.cu
     (forced here; taken by itself for rows wider than one column tile, e.g. dim 1040)."""
-    from reference_kernels import _segments
-
-    monkeypatch.setattr(_segments, "FUSE_INTO_PASSES", path == "passes")
+    tune(fuse_into_passes=path == "passes")
     rows, dim = 2000, 40 if path == "passes" else 1040
     pad = 11 if padding else None
     bag = rk.EmbeddingBag(rows, dim, mode=mode, padding_idx=pad, device="cuda", dtype=dtype,
@@ -284,7 +283,7 @@ def test_fused_table_batched_module_and_determinism(name: str, dtype: torch.dtyp
             m(indices, offsets).backward(grad_out)
         assert torch.equal(mods[0].weight, mods[1].weight), "fused update is not bit-reproducible"
         for a, b in zip((mods[0].optimizer_state.state1, mods[0].optimizer_state.state2),
-                        (mods[1].optimizer_state.state1, mods[1].optimizer_state.state2)):
+                        (mods[1].optimizer_state.state1, mods[1].optimizer_state.state2), strict=False):
             assert torch.equal(a, b)
     # the table-batched fused step against the reference, per table through one big table
     m = mods[0]

@@ -1,0 +1,47 @@
+"""``python3 -m benchmarks <command> [args]``: the benchmark suite, an experiment or a speed check.
+
+Commands: ``suite`` (benchmarks/harness.py: every figure of the kernel benchmark), each module
+of benchmarks/experiments/ by its name, and ``speed_check`` / ``round_speed``
+(benchmarks/compliance/). ``list`` prints them with their first docstring line.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def commands() -> dict[str, str]:
+    """Command name -> the module that runs it."""
+    found = {"suite": "benchmarks.harness"}
+    for package in ("experiments", "compliance"):
+        for module in pkgutil.iter_modules([str(HERE / package)]):
+            found[module.name] = f"benchmarks.{package}.{module.name}"
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    known = commands()
+    if not args or args[0] in ("-h", "--help", "list"):
+        print(__doc__)
+        for name, module in known.items():
+            doc = (importlib.import_module(module).__doc__ or "").strip().splitlines()
+            print(f"  {name:20s} {doc[0] if doc else ''}")
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in known:
+        print(f"unknown command {name!r}; one of: {', '.join(known)}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(known[name])
+    sys.argv = [f"python3 -m benchmarks {name}", *rest]  # each main reads its own arguments
+    result = module.main()
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Speed checks of ``compliance check`` on synthetic trees (CPU only)."""
