@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compliance.checks.interface import spec_for
+from compliance.checks.registry import spec_for
 from compliance.findings import Finding, Severity
 from compliance.inventory import Inventory
 from compliance.layout import Location

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from compliance.checks.interface import CheckSpec, register
+from compliance.checks.interface import CheckSpec
 from compliance.layout import (CODE_DIR, ENTRY_FILE, IMPLEMENTATIONS, ORG_DIRS, Location,
                                Organization, code_dirs, subdirs)
 
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from compliance.context import CheckContext
     from compliance.findings import Finding
 
-STRUCTURE = register(CheckSpec(
+STRUCTURE = CheckSpec(
     id="layout-structure", title="Submission directory structure", default_level="error",
     doc="Each organization must have the directories its layout requires (training: "
         "systems/, benchmarks/, results/; inference: systems/, code/, results/ under a "
@@ -28,8 +28,8 @@ STRUCTURE = register(CheckSpec(
     passing="Acme/systems/dgx.json\nAcme/benchmarks/dlrm/implementations/pytorch/train.py\n"
             "Acme/results/dgx/dlrm/result_0.txt",
     failing="Acme/benchmarks/dlrm/train.py   (no systems/, results/ or implementations/)",
-))
-UNKNOWN_BENCHMARK = register(CheckSpec(
+)
+UNKNOWN_BENCHMARK = CheckSpec(
     id="layout-unknown-benchmark", title="Benchmark not in the round", default_level="error",
     doc="A benchmark directory (under benchmarks/ or results/<system>/) is not one of the "
         "round's benchmarks as listed by the rule set, so nothing in it can be judged "
@@ -38,17 +38,17 @@ UNKNOWN_BENCHMARK = register(CheckSpec(
          "or check with the rule set for the right round (--rules).",
     passing="Acme/benchmarks/dlrm/...   (dlrm is a benchmark of the round)",
     failing="Acme/benchmarks/dlrm-v2/...",
-))
-UNKNOWN_SYSTEM = register(CheckSpec(
+)
+UNKNOWN_SYSTEM = CheckSpec(
     id="layout-unknown-system", title="Results for an undescribed system", default_level="error",
     doc="A results/<system>/ directory has no matching systems/<system>.json description.",
     hint="Add systems/<system>.json or rename the results directory to the described system.",
     passing="Acme/systems/dgx.json and Acme/results/dgx/dlrm/result_0.txt",
     failing="Acme/results/dgx/dlrm/result_0.txt without Acme/systems/dgx.json",
-))
+)
 
 
-VARIANT = register(CheckSpec(
+VARIANT = CheckSpec(
     id="layout-variant", title="Layout variant of an accepted round", default_level="warning",
     doc="The tree uses a layout variant that accepted MLPerf submissions have used, not the "
         "canonical form; it is understood (kernels in it are checked like any other) and "
@@ -63,8 +63,8 @@ VARIANT = register(CheckSpec(
     hint="Use the canonical form named in the message when you next submit; nothing else to do.",
     passing="Acme/benchmarks/dlrm/implementations/pytorch/train.py",
     failing="Acme/benchmark/dlrm/implementation_closed/train.py   (warning: two variants)",
-))
-ALIAS = register(CheckSpec(
+)
+ALIAS = CheckSpec(
     id="layout-benchmark-alias", title="Benchmark directory under an alias", default_level="warning",
     doc="A benchmark directory uses a name the round's rule set lists as an alias of one of its "
         "benchmarks (benchmark_aliases, e.g. dlrm_v2 or dlrm for dlrm_dcnv2, llm_finetune for "
@@ -74,7 +74,7 @@ ALIAS = register(CheckSpec(
     hint="Name the directory after the official benchmark named in the message.",
     passing="Acme/benchmarks/dlrm_dcnv2/...   (the official name)",
     failing="Acme/benchmarks/dlrm_v2/...   (alias of dlrm_dcnv2)",
-))
+)
 
 _RESULT_FILE = re.compile(r"result_\d+\.txt")
 

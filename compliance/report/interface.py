@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from compliance.engine import CheckReport
+    from compliance.model import CheckReport
 
 Reporter = Callable[["CheckReport"], str]
 

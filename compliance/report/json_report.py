@@ -9,13 +9,13 @@ from compliance import __version__
 from compliance.shared_sources import shared_sources
 
 if TYPE_CHECKING:
-    from compliance.engine import CheckReport
+    from compliance.model import CheckReport
     from compliance.vendored_trees import VendoredTree
 
 
 def report_dict(report: "CheckReport") -> dict[str, Any]:
     """The JSON document as a dict (documented in docs/report-format.md)."""
-    from compliance.engine import REPORT_SCHEMA_VERSION
+    from compliance.model import REPORT_SCHEMA_VERSION
     from compliance.findings import Severity
 
     return {

@@ -5,11 +5,11 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING
 
-from compliance.checks.interface import all_specs
+from compliance.checks.registry import all_specs
 from compliance.report.safetext import xml_safe
 
 if TYPE_CHECKING:
-    from compliance.engine import CheckReport
+    from compliance.model import CheckReport
 
 
 def render_junit(report: "CheckReport") -> str:

@@ -6,11 +6,11 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from compliance import __version__
-from compliance.checks.interface import all_specs
+from compliance.checks.registry import all_specs
 from compliance.shared_sources import shared_sources
 
 if TYPE_CHECKING:
-    from compliance.engine import CheckReport
+    from compliance.model import CheckReport
 
 _LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 

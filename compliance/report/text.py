@@ -18,13 +18,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from compliance.checks.vendoring import FORK
 from compliance.findings import Finding, Severity
 from compliance.report.interface import status_line
 from compliance.report.safetext import one_line
 from compliance.shared_sources import SharedSource, shared_sources
 
 if TYPE_CHECKING:
-    from compliance.engine import CheckReport
+    from compliance.model import CheckReport
     from compliance.inventory import Inventory
     from compliance.vendored_trees import VendoredTree
 
@@ -124,7 +125,7 @@ def _implementation_lines(key: Key, view: _View, examples: int | None, with_tree
     warnings = sum(1 for f in found if f.severity is Severity.WARNING)
     verdict = "FAIL" if errors else "pass"
     lines = [f"    {key[2]}: {verdict} ({errors} error(s), {warnings} warning(s))"]
-    listed = (examples is None or examples > 0) and any(f.rule_id == "implementation-fork" for f in found)
+    listed = (examples is None or examples > 0) and any(f.rule_id == FORK.id for f in found)
     if not listed:  # a listed implementation-fork finding already names the project
         lines += [f"      {text}" for text in view.forks.get(key, [])]
     trees = view.trees.get(key, [])

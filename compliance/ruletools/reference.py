@@ -17,7 +17,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from compliance.checks.interface import CheckSpec, all_specs
+from compliance.checks.interface import CheckSpec
+from compliance.checks.registry import all_specs
 from compliance.ruletools.explain import render_markdown
 
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "docs" / "rule-reference.md"

@@ -23,9 +23,8 @@ from urllib.parse import urlparse
 import git
 
 from compliance.errors import InputError
+from compliance.upstream.options import NETWORK_TIMEOUT_S
 
-NETWORK_TIMEOUT_S = 120.0
-"""Default limit for a fetch."""
 LOCAL_TIMEOUT_S = 60.0
 """Default limit for a git operation on the cache."""
 FETCHED_MARKER = "compliance-fetched-at"

@@ -9,8 +9,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compliance.checks.interface import all_specs
-from compliance.engine import CheckReport, RuleSetChoice, run_check
+from compliance.checks.registry import all_specs
+from compliance.engine import run_check
+from compliance.model import CheckReport, RuleSetChoice
 from compliance.findings import Finding, Severity
 from compliance.inventory import Inventory
 from compliance.layout import LayoutMapper, Organization

@@ -117,7 +117,7 @@ def test_check_upstream_identifies_a_catalogued_tree(history: History, tmp_path:
     copy["third_party/nccl/makefiles/version.mk"] = b"NCCL_MAJOR := 2\n"
     tree = write_tree(tmp_path / "tree", KERNEL_V1, [kernel_entry(kernel_upstream.url, kernel_upstream.added)],
                       files=copy)
-    report = check(tree, tmp_path / "cache", upstream_mirrors={"https://github.com/NVIDIA/nccl": str(history.path)})
+    report = check(tree, tmp_path / "cache", mirrors={"https://github.com/NVIDIA/nccl": str(history.path)})
     (found,) = [f for f in report.findings if f.rule_id == "upstream-vendored-identified"]
     assert found.path == f"{IMPL}/third_party/nccl"
     assert (f"closest commit of https://github.com/NVIDIA/nccl: {history.commits[K]}, with 0 file(s) modified, "

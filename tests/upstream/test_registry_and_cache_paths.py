@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from compliance.checks.interface import all_specs
+from compliance.checks.registry import all_specs
 from compliance.cli.main import cli
 from compliance.upstream.blobs import blob_hash, diff_summary
 from compliance.upstream.gitcache import (
