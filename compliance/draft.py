@@ -276,7 +276,7 @@ def tree_identifier(cache: Path | None, offline: bool, root: Path) -> Identifier
     """
     from compliance.upstream.gitcache import GitFailure, default_cache_dir
     from compliance.upstream.identify import identify
-    from compliance.upstream.runner import UpstreamSettings
+    from compliance.upstream.stage import UpstreamSettings
 
     settings = UpstreamSettings((cache or default_cache_dir()).expanduser().resolve(), offline)
 

@@ -12,14 +12,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from compliance.checks import binaries, kernels, layout, readability, upstream_links, vendoring
+from compliance.checks import binaries, declarations, layout, readability, upstream_links, vendoring
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext
     from compliance.findings import Finding
 
 STATIC_CHECKS: tuple[Callable[[CheckContext], Iterable[Finding | None]], ...] = (
-    layout.run, kernels.run, binaries.run, upstream_links.run, vendoring.run, readability.run,
+    layout.run, declarations.run, binaries.run, upstream_links.run, vendoring.run, readability.run,
 )
 
 

@@ -21,15 +21,15 @@ from compliance.checks.interface import CheckConfig, CheckSpec
 def specs() -> tuple[CheckSpec, ...]:
     """Every check spec, grouped by stage (the modules are imported here, not at import time,
     because the static checks themselves import ``compliance.context``, which reads this registry)."""
-    from compliance.checks import binaries, kernels, layout, readability, upstream_links, vendoring
+    from compliance.checks import binaries, declarations, layout, readability, upstream_links, vendoring
     from compliance.upstream import specs as upstream
     from compliance.verify import specs as verify
 
     static = (
         layout.STRUCTURE, layout.UNKNOWN_BENCHMARK, layout.UNKNOWN_SYSTEM, layout.VARIANT, layout.ALIAS,
-        kernels.MANIFEST_INVALID, kernels.MANIFEST_MISPLACED, kernels.UNDECLARED, kernels.NOT_ALLOWLISTED,
-        kernels.LANGUAGE, kernels.REFERENCE_OP, kernels.SOURCE_MISSING, kernels.SOURCE_OUTSIDE,
-        kernels.SOURCE_EMPTY, kernels.ENTRY_SYMBOL, kernels.VENDORED,
+        declarations.MANIFEST_INVALID, declarations.MANIFEST_MISPLACED, declarations.UNDECLARED, declarations.NOT_ALLOWLISTED,
+        declarations.LANGUAGE, declarations.REFERENCE_OP, declarations.SOURCE_MISSING, declarations.SOURCE_OUTSIDE,
+        declarations.SOURCE_EMPTY, declarations.ENTRY_SYMBOL, declarations.VENDORED,
         binaries.WITHOUT_SOURCE, binaries.WITH_SOURCE, binaries.SYMLINK,
         upstream_links.MISSING, upstream_links.MALFORMED, upstream_links.HOST, upstream_links.NOT_PINNED,
         vendoring.FORK, vendoring.BUILD_DIRECTORY,

@@ -65,7 +65,7 @@ def identify_command(path: Path, repository: str | None, upstream_path: str | No
     """
     from compliance.upstream.gitcache import GitFailure, default_cache_dir
     from compliance.upstream.identify import identify
-    from compliance.upstream.runner import UpstreamSettings
+    from compliance.upstream.stage import UpstreamSettings
 
     settings = UpstreamSettings((upstream_cache or default_cache_dir()).expanduser().resolve(), offline)
     try:

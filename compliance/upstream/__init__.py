@@ -26,6 +26,6 @@ class UpstreamStage:
 
     def run(self, ctx: CheckContext) -> list[Finding]:
         """Every finding of the upstream stage (fetches into the cache unless ``options.offline``)."""
-        from compliance.upstream.runner import run_upstream_checks
+        from compliance.upstream.stage import run_upstream_checks
 
         return run_upstream_checks(ctx, self.options)

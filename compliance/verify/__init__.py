@@ -1,7 +1,7 @@
 """``compliance verify`` / ``check --verify``: build declared kernels from source, compare with torch.
 
 Importing this package is cheap: torch is imported only by the per-kernel
-runner subprocess (``compliance.verify.runner``). docs/verification.md
+kernel subprocess (``compliance.verify.kernel_process``). docs/verification.md
 describes the manifest's ``build:`` block, the argument vocabulary, the case
 matrix, the error-bound model and the trust model.
 """

@@ -1,4 +1,4 @@
-"""Building and calling a kernel, per build kind (runner subprocess only: imports torch).
+"""Building and calling a kernel, per build kind (kernel subprocess only: imports torch).
 
 * ``torch_extension``: ``torch.utils.cpp_extension.load`` into
   ``<build root>/<hash>``, a directory outside the checked tree, keyed by the

@@ -1,7 +1,7 @@
 """The parent side of verification: one subprocess per kernel, events in, findings out.
 
 Nothing here imports torch: the parent plans the cases (plain data), starts
-``python -m compliance.verify.runner`` per kernel in its own process group,
+``python -m compliance.verify.kernel_process`` per kernel in its own process group,
 reads its JSON events with a deadline (one for the build, one for the cases),
 kills the group when a deadline passes, and turns what came back into findings.
 """
@@ -27,7 +27,7 @@ from compliance.verify import specs as rules
 from compliance.verify.build import BuildError, parse_build
 from compliance.verify.cases import Case, DomainError, generate_cases
 from compliance.verify.options import DEFAULT_BUILD_TIMEOUT_S, Progress
-from compliance.verify.runner import EVENT_FD_VARIABLE
+from compliance.verify.kernel_process import EVENT_FD_VARIABLE
 from compliance.verify.tolerance import bounds_for, bounds_to_json
 
 if TYPE_CHECKING:
@@ -173,7 +173,7 @@ def run_kernel(ctx: CheckContext, dk: DeclaredKernel, cases: list[Case], seed: i
         env = {**os.environ, EVENT_FD_VARIABLE: str(write_fd), "PYTHONUNBUFFERED": "1"}
         started = time.monotonic()
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "compliance.verify.runner", str(job_path)],
+            proc = subprocess.Popen([sys.executable, "-m", "compliance.verify.kernel_process", str(job_path)],
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=tmp,
                                     env=env, pass_fds=(write_fd,), start_new_session=True)
         os.close(write_fd)
@@ -199,7 +199,7 @@ def _replace(outcome: KernelOutcome, **changes: Any) -> KernelOutcome:
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Kill the runner's process group (compilers included) if it is still there."""
+    """Kill the kernel subprocess's process group (compilers included) if it is still there."""
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:

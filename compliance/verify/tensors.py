@@ -1,6 +1,6 @@
 """Torch side of a case: inputs, guarded buffers, the float64 reference, the comparison.
 
-Imported only inside the runner subprocess. Every tensor handed to a kernel is
+Imported only inside the kernel subprocess. Every tensor handed to a kernel is
 a fresh copy that lives inside a larger buffer whose guard bands hold NaN
 (floats) or an out-of-range index: a kernel that reads past the table picks up
 NaN, and any write outside its output (or into its inputs) is seen by comparing

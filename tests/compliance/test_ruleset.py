@@ -108,7 +108,7 @@ def test_unknown_rule_set_name_lists_the_shipped_ones() -> None:
 def test_shipped_schemas_are_valid_json_schemas() -> None:
     from jsonschema import Draft202012Validator
 
-    from compliance.schema import SCHEMA_NAMES, load_schema
+    from compliance.schema_validation import SCHEMA_NAMES, load_schema
 
     for name in SCHEMA_NAMES:
         Draft202012Validator.check_schema(load_schema(name))

@@ -16,7 +16,7 @@ from compliance.ruleset import list_shipped, shipped_rules_dir
 from compliance.ruletools.explain import find_spec, render_markdown
 from compliance.ruletools.reference import anchor, render_reference
 from compliance.ruletools.reference import main as reference_main
-from compliance.schema import load_schema
+from compliance.schema_validation import load_schema
 from tests.rules.helpers import REPO, invoke, invoke_json
 
 REFERENCE = REPO / "docs" / "rule-reference.md"

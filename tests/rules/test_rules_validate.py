@@ -10,7 +10,7 @@ import yaml
 from compliance.errors import InputError, InputErrors
 from compliance.ruleset import list_shipped, load_ruleset, ruleset_problems
 from compliance.ruletools.validate import expected_shape, render_text, to_json, validate
-from compliance.schema import load_schema
+from compliance.schema_validation import load_schema
 from tests.rules.helpers import INVALID, VALID, fixture, invoke, invoke_json
 
 CASES = sorted(p.name for p in INVALID.iterdir() if (p / "expected.yaml").is_file())

@@ -16,7 +16,7 @@ from compliance.upstream.identify import (
     load_index,
     score_commits,
 )
-from compliance.upstream.runner import UpstreamSettings
+from compliance.upstream.stage import UpstreamSettings
 from tests.compliance.test_cli import invoke
 from tests.upstream.conftest import check
 from tests.upstream.history import History, build_history, write_copy

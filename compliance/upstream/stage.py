@@ -22,7 +22,7 @@ from compliance.upstream.gitcache import (
     default_cache_dir,
 )
 from compliance.upstream.identified import identification_findings
-from compliance.upstream.kernels import kernel_findings
+from compliance.upstream.kernel_sources import kernel_findings
 from compliance.upstream.options import NETWORK_TIMEOUT_S, UpstreamOptions
 from compliance.upstream.resolve import CommitState, resolve_commits
 from compliance.upstream.vendored import VendoredTarget, vendored_findings
