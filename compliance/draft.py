@@ -274,11 +274,12 @@ def tree_identifier(cache: Path | None, offline: bool, root: Path) -> Identifier
 
     A tree whose upstream cannot be read keeps its placeholder; the note says why.
     """
-    from compliance.upstream.gitcache import GitFailure, default_cache_dir
+    from compliance.cachedir import UPSTREAM
+    from compliance.upstream.gitcache import GitFailure
     from compliance.upstream.identify import identify
     from compliance.upstream.stage import UpstreamSettings
 
-    settings = UpstreamSettings((cache or default_cache_dir()).expanduser().resolve(), offline)
+    settings = UpstreamSettings(UPSTREAM.resolve(cache), offline)
 
     def run(tree: VendoredTree) -> tuple[str, str] | None:
         if tree.repository is None:

@@ -25,7 +25,7 @@ from compliance.verify.options import VerifyOptions
 @OUTPUT_OPTION
 @click.option("--build-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Where builds go (outside the tree). Default: $COMPLIANCE_BUILD_DIR or "
-                   "~/.cache/compliance/verify.")
+                   "~/.cache/mlperf-compliance/verify.")
 @click.option("--time-limit", "time_limit", type=click.IntRange(1, 36000), metavar="SECONDS",
               help="Time limit for running one kernel's cases (default: the manifest's, else 300).")
 @click.option("--build-time-limit", type=click.IntRange(1, 36000), default=1800, show_default=True,

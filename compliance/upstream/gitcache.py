@@ -163,20 +163,6 @@ def cache_key(url: str) -> str:
     return f"{re.sub(r'[^a-z0-9.-]+', '-', host)}/{readable}-{digest}.git"
 
 
-def default_cache_dir() -> Path:
-    """``$COMPLIANCE_UPSTREAM_CACHE``, else the user's cache directory + ``mlperf-compliance/upstream``."""
-    explicit = os.environ.get("COMPLIANCE_UPSTREAM_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    if sys.platform == "win32":
-        base = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
-    elif sys.platform == "darwin":
-        base = Path.home() / "Library" / "Caches"
-    else:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "mlperf-compliance" / "upstream"
-
-
 @dataclass(frozen=True)
 class CachedRepository:
     """The cached bare copy of one upstream repository."""

@@ -12,6 +12,7 @@ from compliance.checks.upstream_links import (
     NOT_PINNED,
     repository_problem,
 )
+from compliance.cachedir import UPSTREAM
 from compliance.errors import InputError
 from compliance.paths import parent_dir, tree_relative
 from compliance.upstream.gitcache import (
@@ -19,7 +20,6 @@ from compliance.upstream.gitcache import (
     CachedRepository,
     GitRunner,
     cache_key,
-    default_cache_dir,
 )
 from compliance.upstream.identified import identification_findings
 from compliance.upstream.kernel_sources import kernel_findings
@@ -55,7 +55,7 @@ class UpstreamSettings:
 
 def settings_from(options: UpstreamOptions, root: Path) -> UpstreamSettings:
     """The stage's options as settings; the cache must lie outside the checked tree ``root``."""
-    cache = (options.cache_dir or default_cache_dir()).expanduser().resolve()
+    cache = UPSTREAM.resolve(options.cache_dir)
     root = root.resolve()
     if cache == root or root in cache.parents:
         raise InputError("the upstream cache must be outside the checked tree (nothing is written into "

@@ -8,12 +8,12 @@ matrix, the error-bound model and the trust model.
 
 from __future__ import annotations
 
-import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from compliance.cachedir import VERIFY
 from compliance.errors import InputError
 from compliance.verify.options import VerifyOptions
 
@@ -21,15 +21,6 @@ if TYPE_CHECKING:
     from compliance.context import CheckContext
     from compliance.findings import Finding
     from compliance.verify.driver import VerifySettings
-
-
-def default_build_root() -> Path:
-    """``$COMPLIANCE_BUILD_DIR``, else ``$XDG_CACHE_HOME/compliance/verify``, else ``~/.cache/...``."""
-    explicit = os.environ.get("COMPLIANCE_BUILD_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "compliance" / "verify"
 
 
 def new_seed() -> int:
@@ -41,7 +32,7 @@ def verify_settings(root: Path, options: VerifyOptions) -> VerifySettings:
     """``options`` resolved (seed drawn, build root chosen); the build root must lie outside ``root``."""
     from compliance.verify.driver import VerifySettings
 
-    build_root = Path(options.build_dir or default_build_root()).resolve()
+    build_root = VERIFY.resolve(options.build_dir)
     tree = root.resolve()
     if build_root == tree or tree in build_root.parents:
         raise InputError("the build directory must lie outside the checked tree", build_root)
