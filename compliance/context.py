@@ -53,7 +53,7 @@ class CheckContext:
 
     root: Path
     """Absolute checked root."""
-    ruleset: "RuleSet"
+    ruleset: RuleSet
     """Rule set in force."""
     inventory: Inventory
     """What the tree contains."""

@@ -147,7 +147,8 @@ def _guess_category(ruleset: RuleSet, text: str) -> tuple[str | None, str]:
         if words and (best is None or len(words) > best[0]):
             best = (len(words), entry_id, words)
     if best is None:
-        return None, f"no allowlist category of {ruleset.id} matches its names (allowed: {', '.join(allowed) or 'none'})"
+        return None, (f"no allowlist category of {ruleset.id} matches its names "
+                      f"(allowed: {', '.join(allowed) or 'none'})")
     return best[1], f"guessed: its names mention {', '.join(repr(w) for w in best[2])}"
 
 

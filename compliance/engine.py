@@ -102,7 +102,8 @@ def report_for(ctx: CheckContext, choice: RuleSetChoice, stages: list[Stage]) ->
                        tuple(stage.name for stage in stages))
 
 
-def run_check(root: Path, options: CheckOptions = CheckOptions()) -> CheckReport:
-    """The whole ``compliance check``: static checks plus the stages asked for."""
+def run_check(root: Path, options: CheckOptions | None = None) -> CheckReport:
+    """The whole ``compliance check``: static checks plus the stages asked for (None: static only)."""
+    options = options or CheckOptions()
     ctx, choice = build_context(root, options.rules)
     return report_for(ctx, choice, stages_for(options))

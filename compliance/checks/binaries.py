@@ -51,14 +51,14 @@ def _stem(name: str) -> str:
     return base[3:] if base.startswith("lib") and len(base) > 3 else base
 
 
-def _scope(path: str, ctx: "CheckContext") -> tuple[str | None, ...]:
+def _scope(path: str, ctx: CheckContext) -> tuple[str | None, ...]:
     where = ctx.inventory.locate(path)
     if where.implementation:
         return where.implementation_key
     return (os.path.dirname(path),)
 
 
-def _source_names(ctx: "CheckContext") -> tuple[set[tuple[tuple[str | None, ...], str]], set[str]]:
+def _source_names(ctx: CheckContext) -> tuple[set[tuple[tuple[str | None, ...], str]], set[str]]:
     """(scope, stem) of every source and extension, and every declared binary path."""
     names = set()
     for native in ctx.inventory.native:
@@ -72,7 +72,7 @@ def _source_names(ctx: "CheckContext") -> tuple[set[tuple[tuple[str | None, ...]
     return names, declared
 
 
-def _binary_finding(ctx: "CheckContext", binary: "BinaryFile", has_source: bool) -> "Finding | None":
+def _binary_finding(ctx: CheckContext, binary: BinaryFile, has_source: bool) -> Finding | None:
     if has_source:
         return ctx.finding(WITH_SOURCE.id, binary.path, f"committed build product ({binary.kind}, "
                            f"{binary.size} bytes); its source is present")
@@ -80,7 +80,7 @@ def _binary_finding(ctx: "CheckContext", binary: "BinaryFile", has_source: bool)
                        "source in the tree")
 
 
-def run(ctx: "CheckContext") -> Iterator["Finding | None"]:
+def run(ctx: CheckContext) -> Iterator[Finding | None]:
     """Binary and symlink findings."""
     names, declared = _source_names(ctx)
     for binary in ctx.inventory.binaries:

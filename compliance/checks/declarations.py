@@ -127,7 +127,7 @@ _READ_LIMIT = 8 * 1024 * 1024
 """Bytes of each declared source searched for its entry symbols (sources are read no further)."""
 
 
-def _manifest_findings(ctx: "CheckContext") -> Iterator["Finding | None"]:
+def _manifest_findings(ctx: CheckContext) -> Iterator[Finding | None]:
     for relpath, manifest in ctx.manifests:
         for problem in manifest.problems:
             yield ctx.finding(MANIFEST_INVALID.id, relpath, problem.message, line=problem.line)
@@ -136,14 +136,14 @@ def _manifest_findings(ctx: "CheckContext") -> Iterator["Finding | None"]:
                               "kernel manifest is not inside an implementation directory")
 
 
-def _declared_sources(ctx: "CheckContext") -> set[str]:
+def _declared_sources(ctx: CheckContext) -> set[str]:
     declared: set[str] = set()
     for item in ctx.kernels():
         declared.update(rel for _, rel in item.source_relpaths() if rel)
     return declared
 
 
-def _undeclared(ctx: "CheckContext") -> Iterator["Finding | None"]:
+def _undeclared(ctx: CheckContext) -> Iterator[Finding | None]:
     declared = _declared_sources(ctx)
     for native in ctx.inventory.native:
         if native.vendored_tree or native.path in declared:
@@ -153,7 +153,7 @@ def _undeclared(ctx: "CheckContext") -> Iterator["Finding | None"]:
                           f"found: {markers}) is not declared in any {MANIFEST_NAME}", line=native.line)
 
 
-def _unshipped_extension_sources(ctx: "CheckContext") -> Iterator["Finding | None"]:
+def _unshipped_extension_sources(ctx: CheckContext) -> Iterator[Finding | None]:
     for ext in ctx.inventory.setup_extensions:
         missing = [s for s in ext.sources if s not in ctx.inventory.files]
         if missing:
@@ -161,7 +161,7 @@ def _unshipped_extension_sources(ctx: "CheckContext") -> Iterator["Finding | Non
                               f"from sources that are not in the tree: {', '.join(missing)}", line=ext.line)
 
 
-def _vendored(ctx: "CheckContext") -> Iterator["Finding | None"]:
+def _vendored(ctx: CheckContext) -> Iterator[Finding | None]:
     for tree in ctx.inventory.vendored:
         if tree.native_files and not tree.declared and tree.parent is None:
             what = f"{tree.project_name} ({tree.repository})" if tree.project_name else tree.reason
@@ -170,7 +170,7 @@ def _vendored(ctx: "CheckContext") -> Iterator["Finding | None"]:
                               details={"project": tree.project, "repository": tree.repository})
 
 
-def _allowlist(ctx: "CheckContext", item: DeclaredKernel) -> Iterator["Finding | None"]:
+def _allowlist(ctx: CheckContext, item: DeclaredKernel) -> Iterator[Finding | None]:
     kernel, where = item.kernel, item.location
     entry = ctx.ruleset.entry(kernel.category)
     path, line = item.manifest_path, kernel.line
@@ -191,7 +191,7 @@ def _allowlist(ctx: "CheckContext", item: DeclaredKernel) -> Iterator["Finding |
                           line=line, kernel=kernel.id)
 
 
-def _read_head(ctx: "CheckContext", rel: str) -> bytes | None:
+def _read_head(ctx: CheckContext, rel: str) -> bytes | None:
     """The first ``_READ_LIMIT`` bytes of a declared source (never more: the file may be a
     sparse file of many GiB), or None when it cannot be read."""
     try:
@@ -205,7 +205,7 @@ def _symbol_pattern(symbol: str) -> re.Pattern[bytes]:
     return re.compile(rb"\b" + re.escape(symbol.encode()) + rb"\s*(?:<[^;{}()]*>\s*)?\(")
 
 
-def _sources(ctx: "CheckContext", item: DeclaredKernel) -> Iterator["Finding | None"]:
+def _sources(ctx: CheckContext, item: DeclaredKernel) -> Iterator[Finding | None]:
     kernel = item.kernel
     contents: list[bytes] = []
     for declared, rel in item.source_relpaths():
@@ -236,7 +236,7 @@ def _sources(ctx: "CheckContext", item: DeclaredKernel) -> Iterator["Finding | N
                               f"{', '.join(kernel.sources)}", line=kernel.line, kernel=kernel.id)
 
 
-def run(ctx: "CheckContext") -> Iterator["Finding | None"]:
+def run(ctx: CheckContext) -> Iterator[Finding | None]:
     """All declaration findings."""
     yield from _manifest_findings(ctx)
     yield from _undeclared(ctx)

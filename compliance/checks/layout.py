@@ -8,8 +8,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from compliance.checks.interface import CheckSpec
-from compliance.layout import (CODE_DIR, ENTRY_FILE, IMPLEMENTATIONS, ORG_DIRS, Location,
-                               Organization, code_dirs, subdirs)
+from compliance.layout import (
+    CODE_DIR,
+    ENTRY_FILE,
+    IMPLEMENTATIONS,
+    ORG_DIRS,
+    Location,
+    Organization,
+    code_dirs,
+    subdirs,
+)
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext
@@ -94,8 +102,8 @@ def _rel(org_rel: str, *parts: str) -> str:
     return "/".join(p for p in (org_rel, *parts) if p and p != ".")
 
 
-def _benchmark_name(ctx: "CheckContext", name: str, rel: str, where: Location,
-                    what: str) -> Iterator["Finding | None"]:
+def _benchmark_name(ctx: CheckContext, name: str, rel: str, where: Location,
+                    what: str) -> Iterator[Finding | None]:
     """Unknown benchmark (error) or alias (its level), for a directory named ``name``."""
     official = ctx.ruleset.official_benchmark(name)
     if official is None:
@@ -108,8 +116,8 @@ def _benchmark_name(ctx: "CheckContext", name: str, rel: str, where: Location,
                           f"alias in {ctx.ruleset.id}); canonical name: {official}", location=where)
 
 
-def _required_dirs(ctx: "CheckContext", org: Organization, org_dir: Path,
-                   org_rel: str) -> Iterator["Finding | None"]:
+def _required_dirs(ctx: CheckContext, org: Organization, org_dir: Path,
+                   org_rel: str) -> Iterator[Finding | None]:
     style = ctx.ruleset.layout
     here = Location(division=org.division, submitter=org.name)
     for required in ORG_DIRS[style]:
@@ -134,7 +142,7 @@ def _entry_systems(org_dir: Path) -> set[str]:
     return {d.name for d in subdirs(org_dir / "results") if (d / ENTRY_FILE).is_file()}
 
 
-def _inverted(ctx: "CheckContext", org: Organization, base: Path, rel: str) -> Iterator["Finding | None"]:
+def _inverted(ctx: CheckContext, org: Organization, base: Path, rel: str) -> Iterator[Finding | None]:
     """``benchmarks/implementations/<system>/<benchmark>/``: the names, and one variant warning."""
     yield ctx.finding(VARIANT.id, rel, "benchmarks/implementations/<system>/<benchmark>/ is read as "
                       "benchmarks/<benchmark>/implementations/<system>/ (the canonical form)",
@@ -145,8 +153,8 @@ def _inverted(ctx: "CheckContext", org: Organization, base: Path, rel: str) -> I
             yield from _benchmark_name(ctx, bench, f"{rel}/{system}/{bench}", where, "benchmark directory")
 
 
-def _training_benchmark(ctx: "CheckContext", org: Organization, bench_dir: Path,
-                        rel: str) -> Iterator["Finding | None"]:
+def _training_benchmark(ctx: CheckContext, org: Organization, bench_dir: Path,
+                        rel: str) -> Iterator[Finding | None]:
     """How a training benchmark directory holds its code."""
     where = Location(org.division, org.name, bench_dir.parent.name, bench_dir.name)
     others = [d for d in _subdir_names(bench_dir) if d != IMPLEMENTATIONS]
@@ -164,8 +172,8 @@ def _training_benchmark(ctx: "CheckContext", org: Organization, bench_dir: Path,
                           "directory", location=where)
 
 
-def _code_findings(ctx: "CheckContext", org: Organization, org_dir: Path,
-                   org_rel: str) -> Iterator["Finding | None"]:
+def _code_findings(ctx: CheckContext, org: Organization, org_dir: Path,
+                   org_rel: str) -> Iterator[Finding | None]:
     style = ctx.ruleset.layout
     for code_dir in code_dirs(style):
         base = org_dir / code_dir
@@ -187,8 +195,8 @@ def _code_findings(ctx: "CheckContext", org: Organization, org_dir: Path,
                 yield from _training_benchmark(ctx, org, base / bench, rel)
 
 
-def _results_findings(ctx: "CheckContext", org: Organization, org_dir: Path,
-                      org_rel: str) -> Iterator["Finding | None"]:
+def _results_findings(ctx: CheckContext, org: Organization, org_dir: Path,
+                      org_rel: str) -> Iterator[Finding | None]:
     has_systems = "systems" in ORG_DIRS[ctx.ruleset.layout]
     systems = {p.stem for p in (org_dir / "systems").glob("*.json")} | _entry_systems(org_dir)
     for system in _subdir_names(org_dir / "results"):
@@ -207,7 +215,7 @@ def _results_findings(ctx: "CheckContext", org: Organization, org_dir: Path,
                                        Location(org.division, org.name, "results", bench), "results for")
 
 
-def _org_findings(ctx: "CheckContext", org: Organization) -> Iterator["Finding | None"]:
+def _org_findings(ctx: CheckContext, org: Organization) -> Iterator[Finding | None]:
     org_rel = "/".join(org.prefix) or "."
     org_dir = ctx.root.joinpath(*org.prefix)
     yield from _required_dirs(ctx, org, org_dir, org_rel)
@@ -215,7 +223,7 @@ def _org_findings(ctx: "CheckContext", org: Organization) -> Iterator["Finding |
     yield from _results_findings(ctx, org, org_dir, org_rel)
 
 
-def run(ctx: "CheckContext") -> Iterator["Finding | None"]:
+def run(ctx: CheckContext) -> Iterator[Finding | None]:
     """Layout findings for every organization (or one if none is found)."""
     if not ctx.inventory.organizations:
         expected = ", ".join(f"{d}/" for d in ORG_DIRS[ctx.ruleset.layout])

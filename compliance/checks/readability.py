@@ -37,7 +37,7 @@ SETUP_UNPARSEABLE = CheckSpec(
 )
 
 
-def run(ctx: "CheckContext") -> Iterator["Finding | None"]:
+def run(ctx: CheckContext) -> Iterator[Finding | None]:
     """A finding per unreadable path and per unparseable setup.py."""
     for path in ctx.inventory.unreadable:
         yield ctx.finding(PATH_UNREADABLE.id, path, "could not be read or entered; its content was "

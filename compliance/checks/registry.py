@@ -27,7 +27,8 @@ def specs() -> tuple[CheckSpec, ...]:
 
     static = (
         layout.STRUCTURE, layout.UNKNOWN_BENCHMARK, layout.UNKNOWN_SYSTEM, layout.VARIANT, layout.ALIAS,
-        declarations.MANIFEST_INVALID, declarations.MANIFEST_MISPLACED, declarations.UNDECLARED, declarations.NOT_ALLOWLISTED,
+        declarations.MANIFEST_INVALID, declarations.MANIFEST_MISPLACED, declarations.UNDECLARED,
+        declarations.NOT_ALLOWLISTED,
         declarations.LANGUAGE, declarations.REFERENCE_OP, declarations.SOURCE_MISSING, declarations.SOURCE_OUTSIDE,
         declarations.SOURCE_EMPTY, declarations.ENTRY_SYMBOL, declarations.VENDORED,
         binaries.WITHOUT_SOURCE, binaries.WITH_SOURCE, binaries.SYMLINK,

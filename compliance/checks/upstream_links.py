@@ -94,7 +94,7 @@ def parse_repository(url: str) -> ParsedUrl | None:
     return None
 
 
-def repository_problem(url: str, policy: "UpstreamPolicy") -> tuple[str, str] | None:
+def repository_problem(url: str, policy: UpstreamPolicy) -> tuple[str, str] | None:
     """(rule id, message) when ``url`` is not an acceptable upstream under ``policy``."""
     parsed = parse_repository(url)
     if parsed is None:
@@ -109,7 +109,7 @@ def repository_problem(url: str, policy: "UpstreamPolicy") -> tuple[str, str] | 
     return None
 
 
-def _kernel_findings(ctx: "CheckContext", item: "DeclaredKernel") -> Iterator["Finding | None"]:
+def _kernel_findings(ctx: CheckContext, item: DeclaredKernel) -> Iterator[Finding | None]:
     kernel, upstream = item.kernel, item.kernel.upstream
     entry = ctx.ruleset.entry(kernel.category)
     if upstream is None:
@@ -129,7 +129,7 @@ def _kernel_findings(ctx: "CheckContext", item: "DeclaredKernel") -> Iterator["F
                           line=upstream.line, kernel=kernel.id)
 
 
-def run(ctx: "CheckContext") -> Iterator["Finding | None"]:
+def run(ctx: CheckContext) -> Iterator[Finding | None]:
     """Upstream link findings for every declared kernel."""
     for item in ctx.kernels():
         yield from _kernel_findings(ctx, item)

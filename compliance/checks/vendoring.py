@@ -46,7 +46,7 @@ BUILD_DIRECTORY = CheckSpec(
 )
 
 
-def _forks(ctx: "CheckContext") -> Iterator["Finding | None"]:
+def _forks(ctx: CheckContext) -> Iterator[Finding | None]:
     for fork in ctx.inventory.forks:
         where = fork.path or "."
         yield ctx.finding(FORK.id, where, f"{where} is a fork of {fork.project_name} ({fork.repository}); "
@@ -55,7 +55,7 @@ def _forks(ctx: "CheckContext") -> Iterator["Finding | None"]:
                                    "native_files": fork.native_files}, location=fork.location)
 
 
-def _build_directories(ctx: "CheckContext") -> Iterator["Finding | None"]:
+def _build_directories(ctx: CheckContext) -> Iterator[Finding | None]:
     for build in ctx.inventory.build_directories:
         names = [p[len(build.path) + 1:] for p, _ in build.products]
         listed = ", ".join(names[:LISTED_IN_MESSAGE])
@@ -66,7 +66,7 @@ def _build_directories(ctx: "CheckContext") -> Iterator["Finding | None"]:
                           details={"products": [{"path": p, "kind": k} for p, k in build.products]})
 
 
-def run(ctx: "CheckContext") -> Iterator["Finding | None"]:
+def run(ctx: CheckContext) -> Iterator[Finding | None]:
     """Fork and build-directory findings."""
     yield from _forks(ctx)
     yield from _build_directories(ctx)

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 Reporter = Callable[["CheckReport"], str]
 
 
-def status_line(report: "CheckReport") -> str:
+def status_line(report: CheckReport) -> str:
     """The one summary line every human-facing format ends with."""
     from compliance.findings import Severity
     from compliance.report.safetext import one_line

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from compliance.model import CheckReport
 
 
-def render_junit(report: "CheckReport") -> str:
+def render_junit(report: CheckReport) -> str:
     """CI systems show each (organization, rule) as a test; errors fail it, others are logged."""
     from compliance.findings import Severity
 

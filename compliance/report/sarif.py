@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 _LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 
 
-def render_sarif(report: "CheckReport") -> str:
+def render_sarif(report: CheckReport) -> str:
     """One run; rules from the registry, results from the findings."""
     rules = [{"id": s.id, "name": s.title, "shortDescription": {"text": s.title},
               "fullDescription": {"text": s.doc}, "help": {"text": s.hint}} for s in all_specs()]

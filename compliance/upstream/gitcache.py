@@ -130,7 +130,8 @@ class GitRunner:
             limit = self.network_timeout_s if network else self.local_timeout_s
             raise GitFailure(FailureKind.UNREACHABLE, f"git {args[0]} did not finish within the {limit:g}s "
                              "time limit (stopped)")
-        raise GitFailure(classify(err, network), f"git {args[0]} failed: {_stderr_tail(err) or f'exit status {status}'}")
+        detail = _stderr_tail(err) or f"exit status {status}"
+        raise GitFailure(classify(err, network), f"git {args[0]} failed: {detail}")
 
     def run_status(self, *args: str, network: bool = False,
                    stdin: bytes | None = None) -> tuple[int, bytes, str]:

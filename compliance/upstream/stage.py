@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from compliance.cachedir import UPSTREAM
 from compliance.checks.upstream_links import (
     FULL_COMMIT,
     NOT_PINNED,
     repository_problem,
 )
-from compliance.cachedir import UPSTREAM
 from compliance.errors import InputError
 from compliance.paths import parent_dir, tree_relative
 from compliance.upstream.gitcache import (

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 from compliance.verify import specs as rules
 from compliance.verify.build import BuildError, parse_build
 from compliance.verify.cases import Case, DomainError, generate_cases
-from compliance.verify.options import DEFAULT_BUILD_TIMEOUT_S, Progress
 from compliance.verify.kernel_process import EVENT_FD_VARIABLE
+from compliance.verify.options import DEFAULT_BUILD_TIMEOUT_S, Progress
 from compliance.verify.tolerance import bounds_for, bounds_to_json
 
 if TYPE_CHECKING:

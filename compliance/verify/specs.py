@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from compliance.checks.interface import CheckSpec
 
-_BUILD = "kernels:\n  - id: bag\n    ...\n    build: {kind: torch_extension, function: bag_forward, arguments: [weight, indices, offsets, mode, out]}"
+_BUILD = ("kernels:\n  - id: bag\n    ...\n    build: {kind: torch_extension, function: bag_forward, "
+          "arguments: [weight, indices, offsets, mode, out]}")
 
 PASSED = CheckSpec(
     id="verify-passed", title="Kernel verified", default_level="info", stage="verify",

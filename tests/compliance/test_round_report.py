@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from compliance.checks.registry import all_specs
 from compliance.engine import run_check
-from compliance.model import CheckReport, RuleSetChoice
 from compliance.findings import Finding, Severity
 from compliance.inventory import Inventory
 from compliance.layout import LayoutMapper, Organization
+from compliance.model import CheckReport, RuleSetChoice
 from compliance.report.text import DEFAULT_MAX_LINES, render_text
 from compliance.ruleset import load_ruleset
 from compliance.shared_sources import shared_sources

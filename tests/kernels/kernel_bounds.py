@@ -21,18 +21,12 @@ from __future__ import annotations
 
 import torch
 
-from compliance.verify.tolerance import (
-    ACCUMULATION_ROUNDOFF,
-    HALF_MIN_SUBNORMAL as _HALF_MIN_SUBNORMAL,
-    STRICT_BOUNDS,
-    pooled_bound,
-)
-from compliance.verify.vocabulary import UNIT_ROUNDOFF as _UNIT_ROUNDOFF
+from compliance.verify import tolerance, vocabulary
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-U32 = ACCUMULATION_ROUNDOFF
-UNIT_ROUNDOFF = {DTYPES[name]: u for name, u in _UNIT_ROUNDOFF.items()}
-HALF_MIN_SUBNORMAL = {DTYPES[name]: h for name, h in _HALF_MIN_SUBNORMAL.items()}
+U32 = tolerance.ACCUMULATION_ROUNDOFF
+UNIT_ROUNDOFF = {DTYPES[name]: u for name, u in vocabulary.UNIT_ROUNDOFF.items()}
+HALF_MIN_SUBNORMAL = {DTYPES[name]: h for name, h in tolerance.HALF_MIN_SUBNORMAL.items()}
 
 
 def _name(dtype: torch.dtype) -> str:
@@ -47,7 +41,8 @@ def gamma(n: int) -> float:
 def pooled_tolerance(ref: torch.Tensor, abs_ref: torch.Tensor, terms: int, dtype: torch.dtype) -> torch.Tensor:
     """Elementwise bound for |ours - ref| (float64): ``abs_ref`` is the same pooling of
     |x_i| (in float64), ``terms`` the longest bag (plus one for mean's division)."""
-    return pooled_bound("sum", ref, abs_ref, max(terms, 1), UNIT_ROUNDOFF[dtype], STRICT_BOUNDS[_name(dtype)])
+    bound = tolerance.STRICT_BOUNDS[_name(dtype)]
+    return tolerance.pooled_bound("sum", ref, abs_ref, max(terms, 1), UNIT_ROUNDOFF[dtype], bound)
 
 
 def assert_within(ours: torch.Tensor, ref: torch.Tensor, tol: torch.Tensor, what: str) -> None:

@@ -60,7 +60,8 @@ def _spec_constants() -> dict[str, str]:
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
             if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
                     and getattr(node.value.func, "id", "") == "CheckSpec"):
-                ids = [k.value.value for k in node.value.keywords if k.arg == "id" and isinstance(k.value, ast.Constant)]
+                ids = [k.value.value for k in node.value.keywords
+                       if k.arg == "id" and isinstance(k.value, ast.Constant)]
                 found[str(ids[0])] = f"{path.relative_to(REPO)}:{node.targets[0].id}"  # type: ignore[attr-defined]
     return found
 
@@ -104,7 +105,7 @@ def _literal_rule_ids(tree: ast.AST) -> set[str]:
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Dict):
-            found |= {str(v.value) for k, v in zip(node.keys, node.values)
+            found |= {str(v.value) for k, v in zip(node.keys, node.values, strict=True)
                       if isinstance(k, ast.Constant) and k.value == "rule" and isinstance(v, ast.Constant)}
         if not isinstance(node, ast.Call):
             continue

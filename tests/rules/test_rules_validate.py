@@ -47,7 +47,7 @@ def test_negative_fixture_reports_exactly_its_problems(case: str) -> None:
     got = [(str(Path(p.path).resolve().relative_to((INVALID / case).resolve())), p.line, p.column,
             p.kind) for p in result.problems]
     assert got == [(e["file"], e["line"], e["column"], e["kind"]) for e in expected]
-    for problem, want in zip(result.problems, expected):
+    for problem, want in zip(result.problems, expected, strict=True):
         assert str(want["message"]) in problem.message
         if "expected" in want:
             assert problem.expected is not None and str(want["expected"]) in problem.expected

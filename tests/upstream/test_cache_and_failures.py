@@ -135,7 +135,8 @@ def test_cache_inside_the_checked_tree_is_refused(tmp_path: Path, kernel_upstrea
 
 def test_plain_check_never_imports_git(tmp_path: Path, kernel_upstream: KernelUpstream) -> None:
     tree = _tree(tmp_path, kernel_upstream.url, kernel_upstream.added)
-    code = ("import sys; from pathlib import Path; from compliance.engine import run_check; from compliance.model import CheckOptions; "
+    code = ("import sys; from pathlib import Path; from compliance.engine import run_check; "
+            "from compliance.model import CheckOptions; "
             f"run_check(Path({str(tree)!r}), CheckOptions(rules={str(RULES)!r})); "
             "from compliance.checks.registry import all_specs; all_specs(); "
             "print('git' in sys.modules)")

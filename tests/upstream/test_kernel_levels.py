@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from compliance.engine import run_check
+from compliance.findings import Severity
 from compliance.model import CheckOptions
 from compliance.upstream.options import UpstreamOptions
-from compliance.findings import Severity
 from tests.upstream.conftest import check, upstream_ids
 from tests.upstream.repos import KERNEL_PR, KERNEL_V1, KERNEL_V2, KernelUpstream
 from tests.upstream.trees import RULES, SOURCE, kernel_entry, write_tree

@@ -18,7 +18,8 @@ from .conftest import CPU_BATCHED_TREE, RULES
 
 pytestmark = pytest.mark.slow
 
-PASSING = ("tb-bag-f32-to-f16", "tb-bag-any-dtype", "dlrm-gather-d128", "tb-sgd", "rowwise-adagrad", "tb-dense-gradient",
+PASSING = ("tb-bag-f32-to-f16", "tb-bag-any-dtype", "dlrm-gather-d128", "tb-sgd", "rowwise-adagrad",
+           "tb-dense-gradient",
            "sparse-gradient")
 CAUGHT = {
     "tb-bag-wrong-table-offset": {"verify-mismatch"},

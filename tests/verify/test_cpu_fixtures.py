@@ -89,7 +89,8 @@ def test_progress_names_kernel_case_and_elapsed(findings: dict[str, list[Finding
 def test_cli_verify_json_and_exit_codes(build_root: Path, tmp_path: Path) -> None:
     base = [sys.executable, "-m", "compliance", "verify", str(CPU_TREE), "--rules", RULES,
             "--build-dir", str(build_root), "--seed", "5", "--no-large-table"]
-    good = subprocess.run([*base, "--kernel", "gather", "--format", "json"], check=False, capture_output=True, text=True)
+    good = subprocess.run([*base, "--kernel", "gather", "--format", "json"], check=False, capture_output=True,
+                          text=True)
     assert good.returncode == 0, good.stderr
     report = json.loads(good.stdout)
     assert [f["rule_id"] for f in report["findings"]] == ["verify-passed"]
