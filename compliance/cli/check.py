@@ -49,7 +49,7 @@ def check_command(path: Path, rules: str | None, fmt: str, output: Path | None, 
     if (verbose or summary) and fmt != "text":
         raise click.UsageError("--verbose and --summary apply to --format text (JSON and SARIF keep every finding)")
     options = CheckOptions(rules=rules,
-                           upstream=UpstreamOptions(upstream_cache, offline) if upstream else None,
+                           upstream=UpstreamOptions(cache_dir=upstream_cache, offline=offline) if upstream else None,
                            verify=VerifyOptions(seed=seed) if verify else None)
     report = run_check(path, options)
     text = render_text(report, verbose=verbose, summary=summary) if fmt == "text" else FORMATS[fmt](report)
