@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compliance.checks.interface import spec_for
+from compliance.checks.registry import spec_for
 from compliance.findings import Finding, Severity
 from compliance.inventory import Inventory
 from compliance.layout import Location
@@ -53,7 +53,7 @@ class CheckContext:
 
     root: Path
     """Absolute checked root."""
-    ruleset: "RuleSet"
+    ruleset: RuleSet
     """Rule set in force."""
     inventory: Inventory
     """What the tree contains."""

@@ -147,7 +147,8 @@ def _guess_category(ruleset: RuleSet, text: str) -> tuple[str | None, str]:
         if words and (best is None or len(words) > best[0]):
             best = (len(words), entry_id, words)
     if best is None:
-        return None, f"no allowlist category of {ruleset.id} matches its names (allowed: {', '.join(allowed) or 'none'})"
+        return None, (f"no allowlist category of {ruleset.id} matches its names "
+                      f"(allowed: {', '.join(allowed) or 'none'})")
     return best[1], f"guessed: its names mention {', '.join(repr(w) for w in best[2])}"
 
 
@@ -274,11 +275,12 @@ def tree_identifier(cache: Path | None, offline: bool, root: Path) -> Identifier
 
     A tree whose upstream cannot be read keeps its placeholder; the note says why.
     """
-    from compliance.upstream.gitcache import GitFailure, default_cache_dir
+    from compliance.cachedir import UPSTREAM
+    from compliance.upstream.gitcache import GitFailure
     from compliance.upstream.identify import identify
-    from compliance.upstream.runner import UpstreamSettings
+    from compliance.upstream.stage import UpstreamSettings
 
-    settings = UpstreamSettings((cache or default_cache_dir()).expanduser().resolve(), offline)
+    settings = UpstreamSettings(UPSTREAM.resolve(cache), offline)
 
     def run(tree: VendoredTree) -> tuple[str, str] | None:
         if tree.repository is None:

@@ -1,120 +1,27 @@
-"""The check pipeline: walk once, read manifests, pick the rule set, run checks.
+"""The check pipeline: walk once, read manifests, pick the rule set, run the stages.
 
+Only orchestration lives here; the options and the report are in
+``compliance.model``, the stages behind ``compliance.checks.interface.Stage``.
 Nothing here imports torch, CUDA bindings or git; the optional stages
-(``--upstream``, ``--verify``) import their modules only when asked for.
+(``--upstream``, ``--verify``) import their heavy modules only when they run.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from compliance.checks.builtin import STATIC_CHECKS
+from compliance.checks import binaries
+from compliance.checks.builtin import StaticStage
+from compliance.checks.interface import Stage
 from compliance.context import CheckContext, declared_vendored_dirs
 from compliance.errors import InputError
-from compliance.findings import Finding, Severity
-from compliance.inventory import Inventory, Walk, classify, walk_tree
+from compliance.findings import Finding
+from compliance.inventory import Walk, classify, walk_tree
 from compliance.manifest import Manifest, load_manifest
-from compliance.ruleset import (DEFAULT_RULESET, RuleSet, available_rulesets, load_named_ruleset,
-                                load_ruleset)
-
-REPORT_SCHEMA_VERSION = 1
-
-
-@dataclass(frozen=True)
-class CheckOptions:
-    """What the user asked for."""
-
-    rules: str | None = None
-    """Rule set id or file (``--rules``); None: the one the manifests name, else the default."""
-    upstream: bool = False
-    """Prove upstream links with git (``--upstream``)."""
-    upstream_cache: Path | None = None
-    """Cache directory for upstream clones."""
-    offline: bool = False
-    """Use only what the upstream cache holds."""
-    verify: bool = False
-    """Build and numerically verify declared kernels (``--verify``)."""
-    seed: int | None = None
-    """Seed for verification inputs."""
-    extra: dict[str, Any] = field(default_factory=dict)
-    """Stage-specific options (e.g. verification time limits)."""
-
-
-@dataclass(frozen=True)
-class RuleSetChoice:
-    """Which rule set was used and why."""
-
-    ruleset: RuleSet
-    """The resolved rule set."""
-    reason: str
-    """``--rules``, ``named by <manifest>`` or ``default``."""
-
-
-@dataclass(frozen=True)
-class OrganizationSummary:
-    """Counts for one organization."""
-
-    name: str
-    """Organization."""
-    errors: int
-    """Error-level findings."""
-    warnings: int
-    """Warnings."""
-
-    @property
-    def passed(self) -> bool:
-        """No error-level findings."""
-        return self.errors == 0
-
-
-@dataclass(frozen=True)
-class CheckReport:
-    """Result of ``compliance check``: what every reporter renders."""
-
-    root: Path
-    """Checked root."""
-    choice: RuleSetChoice
-    """Rule set used."""
-    findings: tuple[Finding, ...]
-    """Sorted findings."""
-    inventory: Inventory
-    """What the tree contains."""
-    stages: tuple[str, ...]
-    """Stages that ran: static, upstream, verify."""
-
-    @property
-    def ruleset(self) -> RuleSet:
-        """The rule set used."""
-        return self.choice.ruleset
-
-    def count(self, severity: Severity) -> int:
-        """Findings at ``severity``."""
-        return sum(1 for f in self.findings if f.severity is severity)
-
-    @property
-    def passed(self) -> bool:
-        """True when no finding is at error level."""
-        return self.count(Severity.ERROR) == 0
-
-    @property
-    def exit_code(self) -> int:
-        """0 compliant, 1 error-level findings."""
-        return 0 if self.passed else 1
-
-    def organizations(self) -> list[OrganizationSummary]:
-        """A summary per organization found (plus ``-`` for findings outside any)."""
-        errors: Counter[str] = Counter()
-        warnings: Counter[str] = Counter()
-        for f in self.findings:
-            bucket = errors if f.severity is Severity.ERROR else warnings if f.severity is Severity.WARNING else None
-            if bucket is not None:
-                bucket[f.submitter or "-"] += 1
-        names = list(dict.fromkeys(o.name for o in self.inventory.organizations))
-        names += sorted(n for n in set(errors) | set(warnings) if n not in names)
-        return [OrganizationSummary(n, errors[n], warnings[n]) for n in names]
+from compliance.model import CheckOptions, CheckReport, RuleSetChoice
+from compliance.ruleset import DEFAULT_RULESET, available_rulesets, load_named_ruleset, load_ruleset
+from compliance.upstream import UpstreamStage
+from compliance.verify import VerifyStage
 
 
 def read_manifests(walk: Walk) -> tuple[tuple[str, Manifest], ...]:
@@ -173,30 +80,30 @@ def build_context(root: Path, rules: str | None) -> tuple[CheckContext, RuleSetC
                          vendored_markers=ruleset.vendored.markers,
                          min_vendored_native=ruleset.vendored.min_native_files,
                          declared_vendored=declared_vendored)
-    overrides = {"binary-without-source": ruleset.binary_policy.without_source,
-                 "build-product-with-source": ruleset.binary_policy.build_product_with_source}
+    overrides = {binaries.WITHOUT_SOURCE.id: ruleset.binary_policy.without_source,
+                 binaries.WITH_SOURCE.id: ruleset.binary_policy.build_product_with_source}
     return CheckContext(root.resolve(), ruleset, inventory, manifests, overrides), choice
 
 
-def run_static_checks(ctx: CheckContext) -> list[Finding]:
-    """Every static check's findings (checks switched off yield none)."""
-    return [f for check in STATIC_CHECKS for f in check(ctx) if f is not None]
+def stages_for(options: CheckOptions) -> list[Stage]:
+    """The stages ``options`` asks for, in the order they run: static, then upstream, then verify."""
+    stages: list[Stage] = [StaticStage()]
+    if options.upstream is not None:
+        stages.append(UpstreamStage(options.upstream))
+    if options.verify is not None:
+        stages.append(VerifyStage(options.verify))
+    return stages
 
 
-def run_check(root: Path, options: CheckOptions = CheckOptions()) -> CheckReport:
-    """The whole ``compliance check``: static checks plus the stages asked for."""
+def report_for(ctx: CheckContext, choice: RuleSetChoice, stages: list[Stage]) -> CheckReport:
+    """Run ``stages`` on ``ctx``: the report every reporter renders (findings sorted)."""
+    findings = [f for stage in stages for f in stage.run(ctx)]
+    return CheckReport(ctx.root, choice, tuple(sorted(findings, key=Finding.sort_key)), ctx.inventory,
+                       tuple(stage.name for stage in stages))
+
+
+def run_check(root: Path, options: CheckOptions | None = None) -> CheckReport:
+    """The whole ``compliance check``: static checks plus the stages asked for (None: static only)."""
+    options = options or CheckOptions()
     ctx, choice = build_context(root, options.rules)
-    findings = run_static_checks(ctx)
-    stages = ["static"]
-    if options.upstream:
-        from compliance.upstream import run_upstream_checks
-
-        findings += run_upstream_checks(ctx, options)
-        stages.append("upstream")
-    if options.verify:
-        from compliance.verify import run_verification_checks
-
-        findings += run_verification_checks(ctx, options)
-        stages.append("verify")
-    return CheckReport(ctx.root, choice, tuple(sorted(findings, key=Finding.sort_key)),
-                       ctx.inventory, tuple(stages))
+    return report_for(ctx, choice, stages_for(options))

@@ -14,10 +14,11 @@ for inference it may also be one division or a directory of divisions.
 
 Variants seen in accepted training rounds are mapped too (the layout checks
 report them as warnings naming the canonical form): ``benchmark/`` or ``code/``
-for ``benchmarks/`` (``results/<system>/entry.json`` then describes the system); ``benchmarks/<b>/<dir>/`` (``implementation/``,
-``implementation_closed/``, ``implementation_open/`` or a system name) as the
-implementation directory instead of ``implementations/<impl>/``; and the
-inverted ``benchmarks/implementations/<system>/<benchmark>/``.
+for ``benchmarks/`` (``results/<system>/entry.json`` then describes the system);
+``benchmarks/<b>/<dir>/`` (``implementation/``, ``implementation_closed/``,
+``implementation_open/`` or a system name) as the implementation directory
+instead of ``implementations/<impl>/``; and the inverted
+``benchmarks/implementations/<system>/<benchmark>/``.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from compliance.errors import InputError
-from compliance.schema import validate_document
+from compliance.schema_validation import validate_document
 from compliance.verify.semantics import Backward, Domain, Tables
 from compliance.yamlsource import JsonPath, YamlDocument, parse_yaml, read_yaml_text
 
@@ -198,7 +198,7 @@ def _placeholders(value: Any, path: JsonPath) -> list[JsonPath]:
 
 def _placeholder_problems(document: YamlDocument) -> list[ManifestProblem]:
     """A drafted manifest never passes as finished: every FILL-IN value is a problem."""
-    from compliance.schema import dotted
+    from compliance.schema_validation import dotted
 
     return [ManifestProblem(f"{dotted(p)}: placeholder left unfilled ({PLACEHOLDER} values come from "
                             "`compliance manifest draft`; only the submitter knows this)",

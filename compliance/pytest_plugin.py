@@ -19,7 +19,7 @@ import pytest
 if TYPE_CHECKING:
     from compliance.context import CheckContext, DeclaredKernel
     from compliance.verify.cases import Case
-    from compliance.verify.driver import KernelOutcome, VerifyOptions
+    from compliance.verify.driver import KernelOutcome, VerifySettings
 
 _STATE = pytest.StashKey["_KernelSession"]()
 
@@ -45,20 +45,22 @@ class _KernelSession:
     """What the plugin knows for one pytest session: the trees, options and finished runs."""
 
     def __init__(self, config: pytest.Config) -> None:
-        from compliance.engine import CheckOptions, build_context
-        from compliance.verify import verify_options
+        from compliance.engine import build_context
+        from compliance.verify import verify_settings
+        from compliance.verify.options import VerifyOptions
 
         self.config = config
         self.contexts: list[CheckContext] = []
         seed = config.getoption("kernels_seed")
-        self.options: dict[str, VerifyOptions] = {}
+        self.options: dict[str, VerifySettings] = {}
         for raw in config.getoption("kernels"):
             root = Path(raw)
             ctx, _ = build_context(root, config.getoption("kernels_rules"))
-            extra = {"kernels": tuple(config.getoption("kernels_id")),
-                     "build_dir": config.getoption("kernels_build_dir"),
-                     "large": not config.getoption("kernels_no_large_table"), "progress": None}
-            opts = verify_options(root, CheckOptions(verify=True, seed=seed, extra=extra))
+            build_dir = config.getoption("kernels_build_dir")
+            options = VerifyOptions(seed=seed, build_dir=Path(build_dir) if build_dir else None,
+                                    kernels=tuple(config.getoption("kernels_id")),
+                                    large=not config.getoption("kernels_no_large_table"), progress=None)
+            opts = verify_settings(root, options)
             seed = opts.seed  # one seed for every tree of the session
             self.contexts.append(ctx)
             self.options[str(ctx.root)] = opts
@@ -143,19 +145,21 @@ class KernelItem(pytest.Item):
     def runtest(self) -> None:
         if self.problem:
             raise KernelFailure(self.problem)
+        from compliance.verify import specs as rules
+
         parent = self.parent
         assert isinstance(parent, ManifestFile)
         outcome = self.config.stash[_STATE].outcome(parent.ctx, self.dk, self.cases)
         if outcome.unavailable:
             pytest.skip(outcome.unavailable)
         if self.index is None:
-            if outcome.stopped and outcome.stopped[0] in ("verify-build-failed", "verify-build-invalid"):
+            if outcome.stopped and outcome.stopped[0] in (rules.BUILD_FAILED.id, rules.BUILD_INVALID.id):
                 raise KernelFailure(f"{outcome.stopped[1]} [{outcome.stopped[0]}]\n{outcome.stopped[2]}")
             return
         done = {c.case: c for c in outcome.cases}
         case = self.cases[self.index]
         if case.id not in done:
-            why = outcome.stopped or ("verify-crash", "the run ended before this case", "")
+            why = outcome.stopped or (rules.CRASH.id, "the run ended before this case", "")
             raise KernelFailure(f"not run: {why[1]} [{why[0]}]\n{why[2]}")
         result = done[case.id]
         if not result.passed:

@@ -26,9 +26,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from compliance.checks.interface import CheckConfig, config_problems, effective_config, spec_for
+from compliance.checks.interface import CheckConfig
+from compliance.checks.registry import config_problems, effective_config, spec_for
 from compliance.errors import InputError, InputErrors
-from compliance.schema import problems_as_errors, validate_document
+from compliance.schema_validation import problems_as_errors, validate_document
 from compliance.yamlsource import YamlDocument, load_yaml
 
 DEFAULT_RULESET = "training/v0.7"

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from compliance.errors import InputError
 from compliance.layout import Location
-from compliance.schema import problems_as_errors, validate_document
+from compliance.schema_validation import problems_as_errors, validate_document
 from compliance.yamlsource import parse_yaml
 
 SOURCE_EXTENSIONS = frozenset({".cu", ".cuh", ".c", ".cc", ".cpp", ".cxx", ".c++", ".h", ".hh", ".hpp",

@@ -1,6 +1,6 @@
-"""Checks: ``interface`` (the registry), the static-check modules, and ``builtin``.
+"""Checks: ``interface`` (spec and stage types), ``registry`` (every spec, listed
+once), the static-check modules, and ``builtin`` (the static stage).
 
 This package's ``__init__`` imports nothing, so ``compliance.context`` and the
-check modules can import each other's light parts in any order;
-``compliance.checks.builtin`` registers everything.
+check modules can import each other's light parts in any order.
 """

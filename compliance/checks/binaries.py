@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from compliance.checks.interface import CheckSpec, register
+from compliance.checks.interface import CheckSpec
 from compliance.paths import tree_relative
 
 if TYPE_CHECKING:
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from compliance.findings import Finding
     from compliance.inventory import BinaryFile
 
-WITHOUT_SOURCE = register(CheckSpec(
+WITHOUT_SOURCE = CheckSpec(
     id="binary-without-source", title="Binary with no source for it", default_level="error",
     doc="A compiled artifact (ELF shared object, object file or executable, cubin, fatbin, `ar` "
         "archive, PE or Mach-O; recognised by magic bytes whatever its name) has no matching "
@@ -25,8 +25,8 @@ WITHOUT_SOURCE = register(CheckSpec(
          "from source when verifying.",
     passing="kernels/emb.cu committed (and no emb.so)",
     failing="lib/libemb.so committed with no emb.cu anywhere in the implementation",
-))
-WITH_SOURCE = register(CheckSpec(
+)
+WITH_SOURCE = CheckSpec(
     id="build-product-with-source", title="Committed build product", default_level="warning",
     doc="A compiled artifact whose source is present (declared under a kernel's `binaries`, or "
         "named like a source file or setup.py extension beside it). Build products are never "
@@ -35,15 +35,15 @@ WITH_SOURCE = register(CheckSpec(
     hint="Delete the build product from the submission and build it from source at run time.",
     passing="kernels/emb.cu only",
     failing="kernels/emb.cu and kernels/emb.o",
-))
-SYMLINK = register(CheckSpec(
+)
+SYMLINK = CheckSpec(
     id="symlink-escapes-tree", title="Symbolic link leaving the tree", default_level="error",
     doc="A symbolic link resolves (or would resolve) outside the checked tree. The tool never "
         "follows links; a submission must contain what it uses.",
     hint="Replace the link with the file it points to, or remove it.",
     passing="kernels/common.cuh -> ../include/common.cuh (inside the tree)",
     failing="kernels/emb.cu -> /home/me/src/emb.cu",
-))
+)
 
 
 def _stem(name: str) -> str:
@@ -51,14 +51,14 @@ def _stem(name: str) -> str:
     return base[3:] if base.startswith("lib") and len(base) > 3 else base
 
 
-def _scope(path: str, ctx: "CheckContext") -> tuple[str | None, ...]:
+def _scope(path: str, ctx: CheckContext) -> tuple[str | None, ...]:
     where = ctx.inventory.locate(path)
     if where.implementation:
         return where.implementation_key
     return (os.path.dirname(path),)
 
 
-def _source_names(ctx: "CheckContext") -> tuple[set[tuple[tuple[str | None, ...], str]], set[str]]:
+def _source_names(ctx: CheckContext) -> tuple[set[tuple[tuple[str | None, ...], str]], set[str]]:
     """(scope, stem) of every source and extension, and every declared binary path."""
     names = set()
     for native in ctx.inventory.native:
@@ -72,7 +72,7 @@ def _source_names(ctx: "CheckContext") -> tuple[set[tuple[tuple[str | None, ...]
     return names, declared
 
 
-def _binary_finding(ctx: "CheckContext", binary: "BinaryFile", has_source: bool) -> "Finding | None":
+def _binary_finding(ctx: CheckContext, binary: BinaryFile, has_source: bool) -> Finding | None:
     if has_source:
         return ctx.finding(WITH_SOURCE.id, binary.path, f"committed build product ({binary.kind}, "
                            f"{binary.size} bytes); its source is present")
@@ -80,7 +80,7 @@ def _binary_finding(ctx: "CheckContext", binary: "BinaryFile", has_source: bool)
                        "source in the tree")
 
 
-def run(ctx: "CheckContext") -> Iterator["Finding | None"]:
+def run(ctx: CheckContext) -> Iterator[Finding | None]:
     """Binary and symlink findings."""
     names, declared = _source_names(ctx)
     for binary in ctx.inventory.binaries:

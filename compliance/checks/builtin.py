@@ -1,25 +1,34 @@
-"""The built-in checks. Importing this module registers every check spec.
+"""The static stage: every built-in static check, in the order they run.
 
-Each static-check module declares its specs (``register(CheckSpec(...))``)
-and a ``run`` function taking a ``CheckContext`` and yielding findings (None
-for a check that is switched off). ``STATIC_CHECKS`` is the order they run in.
-The --upstream and --verify stages only declare their specs here (light
-modules: no git, no torch); their code is imported when the stage runs.
+Each static-check module declares its specs and a ``run`` function taking a
+``CheckContext`` and yielding findings (None for a check that is switched
+off). ``STATIC_CHECKS`` is the order they run in; ``compliance.checks.registry``
+lists every rule id of every stage.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
-from compliance.checks import binaries, kernels, layout, readability, upstream_links, vendoring
-from compliance.upstream import specs as _upstream_specs  # noqa: F401  (upstream-* rule ids)
-from compliance.verify import specs as _verify_specs  # noqa: F401  (verify-* rule ids)
+from compliance.checks import binaries, declarations, layout, readability, upstream_links, vendoring
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext
     from compliance.findings import Finding
 
-STATIC_CHECKS: tuple[Callable[["CheckContext"], Iterable["Finding | None"]], ...] = (
-    layout.run, kernels.run, binaries.run, upstream_links.run, vendoring.run, readability.run,
+STATIC_CHECKS: tuple[Callable[[CheckContext], Iterable[Finding | None]], ...] = (
+    layout.run, declarations.run, binaries.run, upstream_links.run, vendoring.run, readability.run,
 )
+
+
+@dataclass(frozen=True)
+class StaticStage:
+    """The checks that read the tree only (no git, no build); always runs, takes no options."""
+
+    name: ClassVar[str] = "static"
+
+    def run(self, ctx: CheckContext) -> list[Finding]:
+        """Every static check's findings (checks switched off yield none)."""
+        return [f for check in STATIC_CHECKS for f in check(ctx) if f is not None]

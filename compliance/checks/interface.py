@@ -1,19 +1,24 @@
-"""The check registry: every rule id the tool can emit is declared here once.
+"""What a check and a stage look like: ``CheckSpec`` (one rule id) and ``Stage``.
 
 Each check declares its id, default level, options (with defaults and types),
 a one-paragraph doc, a fix hint and a passing and a failing example. The rule
 set's ``checks:`` section may set a check's ``level`` and its declared options;
-unknown ids and options are rejected (yamllint-style). ``compliance rules
-explain`` and the README's rule reference are generated from these specs.
+unknown ids and options are rejected (yamllint-style). ``compliance.checks.registry``
+lists every spec; ``compliance rules explain`` and docs/rule-reference.md are
+generated from it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from compliance.findings import Severity
+
+if TYPE_CHECKING:
+    from compliance.context import CheckContext
+    from compliance.findings import Finding
 
 Level = str  # "error" | "warning" | "info" | "off"
 LEVELS = ("error", "warning", "info", "off")
@@ -76,56 +81,20 @@ class CheckConfig:
         return None if self.level == "off" else Severity(self.level)
 
 
-REGISTRY: dict[str, CheckSpec] = {}
+class Stage(Protocol):
+    """One stage of ``compliance check``: static, upstream or verify.
 
+    A stage is a frozen dataclass holding its own options (``UpstreamOptions``,
+    ``VerifyOptions``; the static stage has none) and turns a context into
+    findings. The engine runs the stages asked for, in order, and records
+    their names in ``CheckReport.stages``.
+    """
 
-def register(spec: CheckSpec) -> CheckSpec:
-    """Add ``spec`` to the registry (ids are unique)."""
-    if spec.id in REGISTRY and REGISTRY[spec.id] != spec:
-        raise ValueError(f"check id {spec.id!r} registered twice")
-    REGISTRY[spec.id] = spec
-    return spec
+    @property
+    def name(self) -> str:
+        """``static``, ``upstream`` or ``verify`` (as the reports print it)."""
+        ...
 
-
-def all_specs() -> list[CheckSpec]:
-    """Every registered check, sorted by id (importing the check modules first)."""
-    import compliance.checks.builtin  # noqa: F401  (registers the built-in checks)
-
-    return sorted(REGISTRY.values(), key=lambda s: s.id)
-
-
-def spec_for(check_id: str) -> CheckSpec | None:
-    """The spec of ``check_id``, or None if no such check exists."""
-    all_specs()
-    return REGISTRY.get(check_id)
-
-
-def config_problems(check_id: str, raw: Mapping[str, Any]) -> Iterable[tuple[tuple[str, ...], str]]:
-    """Problems with one ``checks.<id>`` entry: (sub-path, message) pairs."""
-    spec = spec_for(check_id)
-    if spec is None:
-        known = ", ".join(s.id for s in all_specs())
-        yield (), f"unknown check {check_id!r}; known checks: {known}"
-        return
-    for key, value in raw.items():
-        if key == "level":
-            continue
-        option = spec.option(key)
-        if option is None:
-            allowed = ", ".join(["level", *(o.name for o in spec.options)])
-            yield (key,), f"check {check_id!r} has no option {key!r}; allowed: {allowed}"
-        elif not isinstance(value, option.type) or (option.type is int and isinstance(value, bool)):
-            yield (key,), f"option {key!r} of {check_id!r} must be {option.type.__name__}, got {value!r}"
-
-
-def effective_config(check_id: str, raw: Mapping[str, Any] | None) -> CheckConfig:
-    """``raw`` (already validated) with defaults filled in."""
-    spec = spec_for(check_id)
-    if spec is None:
-        raise KeyError(check_id)
-    raw = raw or {}
-    options = {o.name: raw.get(o.name, o.default) for o in spec.options}
-    return CheckConfig(level=str(raw.get("level", spec.default_level)), options=options)
-
-
-CheckFunction = Callable[..., Iterable[Any]]
+    def run(self, ctx: CheckContext) -> list[Finding]:
+        """Every finding of this stage on ``ctx`` (input errors raise ``InputError``)."""
+        ...

@@ -7,15 +7,23 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from compliance.checks.interface import CheckSpec, register
-from compliance.layout import (CODE_DIR, ENTRY_FILE, IMPLEMENTATIONS, ORG_DIRS, Location,
-                               Organization, code_dirs, subdirs)
+from compliance.checks.interface import CheckSpec
+from compliance.layout import (
+    CODE_DIR,
+    ENTRY_FILE,
+    IMPLEMENTATIONS,
+    ORG_DIRS,
+    Location,
+    Organization,
+    code_dirs,
+    subdirs,
+)
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext
     from compliance.findings import Finding
 
-STRUCTURE = register(CheckSpec(
+STRUCTURE = CheckSpec(
     id="layout-structure", title="Submission directory structure", default_level="error",
     doc="Each organization must have the directories its layout requires (training: "
         "systems/, benchmarks/, results/; inference: systems/, code/, results/ under a "
@@ -28,8 +36,8 @@ STRUCTURE = register(CheckSpec(
     passing="Acme/systems/dgx.json\nAcme/benchmarks/dlrm/implementations/pytorch/train.py\n"
             "Acme/results/dgx/dlrm/result_0.txt",
     failing="Acme/benchmarks/dlrm/train.py   (no systems/, results/ or implementations/)",
-))
-UNKNOWN_BENCHMARK = register(CheckSpec(
+)
+UNKNOWN_BENCHMARK = CheckSpec(
     id="layout-unknown-benchmark", title="Benchmark not in the round", default_level="error",
     doc="A benchmark directory (under benchmarks/ or results/<system>/) is not one of the "
         "round's benchmarks as listed by the rule set, so nothing in it can be judged "
@@ -38,17 +46,17 @@ UNKNOWN_BENCHMARK = register(CheckSpec(
          "or check with the rule set for the right round (--rules).",
     passing="Acme/benchmarks/dlrm/...   (dlrm is a benchmark of the round)",
     failing="Acme/benchmarks/dlrm-v2/...",
-))
-UNKNOWN_SYSTEM = register(CheckSpec(
+)
+UNKNOWN_SYSTEM = CheckSpec(
     id="layout-unknown-system", title="Results for an undescribed system", default_level="error",
     doc="A results/<system>/ directory has no matching systems/<system>.json description.",
     hint="Add systems/<system>.json or rename the results directory to the described system.",
     passing="Acme/systems/dgx.json and Acme/results/dgx/dlrm/result_0.txt",
     failing="Acme/results/dgx/dlrm/result_0.txt without Acme/systems/dgx.json",
-))
+)
 
 
-VARIANT = register(CheckSpec(
+VARIANT = CheckSpec(
     id="layout-variant", title="Layout variant of an accepted round", default_level="warning",
     doc="The tree uses a layout variant that accepted MLPerf submissions have used, not the "
         "canonical form; it is understood (kernels in it are checked like any other) and "
@@ -63,8 +71,8 @@ VARIANT = register(CheckSpec(
     hint="Use the canonical form named in the message when you next submit; nothing else to do.",
     passing="Acme/benchmarks/dlrm/implementations/pytorch/train.py",
     failing="Acme/benchmark/dlrm/implementation_closed/train.py   (warning: two variants)",
-))
-ALIAS = register(CheckSpec(
+)
+ALIAS = CheckSpec(
     id="layout-benchmark-alias", title="Benchmark directory under an alias", default_level="warning",
     doc="A benchmark directory uses a name the round's rule set lists as an alias of one of its "
         "benchmarks (benchmark_aliases, e.g. dlrm_v2 or dlrm for dlrm_dcnv2, llm_finetune for "
@@ -74,7 +82,7 @@ ALIAS = register(CheckSpec(
     hint="Name the directory after the official benchmark named in the message.",
     passing="Acme/benchmarks/dlrm_dcnv2/...   (the official name)",
     failing="Acme/benchmarks/dlrm_v2/...   (alias of dlrm_dcnv2)",
-))
+)
 
 _RESULT_FILE = re.compile(r"result_\d+\.txt")
 
@@ -94,8 +102,8 @@ def _rel(org_rel: str, *parts: str) -> str:
     return "/".join(p for p in (org_rel, *parts) if p and p != ".")
 
 
-def _benchmark_name(ctx: "CheckContext", name: str, rel: str, where: Location,
-                    what: str) -> Iterator["Finding | None"]:
+def _benchmark_name(ctx: CheckContext, name: str, rel: str, where: Location,
+                    what: str) -> Iterator[Finding | None]:
     """Unknown benchmark (error) or alias (its level), for a directory named ``name``."""
     official = ctx.ruleset.official_benchmark(name)
     if official is None:
@@ -108,8 +116,8 @@ def _benchmark_name(ctx: "CheckContext", name: str, rel: str, where: Location,
                           f"alias in {ctx.ruleset.id}); canonical name: {official}", location=where)
 
 
-def _required_dirs(ctx: "CheckContext", org: Organization, org_dir: Path,
-                   org_rel: str) -> Iterator["Finding | None"]:
+def _required_dirs(ctx: CheckContext, org: Organization, org_dir: Path,
+                   org_rel: str) -> Iterator[Finding | None]:
     style = ctx.ruleset.layout
     here = Location(division=org.division, submitter=org.name)
     for required in ORG_DIRS[style]:
@@ -134,7 +142,7 @@ def _entry_systems(org_dir: Path) -> set[str]:
     return {d.name for d in subdirs(org_dir / "results") if (d / ENTRY_FILE).is_file()}
 
 
-def _inverted(ctx: "CheckContext", org: Organization, base: Path, rel: str) -> Iterator["Finding | None"]:
+def _inverted(ctx: CheckContext, org: Organization, base: Path, rel: str) -> Iterator[Finding | None]:
     """``benchmarks/implementations/<system>/<benchmark>/``: the names, and one variant warning."""
     yield ctx.finding(VARIANT.id, rel, "benchmarks/implementations/<system>/<benchmark>/ is read as "
                       "benchmarks/<benchmark>/implementations/<system>/ (the canonical form)",
@@ -145,8 +153,8 @@ def _inverted(ctx: "CheckContext", org: Organization, base: Path, rel: str) -> I
             yield from _benchmark_name(ctx, bench, f"{rel}/{system}/{bench}", where, "benchmark directory")
 
 
-def _training_benchmark(ctx: "CheckContext", org: Organization, bench_dir: Path,
-                        rel: str) -> Iterator["Finding | None"]:
+def _training_benchmark(ctx: CheckContext, org: Organization, bench_dir: Path,
+                        rel: str) -> Iterator[Finding | None]:
     """How a training benchmark directory holds its code."""
     where = Location(org.division, org.name, bench_dir.parent.name, bench_dir.name)
     others = [d for d in _subdir_names(bench_dir) if d != IMPLEMENTATIONS]
@@ -164,8 +172,8 @@ def _training_benchmark(ctx: "CheckContext", org: Organization, bench_dir: Path,
                           "directory", location=where)
 
 
-def _code_findings(ctx: "CheckContext", org: Organization, org_dir: Path,
-                   org_rel: str) -> Iterator["Finding | None"]:
+def _code_findings(ctx: CheckContext, org: Organization, org_dir: Path,
+                   org_rel: str) -> Iterator[Finding | None]:
     style = ctx.ruleset.layout
     for code_dir in code_dirs(style):
         base = org_dir / code_dir
@@ -187,8 +195,8 @@ def _code_findings(ctx: "CheckContext", org: Organization, org_dir: Path,
                 yield from _training_benchmark(ctx, org, base / bench, rel)
 
 
-def _results_findings(ctx: "CheckContext", org: Organization, org_dir: Path,
-                      org_rel: str) -> Iterator["Finding | None"]:
+def _results_findings(ctx: CheckContext, org: Organization, org_dir: Path,
+                      org_rel: str) -> Iterator[Finding | None]:
     has_systems = "systems" in ORG_DIRS[ctx.ruleset.layout]
     systems = {p.stem for p in (org_dir / "systems").glob("*.json")} | _entry_systems(org_dir)
     for system in _subdir_names(org_dir / "results"):
@@ -207,7 +215,7 @@ def _results_findings(ctx: "CheckContext", org: Organization, org_dir: Path,
                                        Location(org.division, org.name, "results", bench), "results for")
 
 
-def _org_findings(ctx: "CheckContext", org: Organization) -> Iterator["Finding | None"]:
+def _org_findings(ctx: CheckContext, org: Organization) -> Iterator[Finding | None]:
     org_rel = "/".join(org.prefix) or "."
     org_dir = ctx.root.joinpath(*org.prefix)
     yield from _required_dirs(ctx, org, org_dir, org_rel)
@@ -215,7 +223,7 @@ def _org_findings(ctx: "CheckContext", org: Organization) -> Iterator["Finding |
     yield from _results_findings(ctx, org, org_dir, org_rel)
 
 
-def run(ctx: "CheckContext") -> Iterator["Finding | None"]:
+def run(ctx: CheckContext) -> Iterator[Finding | None]:
     """Layout findings for every organization (or one if none is found)."""
     if not ctx.inventory.organizations:
         expected = ", ".join(f"{d}/" for d in ORG_DIRS[ctx.ruleset.layout])

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from compliance.checks.interface import CheckSpec, register
+from compliance.checks.interface import CheckSpec
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext, DeclaredKernel
@@ -25,7 +25,7 @@ _SCP_LIKE = re.compile(r"(?P<user>[\w.-]+)@(?P<host>[\w.-]+):(?P<path>\S+)")
 _CONTROL = re.compile(r"[\x00-\x20\x7f]")
 """Whitespace and control characters: urlparse silently drops some of them, git would not."""
 
-MISSING = register(CheckSpec(
+MISSING = CheckSpec(
     id="upstream-missing", title="Upstream link missing", default_level="error",
     doc="The kernel's allowlist entry requires an upstream link (the kernel must be available "
         "to others in a public repository) and the manifest declares none.",
@@ -34,8 +34,8 @@ MISSING = register(CheckSpec(
     passing="upstream: {repository: https://github.com/acme/kernels, commit: 3f2a…(40 hex), "
             "paths: [csrc/emb.cu]}",
     failing="(no upstream key) under a category with `requires.upstream: true`",
-))
-MALFORMED = register(CheckSpec(
+)
+MALFORMED = CheckSpec(
     id="upstream-malformed", title="Upstream repository URL malformed", default_level="error",
     doc="The upstream repository is not a usable clone URL: it needs a scheme (https, ssh, git) "
         "or scp form (git@host:owner/repo), a host and an owner/repository path. Local paths and "
@@ -43,16 +43,16 @@ MALFORMED = register(CheckSpec(
     hint="Use the repository's https clone URL, e.g. https://github.com/<owner>/<repo>.",
     passing="https://github.com/acme/kernels",
     failing="github.com/acme   or   www.acme.com/kernels.zip",
-))
-HOST = register(CheckSpec(
+)
+HOST = CheckSpec(
     id="upstream-host-not-allowed", title="Upstream host not allowed", default_level="error",
     doc="The upstream repository is on a host that the rule set's upstream_policy.allowed_hosts "
         "does not list; upstreamed code must be where others can get it.",
     hint="Push the kernel to a repository on an allowed host (`compliance rules show` lists them).",
     passing="https://github.com/acme/kernels",
     failing="https://git.internal.acme.com/kernels",
-))
-NOT_PINNED = register(CheckSpec(
+)
+NOT_PINNED = CheckSpec(
     id="upstream-not-pinned", title="Upstream not pinned to a full commit", default_level="error",
     doc="The upstream `commit` is not a full 40-hex commit hash. A branch or tag moves, and a "
         "short hash can become ambiguous; neither is a pin. Applies when the rule set's "
@@ -60,7 +60,7 @@ NOT_PINNED = register(CheckSpec(
     hint="Replace it with the full hash: `git rev-parse <branch-or-tag>` in the upstream repository.",
     passing="commit: 0123456789abcdef0123456789abcdef01234567",
     failing="commit: main   or   commit: 0123abc",
-))
+)
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def parse_repository(url: str) -> ParsedUrl | None:
     return None
 
 
-def repository_problem(url: str, policy: "UpstreamPolicy") -> tuple[str, str] | None:
+def repository_problem(url: str, policy: UpstreamPolicy) -> tuple[str, str] | None:
     """(rule id, message) when ``url`` is not an acceptable upstream under ``policy``."""
     parsed = parse_repository(url)
     if parsed is None:
@@ -109,7 +109,7 @@ def repository_problem(url: str, policy: "UpstreamPolicy") -> tuple[str, str] | 
     return None
 
 
-def _kernel_findings(ctx: "CheckContext", item: "DeclaredKernel") -> Iterator["Finding | None"]:
+def _kernel_findings(ctx: CheckContext, item: DeclaredKernel) -> Iterator[Finding | None]:
     kernel, upstream = item.kernel, item.kernel.upstream
     entry = ctx.ruleset.entry(kernel.category)
     if upstream is None:
@@ -129,7 +129,7 @@ def _kernel_findings(ctx: "CheckContext", item: "DeclaredKernel") -> Iterator["F
                           line=upstream.line, kernel=kernel.id)
 
 
-def run(ctx: "CheckContext") -> Iterator["Finding | None"]:
+def run(ctx: CheckContext) -> Iterator[Finding | None]:
     """Upstream link findings for every declared kernel."""
     for item in ctx.kernels():
         yield from _kernel_findings(ctx, item)

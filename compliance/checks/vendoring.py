@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from compliance.checks.interface import CheckSpec, register
+from compliance.checks.interface import CheckSpec
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 LISTED_IN_MESSAGE = 5
 """Build products named in a message (details list them all)."""
 
-FORK = register(CheckSpec(
+FORK = CheckSpec(
     id="implementation-fork", title="Implementation is a fork of a catalogued project",
     default_level="info",
     doc="An organization's or implementation's own root holds the signature files of an upstream "
@@ -32,8 +32,8 @@ FORK = register(CheckSpec(
          "`compliance vendored identify DIR` names the upstream commit the fork started from.",
     passing="Acme/benchmarks/dlrm/implementations/hugectr/ holding only Acme's own code",
     failing="Acme/benchmarks/dlrm/implementations/hugectr/HugeCTR/include/... (a HugeCTR fork)",
-))
-BUILD_DIRECTORY = register(CheckSpec(
+)
+BUILD_DIRECTORY = CheckSpec(
     id="build-directory-committed", title="Committed build directory", default_level="warning",
     doc="A setuptools build directory (`build/temp.*` with object files and ninja logs, "
         "`build/lib.*` with built extension modules) is part of the submission. Its files are "
@@ -43,10 +43,10 @@ BUILD_DIRECTORY = register(CheckSpec(
          "checked and built.",
     passing="csrc/emb.cu and setup.py only",
     failing="build/temp.linux-x86_64-3.8/csrc/emb.o and build/temp.linux-x86_64-3.8/.ninja_deps",
-))
+)
 
 
-def _forks(ctx: "CheckContext") -> Iterator["Finding | None"]:
+def _forks(ctx: CheckContext) -> Iterator[Finding | None]:
     for fork in ctx.inventory.forks:
         where = fork.path or "."
         yield ctx.finding(FORK.id, where, f"{where} is a fork of {fork.project_name} ({fork.repository}); "
@@ -55,7 +55,7 @@ def _forks(ctx: "CheckContext") -> Iterator["Finding | None"]:
                                    "native_files": fork.native_files}, location=fork.location)
 
 
-def _build_directories(ctx: "CheckContext") -> Iterator["Finding | None"]:
+def _build_directories(ctx: CheckContext) -> Iterator[Finding | None]:
     for build in ctx.inventory.build_directories:
         names = [p[len(build.path) + 1:] for p, _ in build.products]
         listed = ", ".join(names[:LISTED_IN_MESSAGE])
@@ -66,7 +66,7 @@ def _build_directories(ctx: "CheckContext") -> Iterator["Finding | None"]:
                           details={"products": [{"path": p, "kind": k} for p, k in build.products]})
 
 
-def run(ctx: "CheckContext") -> Iterator["Finding | None"]:
+def run(ctx: CheckContext) -> Iterator[Finding | None]:
     """Fork and build-directory findings."""
     yield from _forks(ctx)
     yield from _build_directories(ctx)

@@ -8,9 +8,12 @@ import click
 
 from compliance.cli.common import OUTPUT_OPTION, PATH_ARGUMENT, RULES_OPTION, echo, emit
 from compliance.cli.main import cli, reports_input_errors
-from compliance.engine import CheckOptions, run_check
+from compliance.engine import run_check
+from compliance.model import CheckOptions
 from compliance.report import FORMATS
 from compliance.report.text import render_text
+from compliance.upstream.options import UpstreamOptions
+from compliance.verify.options import VerifyOptions
 
 
 @cli.command("check")
@@ -45,8 +48,9 @@ def check_command(path: Path, rules: str | None, fmt: str, output: Path | None, 
         raise click.UsageError("--seed needs --verify")
     if (verbose or summary) and fmt != "text":
         raise click.UsageError("--verbose and --summary apply to --format text (JSON and SARIF keep every finding)")
-    options = CheckOptions(rules=rules, upstream=upstream, upstream_cache=upstream_cache,
-                           offline=offline, verify=verify, seed=seed)
+    options = CheckOptions(rules=rules,
+                           upstream=UpstreamOptions(cache_dir=upstream_cache, offline=offline) if upstream else None,
+                           verify=VerifyOptions(seed=seed) if verify else None)
     report = run_check(path, options)
     text = render_text(report, verbose=verbose, summary=summary) if fmt == "text" else FORMATS[fmt](report)
     emit(text, output, checked_root=path)

@@ -23,8 +23,7 @@ from compliance.ruletools import explain as explain_tools
 from compliance.ruletools import listing
 from compliance.ruletools import show as show_tools
 from compliance.ruletools import validate as validate_tools
-from compliance.ruletools.schemas import schema_file
-from compliance.schema import load_schema
+from compliance.schema_validation import load_schema, schema_file
 
 FORMAT_OPTION = click.option("--format", "fmt", type=click.Choice(["text", "json"]),
                              default="text", show_default=True, help="Output format.")

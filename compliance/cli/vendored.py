@@ -63,11 +63,12 @@ def identify_command(path: Path, repository: str | None, upstream_path: str | No
     (with their diff sizes), M added, K removed", or that no commit matches.
     The repository's history is indexed once per cache entry.
     """
-    from compliance.upstream.gitcache import GitFailure, default_cache_dir
+    from compliance.cachedir import UPSTREAM
+    from compliance.upstream.gitcache import GitFailure
     from compliance.upstream.identify import identify
-    from compliance.upstream.runner import UpstreamSettings
+    from compliance.upstream.stage import UpstreamSettings
 
-    settings = UpstreamSettings((upstream_cache or default_cache_dir()).expanduser().resolve(), offline)
+    settings = UpstreamSettings(UPSTREAM.resolve(upstream_cache), offline)
     try:
         result = identify(path, settings, repository, upstream_path)
     except GitFailure as exc:

@@ -8,9 +8,10 @@ import click
 
 from compliance.cli.common import OUTPUT_OPTION, PATH_ARGUMENT, RULES_OPTION, echo, emit
 from compliance.cli.main import cli, reports_input_errors
-from compliance.engine import CheckOptions, CheckReport, build_context
-from compliance.findings import Finding
+from compliance.engine import build_context, report_for
 from compliance.report import FORMATS
+from compliance.verify import VerifyStage
+from compliance.verify.options import VerifyOptions
 
 
 @cli.command("verify")
@@ -24,7 +25,7 @@ from compliance.report import FORMATS
 @OUTPUT_OPTION
 @click.option("--build-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Where builds go (outside the tree). Default: $COMPLIANCE_BUILD_DIR or "
-                   "~/.cache/compliance/verify.")
+                   "~/.cache/mlperf-compliance/verify.")
 @click.option("--time-limit", "time_limit", type=click.IntRange(1, 36000), metavar="SECONDS",
               help="Time limit for running one kernel's cases (default: the manifest's, else 300).")
 @click.option("--build-time-limit", type=click.IntRange(1, 36000), default=1800, show_default=True,
@@ -42,16 +43,11 @@ def verify_command(path: Path, rules: str | None, kernels: tuple[str, ...], seed
     printed seed, twice per case. Exit codes: 0 every kernel verified (warnings allowed),
     1 error-level findings, 2 usage or input errors.
     """
-    extra = {"kernels": kernels, "build_dir": build_dir, "time_limit_s": time_limit,
-             "build_timeout_s": build_time_limit, "large": not no_large_table,
-             "progress": None if quiet else (lambda line: echo(line, err=True))}
-    options = CheckOptions(rules=rules, verify=True, seed=seed, extra=extra)
+    options = VerifyOptions(seed=seed, build_dir=build_dir, kernels=kernels, build_timeout_s=build_time_limit,
+                            time_limit_s=time_limit, large=not no_large_table,
+                            progress=None if quiet else (lambda line: echo(line, err=True)))
     ctx, choice = build_context(path, rules)
-    from compliance.verify import run_verification_checks
-
-    findings = run_verification_checks(ctx, options)
-    report = CheckReport(ctx.root, choice, tuple(sorted(findings, key=Finding.sort_key)), ctx.inventory,
-                         ("verify",))
+    report = report_for(ctx, choice, [VerifyStage(options)])
     emit(FORMATS[fmt](report), output, checked_root=path)
     if output is not None:
         echo(f"report written to {output}; {'PASS' if report.passed else 'FAIL'}", err=True)

@@ -6,12 +6,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from compliance.engine import CheckReport
+    from compliance.model import CheckReport
 
 Reporter = Callable[["CheckReport"], str]
 
 
-def status_line(report: "CheckReport") -> str:
+def status_line(report: CheckReport) -> str:
     """The one summary line every human-facing format ends with."""
     from compliance.findings import Severity
     from compliance.report.safetext import one_line

@@ -9,14 +9,14 @@ from compliance import __version__
 from compliance.shared_sources import shared_sources
 
 if TYPE_CHECKING:
-    from compliance.engine import CheckReport
+    from compliance.model import CheckReport
     from compliance.vendored_trees import VendoredTree
 
 
-def report_dict(report: "CheckReport") -> dict[str, Any]:
+def report_dict(report: CheckReport) -> dict[str, Any]:
     """The JSON document as a dict (documented in docs/report-format.md)."""
-    from compliance.engine import REPORT_SCHEMA_VERSION
     from compliance.findings import Severity
+    from compliance.model import REPORT_SCHEMA_VERSION
 
     return {
         "schema_version": REPORT_SCHEMA_VERSION,
@@ -42,7 +42,7 @@ def report_dict(report: "CheckReport") -> dict[str, Any]:
     }
 
 
-def vendored_tree_dict(tree: "VendoredTree") -> dict[str, Any]:
+def vendored_tree_dict(tree: VendoredTree) -> dict[str, Any]:
     """JSON form of one recognised vendored tree."""
     return {"path": tree.path, "project": tree.project, "name": tree.project_name,
             "repository": tree.repository, "reason": tree.reason, "parent": tree.parent,
@@ -51,6 +51,6 @@ def vendored_tree_dict(tree: "VendoredTree") -> dict[str, Any]:
             "benchmark": tree.location.benchmark, "implementation": tree.location.implementation}
 
 
-def render_json(report: "CheckReport") -> str:
+def render_json(report: CheckReport) -> str:
     """Pretty-printed JSON."""
     return json.dumps(report_dict(report), indent=2, sort_keys=False, default=str) + "\n"

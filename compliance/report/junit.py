@@ -5,14 +5,14 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING
 
-from compliance.checks.interface import all_specs
+from compliance.checks.registry import all_specs
 from compliance.report.safetext import xml_safe
 
 if TYPE_CHECKING:
-    from compliance.engine import CheckReport
+    from compliance.model import CheckReport
 
 
-def render_junit(report: "CheckReport") -> str:
+def render_junit(report: CheckReport) -> str:
     """CI systems show each (organization, rule) as a test; errors fail it, others are logged."""
     from compliance.findings import Severity
 

@@ -6,16 +6,16 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from compliance import __version__
-from compliance.checks.interface import all_specs
+from compliance.checks.registry import all_specs
 from compliance.shared_sources import shared_sources
 
 if TYPE_CHECKING:
-    from compliance.engine import CheckReport
+    from compliance.model import CheckReport
 
 _LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 
 
-def render_sarif(report: "CheckReport") -> str:
+def render_sarif(report: CheckReport) -> str:
     """One run; rules from the registry, results from the findings."""
     rules = [{"id": s.id, "name": s.title, "shortDescription": {"text": s.title},
               "fullDescription": {"text": s.doc}, "help": {"text": s.hint}} for s in all_specs()]

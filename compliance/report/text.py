@@ -18,14 +18,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from compliance.checks.vendoring import FORK
 from compliance.findings import Finding, Severity
 from compliance.report.interface import status_line
 from compliance.report.safetext import one_line
 from compliance.shared_sources import SharedSource, shared_sources
 
 if TYPE_CHECKING:
-    from compliance.engine import CheckReport
     from compliance.inventory import Inventory
+    from compliance.model import CheckReport
     from compliance.vendored_trees import VendoredTree
 
 DEFAULT_MAX_LINES = 200
@@ -54,17 +55,17 @@ class _View:
     """Everything the text report shows, grouped once."""
 
     findings: dict[Key, list[Finding]]
-    trees: dict[Key, list["VendoredTree"]]
+    trees: dict[Key, list[VendoredTree]]
     forks: dict[Key, list[str]]
     shared: tuple[SharedSource, ...]
 
 
-def _implementation_of(inv: "Inventory", path: str) -> str | None:
+def _implementation_of(inv: Inventory, path: str) -> str | None:
     """The implementation a path is in; a directory (a fork's root) counts as inside itself."""
     return inv.locate(path if path in inv.files else f"{path}/-").implementation
 
 
-def _view(report: "CheckReport") -> _View:
+def _view(report: CheckReport) -> _View:
     inv = report.inventory
     findings: dict[Key, list[Finding]] = defaultdict(list)
     for f in report.findings:
@@ -81,14 +82,14 @@ def _view(report: "CheckReport") -> _View:
     return _View(findings, trees, forks, shared_sources(inv))
 
 
-def _tree_line(tree: "VendoredTree", indent: str) -> str:
+def _tree_line(tree: VendoredTree, indent: str) -> str:
     name = f"{tree.project_name} ({tree.repository})" if tree.project_name else f"third-party tree ({tree.reason})"
     declared = "; declared" if tree.declared else ""
     return (f"{indent}vendored {name}: {tree.path}/ — {tree.files} files, {tree.source_files} C/C++/CUDA "
             f"sources, {tree.native_files} with kernel code{declared}")
 
 
-def _trees_lines(trees: list["VendoredTree"], indent: str) -> list[str]:
+def _trees_lines(trees: list[VendoredTree], indent: str) -> list[str]:
     """One line per tree, each nested tree right under its parent, indented one more step."""
     children: dict[str | None, list[VendoredTree]] = defaultdict(list)
     for tree in trees:
@@ -124,7 +125,7 @@ def _implementation_lines(key: Key, view: _View, examples: int | None, with_tree
     warnings = sum(1 for f in found if f.severity is Severity.WARNING)
     verdict = "FAIL" if errors else "pass"
     lines = [f"    {key[2]}: {verdict} ({errors} error(s), {warnings} warning(s))"]
-    listed = (examples is None or examples > 0) and any(f.rule_id == "implementation-fork" for f in found)
+    listed = (examples is None or examples > 0) and any(f.rule_id == FORK.id for f in found)
     if not listed:  # a listed implementation-fork finding already names the project
         lines += [f"      {text}" for text in view.forks.get(key, [])]
     trees = view.trees.get(key, [])
@@ -183,7 +184,7 @@ def _count_by(items: Iterable[tuple[str | None, str | None]]) -> Counter[tuple[s
     return Counter((s or OUTSIDE, b or NO_BENCHMARK) for s, b in items)
 
 
-def summary_table(report: "CheckReport") -> list[str]:
+def summary_table(report: CheckReport) -> list[str]:
     """One line per organization x benchmark: verdict, errors, warnings, kernels, trees, binaries."""
     inv: Inventory = report.inventory
     errors = _count_by((f.submitter, f.benchmark) for f in report.findings if f.severity is Severity.ERROR)
@@ -205,14 +206,14 @@ def summary_table(report: "CheckReport") -> list[str]:
     return lines
 
 
-def _header(report: "CheckReport") -> list[str]:
+def _header(report: CheckReport) -> list[str]:
     rs = report.ruleset
     return [f"compliance check {report.root}",
             f"rule set: {rs.id} — {rs.title} [{rs.status}] ({report.choice.reason})",
             f"provenance: {rs.provenance.decision} ({rs.provenance.date})", ""]
 
 
-def _footer(report: "CheckReport", verbose: bool) -> list[str]:
+def _footer(report: CheckReport, verbose: bool) -> list[str]:
     lines = []
     orgs = report.organizations()
     if len(report.inventory.organizations) > 1 and (verbose or len(orgs) <= ORGANIZATIONS_LISTED):
@@ -222,12 +223,13 @@ def _footer(report: "CheckReport", verbose: bool) -> list[str]:
         lines.append("")
     elif len(report.inventory.organizations) > 1:
         failed = sum(1 for org in orgs if not org.passed)
-        folded = f"  {len(orgs)} organizations: {len(orgs) - failed} pass, {failed} FAIL (--summary or --verbose lists them)"
+        folded = (f"  {len(orgs)} organizations: {len(orgs) - failed} pass, {failed} FAIL "
+                  "(--summary or --verbose lists them)")
         lines += [folded, ""]
     return lines + [status_line(report)]
 
 
-def _fitting_body(report: "CheckReport", view: _View, budget: int) -> list[str]:
+def _fitting_body(report: CheckReport, view: _View, budget: int) -> list[str]:
     """The most detailed grouped listing within ``budget`` lines, else the summary table."""
     tries = [(examples, True) for examples in (*EXAMPLES_PER_BLOCK, COMPACT)] + [(COMPACT, False)]
     for examples, with_trees in tries:
@@ -243,7 +245,7 @@ def _fitting_body(report: "CheckReport", view: _View, budget: int) -> list[str]:
     return table + ["", note, ""] + shared
 
 
-def render_text(report: "CheckReport", verbose: bool = False, summary: bool = False) -> str:
+def render_text(report: CheckReport, verbose: bool = False, summary: bool = False) -> str:
     """The text report (see the module docstring for what ``verbose`` and ``summary`` change)."""
     head, foot = _header(report), _footer(report, verbose or summary)
     if summary:

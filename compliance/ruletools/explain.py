@@ -11,7 +11,8 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from compliance.checks.interface import CheckSpec, OptionSpec, all_specs, spec_for
+from compliance.checks.interface import CheckSpec, OptionSpec
+from compliance.checks.registry import all_specs, spec_for
 from compliance.errors import InputError
 from compliance.ruletools import JSON_SCHEMA_VERSION
 

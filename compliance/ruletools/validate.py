@@ -20,7 +20,7 @@ from typing import Any
 from compliance.errors import InputError, InputErrors
 from compliance.ruleset import list_shipped, ruleset_path, ruleset_problems, same_file
 from compliance.ruletools import JSON_SCHEMA_VERSION
-from compliance.schema import _describe, _validator, dotted, load_schema
+from compliance.schema_validation import _describe, _validator, dotted, load_schema
 from compliance.yamlsource import YamlDocument, load_yaml
 
 KINDS = ("yaml", "schema", "semantic", "parent")

@@ -108,7 +108,7 @@ def _only_difference(upstream: bytes, local: bytes) -> str | None:
 
 
 def _first_difference(a: list[bytes], b: list[bytes]) -> int | None:
-    for index, (x, y) in enumerate(zip(a, b)):
+    for index, (x, y) in enumerate(zip(a, b, strict=False)):  # lengths may differ
         if x != y:
             return index + 1
     return min(len(a), len(b)) + 1 if len(a) != len(b) else None

@@ -23,9 +23,8 @@ from urllib.parse import urlparse
 import git
 
 from compliance.errors import InputError
+from compliance.upstream.options import NETWORK_TIMEOUT_S
 
-NETWORK_TIMEOUT_S = 120.0
-"""Default limit for a fetch."""
 LOCAL_TIMEOUT_S = 60.0
 """Default limit for a git operation on the cache."""
 FETCHED_MARKER = "compliance-fetched-at"
@@ -131,7 +130,8 @@ class GitRunner:
             limit = self.network_timeout_s if network else self.local_timeout_s
             raise GitFailure(FailureKind.UNREACHABLE, f"git {args[0]} did not finish within the {limit:g}s "
                              "time limit (stopped)")
-        raise GitFailure(classify(err, network), f"git {args[0]} failed: {_stderr_tail(err) or f'exit status {status}'}")
+        detail = _stderr_tail(err) or f"exit status {status}"
+        raise GitFailure(classify(err, network), f"git {args[0]} failed: {detail}")
 
     def run_status(self, *args: str, network: bool = False,
                    stdin: bytes | None = None) -> tuple[int, bytes, str]:
@@ -162,20 +162,6 @@ def cache_key(url: str) -> str:
     normalized = f"{host}/{path}".lower() if parsed.hostname else os.path.abspath(path)
     digest = hashlib.sha256(normalized.encode()).hexdigest()[:12]
     return f"{re.sub(r'[^a-z0-9.-]+', '-', host)}/{readable}-{digest}.git"
-
-
-def default_cache_dir() -> Path:
-    """``$COMPLIANCE_UPSTREAM_CACHE``, else the user's cache directory + ``mlperf-compliance/upstream``."""
-    explicit = os.environ.get("COMPLIANCE_UPSTREAM_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    if sys.platform == "win32":
-        base = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
-    elif sys.platform == "darwin":
-        base = Path.home() / "Library" / "Caches"
-    else:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "mlperf-compliance" / "upstream"
 
 
 @dataclass(frozen=True)

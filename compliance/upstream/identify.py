@@ -39,7 +39,7 @@ from compliance.vendored_trees import (
 )
 
 if TYPE_CHECKING:
-    from compliance.upstream.runner import UpstreamSettings
+    from compliance.upstream.stage import UpstreamSettings
 
 INDEX_NAME = "compliance-blob-index"
 """File in a cached repository holding its blob index (gzip, keyed by the refs' state)."""
@@ -112,7 +112,7 @@ def parse_log(raw: bytes) -> tuple[list[str], list[str | None], list[tuple[Chang
         parents.append(ids[1] if len(ids) > 1 else None)
         fields = body.lstrip(b"\n").split(b"\0")
         diff = []
-        for meta, path in zip(fields[0::2], fields[1::2]):
+        for meta, path in zip(fields[0::2], fields[1::2], strict=False):  # a trailing field pairs with nothing
             parts = meta.decode().lstrip(":").split(" ")
             if len(parts) < 5:
                 continue
@@ -241,7 +241,7 @@ def score_commits(index: BlobIndex, copy: dict[str, str], upstream_dir: str) -> 
     equal = [0] * len(index.commits)
     present = [0] * len(index.commits)
     size = [0] * len(index.commits)
-    for i, (parent, diff) in enumerate(zip(index.parents, index.changes)):
+    for i, (parent, diff) in enumerate(zip(index.parents, index.changes, strict=False)):  # one of each per commit
         e, p, s = (equal[parent], present[parent], size[parent]) if parent >= 0 else (0, 0, 0)
         for path, old, new in diff:
             if not path.startswith(prefix):

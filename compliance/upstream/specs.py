@@ -1,4 +1,4 @@
-"""Rule ids of the ``--upstream`` stage (registered with the check registry).
+"""Rule ids of the ``--upstream`` stage (listed in ``compliance.checks.registry``).
 
 Importing this module imports no git code: ``compliance rules explain`` and
 rule-set validation see these ids while a plain static check never loads
@@ -7,11 +7,11 @@ gitpython.
 
 from __future__ import annotations
 
-from compliance.checks.interface import CheckSpec, register
+from compliance.checks.interface import CheckSpec
 
 STAGE = "upstream"
 
-UNREACHABLE = register(CheckSpec(
+UNREACHABLE = CheckSpec(
     id="upstream-unreachable", title="Upstream repository unreachable", default_level="error",
     stage=STAGE,
     doc="`compliance check --upstream` could not fetch the upstream repository: the host did not "
@@ -21,8 +21,8 @@ UNREACHABLE = register(CheckSpec(
          "time limit; behind a firewall, fill the cache elsewhere and use --offline.",
     passing="repository: https://github.com/acme/kernels (public, reachable)",
     failing="repository: https://github.com/acme/kernels-typo (no such repository)",
-))
-AUTH = register(CheckSpec(
+)
+AUTH = CheckSpec(
     id="upstream-auth-required", title="Upstream repository requires authentication",
     default_level="error", stage=STAGE,
     doc="The host asked for credentials. The tool never prompts and uses no credential helper, "
@@ -31,8 +31,8 @@ AUTH = register(CheckSpec(
     hint="Make the repository (or a mirror of the commit) public and point the manifest at it.",
     passing="repository: https://github.com/acme/kernels (public)",
     failing="repository: https://github.com/acme/private-kernels (asks for a username)",
-))
-CACHE_CORRUPT = register(CheckSpec(
+)
+CACHE_CORRUPT = CheckSpec(
     id="upstream-cache-corrupt", title="Upstream cache is corrupt", default_level="error",
     stage=STAGE,
     doc="The cached bare copy of the upstream repository cannot be read (not a git repository, "
@@ -41,8 +41,8 @@ CACHE_CORRUPT = register(CheckSpec(
     hint="Delete the cache directory named in the message and run again without --offline.",
     passing="a cache filled by an earlier `compliance check --upstream`",
     failing="a cache directory whose objects were truncated by a full disk",
-))
-NOT_CACHED = register(CheckSpec(
+)
+NOT_CACHED = CheckSpec(
     id="upstream-not-cached", title="Upstream not in the offline cache", default_level="error",
     stage=STAGE,
     doc="With --offline the tool uses only the cache, and the cache does not hold the repository "
@@ -51,8 +51,8 @@ NOT_CACHED = register(CheckSpec(
          "cache, then run offline again.",
     passing="--offline after an online --upstream run with the same --upstream-cache",
     failing="--offline with an empty --upstream-cache",
-))
-COMMIT_UNKNOWN = register(CheckSpec(
+)
+COMMIT_UNKNOWN = CheckSpec(
     id="upstream-commit-unknown", title="Upstream commit does not exist", default_level="error",
     stage=STAGE,
     doc="The repository was reached but has no commit with the pinned hash (nor, when the rule "
@@ -61,8 +61,8 @@ COMMIT_UNKNOWN = register(CheckSpec(
     hint="Push the commit and pin the hash `git rev-parse HEAD` prints in the upstream repository.",
     passing="commit: <hash printed by git rev-parse HEAD after pushing>",
     failing="commit: 0000000000000000000000000000000000000000",
-))
-COMMIT_UNMERGED = register(CheckSpec(
+)
+COMMIT_UNMERGED = CheckSpec(
     id="upstream-commit-unmerged", title="Upstream commit not on any branch or tag",
     default_level="error", stage=STAGE,
     doc="The commit exists upstream but no branch or tag contains it: typically the head of an "
@@ -72,8 +72,8 @@ COMMIT_UNMERGED = register(CheckSpec(
          "contains.",
     passing="a commit on main, or one a release tag points at",
     failing="the head commit of an open pull request (refs/pull/N/head only)",
-))
-PATH_MISSING = register(CheckSpec(
+)
+PATH_MISSING = CheckSpec(
     id="upstream-path-missing", title="Declared upstream path not at the commit",
     default_level="error", stage=STAGE,
     doc="The pinned commit exists but has no file at the declared upstream path (or has a "
@@ -83,8 +83,8 @@ PATH_MISSING = register(CheckSpec(
          "upstream repository at that commit.",
     passing="paths: [csrc/embedding_bag.cu] and the commit has csrc/embedding_bag.cu",
     failing="paths: [src/embedding_bag.cu] when the file is at csrc/embedding_bag.cu",
-))
-CONTENT_DIFFERS = register(CheckSpec(
+)
+CONTENT_DIFFERS = CheckSpec(
     id="upstream-content-differs", title="Submitted source differs from upstream",
     default_level="error", stage=STAGE,
     doc="The submitted source is not byte-identical to the upstream file at the pinned commit: "
@@ -94,8 +94,8 @@ CONTENT_DIFFERS = register(CheckSpec(
     hint="Submit exactly the upstream file, or push your changes upstream and pin that commit.",
     passing="local blob == upstream blob (git hash-object of the file equals the tree entry)",
     failing="the submitted file has an extra line the upstream file lacks",
-))
-VERIFIED = register(CheckSpec(
+)
+VERIFIED = CheckSpec(
     id="upstream-verified", title="Kernel source proven upstream", default_level="info",
     stage=STAGE,
     doc="Every source of the kernel is byte-identical to its declared path at a commit that a "
@@ -104,8 +104,8 @@ VERIFIED = register(CheckSpec(
     hint="Nothing to fix.",
     passing="blob hashes equal and the commit is on a branch or tag",
     failing="(never fails; the shortfalls have their own rule ids)",
-))
-VENDORED_DIFFERS = register(CheckSpec(
+)
+VENDORED_DIFFERS = CheckSpec(
     id="upstream-vendored-differs", title="Vendored files not verbatim upstream",
     default_level="error", stage=STAGE,
     doc="A declared vendored tree is checked file by file against the declared upstream "
@@ -117,8 +117,8 @@ VENDORED_DIFFERS = register(CheckSpec(
          "manifest (and upstream them).",
     passing="every .cu under third_party/apex equals apex at the declared commit",
     failing="third_party/apex/csrc/fused_dense.cu edited after copying",
-))
-VENDORED_VERIFIED = register(CheckSpec(
+)
+VENDORED_VERIFIED = CheckSpec(
     id="upstream-vendored-verified", title="Vendored tree verbatim upstream", default_level="info",
     stage=STAGE,
     doc="Every native file of a declared vendored tree is byte-identical to the declared upstream "
@@ -127,8 +127,8 @@ VENDORED_VERIFIED = register(CheckSpec(
     hint="Nothing to fix.",
     passing="3000 of 3000 native files verbatim upstream",
     failing="(never fails; modified files are reported by upstream-vendored-differs)",
-))
-VENDORED_IDENTIFIED = register(CheckSpec(
+)
+VENDORED_IDENTIFIED = CheckSpec(
     id="upstream-vendored-identified", title="Upstream commit of a vendored tree identified",
     default_level="info", stage=STAGE,
     doc="With --upstream, every vendored tree whose upstream is known (a catalogued project such as "
@@ -141,4 +141,4 @@ VENDORED_IDENTIFIED = register(CheckSpec(
          "native files as kernels.",
     passing="third_party/nccl identical to NVIDIA/nccl at v2.18.3-1",
     failing="(never fails; information for reviewers)",
-))
+)

@@ -1,35 +1,26 @@
 """``compliance verify`` / ``check --verify``: build declared kernels from source, compare with torch.
 
 Importing this package is cheap: torch is imported only by the per-kernel
-runner subprocess (``compliance.verify.runner``). docs/verification.md
+kernel subprocess (``compliance.verify.kernel_process``). docs/verification.md
 describes the manifest's ``build:`` block, the argument vocabulary, the case
 matrix, the error-bound model and the trust model.
 """
 
 from __future__ import annotations
 
-import os
 import secrets
-import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
+from compliance.cachedir import VERIFY
 from compliance.errors import InputError
+from compliance.verify.options import VerifyOptions
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext
-    from compliance.engine import CheckOptions
     from compliance.findings import Finding
-    from compliance.verify.driver import VerifyOptions
-
-
-def default_build_root() -> Path:
-    """``$COMPLIANCE_BUILD_DIR``, else ``$XDG_CACHE_HOME/compliance/verify``, else ``~/.cache/...``."""
-    explicit = os.environ.get("COMPLIANCE_BUILD_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "compliance" / "verify"
+    from compliance.verify.driver import VerifySettings
 
 
 def new_seed() -> int:
@@ -37,35 +28,41 @@ def new_seed() -> int:
     return secrets.randbits(31)
 
 
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+def verify_settings(root: Path, options: VerifyOptions) -> VerifySettings:
+    """``options`` resolved (seed drawn, build root chosen); the build root must lie outside ``root``."""
+    from compliance.verify.driver import VerifySettings
 
-
-def verify_options(root: Path, options: CheckOptions) -> VerifyOptions:
-    """``CheckOptions`` (seed, ``extra``) as ``VerifyOptions``; the build root must lie outside ``root``."""
-    from compliance.verify.driver import DEFAULT_BUILD_TIMEOUT_S, VerifyOptions
-
-    extra = options.extra
-    build_root = Path(extra.get("build_dir") or default_build_root()).resolve()
+    build_root = VERIFY.resolve(options.build_dir)
     tree = root.resolve()
     if build_root == tree or tree in build_root.parents:
         raise InputError("the build directory must lie outside the checked tree", build_root)
-    return VerifyOptions(
+    return VerifySettings(
         seed=options.seed if options.seed is not None else new_seed(), build_root=build_root,
-        kernels=tuple(extra.get("kernels", ())),
-        build_timeout_s=int(extra.get("build_timeout_s", DEFAULT_BUILD_TIMEOUT_S)),
-        time_limit_s=extra.get("time_limit_s"), large=bool(extra.get("large", True)),
-        progress=extra.get("progress", _stderr))
+        kernels=options.kernels, build_timeout_s=options.build_timeout_s,
+        time_limit_s=options.time_limit_s, large=options.large, progress=options.progress)
 
 
-def run_verification_checks(ctx: CheckContext, options: CheckOptions) -> list[Finding]:
+def run_verification_checks(ctx: CheckContext, options: VerifyOptions) -> list[Finding]:
     """Findings of building and verifying every declared kernel (the ``verify`` stage)."""
     from compliance.verify.driver import verify_kernels
 
-    opts = verify_options(ctx.root, options)
+    settings = verify_settings(ctx.root, options)
     known = {k.kernel.id for k in ctx.kernels()}
-    missing = sorted(set(opts.kernels) - known)
+    missing = sorted(set(settings.kernels) - known)
     if missing:
         raise InputError(f"no declared kernel with id {', '.join(missing)}; declared: "
                          f"{', '.join(sorted(known)) or 'none'}")
-    return verify_kernels(ctx, opts)
+    return verify_kernels(ctx, settings)
+
+
+@dataclass(frozen=True)
+class VerifyStage:
+    """The verification stage with its options."""
+
+    options: VerifyOptions = VerifyOptions()
+    """Seed, build directory, kernel filter, time limits, progress sink."""
+    name: ClassVar[str] = "verify"
+
+    def run(self, ctx: CheckContext) -> list[Finding]:
+        """Build and verify every declared (or selected) kernel."""
+        return run_verification_checks(ctx, self.options)

@@ -1,4 +1,4 @@
-"""Building and calling a kernel, per build kind (runner subprocess only: imports torch).
+"""Building and calling a kernel, per build kind (kernel subprocess only: imports torch).
 
 * ``torch_extension``: ``torch.utils.cpp_extension.load`` into
   ``<build root>/<hash>``, a directory outside the checked tree, keyed by the
@@ -272,7 +272,7 @@ class TritonBackend:
 def _dim3(values: list[int], what: str) -> tuple[int, int, int]:
     padded = (values + [1, 1])[:3]
     limits = (2**31 - 1, 65535, 65535)
-    for v, limit in zip(padded, limits):
+    for v, limit in zip(padded, limits, strict=True):
         if not 1 <= v <= limit:
             raise LaunchInvalid(f"{what} {tuple(padded)} is outside 1..{limit}")
     return padded[0], padded[1], padded[2]

@@ -1,4 +1,4 @@
-"""Backward kernels (runner subprocess only): the weight gradient and fused optimizer updates.
+"""Backward kernels (kernel subprocess only): the weight gradient and fused optimizer updates.
 
 Every lookup k of a case contributes ``c_k = s_k * grad_out[o_k]`` to row ``r_k``
 of the stacked table, where ``o_k`` is the output row of its bag and ``s_k`` its

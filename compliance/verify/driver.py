@@ -1,7 +1,7 @@
 """The parent side of verification: one subprocess per kernel, events in, findings out.
 
 Nothing here imports torch: the parent plans the cases (plain data), starts
-``python -m compliance.verify.runner`` per kernel in its own process group,
+``python -m compliance.verify.kernel_process`` per kernel in its own process group,
 reads its JSON events with a deadline (one for the build, one for the cases),
 kills the group when a deadline passes, and turns what came back into findings.
 """
@@ -26,26 +26,23 @@ from typing import TYPE_CHECKING, Any
 from compliance.verify import specs as rules
 from compliance.verify.build import BuildError, parse_build
 from compliance.verify.cases import Case, DomainError, generate_cases
-from compliance.verify.runner import EVENT_FD_VARIABLE
+from compliance.verify.kernel_process import EVENT_FD_VARIABLE
+from compliance.verify.options import DEFAULT_BUILD_TIMEOUT_S, Progress
 from compliance.verify.tolerance import bounds_for, bounds_to_json
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext, DeclaredKernel
     from compliance.findings import Finding
 
-DEFAULT_BUILD_TIMEOUT_S = 1800
-"""Seconds a build may take (a CUDA extension with many sources is slow)."""
 EXCERPT_LINES = 15
 """Log lines quoted in a finding (matching lines, then the tail)."""
 CASES_IN_DETAILS = 10
 """Failing cases listed in a finding's details."""
 
-Progress = Callable[[str], None]
-
 
 @dataclass(frozen=True)
-class VerifyOptions:
-    """What to verify and how."""
+class VerifySettings:
+    """What to verify and how: ``VerifyOptions`` resolved (seed drawn, build root chosen)."""
 
     seed: int
     """Master seed; each kernel's cases derive from it and the kernel id."""
@@ -152,7 +149,7 @@ def log_excerpt(text: str) -> str:
     return "\n".join(ln[:300] for ln in picked)[-4000:]
 
 
-def _job(ctx: CheckContext, dk: DeclaredKernel, cases: list[Case], opts: VerifyOptions) -> dict[str, Any]:
+def _job(ctx: CheckContext, dk: DeclaredKernel, cases: list[Case], opts: VerifySettings) -> dict[str, Any]:
     rel_dir = dk.manifest_dir
     return {"build": dict(dk.kernel.build), "language": dk.kernel.language, "sources": list(dk.kernel.sources),
             "root": str(ctx.root), "manifest_dir": rel_dir, "build_root": str(opts.build_root),
@@ -160,13 +157,13 @@ def _job(ctx: CheckContext, dk: DeclaredKernel, cases: list[Case], opts: VerifyO
             "cases": [c.to_json() for c in cases]}
 
 
-def _say(opts: VerifyOptions, text: str) -> None:
+def _say(opts: VerifySettings, text: str) -> None:
     if opts.progress is not None:
         opts.progress(text)
 
 
 def run_kernel(ctx: CheckContext, dk: DeclaredKernel, cases: list[Case], seed: int, time_limit_s: int,
-               opts: VerifyOptions, label: str) -> KernelOutcome:
+               opts: VerifySettings, label: str) -> KernelOutcome:
     """Run one kernel's subprocess to the end (or its deadline)."""
     opts.build_root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="compliance-verify-") as tmp:
@@ -176,7 +173,7 @@ def run_kernel(ctx: CheckContext, dk: DeclaredKernel, cases: list[Case], seed: i
         env = {**os.environ, EVENT_FD_VARIABLE: str(write_fd), "PYTHONUNBUFFERED": "1"}
         started = time.monotonic()
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "compliance.verify.runner", str(job_path)],
+            proc = subprocess.Popen([sys.executable, "-m", "compliance.verify.kernel_process", str(job_path)],
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=tmp,
                                     env=env, pass_fds=(write_fd,), start_new_session=True)
         os.close(write_fd)
@@ -202,7 +199,7 @@ def _replace(outcome: KernelOutcome, **changes: Any) -> KernelOutcome:
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Kill the runner's process group (compilers included) if it is still there."""
+    """Kill the kernel subprocess's process group (compilers included) if it is still there."""
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
@@ -213,7 +210,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _collect(reader: _Reader, dk: DeclaredKernel, cases: list[Case], seed: int, time_limit_s: int,
-             opts: VerifyOptions, label: str, started: float, log_path: Path) -> KernelOutcome:
+             opts: VerifySettings, label: str, started: float, log_path: Path) -> KernelOutcome:
     phase, deadline = "build", started + opts.build_timeout_s
     done: list[CaseOutcome] = []
     stopped, unavailable, build_seconds = None, None, None
@@ -267,7 +264,7 @@ def plan(dk: DeclaredKernel, seed: int, large: bool) -> list[Case]:
     return generate_cases(dk.kernel.semantics, kernel_seed(seed, dk.kernel.id), large)
 
 
-def selected_kernels(ctx: CheckContext, opts: VerifyOptions) -> list[DeclaredKernel]:
+def selected_kernels(ctx: CheckContext, opts: VerifySettings) -> list[DeclaredKernel]:
     """The declared kernels to verify (``--kernel``), in manifest order."""
     kernels = list(ctx.kernels())
     if opts.kernels:
@@ -275,7 +272,7 @@ def selected_kernels(ctx: CheckContext, opts: VerifyOptions) -> list[DeclaredKer
     return kernels
 
 
-def verify_kernels(ctx: CheckContext, opts: VerifyOptions) -> list[Finding]:
+def verify_kernels(ctx: CheckContext, opts: VerifySettings) -> list[Finding]:
     """Findings of every selected kernel."""
     findings: list[Finding] = []
     kernels = selected_kernels(ctx, opts)
@@ -293,7 +290,7 @@ def _finding(ctx: CheckContext, dk: DeclaredKernel, rule: str, message: str,
                        details=details, location=dk.location)
 
 
-def verify_one(ctx: CheckContext, dk: DeclaredKernel, opts: VerifyOptions, label: str) -> list[Finding | None]:
+def verify_one(ctx: CheckContext, dk: DeclaredKernel, opts: VerifySettings, label: str) -> list[Finding | None]:
     """Build, run and judge one kernel."""
     if not dk.kernel.build:
         _say(opts, f"{label} no build block: not verified")

@@ -1,4 +1,4 @@
-"""NVRTC through cuda-python (``cuda.bindings``): compile, cache, load and launch (runner subprocess only).
+"""NVRTC through cuda-python (``cuda.bindings``): compile, cache, load and launch (kernel subprocess only).
 
 The same runtime ``reference_kernels`` uses, so the ``kernels`` extra
 (torch, cuda-bindings, nvidia-cuda-nvrtc) is everything verification needs; no

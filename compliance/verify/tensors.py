@@ -1,6 +1,6 @@
 """Torch side of a case: inputs, guarded buffers, the float64 reference, the comparison.
 
-Imported only inside the runner subprocess. Every tensor handed to a kernel is
+Imported only inside the kernel subprocess. Every tensor handed to a kernel is
 a fresh copy that lives inside a larger buffer whose guard bands hold NaN
 (floats) or an out-of-range index: a kernel that reads past the table picks up
 NaN, and any write outside its output (or into its inputs) is seen by comparing
@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from compliance.verify.cases import Case
-from compliance.verify.tolerance import ACCUMULATION_ROUNDOFF, Bound
+from compliance.verify.tolerance import Bound, pooled_bound
 from compliance.verify.vocabulary import UNIT_ROUNDOFF
 
 GUARD = 64
@@ -317,17 +317,6 @@ def conversion_bound(case: Case, ref: torch.Tensor, bound: Bound) -> torch.Tenso
     if UNIT_ROUNDOFF[case.out_dtype] <= UNIT_ROUNDOFF[case.weight_dtype]:
         return torch.zeros_like(ref)
     return bound.unit_roundoff_multiplier * UNIT_ROUNDOFF[case.out_dtype] * ref.abs() + bound.absolute_floor
-
-
-def pooled_bound(mode: str, ref: torch.Tensor, abs_sum: torch.Tensor, count: torch.Tensor, u_out: float,
-                 bound: Bound, u_acc: float = ACCUMULATION_ROUNDOFF) -> torch.Tensor:
-    """The error bound of a pooled sum or mean (docs/verification.md, "Tolerance")."""
-    m = bound.unit_roundoff_multiplier
-    if mode == "sum":
-        err = m * (count * u_acc * abs_sum + u_out * ref.abs())
-    else:
-        err = m * (u_acc * abs_sum + (u_acc + u_out) * ref.abs())
-    return err + bound.absolute_floor
 
 
 @dataclass

@@ -14,14 +14,25 @@ from the rule set's allowlist entry per weight dtype, else the defaults below.
 Inputs are exact in the weight dtype, so only the kernel's own roundings count.
 The bound is the classic a-priori bound of recursive summation (Higham, ch. 4);
 it holds for any summation order, so a tree or atomic reduction passes too.
+
+This module is the one error-bound model of the project: ``compliance verify``
+uses it with the rule set's parameters (``bounds_for``), and the reference
+kernels' own GPU tests (tests/kernels/kernel_bounds.py) use the same formula
+with ``STRICT_BOUNDS`` (m = 1, a floor of half the smallest subnormal).
+Importing it does not import torch: ``pooled_bound`` only does arithmetic on
+the tensors it is given.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from compliance.ruleset import AllowlistEntry
+
+if TYPE_CHECKING:
+    import torch
 
 ACCUMULATION_ROUNDOFF = 2.0**-24
 """u of float32, the accumulation precision every kernel is held to."""
@@ -44,6 +55,14 @@ DEFAULT_BOUNDS: Mapping[str, Bound] = {
 }
 """Used for dtypes the rule set's allowlist entry does not configure."""
 
+HALF_MIN_SUBNORMAL: Mapping[str, float] = {"float32": 2.0**-150, "float16": 2.0**-25, "bfloat16": 2.0**-134}
+"""Half the smallest subnormal of each dtype: the absolute rounding error of a result that lands in
+the subnormal range, where the relative term ``u_out * |r|`` no longer covers it."""
+
+STRICT_BOUNDS: Mapping[str, Bound] = {dtype: Bound(1.0, floor) for dtype, floor in HALF_MIN_SUBNORMAL.items()}
+"""The model without a safety margin: m = 1 and only the subnormal floor. The reference kernels'
+tests hold them to it; ``DEFAULT_BOUNDS`` leave submissions the rule set's room."""
+
 
 def bounds_for(entry: AllowlistEntry | None) -> dict[str, Bound]:
     """Per-dtype bounds: the entry's ``verification.tolerance`` over the defaults."""
@@ -57,6 +76,18 @@ def bounds_for(entry: AllowlistEntry | None) -> dict[str, Bound]:
             else base.unit_roundoff_multiplier,
             tol.absolute_floor if tol.absolute_floor is not None else base.absolute_floor)
     return out
+
+
+def pooled_bound(mode: str, ref: torch.Tensor, abs_sum: torch.Tensor, count: torch.Tensor | int, u_out: float,
+                 bound: Bound, u_acc: float = ACCUMULATION_ROUNDOFF) -> torch.Tensor:
+    """The error bound of a pooled sum or mean (module docstring; docs/verification.md, "Tolerance"):
+    ``count`` pooled rows per element (a tensor, or the longest bag), ``abs_sum`` the pooling of |p_k x_k|."""
+    m = bound.unit_roundoff_multiplier
+    if mode == "sum":
+        err = m * (count * u_acc * abs_sum + u_out * ref.abs())
+    else:
+        err = m * (u_acc * abs_sum + (u_acc + u_out) * ref.abs())
+    return err + bound.absolute_floor
 
 
 def bounds_to_json(bounds: Mapping[str, Bound]) -> dict[str, dict[str, float]]:

@@ -1,4 +1,4 @@
-"""Judging a fused in-place update (runner subprocess only): every row of the table, touched and untouched.
+"""Judging a fused in-place update (kernel subprocess only): every row of the table, touched and untouched.
 
 The kernel ran on a guarded copy of the table (and of the optimizer state);
 rows the batch references must lie within the bound of the float64 update

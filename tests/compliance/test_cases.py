@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from compliance.engine import CheckOptions, run_check
+from compliance.engine import run_check
+from compliance.model import CheckOptions
 from tests.compliance.treeutil import CASES, build_case, tree_digest
 
 CASE_DIRS = sorted(p for kind in ("positive", "negative") for p in (CASES / kind).iterdir() if p.is_dir())
@@ -38,7 +39,7 @@ def test_case(case_dir: Path, tmp_path: Path) -> None:
 
 
 def test_every_static_rule_has_a_negative_case() -> None:
-    from compliance.checks.interface import all_specs
+    from compliance.checks.registry import all_specs
 
     covered = set()
     import yaml

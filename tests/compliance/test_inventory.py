@@ -8,8 +8,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compliance.paths import tree_relative
 from compliance.inventory import binary_kind, build_inventory, scan_markers, setup_extensions
+from compliance.paths import tree_relative
 from tests.compliance.treeutil import fake_binary
 
 
@@ -78,7 +78,8 @@ def test_vendored_framework_copy_grouped(tmp_path: Path) -> None:
 
 
 def test_layout_mapping_training_round(tmp_path: Path) -> None:
-    make(tmp_path, {"OrgA/systems/s.json": "{}", "OrgA/benchmarks/dlrm/implementations/pt/k.cu": "__global__ void k(){}",
+    make(tmp_path, {"OrgA/systems/s.json": "{}",
+                    "OrgA/benchmarks/dlrm/implementations/pt/k.cu": "__global__ void k(){}",
                     "OrgB/results/s/dlrm/result_0.txt": "x", "OrgB/benchmarks/bert/implementations/tf/x.cu": "//"})
     inv = build_inventory(tmp_path, "training")
     assert [o.name for o in inv.organizations] == ["OrgA", "OrgB"]

@@ -9,11 +9,12 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compliance.checks.interface import all_specs
-from compliance.engine import CheckReport, RuleSetChoice, run_check
+from compliance.checks.registry import all_specs
+from compliance.engine import run_check
 from compliance.findings import Finding, Severity
 from compliance.inventory import Inventory
 from compliance.layout import LayoutMapper, Organization
+from compliance.model import CheckReport, RuleSetChoice
 from compliance.report.text import DEFAULT_MAX_LINES, render_text
 from compliance.ruleset import load_ruleset
 from compliance.shared_sources import shared_sources

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from compliance.engine import CheckOptions, run_check
+from compliance.engine import run_check
+from compliance.model import CheckOptions
 from compliance.ruleset import list_shipped, load_ruleset
 from tests.compliance.roundgen import write_round
 

@@ -53,7 +53,7 @@ def test_schema_error_names_file_line_and_key(tmp_path: Path) -> None:
     with pytest.raises(InputError) as info:
         load_ruleset(path)
     text = str(info.value)
-    line = next(i for i, l in enumerate(path.read_text().splitlines(), 1) if "fortran" in l)
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "fortran" in text)
     assert f"{path}:{line}:" in text and "allowlist[0].languages[0]" in text and "'fortran'" in text
 
 
@@ -108,7 +108,7 @@ def test_unknown_rule_set_name_lists_the_shipped_ones() -> None:
 def test_shipped_schemas_are_valid_json_schemas() -> None:
     from jsonschema import Draft202012Validator
 
-    from compliance.schema import SCHEMA_NAMES, load_schema
+    from compliance.schema_validation import SCHEMA_NAMES, load_schema
 
     for name in SCHEMA_NAMES:
         Draft202012Validator.check_schema(load_schema(name))

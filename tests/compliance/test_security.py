@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from compliance.checks import kernels as kernel_checks
+from compliance.checks import declarations as kernel_checks
 from compliance.checks.upstream_links import parse_repository
 from compliance.cli.main import EXIT_INTERNAL, cli
 from compliance.engine import run_check
@@ -106,7 +106,7 @@ def test_unreadable_directory_simulated(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_unreadable_declared_source_is_a_finding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Readable during the walk, unreadable when the kernel check reads it (the old code
-    raised PermissionError out of checks/kernels.py)."""
+    raised PermissionError out of checks/declarations.py)."""
     tree = _tree(tmp_path)
     real_open = builtins.open
 

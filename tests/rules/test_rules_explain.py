@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compliance.checks.interface import all_specs
+from compliance.checks.registry import all_specs
 from compliance.ruleset import list_shipped, shipped_rules_dir
 from compliance.ruletools.explain import find_spec, render_markdown
 from compliance.ruletools.reference import anchor, render_reference
 from compliance.ruletools.reference import main as reference_main
-from compliance.schema import load_schema
+from compliance.schema_validation import load_schema
 from tests.rules.helpers import REPO, invoke, invoke_json
 
 REFERENCE = REPO / "docs" / "rule-reference.md"
@@ -53,47 +53,98 @@ def test_unknown_rule_id_is_an_input_error_with_a_suggestion() -> None:
     assert f"did you mean {existing}" in result.stderr
 
 
-def test_every_registered_check_is_visible_to_explain() -> None:
-    """Importing every compliance module registers nothing all_specs() missed."""
+def _spec_constants() -> dict[str, str]:
+    """Rule id -> ``module.NAME`` of every module-level ``NAME = CheckSpec(...)`` in ``compliance``."""
+    found: dict[str, str] = {}
+    for path in sorted((REPO / "compliance").rglob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                    and getattr(node.value.func, "id", "") == "CheckSpec"):
+                ids = [k.value.value for k in node.value.keywords
+                       if k.arg == "id" and isinstance(k.value, ast.Constant)]
+                found[str(ids[0])] = f"{path.relative_to(REPO)}:{node.targets[0].id}"  # type: ignore[attr-defined]
+    return found
+
+
+def test_every_spec_constant_is_listed_in_the_registry() -> None:
+    """The registry is an explicit list: a spec declared anywhere but not listed there fails here."""
+    constants = _spec_constants()
+    assert len(constants) >= 50, "the scanner found too few CheckSpec constants"
+    assert sorted(set(constants) - set(RULE_IDS)) == []
+    assert sorted(set(RULE_IDS) - set(constants)) == []
+
+
+def test_importing_a_check_module_registers_nothing() -> None:
+    """Registration is no import side effect: the registry is the same before and after importing
+    every compliance module, and it is built only when first asked for."""
     code = (
         "import importlib, pkgutil, compliance\n"
-        "from compliance.checks.interface import REGISTRY, all_specs\n"
-        "seen = {s.id for s in all_specs()}\n"
+        "from compliance.checks import registry\n"
+        "assert registry.registry.cache_info().currsize == 0\n"
+        "before = [s.id for s in registry.all_specs()]\n"
         "for m in pkgutil.walk_packages(compliance.__path__, 'compliance.'):\n"
         "    try:\n"
         "        importlib.import_module(m.name)\n"
         "    except ImportError:\n"
         "        pass  # optional extras (torch) absent\n"
-        "print(sorted(set(REGISTRY) - seen))\n")
+        "registry.registry.cache_clear()\n"
+        "print(before == [s.id for s in registry.all_specs()], len(before))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=REPO, check=True)
-    assert out.stdout.strip() == "[]"
+    assert out.stdout.split() == ["True", str(len(RULE_IDS))]
+
+
+_RULE_ID_ARGUMENT = {"finding": 0, "Finding": 0, "_problem": 0, "_finding": 2}
+"""Calls that take a rule id -> its positional index (``_finding(ctx, dk, rule, ...)``)."""
 
 
 def _literal_rule_ids(tree: ast.AST) -> set[str]:
-    """String literals passed as a rule id: ``ctx.finding("x", ...)``, ``Finding(rule_id="x")``."""
+    """String literals given as a rule id: ``ctx.finding("x", ...)``, ``Finding("x", ...)``,
+    ``Finding(rule_id="x")``, ``_finding(ctx, dk, "x", ...)``, ``_problem("x", ...)``,
+    ``{"rule": "x"}``."""
     found: set[str] = set()
     for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            found |= {str(v.value) for k, v in zip(node.keys, node.values, strict=True)
+                      if isinstance(k, ast.Constant) and k.value == "rule" and isinstance(v, ast.Constant)}
         if not isinstance(node, ast.Call):
             continue
         name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-        if name == "finding" and node.args and isinstance(node.args[0], ast.Constant):
-            found.add(str(node.args[0].value))
+        position = _RULE_ID_ARGUMENT.get(name)
+        if position is not None and len(node.args) > position and isinstance(node.args[position], ast.Constant):
+            found.add(str(node.args[position].value))  # type: ignore[attr-defined]
         found |= {str(k.value.value) for k in node.keywords
-                  if k.arg == "rule_id" and isinstance(k.value, ast.Constant)}
+                  if k.arg in ("rule_id", "rule") and isinstance(k.value, ast.Constant)}
     return found
 
 
-def test_every_literal_rule_id_in_the_code_is_registered() -> None:
-    literal: set[str] = set()
+def test_no_rule_id_is_passed_as_a_literal() -> None:
+    """Rule ids reach findings only through their spec constants (``X.id``): a literal fails, registered or not."""
+    literal: dict[str, set[str]] = {}
     for path in (REPO / "compliance").rglob("*.py"):
-        literal |= _literal_rule_ids(ast.parse(path.read_text(encoding="utf-8")))
-    assert literal <= set(RULE_IDS), sorted(literal - set(RULE_IDS))
+        for rule_id in _literal_rule_ids(ast.parse(path.read_text(encoding="utf-8"))):
+            literal.setdefault(str(path.relative_to(REPO)), set()).add(rule_id)
+    assert literal == {}
 
 
-def test_rule_id_scanner_sees_both_call_forms() -> None:
-    tree = ast.parse("ctx.finding('a-b', 'p')\nFinding(rule_id='c-d', path='x')\nctx.finding(X.id)")
-    assert _literal_rule_ids(tree) == {"a-b", "c-d"}
+def test_no_registered_rule_id_is_spelled_out_in_the_code() -> None:
+    """Outside the ``id=`` of its ``CheckSpec``, no string in ``compliance`` equals a rule id
+    (comparisons, tuples, dict keys use ``X.id`` too, so a renamed id cannot leave a stale copy)."""
+    ids, spelled = set(RULE_IDS), []
+    for path in (REPO / "compliance").rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        spec_ids = {id(k.value) for node in ast.walk(tree) if isinstance(node, ast.Call)
+                    and getattr(node.func, "id", "") == "CheckSpec" for k in node.keywords if k.arg == "id"}
+        spelled += [f"{path.relative_to(REPO)}:{n.lineno}: {n.value}" for n in ast.walk(tree)
+                    if isinstance(n, ast.Constant) and n.value in ids and id(n) not in spec_ids]
+    assert spelled == []
+
+
+def test_rule_id_scanner_sees_every_call_form() -> None:
+    tree = ast.parse("ctx.finding('a-b', 'p')\nFinding(rule_id='c-d', path='x')\nctx.finding(X.id)\n"
+                     "Finding('e-f', Severity.ERROR, 'p', 'm')\n_finding(ctx, dk, 'g-h', 'm')\n"
+                     "_problem('i-j', 'm')\nd = {'rule': 'k-l'}\n_problem(R.id, 'm')")
+    assert _literal_rule_ids(tree) == {"a-b", "c-d", "e-f", "g-h", "i-j", "k-l"}
 
 
 def test_reference_is_up_to_date() -> None:

@@ -10,7 +10,7 @@ import yaml
 from compliance.errors import InputError, InputErrors
 from compliance.ruleset import list_shipped, load_ruleset, ruleset_problems
 from compliance.ruletools.validate import expected_shape, render_text, to_json, validate
-from compliance.schema import load_schema
+from compliance.schema_validation import load_schema
 from tests.rules.helpers import INVALID, VALID, fixture, invoke, invoke_json
 
 CASES = sorted(p.name for p in INVALID.iterdir() if (p / "expected.yaml").is_file())
@@ -47,7 +47,7 @@ def test_negative_fixture_reports_exactly_its_problems(case: str) -> None:
     got = [(str(Path(p.path).resolve().relative_to((INVALID / case).resolve())), p.line, p.column,
             p.kind) for p in result.problems]
     assert got == [(e["file"], e["line"], e["column"], e["kind"]) for e in expected]
-    for problem, want in zip(result.problems, expected):
+    for problem, want in zip(result.problems, expected, strict=True):
         assert str(want["message"]) in problem.message
         if "expected" in want:
             assert problem.expected is not None and str(want["expected"]) in problem.expected

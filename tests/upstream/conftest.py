@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from compliance.engine import CheckOptions, CheckReport, run_check
+from compliance.engine import run_check
+from compliance.model import CheckOptions, CheckReport
+from compliance.upstream.options import NETWORK_TIMEOUT_S, UpstreamOptions
 from tests.upstream.repos import (
     KernelUpstream,
     build_kernel_upstream,
@@ -41,10 +43,11 @@ def vendored_upstream(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, st
     return build_vendored_upstream(tmp_path_factory.mktemp("upstream") / "framework", VENDORED_FILES)
 
 
-def check(tree: Path, cache: Path, *, offline: bool = False, **extra: object) -> CheckReport:
+def check(tree: Path, cache: Path, *, offline: bool = False, network_timeout_s: float = NETWORK_TIMEOUT_S,
+          mirrors: dict[str, str] | None = None) -> CheckReport:
     """``compliance check --upstream`` on ``tree`` with the local-upstream rule set."""
-    return run_check(tree, CheckOptions(rules=str(RULES), upstream=True, upstream_cache=cache,
-                                        offline=offline, extra=dict(extra)))
+    upstream = UpstreamOptions(cache, offline, network_timeout_s, mirrors or {})
+    return run_check(tree, CheckOptions(rules=str(RULES), upstream=upstream))
 
 
 def upstream_ids(report: CheckReport) -> list[str]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from compliance.manifest import MANIFEST_NAME, Manifest, load_manifest
-from compliance.upstream.kernels import upstream_path
+from compliance.upstream.kernel_sources import upstream_path
 from tests.upstream.repos import RepoBuilder
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "submissions_example"

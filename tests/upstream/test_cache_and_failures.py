@@ -77,14 +77,14 @@ def test_missing_repository_is_unreachable(tmp_path: Path) -> None:
 
 def test_refused_connection_is_unreachable(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{closed_port()}/acme/kernels.git"
-    report = check(_tree(tmp_path, url, "4" * 40), tmp_path / "cache", upstream_timeout=10)
+    report = check(_tree(tmp_path, url, "4" * 40), tmp_path / "cache", network_timeout_s=10)
     assert upstream_ids(report) == ["upstream-unreachable"]
 
 
 def test_host_that_never_answers_hits_the_time_limit(tmp_path: Path) -> None:
     with silent_server() as url:
         start = time.monotonic()
-        report = check(_tree(tmp_path, url, "5" * 40), tmp_path / "cache", upstream_timeout=2)
+        report = check(_tree(tmp_path, url, "5" * 40), tmp_path / "cache", network_timeout_s=2)
         elapsed = time.monotonic() - start
     assert upstream_ids(report) == ["upstream-unreachable"]
     assert elapsed < 20, f"took {elapsed:.1f}s with a 2s limit"
@@ -92,7 +92,7 @@ def test_host_that_never_answers_hits_the_time_limit(tmp_path: Path) -> None:
 
 def test_authentication_required_never_prompts(tmp_path: Path) -> None:
     with auth_server() as url:
-        report = check(_tree(tmp_path, url, "6" * 40), tmp_path / "cache", upstream_timeout=20)
+        report = check(_tree(tmp_path, url, "6" * 40), tmp_path / "cache", network_timeout_s=20)
     assert upstream_ids(report) == ["upstream-auth-required"]
 
 
@@ -135,9 +135,10 @@ def test_cache_inside_the_checked_tree_is_refused(tmp_path: Path, kernel_upstrea
 
 def test_plain_check_never_imports_git(tmp_path: Path, kernel_upstream: KernelUpstream) -> None:
     tree = _tree(tmp_path, kernel_upstream.url, kernel_upstream.added)
-    code = ("import sys; from pathlib import Path; from compliance.engine import run_check, CheckOptions; "
+    code = ("import sys; from pathlib import Path; from compliance.engine import run_check; "
+            "from compliance.model import CheckOptions; "
             f"run_check(Path({str(tree)!r}), CheckOptions(rules={str(RULES)!r})); "
-            "from compliance.checks.interface import all_specs; all_specs(); "
+            "from compliance.checks.registry import all_specs; all_specs(); "
             "print('git' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

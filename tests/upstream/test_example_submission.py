@@ -9,7 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from compliance.cli.main import cli
-from compliance.engine import CheckOptions, run_check
+from compliance.engine import run_check
+from compliance.model import CheckOptions
+from compliance.upstream.options import UpstreamOptions
 from tests.compliance.treeutil import tree_digest
 from tests.upstream.example_upstream import (
     EXAMPLE,
@@ -58,9 +60,9 @@ def test_example_verifies_through_git_insteadof(tmp_path: Path, monkeypatch: pyt
 
 def test_example_verifies_offline_from_a_cache_filled_through_a_mirror(
         tmp_path: Path, example_mirrors: dict[str, str]) -> None:
-    online = run_check(EXAMPLE, CheckOptions(upstream=True, upstream_cache=tmp_path / "cache",
-                                             extra={"upstream_mirrors": example_mirrors}))
-    offline = run_check(EXAMPLE, CheckOptions(upstream=True, upstream_cache=tmp_path / "cache", offline=True))
+    online = run_check(EXAMPLE, CheckOptions(upstream=UpstreamOptions(tmp_path / "cache",
+                                                                          mirrors=example_mirrors)))
+    offline = run_check(EXAMPLE, CheckOptions(upstream=UpstreamOptions(tmp_path / "cache", offline=True)))
     for report in (online, offline):
         assert report.exit_code == 0
         assert {f.rule_id for f in report.findings} == {"upstream-verified"}

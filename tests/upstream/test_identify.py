@@ -16,7 +16,7 @@ from compliance.upstream.identify import (
     load_index,
     score_commits,
 )
-from compliance.upstream.runner import UpstreamSettings
+from compliance.upstream.stage import UpstreamSettings
 from tests.compliance.test_cli import invoke
 from tests.upstream.conftest import check
 from tests.upstream.history import History, build_history, write_copy
@@ -117,7 +117,7 @@ def test_check_upstream_identifies_a_catalogued_tree(history: History, tmp_path:
     copy["third_party/nccl/makefiles/version.mk"] = b"NCCL_MAJOR := 2\n"
     tree = write_tree(tmp_path / "tree", KERNEL_V1, [kernel_entry(kernel_upstream.url, kernel_upstream.added)],
                       files=copy)
-    report = check(tree, tmp_path / "cache", upstream_mirrors={"https://github.com/NVIDIA/nccl": str(history.path)})
+    report = check(tree, tmp_path / "cache", mirrors={"https://github.com/NVIDIA/nccl": str(history.path)})
     (found,) = [f for f in report.findings if f.rule_id == "upstream-vendored-identified"]
     assert found.path == f"{IMPL}/third_party/nccl"
     assert (f"closest commit of https://github.com/NVIDIA/nccl: {history.commits[K]}, with 0 file(s) modified, "
@@ -138,7 +138,8 @@ def test_manifest_draft_identify_fills_the_vendored_commit(history: History, tmp
     assert "  # NCCL (signature of NCCL); 20 native files; closest commit of" in out
     code, out, _ = invoke("manifest", "draft", str(impl), "--identify", "--offline",
                           "--upstream-cache", str(tmp_path / "empty"))
-    assert code == 0 and '    commit: "FILL-IN: full 40-hex commit"' in out and "not identified: the cache holds no copy" in out
+    assert code == 0 and '    commit: "FILL-IN: full 40-hex commit"' in out
+    assert "not identified: the cache holds no copy" in out
 
 
 PATHS = ["a.cu", "b.h", "src/c.cu", "src/d.cc", "src/e/f.cu", "top.md"]

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from compliance.engine import CheckOptions, run_check
+from compliance.engine import run_check
 from compliance.findings import Severity
+from compliance.model import CheckOptions
+from compliance.upstream.options import UpstreamOptions
 from tests.upstream.conftest import check, upstream_ids
 from tests.upstream.repos import KERNEL_PR, KERNEL_V1, KERNEL_V2, KernelUpstream
 from tests.upstream.trees import RULES, SOURCE, kernel_entry, write_tree
@@ -128,11 +130,11 @@ def test_branch_or_tag_name_resolves_when_the_rule_set_allows_it(
     rules = str(RULES.with_name("rules-local-branches.yaml"))
     for name, source, ref in (("main", KERNEL_V2, "refs/heads/main"), ("v1.0.1", KERNEL_V1, "refs/tags/v1.0.1")):
         tree = write_tree(tmp_path / name, source, [kernel_entry(kernel_upstream.url, name)])
-        report = run_check(tree, CheckOptions(rules=rules, upstream=True, upstream_cache=tmp_path / "cache"))
+        report = run_check(tree, CheckOptions(rules=rules, upstream=UpstreamOptions(tmp_path / "cache")))
         assert upstream_ids(report) == ["upstream-verified"], name
         details = dict(report.findings[0].details)
         assert (details["ref"], details["commit"]) == (ref, kernel_upstream.modified if name == "main"
                                                        else kernel_upstream.tagged)
     tree = write_tree(tmp_path / "nope", KERNEL_V1, [kernel_entry(kernel_upstream.url, "no-such-branch")])
-    report = run_check(tree, CheckOptions(rules=rules, upstream=True, upstream_cache=tmp_path / "cache"))
+    report = run_check(tree, CheckOptions(rules=rules, upstream=UpstreamOptions(tmp_path / "cache")))
     assert upstream_ids(report) == ["upstream-commit-unknown"]

@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from compliance.checks.interface import all_specs
+from compliance.cachedir import UPSTREAM, VERIFY
+from compliance.checks.registry import all_specs
 from compliance.cli.main import cli
 from compliance.upstream.blobs import blob_hash, diff_summary
 from compliance.upstream.gitcache import (
     FailureKind,
     cache_key,
     classify,
-    default_cache_dir,
 )
 
 STAGE_IDS = {"upstream-unreachable", "upstream-auth-required", "upstream-cache-corrupt", "upstream-not-cached",
@@ -38,9 +38,25 @@ def test_rules_explain_knows_the_stage_ids() -> None:
 def test_default_cache_dir_follows_xdg_and_the_override(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr("sys.platform", "linux")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert default_cache_dir() == tmp_path / "xdg" / "mlperf-compliance" / "upstream"
+    assert UPSTREAM.default() == tmp_path / "xdg" / "mlperf-compliance" / "upstream"
     monkeypatch.setenv("COMPLIANCE_UPSTREAM_CACHE", str(tmp_path / "mine"))
-    assert default_cache_dir() == tmp_path / "mine"
+    assert UPSTREAM.default() == tmp_path / "mine"
+
+
+def test_every_cache_lives_under_one_application_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Upstream caches and verification builds share ``<user cache>/mlperf-compliance``; each keeps its
+    override variable, and an explicit option (``--upstream-cache``, ``--build-dir``) wins over both."""
+    monkeypatch.setattr("sys.platform", "linux")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    for variable in ("COMPLIANCE_UPSTREAM_CACHE", "COMPLIANCE_BUILD_DIR"):
+        monkeypatch.delenv(variable, raising=False)
+    assert {area.default().parent for area in (UPSTREAM, VERIFY)} == {tmp_path / "xdg" / "mlperf-compliance"}
+    monkeypatch.setenv("COMPLIANCE_BUILD_DIR", str(tmp_path / "builds"))
+    assert VERIFY.default() == tmp_path / "builds"
+    assert VERIFY.resolve(tmp_path / "chosen") == (tmp_path / "chosen").resolve()
+    monkeypatch.setattr("sys.platform", "darwin")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert UPSTREAM.default() == tmp_path / "home" / "Library" / "Caches" / "mlperf-compliance" / "upstream"
 
 
 def test_cache_key_is_stable_and_ignores_a_git_suffix() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from compliance.engine import build_context
-from compliance.upstream.runner import UpstreamSettings, vendored_targets
+from compliance.upstream.stage import UpstreamSettings, vendored_targets
 from compliance.upstream.vendored import compare_tree
 from tests.upstream.conftest import VENDORED_FILES, check, upstream_ids
 from tests.upstream.repos import (

@@ -159,7 +159,8 @@ def test_triton_needs_language_triton_and_schema_is_strict() -> None:
     raw = yaml.safe_load(_triton_manifest(TRITON))["kernels"][0]
     with pytest.raises(BuildError, match="launches a @triton.jit function, not cuda"):
         parse_build(raw["build"], language="cuda", sources=raw["sources"], root=Path("/tree"), manifest_rel_dir="")
-    problems = [p.message for p in parse_manifest(_triton_manifest(TRITON + "\n      entry: x"), Path("m.yaml")).problems]
+    manifest = parse_manifest(_triton_manifest(TRITON + "\n      entry: x"), Path("m.yaml"))
+    problems = [p.message for p in manifest.problems]
     assert any("Additional properties" in p for p in problems), problems
 
 

@@ -9,15 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from compliance.engine import CheckOptions, build_context
+from compliance.engine import build_context
 from compliance.findings import Finding
 from compliance.verify import run_verification_checks
+from compliance.verify.options import VerifyOptions
 
 from .conftest import CPU_BATCHED_TREE, RULES
 
 pytestmark = pytest.mark.slow
 
-PASSING = ("tb-bag-f32-to-f16", "tb-bag-any-dtype", "dlrm-gather-d128", "tb-sgd", "rowwise-adagrad", "tb-dense-gradient",
+PASSING = ("tb-bag-f32-to-f16", "tb-bag-any-dtype", "dlrm-gather-d128", "tb-sgd", "rowwise-adagrad",
+           "tb-dense-gradient",
            "sparse-gradient")
 CAUGHT = {
     "tb-bag-wrong-table-offset": {"verify-mismatch"},
@@ -33,7 +35,7 @@ CAUGHT = {
 @pytest.fixture(scope="module")
 def findings(build_root: Path) -> dict[str, list[Finding]]:
     ctx, _ = build_context(CPU_BATCHED_TREE, RULES)
-    options = CheckOptions(verify=True, seed=20261123, extra={"build_dir": build_root, "large": False})
+    options = VerifyOptions(seed=20261123, build_dir=build_root, large=False)
     by_kernel: dict[str, list[Finding]] = defaultdict(list)
     for f in run_verification_checks(ctx, options):
         by_kernel[f.kernel or "-"].append(f)

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from compliance.engine import CheckOptions, build_context
+from compliance.engine import build_context
 from compliance.findings import Finding
 from compliance.verify import run_verification_checks
+from compliance.verify.options import VerifyOptions
 
 from .conftest import CPU_TREE, RULES
 
@@ -38,7 +39,7 @@ EXPECTED = {
 def findings(build_root: Path) -> dict[str, list[Finding]]:
     ctx, _ = build_context(CPU_TREE, RULES)
     lines: list[str] = []
-    options = CheckOptions(verify=True, seed=20260611, extra={"build_dir": build_root, "progress": lines.append})
+    options = VerifyOptions(seed=20260611, build_dir=build_root, progress=lines.append)
     by_kernel: dict[str, list[Finding]] = defaultdict(list)
     for f in run_verification_checks(ctx, options):
         by_kernel[f.kernel or "-"].append(f)
@@ -88,7 +89,8 @@ def test_progress_names_kernel_case_and_elapsed(findings: dict[str, list[Finding
 def test_cli_verify_json_and_exit_codes(build_root: Path, tmp_path: Path) -> None:
     base = [sys.executable, "-m", "compliance", "verify", str(CPU_TREE), "--rules", RULES,
             "--build-dir", str(build_root), "--seed", "5", "--no-large-table"]
-    good = subprocess.run([*base, "--kernel", "gather", "--format", "json"], check=False, capture_output=True, text=True)
+    good = subprocess.run([*base, "--kernel", "gather", "--format", "json"], check=False, capture_output=True,
+                          text=True)
     assert good.returncode == 0, good.stderr
     report = json.loads(good.stdout)
     assert [f["rule_id"] for f in report["findings"]] == ["verify-passed"]

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from compliance.engine import CheckOptions, build_context
+from compliance.engine import build_context
 from compliance.findings import Finding
 from compliance.verify import run_verification_checks
+from compliance.verify.options import VerifyOptions
 
 from .conftest import CUDA_BATCHED_TREE, CUDA_TREE, RULES
 
@@ -32,7 +33,7 @@ EXPECTED = {
 def _verify(tree: Path, build_root: Path, rules: str | None = None) -> dict[str, list[Finding]]:
     ctx, _ = build_context(tree, rules)
     started = time.monotonic()
-    options = CheckOptions(verify=True, seed=20260611, extra={"build_dir": build_root})
+    options = VerifyOptions(seed=20260611, build_dir=build_root)
     by_kernel: dict[str, list[Finding]] = defaultdict(list)
     for f in run_verification_checks(ctx, options):
         by_kernel[f.kernel or "-"].append(f)

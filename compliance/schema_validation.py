@@ -14,6 +14,13 @@ from compliance.yamlsource import YamlDocument
 SCHEMA_NAMES = ("ruleset", "manifest", "catalogue")
 
 
+def schema_file(name: str) -> str:
+    """Filesystem path of the shipped schema ``name`` (``ruleset`` or ``manifest``)."""
+    if name not in SCHEMA_NAMES:
+        raise InputError(f"unknown schema {name!r}; known: {', '.join(SCHEMA_NAMES)}")
+    return str(resources.files("compliance.schemas").joinpath(f"{name}.schema.json"))
+
+
 @functools.cache
 def load_schema(name: str) -> dict[str, Any]:
     """The JSON Schema ``name`` (``ruleset`` or ``manifest``) shipped in the package."""

@@ -1,4 +1,4 @@
-"""The verification subprocess: ``python -m compliance.verify.runner JOB.json``.
+"""The verification subprocess: ``python -m compliance.verify.kernel_process JOB.json``.
 
 One process per kernel, so a crash, an illegal memory access or a hang costs
 only that kernel. The parent (``compliance.verify.driver``) passes a job file

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from compliance.checks.interface import CheckSpec, register
+from compliance.checks.interface import CheckSpec
 from compliance.checks.readability import PATH_UNREADABLE
 from compliance.context import DeclaredKernel
 from compliance.manifest import MANIFEST_NAME
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from compliance.context import CheckContext
     from compliance.findings import Finding
 
-MANIFEST_INVALID = register(CheckSpec(
+MANIFEST_INVALID = CheckSpec(
     id="manifest-invalid", title="Kernel manifest does not follow its schema", default_level="error",
     doc=f"A {MANIFEST_NAME} could not be parsed or does not match the manifest schema "
         "(`compliance rules schema --manifest`), or is over the YAML limits (256 KiB, 64 levels "
@@ -25,8 +25,8 @@ MANIFEST_INVALID = register(CheckSpec(
          "(see docs/manifest.md).",
     passing="manifest_version: 1\nkernels:\n  - id: emb\n    category: dlrm-embedding\n    ...",
     failing="manifest_version: 1\nkernels:\n  - id: emb\n    language: cuda-c   # not a known language",
-))
-MANIFEST_MISPLACED = register(CheckSpec(
+)
+MANIFEST_MISPLACED = CheckSpec(
     id="manifest-misplaced", title="Kernel manifest outside an implementation", default_level="error",
     doc=f"A {MANIFEST_NAME} must sit inside an implementation directory "
         "(<Org>/benchmarks/<benchmark>/implementations/<impl>/), because the benchmark it "
@@ -34,8 +34,8 @@ MANIFEST_MISPLACED = register(CheckSpec(
     hint="Move the manifest into the implementation directory whose kernels it declares.",
     passing=f"Acme/benchmarks/dlrm/implementations/pytorch/{MANIFEST_NAME}",
     failing=f"Acme/{MANIFEST_NAME}",
-))
-UNDECLARED = register(CheckSpec(
+)
+UNDECLARED = CheckSpec(
     id="undeclared-kernel", title="Native kernel code no manifest declares", default_level="error",
     doc="The tree contains native kernel code (CUDA `__global__` functions, inline PTX `asm(`, "
         "`@triton.jit` functions, `load_inline(...)`/`cpp_extension.load(...)` builds, torch "
@@ -47,8 +47,8 @@ UNDECLARED = register(CheckSpec(
          "sources, entry symbols, upstream, semantics), or remove the code.",
     passing=f"kernels/emb.cu listed under `sources:` of a kernel in {MANIFEST_NAME}",
     failing=f"kernels/emb.cu defines a __global__ function and no {MANIFEST_NAME} lists it",
-))
-NOT_ALLOWLISTED = register(CheckSpec(
+)
+NOT_ALLOWLISTED = CheckSpec(
     id="kernel-not-allowlisted", title="Kernel category not allowed for this benchmark and round",
     default_level="error",
     doc="A declared kernel's `category` is not an allowlist entry of the rule set, or the entry "
@@ -57,8 +57,8 @@ NOT_ALLOWLISTED = register(CheckSpec(
          "replace the kernel with the framework's own op.",
     passing="category: dlrm-embedding in benchmarks/dlrm under training/v0.7",
     failing="category: dlrm-embedding in benchmarks/bert, or under training/v1.0",
-))
-LANGUAGE = register(CheckSpec(
+)
+LANGUAGE = CheckSpec(
     id="kernel-language-not-allowed", title="Kernel language not admitted by its category",
     default_level="error",
     doc="The allowlist entry admits only some kernel languages (cuda, cpp, triton, ptx); the "
@@ -66,8 +66,8 @@ LANGUAGE = register(CheckSpec(
     hint="Rewrite the kernel in an admitted language or ask the working group to extend the entry.",
     passing="language: cuda with an entry admitting [cuda]",
     failing="language: ptx with an entry admitting [cuda]",
-))
-REFERENCE_OP = register(CheckSpec(
+)
+REFERENCE_OP = CheckSpec(
     id="kernel-reference-op-not-allowed", title="Claimed reference op not covered by the category",
     default_level="error",
     doc="The kernel claims to compute a reference op (semantics.op) that its allowlist entry's "
@@ -75,16 +75,16 @@ REFERENCE_OP = register(CheckSpec(
     hint="Declare the reference op the kernel really computes (embedding_bag or embedding).",
     passing="semantics: {op: embedding_bag} with reference_ops [embedding_bag, embedding]",
     failing="semantics: {op: embedding} with reference_ops [embedding_bag]",
-))
-SOURCE_MISSING = register(CheckSpec(
+)
+SOURCE_MISSING = CheckSpec(
     id="kernel-source-missing", title="Declared kernel source does not exist", default_level="error",
     doc="A file listed in a kernel's `sources` is not a regular file in the tree (missing, a "
         "directory, or a symbolic link). Kernels must ship as source.",
     hint="Commit the source file at the declared path (paths are relative to the manifest).",
     passing="sources: [kernels/emb.cu] and kernels/emb.cu exists",
     failing="sources: [kernels/emb.cu] and only kernels/emb.o is committed",
-))
-SOURCE_OUTSIDE = register(CheckSpec(
+)
+SOURCE_OUTSIDE = CheckSpec(
     id="kernel-source-outside-tree", title="Declared kernel source outside the tree",
     default_level="error",
     doc="A declared source path is absolute or climbs out of the checked tree with `..`; the "
@@ -92,15 +92,15 @@ SOURCE_OUTSIDE = register(CheckSpec(
     hint="Copy the source into the implementation directory and declare it by a relative path.",
     passing="sources: [kernels/emb.cu]",
     failing="sources: [../../../../other-org/kernels/emb.cu] or [/opt/src/emb.cu]",
-))
-SOURCE_EMPTY = register(CheckSpec(
+)
+SOURCE_EMPTY = CheckSpec(
     id="kernel-source-empty", title="Declared kernel source is empty", default_level="error",
     doc="A declared source file has no content other than whitespace.",
     hint="Commit the real source.",
     passing="kernels/emb.cu with the kernel's code",
     failing="kernels/emb.cu of 0 bytes",
-))
-ENTRY_SYMBOL = register(CheckSpec(
+)
+ENTRY_SYMBOL = CheckSpec(
     id="kernel-entry-symbol-missing", title="Declared entry symbol not defined in the sources",
     default_level="error",
     doc="None of the kernel's declared sources mentions the declared entry symbol as a function "
@@ -109,8 +109,8 @@ ENTRY_SYMBOL = register(CheckSpec(
     hint="Correct `entry_symbols` to the names of the kernel functions the sources define.",
     passing="entry_symbols: [embedding_bag_sum] and `__global__ void embedding_bag_sum(...)`",
     failing="entry_symbols: [embedding_bag_sum] and the source defines only `emb_sum(...)`",
-))
-VENDORED = register(CheckSpec(
+)
+VENDORED = CheckSpec(
     id="vendored-undeclared", title="Vendored third-party tree not declared", default_level="warning",
     doc="A grouped vendored tree (a copy of a catalogued upstream project such as NCCL or "
         "CUTLASS, recognised by its signature files; a library in third_party/, vendor/, ...; or "
@@ -121,13 +121,13 @@ VENDORED = register(CheckSpec(
     hint=f"Add a `vendored:` entry (path, repository, commit) to the {MANIFEST_NAME}.",
     passing=f"third_party/apex declared under `vendored:` in {MANIFEST_NAME}",
     failing="third_party/apex with 300 .cu files and no declaration",
-))
+)
 
 _READ_LIMIT = 8 * 1024 * 1024
 """Bytes of each declared source searched for its entry symbols (sources are read no further)."""
 
 
-def _manifest_findings(ctx: "CheckContext") -> Iterator["Finding | None"]:
+def _manifest_findings(ctx: CheckContext) -> Iterator[Finding | None]:
     for relpath, manifest in ctx.manifests:
         for problem in manifest.problems:
             yield ctx.finding(MANIFEST_INVALID.id, relpath, problem.message, line=problem.line)
@@ -136,14 +136,14 @@ def _manifest_findings(ctx: "CheckContext") -> Iterator["Finding | None"]:
                               "kernel manifest is not inside an implementation directory")
 
 
-def _declared_sources(ctx: "CheckContext") -> set[str]:
+def _declared_sources(ctx: CheckContext) -> set[str]:
     declared: set[str] = set()
     for item in ctx.kernels():
         declared.update(rel for _, rel in item.source_relpaths() if rel)
     return declared
 
 
-def _undeclared(ctx: "CheckContext") -> Iterator["Finding | None"]:
+def _undeclared(ctx: CheckContext) -> Iterator[Finding | None]:
     declared = _declared_sources(ctx)
     for native in ctx.inventory.native:
         if native.vendored_tree or native.path in declared:
@@ -153,7 +153,7 @@ def _undeclared(ctx: "CheckContext") -> Iterator["Finding | None"]:
                           f"found: {markers}) is not declared in any {MANIFEST_NAME}", line=native.line)
 
 
-def _unshipped_extension_sources(ctx: "CheckContext") -> Iterator["Finding | None"]:
+def _unshipped_extension_sources(ctx: CheckContext) -> Iterator[Finding | None]:
     for ext in ctx.inventory.setup_extensions:
         missing = [s for s in ext.sources if s not in ctx.inventory.files]
         if missing:
@@ -161,7 +161,7 @@ def _unshipped_extension_sources(ctx: "CheckContext") -> Iterator["Finding | Non
                               f"from sources that are not in the tree: {', '.join(missing)}", line=ext.line)
 
 
-def _vendored(ctx: "CheckContext") -> Iterator["Finding | None"]:
+def _vendored(ctx: CheckContext) -> Iterator[Finding | None]:
     for tree in ctx.inventory.vendored:
         if tree.native_files and not tree.declared and tree.parent is None:
             what = f"{tree.project_name} ({tree.repository})" if tree.project_name else tree.reason
@@ -170,7 +170,7 @@ def _vendored(ctx: "CheckContext") -> Iterator["Finding | None"]:
                               details={"project": tree.project, "repository": tree.repository})
 
 
-def _allowlist(ctx: "CheckContext", item: DeclaredKernel) -> Iterator["Finding | None"]:
+def _allowlist(ctx: CheckContext, item: DeclaredKernel) -> Iterator[Finding | None]:
     kernel, where = item.kernel, item.location
     entry = ctx.ruleset.entry(kernel.category)
     path, line = item.manifest_path, kernel.line
@@ -191,7 +191,7 @@ def _allowlist(ctx: "CheckContext", item: DeclaredKernel) -> Iterator["Finding |
                           line=line, kernel=kernel.id)
 
 
-def _read_head(ctx: "CheckContext", rel: str) -> bytes | None:
+def _read_head(ctx: CheckContext, rel: str) -> bytes | None:
     """The first ``_READ_LIMIT`` bytes of a declared source (never more: the file may be a
     sparse file of many GiB), or None when it cannot be read."""
     try:
@@ -205,7 +205,7 @@ def _symbol_pattern(symbol: str) -> re.Pattern[bytes]:
     return re.compile(rb"\b" + re.escape(symbol.encode()) + rb"\s*(?:<[^;{}()]*>\s*)?\(")
 
 
-def _sources(ctx: "CheckContext", item: DeclaredKernel) -> Iterator["Finding | None"]:
+def _sources(ctx: CheckContext, item: DeclaredKernel) -> Iterator[Finding | None]:
     kernel = item.kernel
     contents: list[bytes] = []
     for declared, rel in item.source_relpaths():
@@ -236,7 +236,7 @@ def _sources(ctx: "CheckContext", item: DeclaredKernel) -> Iterator["Finding | N
                               f"{', '.join(kernel.sources)}", line=kernel.line, kernel=kernel.id)
 
 
-def run(ctx: "CheckContext") -> Iterator["Finding | None"]:
+def run(ctx: CheckContext) -> Iterator[Finding | None]:
     """All declaration findings."""
     yield from _manifest_findings(ctx)
     yield from _undeclared(ctx)

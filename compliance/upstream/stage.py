@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from compliance.cachedir import UPSTREAM
 from compliance.checks.upstream_links import (
     FULL_COMMIT,
     NOT_PINNED,
@@ -16,20 +17,18 @@ from compliance.errors import InputError
 from compliance.paths import parent_dir, tree_relative
 from compliance.upstream.gitcache import (
     LOCAL_TIMEOUT_S,
-    NETWORK_TIMEOUT_S,
     CachedRepository,
     GitRunner,
     cache_key,
-    default_cache_dir,
 )
 from compliance.upstream.identified import identification_findings
-from compliance.upstream.kernels import kernel_findings
+from compliance.upstream.kernel_sources import kernel_findings
+from compliance.upstream.options import NETWORK_TIMEOUT_S, UpstreamOptions
 from compliance.upstream.resolve import CommitState, resolve_commits
 from compliance.upstream.vendored import VendoredTarget, vendored_findings
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext, DeclaredKernel
-    from compliance.engine import CheckOptions
     from compliance.findings import Finding
 
 
@@ -54,16 +53,16 @@ class UpstreamSettings:
         return CachedRepository(url, self.mirrors.get(url, url), runner)
 
 
-def settings_from(options: CheckOptions, root: Path) -> UpstreamSettings:
-    """Settings from the check options (``extra`` may hold ``upstream_timeout``, ``upstream_mirrors``)."""
-    cache = (options.upstream_cache or default_cache_dir()).expanduser().resolve()
+def settings_from(options: UpstreamOptions, root: Path) -> UpstreamSettings:
+    """The stage's options as settings; the cache must lie outside the checked tree ``root``."""
+    cache = UPSTREAM.resolve(options.cache_dir)
     root = root.resolve()
     if cache == root or root in cache.parents:
         raise InputError("the upstream cache must be outside the checked tree (nothing is written into "
                          "the tree); choose another --upstream-cache", cache)
-    timeout = float(options.extra.get("upstream_timeout", NETWORK_TIMEOUT_S))
-    mirrors = {str(k): str(v) for k, v in dict(options.extra.get("upstream_mirrors", {})).items()}
-    return UpstreamSettings(cache, options.offline, timeout, min(LOCAL_TIMEOUT_S, max(timeout, 10.0)), mirrors)
+    timeout = options.network_timeout_s
+    return UpstreamSettings(cache, options.offline, timeout, min(LOCAL_TIMEOUT_S, max(timeout, 10.0)),
+                            dict(options.mirrors))
 
 
 def checkable_kernels(ctx: CheckContext) -> list[DeclaredKernel]:
@@ -106,7 +105,7 @@ def _resolve_all(settings: UpstreamSettings, wanted: dict[str, set[str]]) -> dic
     return states
 
 
-def run_upstream_checks(ctx: CheckContext, options: CheckOptions) -> list[Finding]:
+def run_upstream_checks(ctx: CheckContext, options: UpstreamOptions) -> list[Finding]:
     """Every finding of the ``--upstream`` stage."""
     settings = settings_from(options, ctx.root)
     kernels = checkable_kernels(ctx)

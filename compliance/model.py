@@ -1,0 +1,106 @@
+"""The check's data model: what the user asks for and what every reporter renders.
+
+Stages and reporters import these types from here, never from the orchestrator
+(``compliance.engine``), so the dependency runs one way: engine -> stages -> model.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from compliance.findings import Finding, Severity
+from compliance.inventory import Inventory
+from compliance.ruleset import RuleSet
+from compliance.upstream.options import UpstreamOptions
+from compliance.verify.options import VerifyOptions
+
+REPORT_SCHEMA_VERSION = 1
+"""Version of the JSON report (docs/report-format.md)."""
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """What the user asked ``compliance check`` for: the rule set and the optional stages."""
+
+    rules: str | None = None
+    """Rule set id or file (``--rules``); None: the one the manifests name, else the detected or default one."""
+    upstream: UpstreamOptions | None = None
+    """Prove upstream links with git (``--upstream``); None: the stage does not run."""
+    verify: VerifyOptions | None = None
+    """Build and numerically verify declared kernels (``--verify``); None: the stage does not run."""
+
+
+@dataclass(frozen=True)
+class RuleSetChoice:
+    """Which rule set was used and why."""
+
+    ruleset: RuleSet
+    """The resolved rule set."""
+    reason: str
+    """``--rules``, ``named by <manifest>`` or ``default``."""
+
+
+@dataclass(frozen=True)
+class OrganizationSummary:
+    """Counts for one organization."""
+
+    name: str
+    """Organization."""
+    errors: int
+    """Error-level findings."""
+    warnings: int
+    """Warnings."""
+
+    @property
+    def passed(self) -> bool:
+        """No error-level findings."""
+        return self.errors == 0
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """Result of ``compliance check``: what every reporter renders."""
+
+    root: Path
+    """Checked root."""
+    choice: RuleSetChoice
+    """Rule set used."""
+    findings: tuple[Finding, ...]
+    """Sorted findings."""
+    inventory: Inventory
+    """What the tree contains."""
+    stages: tuple[str, ...]
+    """Stages that ran: static, upstream, verify."""
+
+    @property
+    def ruleset(self) -> RuleSet:
+        """The rule set used."""
+        return self.choice.ruleset
+
+    def count(self, severity: Severity) -> int:
+        """Findings at ``severity``."""
+        return sum(1 for f in self.findings if f.severity is severity)
+
+    @property
+    def passed(self) -> bool:
+        """True when no finding is at error level."""
+        return self.count(Severity.ERROR) == 0
+
+    @property
+    def exit_code(self) -> int:
+        """0 compliant, 1 error-level findings."""
+        return 0 if self.passed else 1
+
+    def organizations(self) -> list[OrganizationSummary]:
+        """A summary per organization found (plus ``-`` for findings outside any)."""
+        errors: Counter[str] = Counter()
+        warnings: Counter[str] = Counter()
+        for f in self.findings:
+            bucket = errors if f.severity is Severity.ERROR else warnings if f.severity is Severity.WARNING else None
+            if bucket is not None:
+                bucket[f.submitter or "-"] += 1
+        names = list(dict.fromkeys(o.name for o in self.inventory.organizations))
+        names += sorted(n for n in set(errors) | set(warnings) if n not in names)
+        return [OrganizationSummary(n, errors[n], warnings[n]) for n in names]
