@@ -8,7 +8,7 @@ gather kernel in two submitters (one with CRLF line endings), NeMo's own
 ``submodules/`` package, and enough undeclared kernels for 2,000+ findings.
 Signature files only: nothing here is copied from the projects.
 
-    PYTHONPATH=$PWD python3 -m tests.compliance.round_fixture /tmp/round   # then: compliance check /tmp/round
+    PYTHONPATH=$PWD python3 -m tests.compliance.round_fixture ROUND_DIR   # then: compliance check ROUND_DIR
 """
 
 from __future__ import annotations
