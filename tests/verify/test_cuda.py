@@ -47,6 +47,13 @@ def fixtures(build_root: Path) -> dict[str, list[Finding]]:
     return _verify(CUDA_TREE, build_root, RULES)
 
 
+# Tests sharing a module fixture form one xdist group, so under `-n N --dist loadgroup` each
+# fixture (a whole verification run) is built once, on one worker, while the others run beside it.
+NVRTC_GROUP = pytest.mark.xdist_group("nvrtc-fixtures")
+BATCHED_GROUP = pytest.mark.xdist_group("batched-fixtures")
+
+
+@NVRTC_GROUP
 @pytest.mark.parametrize("kernel", sorted(EXPECTED))
 def test_nvrtc_fixture(fixtures: dict[str, list[Finding]], kernel: str) -> None:
     rules = {f.rule_id for f in fixtures[kernel]}
@@ -54,6 +61,7 @@ def test_nvrtc_fixture(fixtures: dict[str, list[Finding]], kernel: str) -> None:
     assert (rules == {"verify-passed"}) == (EXPECTED[kernel] == "verify-passed")
 
 
+@NVRTC_GROUP
 def test_nvrtc_overflow_caught_on_large_table(fixtures: dict[str, list[Finding]]) -> None:
     got = fixtures["nvrtc-overflow32"]
     assert got and {f.rule_id for f in got} <= {"verify-crash", "verify-mismatch"}, [f.message for f in got]
@@ -86,6 +94,7 @@ def batched(build_root: Path) -> dict[str, list[Finding]]:
     return _verify(CUDA_BATCHED_TREE, build_root, RULES)
 
 
+@BATCHED_GROUP
 @pytest.mark.parametrize("kernel", ["nvrtc-tb-bag", "nvrtc-tb-sgd", "triton-dlrm-gather", "triton-tb-sgd"])
 def test_batched_kernel_passes(batched: dict[str, list[Finding]], kernel: str) -> None:
     rules = {f.rule_id for f in batched[kernel]}
@@ -93,12 +102,14 @@ def test_batched_kernel_passes(batched: dict[str, list[Finding]], kernel: str) -
     assert rules and rules <= allowed, [f.message for f in batched[kernel]]
 
 
+@BATCHED_GROUP
 @pytest.mark.parametrize("kernel", sorted(BATCHED_CAUGHT))
 def test_batched_twin_caught(batched: dict[str, list[Finding]], kernel: str) -> None:
     rules = {f.rule_id for f in batched[kernel]}
     assert BATCHED_CAUGHT[kernel] in rules and "verify-passed" not in rules, [f.message for f in batched[kernel]]
 
 
+@BATCHED_GROUP
 def test_triton_gather_report_states_its_domain(batched: dict[str, list[Finding]]) -> None:
     passed = batched["triton-dlrm-gather"][0]
     assert "domain: dim 128 only, 26 tables" in passed.message
