@@ -554,6 +554,8 @@ def test_one_row_csr_bags_take_the_bulk_path(mode: str, dtype: torch.dtype, gen:
     are pooled by the warp, as torch pools them. Both offset layouts, int32 and int64 indices.
     With per-sample weights, argmax, more indices than bags, or fewer warp steps than SMs (a
     small batch) the bag kernels run instead."""
+    from reference_kernels import _launch
+
     used = _gather_kernels_used(monkeypatch)
     weight = random_table(700, 128, dtype, gen)
     for layout, index_dtype in (("csr", torch.int64), ("csr_last", torch.int32)):
@@ -561,6 +563,9 @@ def test_one_row_csr_bags_take_the_bulk_path(mode: str, dtype: torch.dtype, gen:
         with torch.no_grad():
             assert torch.equal(ours_bag(bags, weight, mode, None, None), torch_bag(bags, weight, mode, None, None))
         for padding_idx in (None, int(bags.input[5])):
+            # the spy sees a kernel when a plan is made: a fresh plan per call, so each of the six
+            # calls shows its path (the mixed-length bags share the one-row bags' plan otherwise)
+            _launch.clear_plans()
             with torch.no_grad():
                 check_bag(one_row_csr_bags(3001, 700, index_dtype, layout, True, gen), weight, mode, None,
                           padding_idx)
