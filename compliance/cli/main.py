@@ -2,7 +2,9 @@
 
 Exit codes (every command): 0 compliant / nothing wrong, 1 findings at error
 level, 2 usage or input errors (bad rule file, missing path, bad option),
-3 internal error (a bug in this tool; never a verdict on the tree).
+3 internal error (a bug in this tool; never a verdict on the tree), 141 the
+reader of standard output closed it early (``compliance … | head``; the code a
+shell gives a process that SIGPIPE ends).
 Commands raise ``InputError`` for bad input; ``reports_input_errors`` turns it
 into a message on stderr and exit code 2, and any other exception into a
 one-line message naming the command's path and where the tool failed, with
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +30,8 @@ from compliance.errors import InputError
 from compliance.report.safetext import one_line
 
 EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_OUTPUT_CLOSED = 141
+"""Standard output was closed by its reader (128 + SIGPIPE, as a shell reports it)."""
 DEBUG_VARIABLE = "COMPLIANCE_DEBUG"
 """Set to 1 to get the traceback of an internal error instead of the one-line message."""
 
@@ -44,6 +49,8 @@ def reports_input_errors(func: F) -> F:
         except InputError as exc:
             echo(f"error: {exc}", err=True)
             raise SystemExit(EXIT_INPUT) from exc
+        except BrokenPipeError as exc:
+            raise SystemExit(_output_closed()) from exc
         except (SystemExit, click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except Exception as exc:
@@ -53,6 +60,19 @@ def reports_input_errors(func: F) -> F:
             raise SystemExit(EXIT_INTERNAL) from exc
 
     return wrapper  # type: ignore[return-value]
+
+
+def _output_closed() -> int:
+    """The reader of stdout went away (``| head``): not a bug and not a verdict. Later writes,
+    the interpreter's final flush included, go to the null device instead of raising again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (a test runner's buffer)
+        pass
+    finally:
+        os.close(devnull)
+    return EXIT_OUTPUT_CLOSED
 
 
 def internal_error_message(exc: BaseException, arguments: dict[str, Any]) -> str:
@@ -80,7 +100,7 @@ def cli(rules_dirs: tuple[Path, ...]) -> None:
     """Check MLPerf-style submission trees for custom-kernel compliance.
 
     Exit codes: 0 compliant, 1 error-level findings, 2 usage or input errors,
-    3 internal error (a bug in this tool).
+    3 internal error (a bug in this tool), 141 standard output closed by its reader.
     """
     # The operator's rule directories; a submission tree can only name ids found there.
     from compliance.ruleset import set_operator_rules_dirs
@@ -102,4 +122,7 @@ _register_commands()
 
 def main() -> None:
     """Console-script entry point."""
-    cli.main(prog_name="compliance")
+    try:
+        cli.main(prog_name="compliance")
+    except BrokenPipeError as exc:  # raised outside a command callback (help text, say)
+        raise SystemExit(_output_closed()) from exc

@@ -417,3 +417,15 @@ def test_hostile_setup_py_in_inventory(tmp_path: Path, case: str) -> None:
     result = _invoke("inventory", str(tmp_path / "t"))
     assert result.exit_code == 0, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_stdout_closed_by_its_reader_exits_141_without_an_internal_error() -> None:
+    """``compliance … | head``: the reader has gone before the report is written. The old code
+    reported that as an internal error (exit 3) naming a BrokenPipeError."""
+    proc = subprocess.Popen([sys.executable, "-m", "compliance", "vendored", "catalogue"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # long before the interpreter has started: every write meets a closed pipe
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141, err
+    assert "internal error" not in err and "Traceback" not in err, err
