@@ -94,6 +94,30 @@ __device__ __forceinline__ void acc_init(Acc& a) {
   a.count = 0;
 }
 
+// Lean rows (LEAN_ROWS in the general kernel, LEAN_SEGMENT_ROWS in the segmented one): sum and
+// mean issue a row as an index shuffle, a multiply-add for its address (one wide one with
+// 32-bit rows) and the load, and add it untested: a position past the bag's end, a negative index or
+// padding_idx reads zero_tile instead of a table row, so nothing is branched around. Rows
+// served by the caches (skewed indices) leave these kernels issue-bound, so instructions per
+// row set their time (docs/perf/change-45.md).
+#if MODE != 2
+__device__ __align__(16) weight_t zero_tile[TILE_COLS];  // zero-initialised module memory
+
+// base + row * row_bytes in one wide multiply-add; zero (a zero_tile row) unless ``real``.
+__device__ __forceinline__ const char* row_address(const char* base, int row, int row_bytes, bool real,
+                                                   const char* zero) {
+  const char* p;
+  asm("mad.wide.s32 %0, %1, %2, %3;" : "=l"(p) : "r"(row), "r"(row_bytes), "l"(base));
+  return real ? p : zero;
+}
+
+// The same for rows that may pass 2^31 (the segmented kernel serves any table size).
+__device__ __forceinline__ const char* row_address(const char* base, i64 row, i64 row_bytes, bool real,
+                                                   const char* zero) {
+  return real ? base + row * row_bytes : zero;
+}
+#endif
+
 // Adds (or max-combines) one loaded row chunk into the accumulator.
 __device__ __forceinline__ void acc_add(Acc& a, int c, const Vec& x, float w, i64 row) {
   float values[VEC];
@@ -198,6 +222,9 @@ typedef int pos_t;
 #else
 typedef i64 pos_t;
 #endif
+// (not where it spills the occupancy the launcher picked: several vectors per lane, or
+// teams striding over bags, whose extra registers the padding test then overflows)
+#define LEAN_ROWS (POS32 && MODE != 2 && CHUNKS == 1 && !PERSISTENT)
 
 // Where bag ``bag``'s indices lie: [start, end).
 __device__ __forceinline__ void bag_bounds(i64 bag, const INDEX_T* __restrict__ offsets, i64 num_offsets,
@@ -218,7 +245,7 @@ __device__ __forceinline__ void load_batch(pos_t base, pos_t end, int team_lane,
   const pos_t at = base + team_lane;
   index = at < end ? (pos_t)indices[at] : -1;
 #if HAS_PSW
-  if (at < end) weight = to_float(per_sample_weights[at]);
+  weight = at < end ? to_float(per_sample_weights[at]) : 0.0f;  // 0: a zero_tile row adds nothing
 #endif
 }
 
@@ -246,6 +273,10 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
 
   pos_t work = ((pos_t)blockIdx.x * BLOCK + threadIdx.x) / TEAM;
   if (work >= units) return;     // whole teams leave together
+#if LEAN_ROWS
+  const int row_bytes = (int)dim * (int)sizeof(weight_t);  // POS32: dim * 32 * bags < 2^31
+  const pos_t pad = (pos_t)padding_idx;                     // -1, or a row below 2^31
+#endif
   pos_t start, end;
   bag_bounds(work / col_tiles, offsets, num_offsets, num_indices, bag_size, start, end);
   pos_t next_index;
@@ -260,6 +291,17 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
     if (PERSISTENT && next_work < units)
       bag_bounds(next_work / col_tiles, offsets, num_offsets, num_indices, bag_size, next_start, next_end);
 
+#if LEAN_ROWS
+    // this lane's first element of the table's row 0 in the column tile, and of zero_tile (bytes)
+    const char* lane_row0 = reinterpret_cast<const char*>(weight + (i64)row_base * dim + col0 + row_lane * VEC);
+    const char* lane_zero = reinterpret_cast<const char*>(zero_tile + row_lane * VEC);
+    bool col_ok[CHUNKS];
+#pragma unroll
+    for (int c = 0; c < CHUNKS; ++c) col_ok[c] = col0 + (c * ROW_LANES + row_lane) * VEC < dim;
+    // one vector per lane: a lane past the row's end reads zero_tile for every row, untested
+    const int lane_row_bytes = CHUNKS == 1 && !col_ok[0] ? 0 : row_bytes;
+    if (CHUNKS == 1 && !col_ok[0]) lane_row0 = lane_zero;
+#endif
     Acc acc;
     acc_init(acc);
     for (pos_t base = start; base < end; base += TEAM) {
@@ -276,6 +318,31 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
         load_batch(base + TEAM, end, team_lane, indices, per_sample_weights, next_index, next_weight);
       else if (PERSISTENT)
         load_batch(next_start, next_end, team_lane, indices, per_sample_weights, next_index, next_weight);
+#if LEAN_ROWS
+#pragma unroll
+      for (int m = 0; m < ROW_LANES; m += UNROLL_EFF) {
+        if (m * ROWS_AT_ONCE >= n) break;  // same decision for the whole team
+        Vec x[UNROLL_EFF][CHUNKS];
+        float w[UNROLL_EFF];
+#pragma unroll
+        for (int u = 0; u < UNROLL_EFF; ++u) {  // issue every load first ...
+          const int j = (m + u) * ROWS_AT_ONCE + group;
+          const pos_t r = __shfl_sync(mask, my_index, j, TEAM);
+          const bool real = r >= 0 && r != pad;
+          w[u] = HAS_PSW ? (real ? __shfl_sync(mask, my_weight, j, TEAM) : 0.0f) : 1.0f;
+          const char* src = row_address(lane_row0, (int)r, lane_row_bytes, real, lane_zero);
+#pragma unroll
+          for (int c = 0; c < CHUNKS; ++c)
+            if (CHUNKS == 1 || col_ok[c])
+              x[u][c] = load_pack<weight_t, VEC>(reinterpret_cast<const weight_t*>(src) + c * ROW_LANES * VEC);
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL_EFF; ++u)  // ... then add them all (zero_tile rows add zeros)
+#pragma unroll
+          for (int c = 0; c < CHUNKS; ++c)
+            if (CHUNKS == 1 || col_ok[c]) acc_add(acc, c, x[u][c], w[u], 0);
+      }
+#else
 #pragma unroll
       for (int m = 0; m < ROW_LANES; m += UNROLL_EFF) {
         if (m * ROWS_AT_ONCE >= n) break;  // same decision for the whole team
@@ -299,6 +366,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
           add_row(acc, x[u], w[u], row[u], dim, col0, row_lane);
         }
       }
+#endif
     }
     if (PERSISTENT && start >= end)  // an empty bag ran no batch: the next bag's first is still to load
       load_batch(next_start, next_end, team_lane, indices, per_sample_weights, next_index, next_weight);
@@ -402,6 +470,9 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
 // most max_bags (the host's cap, so that the launch still has enough teams).
 // Positions are 32-bit (the launcher keeps this kernel to fewer than 2^31 indices).
 static_assert(TEAM == ROW_LANES, "segments: one row group per team");
+// (sum only, and not with 16-bit per-sample weights: there the lane pointers spill the
+// 3-blocks-per-SM variants, as mean's count does)
+#define LEAN_SEGMENT_ROWS (MODE == 0 && !(HAS_PSW && WEIGHT_DTYPE != 0))
 static_assert(SEGMENT_BAGS >= 2 && SEGMENT_BAGS < ROW_LANES, "a segment's offsets: one per lane");
 // SEGMENT_BAGS: the most bags a segment may hold (fixed_bags and max_bags never exceed it)
 
@@ -492,6 +563,15 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
     const i64 bag0 = table * bags_per_table + first;
     const i64 row_base = table_rows != 0 ? table_rows[table] : 0;
     const i64 out_row0 = first * out_row_stride + table * dim;
+#if LEAN_SEGMENT_ROWS
+    const char* lane_zero = reinterpret_cast<const char*>(zero_tile + row_lane * VEC);
+    const char* lane_row0 = reinterpret_cast<const char*>(weight + row_base * dim + col0 + row_lane * VEC);
+    bool col_ok[CHUNKS];
+#pragma unroll
+    for (int c = 0; c < CHUNKS; ++c) col_ok[c] = col0 + (c * ROW_LANES + row_lane) * VEC < dim;
+    const i64 lane_row_bytes = CHUNKS == 1 && !col_ok[0] ? 0 : dim * (i64)sizeof(weight_t);
+    if (CHUNKS == 1 && !col_ok[0]) lane_row0 = lane_zero;
+#endif
     // lane k <= bags: where bag bag0 + k starts (k == bags: where the segment ends)
     const int my_offset = row_lane <= bags ? (int)offset_at(offsets, num_offsets, num_indices, bag0 + row_lane) : 0;
     const int begin = __shfl_sync(mask, my_offset, 0, ROW_LANES);
@@ -517,6 +597,37 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
       for (int m = 0; m < ROW_LANES; m += UNROLL_EFF) {
         if (base + m >= end) break;  // same decision for the whole team
         Vec x[UNROLL_EFF][CHUNKS];
+#if LEAN_SEGMENT_ROWS
+        u32 valid = 0;  // bit u: row u is a real row (mean's count, the weight of a zero_tile row)
+#pragma unroll
+        for (int u = 0; u < UNROLL_EFF; ++u) {  // issue every load first (past the segment: zero_tile)
+          const i64 r = __shfl_sync(mask, my_index, m + u, ROW_LANES);  // -1 past the segment
+          const bool real = r >= 0 && r != padding_idx;
+          valid |= (u32)real << u;
+          const char* src = row_address(lane_row0, r, lane_row_bytes, real, lane_zero);
+#pragma unroll
+          for (int c = 0; c < CHUNKS; ++c)
+            if (CHUNKS == 1 || col_ok[c])
+              x[u][c] = load_pack<weight_t, VEC>(reinterpret_cast<const weight_t*>(src) + c * ROW_LANES * VEC);
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL_EFF; ++u) {  // ... then pool them in order, bag by bag
+          const int pos = base + m + u;
+          if (pos >= end) break;
+          while (pos >= bag_end) {  // the walk leaves a bag (empty ones too): store it
+            store_result(acc, col0, row_lane, out, argmax, out_row0 + bag * out_row_stride, dim);
+            acc_init(acc);
+            ++bag;
+            bag_end = __shfl_sync(mask, my_offset, bag + 1, ROW_LANES);
+          }
+          const bool real = (valid >> u) & 1u;
+          const float w = HAS_PSW ? __shfl_sync(mask, my_weight, m + u, ROW_LANES) : 1.0f;
+          if (MODE == 1) acc.count += (int)real;
+#pragma unroll
+          for (int c = 0; c < CHUNKS; ++c)
+            if (CHUNKS == 1 || col_ok[c]) acc_add(acc, c, x[u][c], real ? w : 0.0f, 0);
+        }
+#else
         i64 row[UNROLL_EFF];  // only read for argmax; dead code otherwise
         u32 valid = 0;        // bit u: row u is a real (non-padding) row inside the segment
 #pragma unroll
@@ -544,6 +655,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
           acc.count += 1;
           add_row(acc, x[u], w, row[u], dim, col0, row_lane);
         }
+#endif
       }
     }
     for (; bag < bags; ++bag) {  // the last bag pooled, then any empty ones after it

@@ -1,0 +1,202 @@
+"""Ours against FBGEMM's TBE forward on the skewed (Zipf) cases of issue 27, side by side.
+
+    python3 -m benchmarks fbgemm_skew [--fbgemm DIR] [--reps 100] [--only NAME,...] [--ncu]
+                                      [--host] [--json FILE]
+
+Each case: FBGEMM's output is compared with ours first (a wrong argument would time the wrong
+thing), then both are timed cold (the suite's Timer: L2 flushed, head start, median of
+``--reps``). ``--ncu``: no timing; each case's call runs once (ours, then FBGEMM) between
+cudaProfilerStart/Stop, for ``ncu --profile-from-start off``. ``--host``: host time per eager
+call of the 1M x 128 B2048 L20 sum call (ours without and with the index check, torch,
+FBGEMM) and a cProfile of ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import statistics
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+
+import reference_kernels as rk
+from benchmarks import fbgemm_peer
+from benchmarks.harness import DCN_POOLING, DCN_ROW_CAP, DCN_ROWS, DEV, Timer, geomean, host_us, table_batch
+from reference_kernels.tbe import TableBatchedEmbeddingBag
+from reference_kernels.tuning import overrides_from_spec, tuned
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    rows: list[int]
+    dim: int
+    batch: int
+    pooling: list[int]
+    alpha: float
+    dtype: torch.dtype
+    mode: str = "sum"
+
+
+def cases() -> list[Case]:
+    dcn_rows = [min(r, DCN_ROW_CAP) for r in DCN_ROWS]
+    out: list[Case] = []
+    for alpha in (0.0, 1.05, 1.2):
+        for dtype in (torch.float32, torch.float16):
+            tag = "f32" if dtype == torch.float32 else "f16"
+            out.append(Case(f"12x500Kx128 L150 a{alpha} {tag}", [500_000] * 12, 128, 2048, [150] * 12, alpha, dtype))
+            out.append(Case(f"DCNv2 B6912 a{alpha} {tag}", dcn_rows, 128, 6912, DCN_POOLING, alpha, dtype))
+    for dim in (32, 64):
+        for alpha in (0.0, 1.05):
+            out.append(Case(f"8x1Mx{dim} B16384 L20 a{alpha} f32", [1_000_000] * 8, dim, 16384, [20] * 8, alpha,
+                            torch.float32))
+    out.append(Case("2x10Mx192 B65536 L32 a1.15 f16", [10_000_000] * 2, 192, 65536, [32, 32], 1.15, torch.float16))
+    return out
+
+
+@dataclass
+class Row:
+    case: str
+    ours_us: float
+    fbgemm_us: float
+    vs_fbgemm: float
+    max_abs_diff: float
+
+
+def build(case: Case, gen: torch.Generator) -> tuple[Callable[[], torch.Tensor], Callable[[], torch.Tensor]]:
+    tbe = TableBatchedEmbeddingBag(case.rows, case.dim, case.mode, case.dtype, DEV)
+    tbe.check_indices = False
+    tb = table_batch(case.rows, case.batch, case.pooling, case.alpha, gen)
+    starts = [int(x) for x in tbe.table_rows.tolist()]
+    peer = fbgemm_peer.FbgemmForward(tbe.weight.detach(), starts, tb.indices, tb.offsets, case.mode)
+
+    def ours() -> torch.Tensor:
+        with torch.no_grad():
+            out: torch.Tensor = tbe(tb.indices, tb.offsets)
+            return out
+
+    return ours, peer
+
+
+def timed(args: argparse.Namespace, chosen: list[Case]) -> list[Row]:
+    timer = Timer(args.reps)
+    gen = torch.Generator(device=DEV).manual_seed(args.seed)
+    rows = []
+    for case in chosen:
+        ours, peer = build(case, gen)
+        diff = float((ours().float() - peer().float()).abs().max())
+        ours_us, fb_us = timer.median_us(ours), timer.median_us(peer)
+        row = Row(case.name, ours_us, fb_us, fb_us / ours_us, diff)
+        rows.append(row)
+        print(f"{case.name:36s} ours {ours_us:8.1f} us  fbgemm {fb_us:8.1f} us  x{row.vs_fbgemm:5.2f}  "
+              f"max|diff| {diff:.2e}", flush=True)
+        for spec in args.variants:
+            with tuned(overrides=overrides_from_spec(spec)):
+                us = timer.median_us(ours)
+            print(f"{'':36s} ours {us:8.1f} us  with {spec:28s} x{fb_us / us:5.2f}", flush=True)
+        del ours, peer
+        torch.cuda.empty_cache()
+    print(f"geomean vs FBGEMM {geomean([r.vs_fbgemm for r in rows]):.3f}, "
+          f"worst {min(r.vs_fbgemm for r in rows):.3f}", flush=True)
+    return rows
+
+
+def profiled(chosen: list[Case], seed: int) -> None:
+    gen = torch.Generator(device=DEV).manual_seed(seed)
+    for case in chosen:
+        ours, peer = build(case, gen)
+        for _ in range(3):
+            ours(), peer()
+        torch.cuda.synchronize()
+        print(f"== {case.name}: ours then FBGEMM", flush=True)
+        torch.cuda.profiler.start()
+        ours()
+        torch.cuda.synchronize()
+        peer()
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+        del ours, peer
+        torch.cuda.empty_cache()
+
+
+def host_overhead(seed: int) -> dict[str, float]:
+    """Host µs per eager call of the 1M x 128 B2048 L20 sum call (GPU held busy): median of 5 x 400."""
+    gen = torch.Generator(device=DEV).manual_seed(seed)
+    weight = torch.randn(1_000_000, 128, generator=gen, device=DEV)
+    idx = torch.randint(0, 1_000_000, (2048 * 20,), generator=gen, device=DEV)
+    offsets = torch.arange(0, idx.numel() + 1, 20, device=DEV)
+    peer = fbgemm_peer.FbgemmForward(weight, [0], idx, offsets, "sum")
+    calls: dict[str, Callable[[], object]] = {
+        "ours (no check)": lambda: rk.embedding_bag(idx, weight, offsets, mode="sum", include_last_offset=True,
+                                                    check_indices=False),
+        "ours (sync check)": lambda: rk.embedding_bag(idx, weight, offsets, mode="sum", include_last_offset=True,
+                                                      check_indices=True),
+        "torch": lambda: F.embedding_bag(idx, weight, offsets, mode="sum", include_last_offset=True),
+        "fbgemm": peer,
+    }
+    result = {}
+    for grad in (False, True):
+        weight.requires_grad_(grad)
+        with torch.set_grad_enabled(grad):
+            for name, fn in calls.items():
+                us = statistics.median(host_us(fn, calls=400) for _ in range(5))
+                key = f"{name}{' grad' if grad else ''}"
+                result[key] = us
+                print(f"host per call {key:28s} {us:7.1f} us", flush=True)
+    for grad in (False, True):  # where the host time goes: 300 calls while the GPU sleeps (queue never full)
+        weight.requires_grad_(grad)
+        fn = calls["ours (no check)"]
+        with torch.set_grad_enabled(grad):
+            fn()
+            torch.cuda.synchronize()
+            torch.cuda._sleep(1_000_000_000)
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(300):
+                fn()
+            prof.disable()
+            torch.cuda.synchronize()
+        print(f"== cProfile, 300 calls of ours (no check), grad {grad}")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(22)
+    return result
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--fbgemm", help=f"FBGEMM's forward library directory (default ${fbgemm_peer.ENV_DIR})")
+    p.add_argument("--reps", type=int, default=100)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--only", default="", help="comma-separated substrings of case names")
+    p.add_argument("--ncu", action="store_true")
+    p.add_argument("--host", action="store_true")
+    p.add_argument("--json")
+    p.add_argument("--variant", dest="variants", action="append", default=[],
+                   help="also time ours with these compile-time overrides (e.g. MIN_BLOCKS=4,UNROLL=8); repeatable")
+    args = p.parse_args()
+    source = fbgemm_peer.locate(args.fbgemm)
+    print(f"FBGEMM: {source}", flush=True)
+    if not source.available:
+        return 2
+    wanted = [s for s in args.only.split(",") if s]
+    chosen = [c for c in cases() if not wanted or any(w in c.name for w in wanted)]
+    if args.ncu:
+        profiled(chosen, args.seed)
+        return 0
+    info: dict[str, object] = {}
+    if args.host:
+        info["host_us"] = host_overhead(args.seed)
+    else:
+        info["rows"] = [asdict(r) for r in timed(args, chosen)]
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(info, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
