@@ -192,7 +192,3 @@ def test_the_cli_renders_again_into_its_own_folder(tmp_path: Path, pyplot: None,
         assert benchmarks_main(["charts", "--json", str(results), "--out", str(tmp_path / "out")]) == 0
     assert str(tmp_path / "out" / "overview.png") in capsys.readouterr().out
 
-
-def test_the_command_list_names_charts(capsys: pytest.CaptureFixture[str]) -> None:
-    assert benchmarks_main(["list"]) == 0
-    assert any(line.split()[:1] == ["charts"] for line in capsys.readouterr().out.splitlines())
