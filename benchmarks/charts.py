@@ -102,12 +102,14 @@ class Written:
 
 
 def _number(record: dict[str, Any], key: str) -> float | None:
+    """A numeric field; None where it is absent, None or not finite (json writes NaN for a figure
+    that could not be measured: that case is drawn without it, not refused)."""
     value = record.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise TypeError(f"field {key!r} is {value!r}, not a finite number")
-    return float(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"field {key!r} is {value!r}, not a number")
+    return float(value) if math.isfinite(value) else None
 
 
 def case_from_record(record: dict[str, Any], copy_gbps: float) -> Case:
@@ -132,7 +134,7 @@ def case_from_record(record: dict[str, Any], copy_gbps: float) -> Case:
     copy_pct = _number(record, "same_size_copy_pct")
     return Case(record["case"], record["group"], ours_gbps, _number(record, "torch_gbps") or 0.0, ceiling,
                 _number(record, "speedup") or 0.0, fbgemm_gbps, vs_fbgemm,
-                None if copy_pct is None else copy_pct * ceiling / 100)
+                None if copy_pct is None or not math.isfinite(ceiling) else copy_pct * ceiling / 100)
 
 
 def cases_from_records(records: Iterable[Any], copy_gbps: float, source: str) -> list[Case]:
@@ -258,8 +260,9 @@ def group_figure(group: str, cases: Sequence[Case], path: Path) -> str:
     plt = _pyplot()
     parts = panels(cases)
     engines = _engines(cases)
-    ceiling = statistics.median(c.ceiling_gbps for c in cases)
-    top = 1.06 * max([ceiling, *(_gbps(c, e) for c in cases for e in engines)])
+    known = [c.ceiling_gbps for c in cases if math.isfinite(c.ceiling_gbps)]
+    ceiling = statistics.median(known) if known else None  # None: no percentage and no summary to derive it
+    top = 1.06 * max([ceiling or 1.0, *(_gbps(c, e) for c in cases for e in engines)])
     rows = max(len(p.cases) for p in parts)
     columns = min(len(parts), 4)
     lines = math.ceil(len(parts) / columns)
@@ -282,7 +285,8 @@ def group_figure(group: str, cases: Sequence[Case], path: Path) -> str:
             if copies:
                 ax.plot([x for _, x in copies], [y for y, _ in copies], "k|", markersize=9, markeredgewidth=1.6,
                         label="a copy of the same bytes")
-            ax.axvline(ceiling, color="k", linestyle="--", linewidth=1, label=f"copy ceiling {ceiling:.0f} GB/s")
+            if ceiling:
+                ax.axvline(ceiling, color="k", linestyle="--", linewidth=1, label=f"copy ceiling {ceiling:.0f} GB/s")
             ax.set_yticks(list(ys), part.labels)
             ax.set_ylim(len(part.cases) - 0.5, -0.5)
             ax.set_xlim(0, top)
@@ -360,7 +364,7 @@ def overview_figure(cases: Sequence[Case], path: Path) -> str:
     """Speedup per forward case over FBGEMM (where measured) and over torch; returns the index line."""
     plt = _pyplot()
     forward = [c for c in cases if c.forward and c.speedup > 0]
-    against_fbgemm = [c for c in forward if c.vs_fbgemm]
+    against_fbgemm = [c for c in forward if (c.vs_fbgemm or 0.0) > 0]
     groups = sorted({c.group for c in forward})
     palette = [plt.get_cmap("tab10")(i) for i in (0, 1, 2, 4, 5, 6, 8, 9, 7)]  # no red: red marks losses
     colours = {g: palette[i % len(palette)] for i, g in enumerate(groups)}

@@ -99,6 +99,15 @@ def test_a_group_without_cases_gets_no_figure_and_backward_alone_no_overview(tmp
     assert "sweep" not in (tmp_path / "out" / "README.md").read_text()
 
 
+def test_a_file_without_a_ceiling_charts_without_its_line(tmp_path: Path, pyplot: None) -> None:
+    bare = record("0 1Mx128 B2048 fixed sum f32", "0-simple", 10.0, 20.0) | {"pct_copy": 0.0}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"results": [bare]}))  # no summary: no copy ceiling to fall back on
+    assert charts.load(path)[0][0].same_size_copy_gbps is None
+    written = charts.chart_file(path, tmp_path / "out")
+    assert image_size(tmp_path / "out" / "group-0-simple.png")[0] > 0 and len(written) == 3
+
+
 def test_the_harness_records_chart_as_they_are(tmp_path: Path, pyplot: None) -> None:
     """Records written by the suite itself (harness.Result through finish and asdict) are read."""
     pytest.importorskip("torch")
@@ -126,6 +135,10 @@ def test_fbgemm_figures_are_derived_from_its_time_and_absent_when_none() -> None
     assert charts.case_from_record(record("c", "g", 10.0, 20.0, ceiling=4100.0), CEILING).ceiling_gbps == \
         pytest.approx(4100.0)
     assert full.same_size_copy_gbps == pytest.approx(0.8 * CEILING)
+    # A figure json wrote as NaN is left out, a field of the wrong type is refused.
+    assert charts.case_from_record(record("c", "g", 10.0, 20.0, float("nan")), CEILING).vs_fbgemm is None
+    with pytest.raises(TypeError, match="field 'speedup' is '2', not a number"):
+        charts.case_from_record(record("c", "g", 10.0, 20.0) | {"speedup": "2"}, CEILING)
 
 
 def test_the_sweep_splits_by_dim_and_layout_and_labels_drop_shared_words() -> None:
