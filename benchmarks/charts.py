@@ -417,6 +417,7 @@ def render(cases: Sequence[Case], out: Path, source: str, environment: dict[str,
     index = out / "README.md"
     if index.exists() and not index.read_text(errors="replace").startswith(INDEX_HEADING):
         raise ChartInputError(f"{index}: exists and was not written by the charts; choose another --out")
+    _pyplot()  # fails before anything is written where matplotlib is missing
     out.mkdir(parents=True, exist_ok=True)
     written = []
     if any(c.forward and c.speedup > 0 for c in cases):

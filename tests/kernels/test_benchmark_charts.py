@@ -3,6 +3,7 @@ with and without FBGEMM's figures, how groups split into panels, and bad input e
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -205,3 +206,12 @@ def test_the_cli_renders_again_into_its_own_folder(tmp_path: Path, pyplot: None,
         assert benchmarks_main(["charts", "--json", str(results), "--out", str(tmp_path / "out")]) == 0
     assert str(tmp_path / "out" / "overview.png") in capsys.readouterr().out
 
+
+
+def test_without_matplotlib_the_cli_says_so_and_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    results = write_results(tmp_path / "r.json", suite_records(fbgemm=False))
+    code, err = run_cli(["--json", str(results), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and "the charts need matplotlib" in err
+    assert not (tmp_path / "out").exists()
