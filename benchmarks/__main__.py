@@ -1,6 +1,7 @@
 """``python3 -m benchmarks <command> [args]``: the benchmark suite, an experiment or a speed check.
 
-Commands: ``suite`` (benchmarks/harness.py: every figure of the kernel benchmark), each module
+Commands: ``suite`` (benchmarks/harness.py: every figure of the kernel benchmark), ``charts``
+(benchmarks/charts.py: the figures of a suite's results file, rendered again), each module
 of benchmarks/experiments/ by its name, and ``speed_check`` / ``round_speed``
 (benchmarks/compliance/). ``list`` prints them with their first docstring line.
 """
@@ -17,7 +18,7 @@ HERE = Path(__file__).resolve().parent
 
 def commands() -> dict[str, str]:
     """Command name -> the module that runs it."""
-    found = {"suite": "benchmarks.harness"}
+    found = {"suite": "benchmarks.harness", "charts": "benchmarks.charts"}
     for package in ("experiments", "compliance"):
         for module in pkgutil.iter_modules([str(HERE / package)]):
             found[module.name] = f"benchmarks.{package}.{module.name}"

@@ -1,4 +1,4 @@
-"""Benchmark suite: ``python3 -m benchmarks suite --json out.json --chart out.png`` (from the repository root).
+"""Benchmark suite: ``python3 -m benchmarks suite --json out.json --charts DIR`` (from the repository root).
 
 Method (docs/perf/): the copy ceiling is measured in the same run (a large
 device-to-device copy, bytes read + written); every figure is the median of
@@ -623,26 +623,6 @@ def target_report(results: list[Result], target: float) -> dict[str, object]:
     }
 
 
-def chart(results: list[Result], copy_gbps: float, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    n = len(results)
-    fig, ax = plt.subplots(figsize=(11, max(4, 0.18 * n + 1)))
-    y = range(n)
-    ax.barh([i + 0.2 for i in y], [r.ours_gbps for r in results], height=0.4, label="reference_kernels")
-    ax.barh([i - 0.2 for i in y], [r.torch_gbps for r in results], height=0.4, label="torch")
-    ax.axvline(copy_gbps, color="k", linestyle="--", label=f"copy ceiling {copy_gbps:.0f} GB/s")
-    ax.set_yticks(list(y), [r.case for r in results], fontsize=5)
-    ax.invert_yaxis()
-    ax.set_xlabel("compulsory bandwidth (GB/s)")
-    ax.legend(loc="lower right", fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
 def environment() -> dict[str, object]:
     props = torch.cuda.get_device_properties(0)
     try:
@@ -717,7 +697,7 @@ def run_isolated(args: argparse.Namespace, chosen: list[str],
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", help="where to write every figure (JSON); required")
-    p.add_argument("--chart", help="where to write the bandwidth chart (PNG); required")
+    p.add_argument("--charts", help="folder for the charts (PNGs and README.md, benchmarks/charts.py); required")
     p.add_argument("--reps", type=int, default=100, help="timed calls per figure (median; at least 100)")
     p.add_argument("--quick", action="store_true", help="a small subset (smoke test)")
     p.add_argument("--only", default="",
@@ -729,8 +709,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="run every group in this process instead of one fresh process per group")
     p.add_argument("--worker", help=argparse.SUPPRESS)  # internal: run --only here, write results to this file
     args = p.parse_args(argv)
-    if not args.worker and not (args.json and args.chart):
-        p.error("--json and --chart are required")
+    if not args.worker and not (args.json and args.charts):
+        p.error("--json and --charts are required")
     chosen = [s for s in args.only.split(",") if s] or list(GROUPS)
     unknown = [s for s in chosen if s not in GROUPS + EXTRAS]
     if unknown:
@@ -767,7 +747,12 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.json, "w") as f:
         json.dump({"environment": environment(), "method": __doc__, "summary": info,
                    "results": [asdict(r) for r in results]}, f, indent=1)
-    chart(results, gbps, args.chart)
+    from benchmarks.charts import ChartInputError, chart_file  # matplotlib only here, after the GPU work
+
+    try:
+        chart_file(Path(args.json), Path(args.charts))
+    except ChartInputError as exc:  # the figures are in the JSON: render again with `benchmarks charts`
+        print(f"benchmarks suite: no charts: {exc}", file=sys.stderr)
     shown = {k: v for k, v in info.items() if k != "compile_plus_load_s"}
     shown["targets"] = {name: {k: v for k, v in t.items() if k != "figures"}  # type: ignore[union-attr]
                         for name, t in info["targets"].items()}  # type: ignore[union-attr]

@@ -77,9 +77,9 @@ def test_a_worker_without_readable_results_is_an_error(written: str | None) -> N
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--chart", "c.png"], "--json and --chart are required"),
-    (["--json", "r.json", "--chart", "c.png", "--only", "large,nope"], "unknown group(s) in --only: nope"),
-    (["--json", "r.json", "--chart", "c.png", "--reps", "10"], "--reps must be at least 100"),
+    (["--charts", "charts"], "--json and --charts are required"),
+    (["--json", "r.json", "--charts", "charts", "--only", "large,nope"], "unknown group(s) in --only: nope"),
+    (["--json", "r.json", "--charts", "charts", "--reps", "10"], "--reps must be at least 100"),
 ])
 def test_usage_errors_exit_2_before_any_gpu_work(argv: list[str], message: str,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
