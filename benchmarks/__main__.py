@@ -1,7 +1,8 @@
 """``python3 -m benchmarks <command> [args]``: the benchmark suite, an experiment or a speed check.
 
 Commands: ``suite`` (benchmarks/harness.py: every figure of the kernel benchmark), ``charts``
-(benchmarks/charts.py: the figures of a suite's results file, rendered again), each module
+(benchmarks/charts.py: the figures of a suite's results file, rendered again), ``fbgemm_peer``
+(where FBGEMM's forward op would be loaded from, or why not), each module
 of benchmarks/experiments/ by its name, and ``speed_check`` / ``round_speed``
 (benchmarks/compliance/). ``list`` prints them with their first docstring line.
 """
@@ -18,7 +19,7 @@ HERE = Path(__file__).resolve().parent
 
 def commands() -> dict[str, str]:
     """Command name -> the module that runs it."""
-    found = {"suite": "benchmarks.harness", "charts": "benchmarks.charts"}
+    found = {"suite": "benchmarks.harness", "charts": "benchmarks.charts", "fbgemm_peer": "benchmarks.fbgemm_peer"}
     for package in ("experiments", "compliance"):
         for module in pkgutil.iter_modules([str(HERE / package)]):
             found[module.name] = f"benchmarks.{package}.{module.name}"

@@ -1,5 +1,8 @@
 """FBGEMM's table-batched embedding (TBE) forward as a peer in the benchmark.
 
+``python3 -m benchmarks fbgemm_peer [--fbgemm DIR]`` says where the op would come from (exit 0),
+or why it cannot be used (exit 2).
+
 Where the op comes from (``locate``), in this order:
 
 1. the ``fbgemm_gpu`` package, when it imports (it registers ``torch.ops.fbgemm.*``);
@@ -17,6 +20,7 @@ bfloat16 weights), per-sample weights (float32) with sum; it has no max pooling.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import lzma
 import os
@@ -90,7 +94,9 @@ def load_directory(directory: Path) -> PeerSource:
     if not directory.is_dir():
         raise PeerError(f"{directory}: no such directory (FBGEMM's forward library)")
     if not (directory / FORWARD_LIBRARY).is_file():
-        directory = unpack(directory, Path(tempfile.mkdtemp(prefix="fbgemm-forward-")))
+        into = Path(tempfile.mkdtemp(prefix="fbgemm-forward-"))
+        atexit.register(shutil.rmtree, into, ignore_errors=True)  # ~100 MB unpacked
+        directory = unpack(directory, into)
     files = library_files(directory)
     try:
         for name in DEPENDENCIES:
@@ -183,3 +189,19 @@ class FbgemmForward:
     def __call__(self) -> torch.Tensor:
         out: torch.Tensor = self.op(*self.positional)
         return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--fbgemm", help=f"FBGEMM's forward library directory (default ${ENV_DIR})")
+    args = p.parse_args(argv)
+    try:
+        source = locate(args.fbgemm)
+    except PeerError as exc:
+        print(f"fbgemm_peer: {exc}", file=sys.stderr)
+        return 2
+    print(f"FBGEMM's TBE forward: {source.origin}" if source.available else f"not available: {source.reason}")
+    return 0 if source.available else 2

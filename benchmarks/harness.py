@@ -33,6 +33,13 @@ splits the missed cases by it). Speedup is torch's
 median over ours, measured side by side on the same inputs. ``ours`` skips the
 index check (inputs are generated in range); ``ours+check`` includes the
 separate validation pass and its host synchronisation.
+
+FBGEMM (``benchmarks/fbgemm_peer.py``): where its table-batched forward op is available (the
+``fbgemm_gpu`` package, or its library's directory: ``--fbgemm DIR`` or $FBGEMM_FORWARD_DIR),
+every case it has (sum, mean; float32, float16; per-sample weights; one table or many) is
+timed the same way on the same inputs, after its output is compared with ours; ``vs_fbgemm``
+is FBGEMM's median over ours (above 1: ours is faster). Table-batched cases time FBGEMM's one
+launch against both of our lines (one launch, and one launch per table).
 """
 
 from __future__ import annotations
@@ -54,11 +61,13 @@ import torch
 import torch.nn.functional as F
 
 import reference_kernels as rk
+from benchmarks import fbgemm_peer
 from reference_kernels import diagnostics
 from reference_kernels.tbe import TableBatchedEmbeddingBag
 from reference_kernels.tuning import overrides_from_spec, tuned
 
 DEV = "cuda"
+CHECK = True  # the index check that ``ours+check`` times
 FLUSH_BYTES = 512 << 20
 SLEEP_CYCLES = 500_000  # ~0.25 ms at 1.98 GHz: the host's least head start before each timed call
 SLEEP_CLOCK_HZ = 1.98e9  # H200 boost clock: converts host seconds into sleep cycles
@@ -98,6 +107,12 @@ class Result:
     # launch floor included.
     same_size_copy_us: float | None = None
     same_size_copy_pct: float | None = None  # its bandwidth (bytes it moved) / copy ceiling
+    # FBGEMM's TBE forward on the same inputs (None: it has no such op, or is not available)
+    fbgemm_us: float | None = None
+    fbgemm_host_us: float | None = None
+    fbgemm_gbps: float | None = None
+    fbgemm_pct_copy: float | None = None
+    vs_fbgemm: float | None = None  # FBGEMM's time over ours: above 1, ours is faster
 
 
 @dataclass
@@ -252,6 +267,10 @@ def finish(r: Result, copy_gbps: float) -> Result:
     r.speedup = r.torch_us / r.ours_us
     r.reuse = r.logical_bytes / r.compulsory_bytes
     r.logical_pct_copy = 100 * r.logical_gbps / copy_gbps
+    if r.fbgemm_us:
+        r.fbgemm_gbps = r.compulsory_bytes / (r.fbgemm_us * 1e-6) / 1e9
+        r.fbgemm_pct_copy = 100 * r.fbgemm_gbps / copy_gbps
+        r.vs_fbgemm = r.fbgemm_us / r.ours_us
     if r.same_size_copy_us:
         moved = copy_bytes(r.compulsory_bytes)
         r.same_size_copy_pct = 100 * moved / (r.same_size_copy_us * 1e-6) / 1e9 / copy_gbps
@@ -259,8 +278,10 @@ def finish(r: Result, copy_gbps: float) -> Result:
 
 
 class Suite:
-    def __init__(self, reps: int, quick: bool, seed: int, flush_mode: str = "clean") -> None:
+    def __init__(self, reps: int, quick: bool, seed: int, flush_mode: str = "clean",
+                 fbgemm: fbgemm_peer.PeerSource | None = None) -> None:
         self.timer = Timer(reps, flush_mode=flush_mode)
+        self.fbgemm = fbgemm if fbgemm is not None and fbgemm.available else None
         self.quick = quick
         self.gen = torch.Generator(device=DEV).manual_seed(seed)
         self.results: list[Result] = []
@@ -274,8 +295,25 @@ class Suite:
         self.results.append(finish(r, self.copy_gbps))
         host = f" host {r.ours_host_us:5.1f}/{r.torch_host_us:5.1f} us" if r.ours_host_us else ""
         same = f" (same-size copy {r.same_size_copy_pct:5.1f}%)" if r.same_size_copy_pct else ""
-        print(f"{r.case:58s} ours {r.ours_us:9.1f} us torch {r.torch_us:9.1f} us  x{r.speedup:5.2f}  "
+        peer = f" fbgemm {r.fbgemm_us:8.1f} us x{r.vs_fbgemm:5.2f}" if r.fbgemm_us and r.vs_fbgemm else ""
+        print(f"{r.case:58s} ours {r.ours_us:9.1f} us torch {r.torch_us:9.1f} us  x{r.speedup:5.2f}{peer}  "
               f"{r.ours_gbps:6.0f} GB/s {r.pct_copy:5.1f}% copy{same}{host}", flush=True)
+
+    def fbgemm_call(self, weight: torch.Tensor, table_rows: list[int], indices: torch.Tensor,
+                    offsets: torch.Tensor, mode: str, psw: torch.Tensor | None,
+                    ours: torch.Tensor) -> Callable[[], torch.Tensor] | None:
+        """FBGEMM's forward on these inputs, when it has the case and its output matches ``ours``
+        (a wrong argument must not be timed): else None, and a note says why."""
+        if self.fbgemm is None or not fbgemm_peer.supports(mode, weight.dtype, psw is not None):
+            return None
+        peer = fbgemm_peer.FbgemmForward(weight, table_rows, indices, offsets, mode, psw)
+        theirs = peer()
+        tol = 1e-2 if weight.dtype == torch.float16 else 1e-4
+        if theirs.shape != ours.shape or not torch.allclose(theirs.float(), ours.float(), rtol=tol, atol=tol):
+            print(f"  FBGEMM's output differs from ours (max |diff| "
+                  f"{float((theirs.float() - ours.float()).abs().max()):.3g}): not timed", flush=True)
+            return None
+        return peer
 
     def pct_of_copy(self, nbytes: int, us: float) -> float:
         """``nbytes`` moved in ``us`` microseconds, as a percentage of this run's copy ceiling."""
@@ -303,13 +341,19 @@ class Suite:
         with torch.no_grad():
             ours = self.timer.median_us(lambda: rk.embedding_bag(idx, weight, offsets, check_indices=False, **args))
             theirs = self.timer.median_us(lambda: F.embedding_bag(idx, weight, offsets, **args))
-            checked = self.timer.median_us(lambda: rk.embedding_bag(idx, weight, offsets, check_indices=True, **args))
+            checked = self.timer.median_us(lambda: rk.embedding_bag(idx, weight, offsets, check_indices=CHECK, **args))
             ours_host = host_us(lambda: rk.embedding_bag(idx, weight, offsets, check_indices=False, **args))
             torch_host = host_us(lambda: F.embedding_bag(idx, weight, offsets, **args))
+            csr = offsets if offsets is not None else fbgemm_peer.fixed_offsets(idx.shape[0], idx.shape[1], DEV)
+            peer = self.fbgemm_call(weight, [0], idx, csr, mode, w,
+                                    rk.embedding_bag(idx, weight, offsets, check_indices=False, **args))
+            peer_us = self.timer.median_us(peer) if peer else None
+            peer_host = host_us(peer) if peer else None
         comp, logical = bag_bytes(weight, idx, offsets, psw, out_elems)
         self.add(Result(name, group, str(weight.dtype).replace("torch.", ""), mode, psw, ours, theirs, checked,
                         comp, logical, row_bytes=weight.shape[1] * weight.element_size(),
-                        ours_host_us=ours_host, torch_host_us=torch_host))
+                        ours_host_us=ours_host, torch_host_us=torch_host, fbgemm_us=peer_us,
+                        fbgemm_host_us=peer_host))
 
     def variants(self) -> list[tuple[torch.dtype, str, bool]]:
         out = []
@@ -370,13 +414,18 @@ class Suite:
             theirs = self.timer.median_us(torch_per_table)
             ours_tbe = self.timer.median_us(one_launch)
             ours_loop = self.timer.median_us(ours_per_table)
+            starts = [int(x) for x in tbe.table_rows.tolist()]
+            peer = self.fbgemm_call(tbe.weight.detach(), starts, idx, offsets, mode, w, one_launch())
+            peer_us = self.timer.median_us(peer) if peer else None
         comp, logical = table_batch_bytes(tables, tb, psw, batch)
         label = f"{name} {mode}{'+psw' if psw else ''} {dtype}".replace("torch.", "")
         row = dim * tables[0].element_size()
         self.add(Result(label + " TBE", group, str(dtype)[6:], mode, psw, ours_tbe, theirs, None, comp, logical,
-                        row_bytes=row, notes="one launch for all tables vs one torch call per table"))
+                        row_bytes=row, notes="one launch for all tables vs one torch call per table",
+                        fbgemm_us=peer_us))
         self.add(Result(label + " per-table", group, str(dtype)[6:], mode, psw, ours_loop, theirs, None, comp,
-                        logical, row_bytes=row, notes="one launch per table, both sides"))
+                        logical, row_bytes=row, notes="one launch per table (torch too); FBGEMM: one launch",
+                        fbgemm_us=peer_us))
 
     # (3) two big tables
     def two_big_tables(self) -> None:
@@ -404,9 +453,23 @@ class Suite:
     # (5) MLPerf DLRM-DCNv2 multi-hot
     def dcnv2(self) -> None:
         rows = [min(r, DCN_ROW_CAP) for r in DCN_ROWS]
-        for dtype, mode, psw in self.variants():
-            self.multi_table("5 DCNv2 26 tables B6912 a0.0", "5-dcnv2", rows, 128, 6912, DCN_POOLING, 0.0, dtype,
-                             mode, psw)
+        for alpha in (0.0, 1.05, 1.2):
+            for dtype, mode, psw in self.variants():
+                if alpha and dtype == torch.bfloat16:  # skewed: the dtypes FBGEMM's build has
+                    continue
+                self.multi_table(f"5 DCNv2 26 tables B6912 a{alpha}", "5-dcnv2", rows, 128, 6912, DCN_POOLING,
+                                 alpha, dtype, mode, psw)
+
+    # (7) narrow rows: 8 tables of 1M rows of 32 or 64 columns (DLRM's small embedding dims)
+    def narrow(self) -> None:
+        for dim in (32, 64):
+            for alpha in (0.0, 1.05, 1.2):
+                for dtype in (torch.float32, torch.float16):
+                    for mode in ("sum", "mean"):
+                        if self.quick and (alpha or dtype != torch.float32):
+                            continue
+                        self.multi_table(f"7 8x1Mx{dim} B16384 L20 a{alpha}", "7-narrow", [1_000_000] * 8, dim,
+                                         16384, [20] * 8, alpha, dtype, mode, False)
 
     # (6) unpooled one-hot copy
     def one_hot(self) -> None:
@@ -586,6 +649,7 @@ def summary(results: list[Result], copy_gbps: float) -> dict[str, object]:
         "geomean_speedup": geomean([r.speedup for r in results]),
         "geomean_speedup_by_group": {g: geomean(v) for g, v in by_group.items()},
         "slower_than_torch": [r.case for r in results if r.speedup < 1.0],
+        **peer_summary(results),
         "uniform_pct_copy_256B_plus": [round(r.pct_copy, 1) for r in uniform
                                        if r.row_bytes >= 256 and r.mode != "gather"],
         "uniform_pct_copy_64_128B": [round(r.pct_copy, 1) for r in uniform if 64 <= r.row_bytes <= 128],
@@ -594,6 +658,19 @@ def summary(results: list[Result], copy_gbps: float) -> dict[str, object]:
             "rows_64_128B_at_75pct": target_report([r for r in uniform if 64 <= r.row_bytes <= 128], 75.0),
         },
     }
+
+
+def peer_summary(results: list[Result]) -> dict[str, object]:
+    """Ours against FBGEMM over the cases it has: geomean, worst, the cases where it is faster.
+    The "per-table" lines (ours one launch per table) are left out: FBGEMM's figure is its one
+    launch, which our "TBE" line of the same case meets."""
+    paired = [r for r in results if r.vs_fbgemm is not None and not r.case.endswith(" per-table")]
+    if not paired:
+        return {"vs_fbgemm": None}
+    worst = min(paired, key=lambda r: r.vs_fbgemm or 0.0)
+    return {"vs_fbgemm": {"cases": len(paired), "geomean": geomean([r.vs_fbgemm or 0.0 for r in paired]),
+                          "worst": worst.vs_fbgemm, "worst_case": worst.case,
+                          "slower_than_fbgemm": [r.case for r in paired if (r.vs_fbgemm or 0.0) < 1.0]}}
 
 
 REREAD = 1.10  # reuse (logical / compulsory bytes) from which a case's DRAM traffic exceeds its compulsory bytes
@@ -635,7 +712,7 @@ def environment() -> dict[str, object]:
             "nvrtc": list(diagnostics.nvrtc_version()), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
-GROUPS = ("simple", "large", "tables", "big", "sweep", "dcnv2", "onehot", "backward")
+GROUPS = ("simple", "large", "tables", "big", "sweep", "dcnv2", "narrow", "onehot", "backward")
 EXTRAS = ("tune", "profile", "probe")  # side-by-side evidence: printed, no results
 
 
@@ -651,10 +728,11 @@ def compile_seconds() -> dict[str, float]:
 
 def run_groups(args: argparse.Namespace, chosen: list[str]) -> tuple[list[Result], float]:
     """Run the chosen groups in this process: their results and this process's copy ceiling."""
-    suite = Suite(args.reps, args.quick, args.seed, args.flush)
+    suite = Suite(args.reps, args.quick, args.seed, args.flush, fbgemm_peer.locate(args.fbgemm))
     steps = {"simple": suite.simple, "large": suite.single_table, "tables": suite.twelve_tables,
              "big": suite.two_big_tables,
-             "sweep": suite.sweep, "dcnv2": suite.dcnv2, "onehot": suite.one_hot, "backward": suite.backward,
+             "sweep": suite.sweep, "dcnv2": suite.dcnv2, "narrow": suite.narrow, "onehot": suite.one_hot,
+             "backward": suite.backward,
              "tune": lambda: tune(suite), "profile": lambda: profile_cases(suite), "probe": lambda: probe(suite)}
     for name in chosen:
         steps[name]()
@@ -665,7 +743,8 @@ def run_groups(args: argparse.Namespace, chosen: list[str]) -> tuple[list[Result
 def worker_command(args: argparse.Namespace, group: str, out: str) -> list[str]:
     """The command that runs one group in a fresh process and writes its results to ``out``."""
     return [sys.executable, "-m", "benchmarks.harness", "--worker", out, "--only", group, "--reps", str(args.reps),
-            "--seed", str(args.seed), "--flush", args.flush] + (["--quick"] if args.quick else [])
+            "--seed", str(args.seed), "--flush", args.flush] + (["--quick"] if args.quick else []) + (
+            ["--fbgemm", args.fbgemm] if args.fbgemm else [])
 
 
 def run_isolated(args: argparse.Namespace, chosen: list[str],
@@ -703,6 +782,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="",
                    help=f"comma-separated groups: {','.join(GROUPS)} (default: all); also {', '.join(EXTRAS)}")
     p.add_argument("--seed", type=int, default=int(time.time()))
+    p.add_argument("--fbgemm", help=f"FBGEMM's forward library directory (default ${fbgemm_peer.ENV_DIR}; the "
+                                    "fbgemm_gpu package is used when installed)")
     p.add_argument("--flush", choices=("clean", "dirty"), default="clean",
                    help="how the L2 is emptied before each timed call (see above)")
     p.add_argument("--one-process", action="store_true",
@@ -720,6 +801,15 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("benchmarks suite needs a CUDA GPU", file=sys.stderr)
         return 2
+    try:
+        peer = fbgemm_peer.locate(args.fbgemm)
+    except fbgemm_peer.PeerError as exc:  # named but unusable: say so rather than time without it
+        print(f"benchmarks suite: {exc}", file=sys.stderr)
+        return 2
+    if not args.worker:
+        print(f"FBGEMM: {peer.origin if peer.available else 'not available: ' + peer.reason}", flush=True)
+        if peer.available and Path(peer.origin).is_dir():
+            args.fbgemm = peer.origin  # the workers load what this process unpacked
     t0 = time.perf_counter()
     if args.worker:
         results, gbps = run_groups(args, chosen)
@@ -741,6 +831,7 @@ def main(argv: list[str] | None = None) -> int:
     forward = [r for r in results if r.group != "bwd"]
     info = summary(forward, gbps)
     info["copy_ceiling_gbps_per_process"] = ceilings
+    info["fbgemm"] = {"available": peer.available, "origin": peer.origin, "reason": peer.reason}
     info["backward_speedups"] = {r.case: round(r.speedup, 2) for r in results if r.group == "bwd"}
     info["seconds"] = time.perf_counter() - t0
     info["compile_plus_load_s"] = compiles

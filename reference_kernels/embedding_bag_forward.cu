@@ -329,7 +329,12 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
           const int j = (m + u) * ROWS_AT_ONCE + group;
           const pos_t r = __shfl_sync(mask, my_index, j, TEAM);
           const bool real = r >= 0 && r != pad;
-          w[u] = HAS_PSW ? (real ? __shfl_sync(mask, my_weight, j, TEAM) : 0.0f) : 1.0f;
+          if (HAS_PSW) {  // every lane shuffles (a shuffle some lanes skip is undefined), then selects
+            const float wj = __shfl_sync(mask, my_weight, j, TEAM);
+            w[u] = real ? wj : 0.0f;
+          } else {
+            w[u] = 1.0f;
+          }
           const char* src = row_address(lane_row0, (int)r, lane_row_bytes, real, lane_zero);
 #pragma unroll
           for (int c = 0; c < CHUNKS; ++c)

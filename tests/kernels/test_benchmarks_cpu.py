@@ -16,7 +16,7 @@ from benchmarks import harness as bench  # noqa: E402
 
 
 def args(**over: object) -> argparse.Namespace:
-    base = dict(reps=100, quick=False, seed=7, flush="clean")
+    base = dict(reps=100, quick=False, seed=7, flush="clean", fbgemm=None)
     base.update(over)
     return argparse.Namespace(**base)
 
@@ -100,3 +100,24 @@ def test_same_size_copy_figure_uses_the_bytes_the_copy_moved() -> None:
     r = bench.Result("c", "g", "float32", "sum", False, 10.0, 20.0, None, 100_000, 100_000, same_size_copy_us=1.0)
     bench.finish(r, 1000.0)
     assert r.same_size_copy_pct == pytest.approx(100 * bench.copy_bytes(100_000) / 1e-6 / 1e9 / 1000.0)
+
+
+def test_workers_load_fbgemm_from_the_directory_the_parent_names() -> None:
+    cmd = bench.worker_command(args(fbgemm="/tmp/fbgemm-unpacked"), "tables", "/tmp/out.json")
+    assert option(cmd, "--fbgemm") == "/tmp/fbgemm-unpacked"
+    assert "--fbgemm" not in bench.worker_command(args(), "tables", "/tmp/out.json")
+
+
+def test_the_fbgemm_summary_leaves_out_per_table_lines_and_names_the_slower_cases() -> None:
+    def paired(case: str, ours: float, fbgemm: float | None) -> bench.Result:
+        r = fake_result("2-12tables", ours)
+        r.case, r.fbgemm_us = case, fbgemm
+        return bench.finish(r, 4300.0)
+
+    results = [paired("a TBE", 100.0, 200.0), paired("a per-table", 400.0, 200.0), paired("b TBE", 100.0, 50.0),
+               paired("c max TBE", 100.0, None)]
+    summary = bench.peer_summary(results)["vs_fbgemm"]
+    assert isinstance(summary, dict)
+    assert summary["cases"] == 2 and summary["geomean"] == pytest.approx(1.0)
+    assert summary["worst"] == pytest.approx(0.5) and summary["slower_than_fbgemm"] == ["b TBE"]
+    assert bench.peer_summary([paired("c max TBE", 100.0, None)]) == {"vs_fbgemm": None}
