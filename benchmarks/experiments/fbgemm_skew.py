@@ -83,6 +83,15 @@ def build(case: Case, gen: torch.Generator) -> tuple[Callable[[], torch.Tensor],
     return ours, peer
 
 
+def variant_changes(spec: str) -> dict[str, object]:
+    """``"MIN_BLOCKS=4,segment_max_avg=32"``: UPPER-case names are compile-time defines forced on
+    the forward kernels, lower-case ones Tuning knobs (reference_kernels.tuning)."""
+    defines = ",".join(item for item in spec.split(",") if item.split("=")[0].isupper())
+    knobs: dict[str, object] = {name: int(value) for name, value in (item.split("=") for item in spec.split(",")
+                                                                      if item and not item.split("=")[0].isupper())}
+    return {**knobs, "overrides": overrides_from_spec(defines)}
+
+
 def timed(args: argparse.Namespace, chosen: list[Case]) -> list[Row]:
     timer = Timer(args.reps)
     gen = torch.Generator(device=DEV).manual_seed(args.seed)
@@ -96,7 +105,7 @@ def timed(args: argparse.Namespace, chosen: list[Case]) -> list[Row]:
         print(f"{case.name:36s} ours {ours_us:8.1f} us  fbgemm {fb_us:8.1f} us  x{row.vs_fbgemm:5.2f}  "
               f"max|diff| {diff:.2e}", flush=True)
         for spec in args.variants:
-            with tuned(overrides=overrides_from_spec(spec)):
+            with tuned(**variant_changes(spec)):
                 us = timer.median_us(ours)
             print(f"{'':36s} ours {us:8.1f} us  with {spec:28s} x{fb_us / us:5.2f}", flush=True)
         del ours, peer
@@ -176,7 +185,8 @@ def main() -> int:
     p.add_argument("--host", action="store_true")
     p.add_argument("--json")
     p.add_argument("--variant", dest="variants", action="append", default=[],
-                   help="also time ours with these compile-time overrides (e.g. MIN_BLOCKS=4,UNROLL=8); repeatable")
+                   help="also time ours with these changes: compile-time defines (UPPER=1) and tuning knobs "
+                        "(lower=1), e.g. MIN_BLOCKS=4,segment_max_avg=32; repeatable")
     args = p.parse_args()
     source = fbgemm_peer.locate(args.fbgemm)
     print(f"FBGEMM: {source}", flush=True)
