@@ -300,6 +300,7 @@ def forward_defines(variant: Variant, *, avg_len: int, many_bags: bool = True, p
     unroll, min_blocks = _rows_in_flight(tiling, variant.has_psw, variant.need_argmax, group_rows, tuning)
     reasons.append(f"{rows_at_once} row(s) at once per team, {group_rows} rows per lane group: {unroll} in flight "
                    f"per lane, at least {min_blocks} blocks per SM")
+    lean = variant.mode != "max" and tiling.chunks == 1 and pos32 and not variant.need_argmax
     # Teams stride over bags of at most persistent_max_group_rows rows per lane group: they load
     # the next bag's bounds and indices while this bag's rows are in flight. Longer bags overlap
     # their own index batches; the 3-4 blocks-per-SM variants spill with the stride's registers.
@@ -325,9 +326,23 @@ def forward_defines(variant: Variant, *, avg_len: int, many_bags: bool = True, p
         if rows_at_once == 2:  # 64 columns: half the rows in flight, more blocks (mean, max spill at 4)
             unroll, min_blocks = tuning.unroll_rows // 2, 4 if variant.mode == "sum" and not variant.has_psw else 3
             reasons.append(f"small_f32_more_blocks: {unroll} rows in flight at {min_blocks} blocks per SM")
+            if tuning.small_f32_lean and lean and persistent:  # lean rows, which striding teams spill
+                unroll, min_blocks, persistent = unroll // 2, 4 if variant.mode == "sum" and not variant.has_psw \
+                    else 3, False
+                reasons.append(f"small_f32_lean: one team per bag, {unroll} rows in flight (lean rows)")
         elif rows_at_once == 4 and variant.has_psw and persistent:  # 32 columns, per-sample weights
             min_blocks = 3
             reasons.append("small_f32_more_blocks: 3 blocks per SM")
+    # Lean rows (sum, mean; one vector per lane; 32-bit positions; one team per bag) issue a row
+    # in a few instructions, so cache-served (skewed) rows make them issue-bound: fewer rows in
+    # flight and more blocks per SM served skewed 12-table L150 calls 7-18 % faster at a cost of
+    # 3-5 % on uniform ones (docs/perf/change-46.md). Only for bags too long to stride, of rows
+    # one or two per warp (the measured ones).
+    if (lean and tuning.lean_long_bag_rows and unroll > tuning.lean_long_bag_rows and rows_at_once <= 2
+            and group_rows > tuning.persistent_max_group_rows):
+        unroll, min_blocks = _rows_in_flight(tiling, variant.has_psw, variant.need_argmax,
+                                             tuning.lean_long_bag_rows, tuning)
+        reasons.append(f"lean_long_bag_rows: {unroll} rows in flight at {min_blocks} blocks per SM")
     return _bag_defines(variant, min_blocks, tuning, TEAM=tiling.row_lanes * rows_at_once, UNROLL=unroll,
                         PERSISTENT=int(persistent), POS32=int(pos32))
 
@@ -426,7 +441,8 @@ def segmented_defines(variant: Variant, *, avg_len: int, tuning: Tuning) -> Defi
         min_blocks = 2
     return _bag_defines(variant, min_blocks, tuning, TEAM=tiling.row_lanes, UNROLL=unroll,
                         SEGMENT_BAGS=segment_capacity(tiling.row_lanes, tuning),
-                        SEGMENT_ROWS=segment_rows(variant.weight_dtype, tuning), SEGMENT_MAX_AVG=tuning.segment_max_avg)
+                        SEGMENT_ROWS=segment_rows(variant.weight_dtype, tuning),
+                        SEGMENT_MAX_AVG=tuning.segment_walk_max_avg)
 
 
 # ---------------------------------------------------------------------------------------------

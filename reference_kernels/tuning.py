@@ -33,6 +33,8 @@ class Tuning:
 
     # forward, general kernel
     unroll_rows: int = 16  # rows in flight per lane (UNROLL * CHUNKS), halved with argmax
+    lean_long_bag_rows: int = 8  # lean sum/mean variants, bags too long to stride: rows in flight (0: off)
+    small_f32_lean: bool = True  # d64 float32 sum/mean: one team per bag (lean rows) instead of striding
     min_blocks: int = 2  # occupancy floor (__launch_bounds__) of the long-bag variants
     forward_resident_waves: int = 1  # waves of resident blocks for striding teams; 0: one team per bag
     persistent_max_group_rows: int = 24  # teams stride over bags of at most this many rows per lane group
@@ -48,6 +50,7 @@ class Tuning:
     segment_rows_f32: int = 64  # the same for float32 rows
     segment_vectors: int = 4
     segment_max_avg: int = 8  # longest average bag the segmented kernel takes (0 turns it off)
+    segment_walk_max_avg: int = 32  # in it, tables of longer bags walk one bag per segment
     segment_max_bags: int = 16
     segment_grid_per_sm: int = 8
     segment_min_warps_per_sm: int = 16

@@ -353,7 +353,12 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group() -> N
     # float32 d128 (one vector per lane): striding at 8 rows in flight, 4 blocks (changes 40, 43)
     assert [persistent(128, n) for n in (12, 16, 20, 24)] == [(1, 4, 8)] * 4
     assert [persistent(128, n, pos32=False) for n in (12, 24)] == [(1, 3, 8)] * 2  # 64-bit positions: 3 blocks
+    # longer bags, one team each: lean rows at 8 in flight, 3 blocks (change 46); 16 at 2 without the rule
+    assert [persistent(128, n) for n in (25, 32, 64, 150)] == [(0, 3, 8)] * 4
+    assert [persistent(128, n, argmax=True) for n in (32, 150)] == [(0, 2, 8)] * 2  # max: not lean, unchanged
+    knobs = replace(KNOBS, lean_long_bag_rows=0)
     assert [persistent(128, n) for n in (25, 32, 64, 150)] == [(0, 2, 16)] * 4
+    knobs = KNOBS
     assert persistent(128, 4) == (0, 4, 4) and persistent(128, 8) == (0, 3, 8)  # high occupancy: one team per bag
     assert persistent(128, 32, 2) == (1, 2, 16)  # 16-bit d128: two rows at once, 16 rows per lane group
     assert persistent(192, 32) == (0, 4, 2)  # suite 3's float32 rows: 3 vectors per lane, one team per bag (41, 43)
@@ -384,14 +389,17 @@ def test_float32_rows_of_64_and_32_columns_trade_rows_in_flight_for_blocks() -> 
     knobs = KNOBS
 
     def pick(dim: int, avg_len: int, mode: str = "sum", psw: bool = False, code: int = 0, argmax: bool = False,
-             many_bags: bool = True, pos32: bool = True) -> tuple[object, object, object]:
+             many_bags: bool = True, pos32: bool = True, k: Tuning | None = None) -> tuple[object, object, object]:
         variant = _variant(code, mode, psw, argmax, RowTiling.for_row(dim, 4 if code == 0 else 8))
-        d = forward_defines(variant, avg_len=avg_len, many_bags=many_bags, pos32=pos32, tuning=knobs)
+        d = forward_defines(variant, avg_len=avg_len, many_bags=many_bags, pos32=pos32, tuning=k or knobs)
         return d["UNROLL"], d["MIN_BLOCKS"], d["PERSISTENT"]
 
-    assert [pick(64, n) for n in (20, 48)] == [(8, 4, 1)] * 2
+    # sum, mean and per-sample weights stride no more: one team per bag with lean rows, 4 in flight
+    # (change 46; small_f32_lean); max keeps the striding teams
+    assert [pick(64, n) for n in (20, 48)] == [(4, 4, 0)] * 2
     assert pick(64, 64) == (8, 4, 0) and pick(64, 150) == (8, 4, 0)  # one team per bag, as before
-    assert pick(64, 20, "mean") == pick(64, 20, "max") == pick(64, 20, psw=True) == (8, 3, 1)
+    assert pick(64, 20, "mean") == pick(64, 20, psw=True) == (4, 3, 0) and pick(64, 20, "max") == (8, 3, 1)
+    assert pick(64, 20, k=replace(KNOBS, small_f32_lean=False)) == (8, 4, 1)
     assert pick(64, 12) == (8, 3, 0)  # 8 rows per lane already: unchanged
     assert pick(32, 64, psw=True) == (16, 3, 1) and pick(32, 40, psw=True) == (16, 3, 1)
     assert pick(32, 150, psw=True) == (16, 2, 0)  # bags past 96 rows: not measured faster, unchanged
