@@ -28,7 +28,9 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from . import INDEX_CHECK_MODES, EmbeddingIndexError, EmbeddingIndexWarning
+from . import INDEX_CHECK_MODES, EmbeddingIndexError, EmbeddingIndexWarning, _launch
+from ._nvrtc import I64, PTR
+from ._plan import grid_stride_blocks
 
 if TYPE_CHECKING:
     import torch
@@ -58,10 +60,31 @@ def resolve_mode(check_indices: object) -> IndexCheckMode:
                     f"got {check_indices!r} of type {type(check_indices).__name__}")
 
 
+def _environment_reader() -> Any:
+    """A function returning the two variables' values (None: unset). It is called on every call
+    that leaves the mode to the environment: on POSIX it reads ``os.environ``'s own dictionary
+    (0.1 us; ``os.environ.get`` of an unset variable raises and catches a KeyError inside,
+    0.6 us each), which ``os.environ[...] = ...`` and ``del`` keep current."""
+    data = getattr(os.environ, "_data", None)
+    encode, decode = getattr(os.environ, "encodekey", None), getattr(os.environ, "decodevalue", None)
+    if not (isinstance(data, dict) and callable(encode) and callable(decode)):
+        return lambda: (os.environ.get(MODE_ENV), os.environ.get(SKIP_ENV))
+    mode_key, skip_key = encode(MODE_ENV), encode(SKIP_ENV)
+
+    def read() -> tuple[str | None, str | None]:
+        mode, skip = data.get(mode_key), data.get(skip_key)
+        return (None if mode is None else decode(mode)), (None if skip is None else decode(skip))
+
+    return read
+
+
+_read_environment = _environment_reader()
+
+
 def default_mode() -> IndexCheckMode:
     """The mode of calls that leave ``check_indices`` None: REFERENCE_KERNELS_INDEX_CHECK (one
     of MODES), else "ignore" if REFERENCE_KERNELS_SKIP_INDEX_CHECK=1, else "deferred"."""
-    value = os.environ.get(MODE_ENV)
+    value, skip = _read_environment()
     if value:
         wanted = value.strip().lower()
         for mode in MODES:
@@ -69,7 +92,7 @@ def default_mode() -> IndexCheckMode:
                 return mode
         raise ValueError(f"environment variable {MODE_ENV}={value!r} is not an index check mode; "
                          f"valid values: {', '.join(MODES)}")
-    if os.environ.get(SKIP_ENV, "0") in ("1", "true", "True", "yes"):
+    if skip in ("1", "true", "True", "yes"):
         return "ignore"
     return DEFAULT_MODE
 
@@ -82,6 +105,7 @@ RECORD_BAG, RECORD_INDICES, RECORD_COUNT, RECORD_BAG_COUNT = 6, 7, 8, 9
 RECORD_WORDS = 10  # as R_* in index_check.cu
 REGIONS: dict[str, int] = {"deferred": 0, "warn": 1, "sync": 2}
 OPS = ("embedding_bag", "embedding", "TableBatchedEmbeddingBag")  # op code = position + 1
+_OP_CODES = {name: code for code, name in enumerate(OPS, start=1)}
 MAX_DEVICES = 64
 # Table-batched calls with fewer tables than this scan their spans in shared memory (caps:
 # powers of two, so that few variants are compiled); more tables: spans precomputed by torch.
@@ -247,10 +271,12 @@ def check_index_errors(device: Any = None) -> None:
 
     if not torch.cuda.is_available():
         return None
-    index = torch.cuda.current_device() if device is None else torch.device("cuda", device).index \
-        if isinstance(device, int) else torch.device(device).index
-    if index is None:
-        index = torch.cuda.current_device()
+    index = torch.cuda.current_device()
+    if device is not None:
+        chosen = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+        if chosen.type != "cuda":
+            raise ValueError(f"reference_kernels.check_index_errors: device must be a CUDA device, got {device!r}")
+        index = index if chosen.index is None else chosen.index
     ledger(index)
     torch.cuda.synchronize(index)
     if FLAGS[index]:
@@ -269,7 +295,7 @@ def clean_dtype(num_indices: int, max_rows: int, index_dtype: torch.dtype) -> to
     """int32 where every position and every valid row fits it, else the indices' own dtype."""
     import torch
 
-    return torch.int32 if num_indices <= INT32_LIMIT and max_rows <= INT32_LIMIT + 1 else index_dtype
+    return torch.int32 if num_indices <= INT32_LIMIT and max_rows <= INT32_LIMIT + 1 else index_dtype  # as run_check
 
 
 def table_cap(tables: int) -> int:
@@ -287,7 +313,7 @@ def _function(device_index: int, index_dtype: torch.dtype, out_dtype: torch.dtyp
     key = (device_index, index_dtype, out_dtype, cap)
     fn = _FUNCTIONS.get(key)
     if fn is None:
-        from . import _launch, _nvrtc
+        from . import _nvrtc
 
         defines: dict[str, Any] = {"INDEX_T": _launch._index_type(index_dtype),
                                    "CLEAN_T": _launch._index_type(out_dtype)}
@@ -303,19 +329,18 @@ def run_check(indices: torch.Tensor, offsets: torch.Tensor | None, *, num_rows: 
     """One check pass over contiguous ``indices`` (and ``offsets``, same dtype) on their device.
     ``num_rows``: the table's rows (table-batched: the largest table's, for the copy's dtype;
     ``table_sizes`` then holds each table's). Returns the copies the lookup reads; in "sync"
-    mode raises EmbeddingIndexError before returning."""
+    mode raises EmbeddingIndexError before returning. Host work: one or two allocations and
+    one launch (table-batched calls of 4096 tables or more: a few torch ops for the spans)."""
     import torch
 
-    from . import _launch
-    from ._nvrtc import I64, PTR
-    from ._plan import grid_stride_blocks
-
     device_index = indices.get_device()
-    book = ledger(device_index)
+    book = _LEDGERS.get(device_index)
+    if book is None:
+        book = ledger(device_index)
     n = indices.numel()
-    out_dtype = clean_dtype(n, num_rows, indices.dtype)
-    clean = torch.empty(indices.shape, dtype=out_dtype, device=indices.device)
-    clean_offsets = None if offsets is None else torch.empty(offsets.shape, dtype=out_dtype, device=indices.device)
+    out_dtype = torch.int32 if n <= INT32_LIMIT and num_rows <= INT32_LIMIT + 1 else indices.dtype
+    clean = torch.empty_like(indices, dtype=out_dtype)
+    clean_offsets = None if offsets is None else torch.empty_like(offsets, dtype=out_dtype)
     n_off = 0 if offsets is None else offsets.numel()
     tables = 0 if table_sizes is None else table_sizes.numel()
     cap = table_cap(tables) if tables else 0
@@ -323,15 +348,17 @@ def run_check(indices: torch.Tensor, offsets: torch.Tensor | None, *, num_rows: 
     if cap < 0:
         assert offsets is not None
         spans = offsets[::bags_per_table].to(torch.int64).clamp(0, n).cummax(0).values.contiguous()
-    fn = _function(device_index, indices.dtype, out_dtype, cap)
-    grid = grid_stride_blocks(max(n, n_off), _launch.sm_count(indices.device), 8)
+    fn = _FUNCTIONS.get((device_index, indices.dtype, out_dtype, cap))
+    if fn is None:
+        fn = _function(device_index, indices.dtype, out_dtype, cap)
+    grid = grid_stride_blocks(max(n, n_off), _launch._device_props(device_index).sms, 8)
     _launch._launch_on(indices, fn, grid, [
         (indices.data_ptr(), PTR), (n, I64), (num_rows, I64),
         (_launch._ptr(offsets), PTR), (n_off, I64),
         (_launch._ptr(table_sizes), PTR), (tables, I64), (bags_per_table, I64), (_launch._ptr(spans), PTR),
         (clean.data_ptr(), PTR), (_launch._ptr(clean_offsets), PTR),
         (book.lock_ptr, PTR), (book.region_ptrs[mode], PTR), (book.flag_ptrs[mode], PTR),
-        (next(_TOKENS), I64), (OPS.index(op) + 1, I64)])
+        (next(_TOKENS), I64), (_OP_CODES[op], I64)])
     if mode == "sync":
         _raise_now(book)
     return clean, clean_offsets

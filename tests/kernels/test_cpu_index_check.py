@@ -4,6 +4,7 @@ ledger record turns into, the checked copy's dtype, and the public surface (docs
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -87,6 +88,10 @@ def test_legacy_skip_variable(clean_env: pytest.MonkeyPatch) -> None:
     assert ic.resolve_mode(None) == "warn"
     clean_env.setenv(ic.MODE_ENV, "")  # empty: unset
     assert ic.resolve_mode(None) == "ignore"
+    # the fast reader sees what os.environ holds
+    assert ic._read_environment() == ("", "1") == (os.environ.get(ic.MODE_ENV), os.environ.get(ic.SKIP_ENV))
+    clean_env.delenv(ic.MODE_ENV)
+    assert ic._read_environment() == (None, "1")
 
 
 def _cpu_calls() -> list[tuple[str, object]]:
