@@ -203,13 +203,14 @@ _LEDGERS: dict[int, Ledger] = {}
 
 
 def _pinned_flags() -> int:
-    """Allocate the flag words in pinned host memory once per process and return their device
-    address. cuMemHostAlloc with PORTABLE | DEVICEMAP: one allocation visible to every device's
-    kernels. Under unified addressing (every 64-bit process) "the pointer value through which
-    allocated host memory may be accessed in kernels on all devices that support unified
-    addressing is the same as the pointer value through which that memory is accessed on the
-    host" (CUDA Runtime API, 6.13 Unified Addressing, "Automatic Mapping of Host Allocated Host
-    Memory"); cuMemHostGetDevicePointer is asked anyway, so nothing rests on that."""
+    """Allocate the flag words in pinned host memory once per process and return the address
+    kernels write them through. cuMemHostAlloc(PORTABLE | DEVICEMAP): one allocation, mapped
+    for every device. The CUDA Driver API's "Unified Addressing" section ("Automatic Mapping of
+    Host Allocated Host Memory"): host memory from cuMemHostAlloc "is always directly accessible
+    from all contexts on all devices that support unified addressing", through "the same
+    pointer value" as on the host; cuMemHostGetDevicePointer's pointer is documented as
+    "suitable for use on all devices provided Unified Virtual Addressing is enabled", so that
+    is the one used (the host pointer where the call fails)."""
     global FLAGS, _FLAGS_DEVICE_PTR
     if _FLAGS_DEVICE_PTR:
         return _FLAGS_DEVICE_PTR
@@ -219,10 +220,10 @@ def _pinned_flags() -> int:
     flags = driver.CU_MEMHOSTALLOC_PORTABLE | driver.CU_MEMHOSTALLOC_DEVICEMAP
     host = int(_nvrtc._check(driver.cuMemHostAlloc(8 * MAX_DEVICES, flags), "cuMemHostAlloc"))
     ctypes.memset(host, 0, 8 * MAX_DEVICES)
-    device = int(_nvrtc._check(driver.cuMemHostGetDevicePointer(host, 0), "cuMemHostGetDevicePointer"))
+    err, device = driver.cuMemHostGetDevicePointer(host, 0)
     FLAGS = (ctypes.c_int64 * MAX_DEVICES).from_address(host)  # never freed: one per process
-    _FLAGS_DEVICE_PTR = device
-    return device
+    _FLAGS_DEVICE_PTR = int(device) if int(err) == 0 else host
+    return _FLAGS_DEVICE_PTR
 
 
 def ledger(device_index: int) -> Ledger:
