@@ -234,16 +234,25 @@ def test_default_forward_and_backward_capture_in_a_cuda_graph(gen: torch.Generat
 
 
 def test_default_eager_forward_and_backward_do_not_synchronise(gen: torch.Generator) -> None:
+    """torch raises on any synchronising op in its "error" sync debug mode: functions, modules and
+    table-batched lookups, forward and dense backward, in the default mode."""
+    from reference_kernels.tbe import TableBatchedEmbeddingBag
+
     weight = torch.randn(5000, 32, generator=gen, device="cuda").requires_grad_(True)
     idx = torch.randint(0, 5000, (128, 10), generator=gen, device="cuda")
     bag = rk.EmbeddingBag(5000, 32, mode="mean").cuda()
     grad_out = torch.randn(128, 32, generator=gen, device="cuda")
+    csr, offsets = _bags(gen, 5000, 128, 10, "csr", torch.int64)
+    tbe = TableBatchedEmbeddingBag([700, 5000], 32, "mean", torch.float32, "cuda")
+    tbe_idx, tbe_offsets = _tbe_inputs([700, 5000], 64, gen)
     for watched in (False, True):  # the first round compiles and creates the ledger
         torch.cuda.set_sync_debug_mode("error" if watched else "default")
         try:
             torch.autograd.grad(rk.embedding_bag(idx, weight, mode="sum"), weight, grad_out)
+            torch.autograd.grad(rk.embedding_bag(csr, weight, offsets, mode="mean"), weight, grad_out)
             torch.autograd.grad(bag(idx), bag.weight, grad_out)
             torch.autograd.grad(rk.embedding(idx, weight).sum(), weight)
+            torch.autograd.grad(tbe(tbe_idx, tbe_offsets).sum(), tbe.weight)
         finally:
             torch.cuda.set_sync_debug_mode("default")
 
