@@ -325,3 +325,64 @@ def test_index_check_op_passes_opcheck(gen: torch.Generator) -> None:
                           (idx, offsets, None, 50, 1, "deferred", "embedding_bag"))
     torch.library.opcheck(torch.ops.reference_kernels.index_check.default,
                           (idx.view(-1, 1), None, None, 50, 1, "warn", "embedding"))
+
+
+def _expected_copy(idx: torch.Tensor, offsets: torch.Tensor, sizes: list[int] | None,
+                   rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The documented contract of the checked copy (docs/kernels.md), in torch ops on the CPU:
+    (indices with bad ones as 0, clamped offsets, the bad positions)."""
+    idx, offsets = idx.cpu().long(), offsets.cpu().long()
+    n = idx.numel()
+    clamped = offsets.clamp(0, n)
+    if sizes is None:
+        bad = (idx < 0) | (idx >= rows)
+        return torch.where(bad, 0, idx), clamped, bad
+    tables = len(sizes)
+    bpt = (offsets.numel() - 1) // tables
+    spans = clamped[::bpt].cummax(0).values
+    table = (torch.searchsorted(spans[:tables], torch.arange(n), right=True) - 1).clamp(0, tables - 1)
+    bad = (idx < 0) | (idx >= torch.tensor(sizes)[table])
+    b = torch.arange(offsets.numel())
+    t = b // bpt
+    inner = torch.minimum(torch.maximum(clamped, spans[t]), spans[(t + 1).clamp(max=tables)])
+    return torch.where(bad, 0, idx), torch.where(b % bpt == 0, spans[t], inner), bad
+
+
+@pytest.mark.parametrize("tables", [0, 5, 300, 4100], ids=lambda t: f"{t}tables")
+def test_checked_copy_matches_the_contract(tables: int, gen: torch.Generator, rng: random.Random) -> None:
+    """Random indices and offsets, many of them bad: the copy the lookup reads is exactly the
+    documented one (bad indices 0, offsets clamped, table-batched into their table's span), and
+    the record names the smallest bad position and counts every bad index and bag."""
+    from reference_kernels import _ops
+
+    n = rng.randrange(1, 40_000)
+    sizes = [rng.randrange(1, 100) for _ in range(tables)] if tables else None
+    rows = max(sizes) if sizes else rng.randrange(1, 100)
+    idx = torch.randint(-3, rows + 3, (n,), generator=gen, device="cuda")
+    bags = tables * rng.randrange(1, 8) if tables else rng.randrange(1, 500)
+    offsets = torch.randint(-5, n + 5, (bags + 1,), generator=gen, device="cuda").sort().values
+    offsets[rng.randrange(0, bags + 1)] = rng.randrange(-5, n + 5)  # out of order somewhere
+    table_sizes = torch.tensor(sizes, device="cuda") if sizes else None
+    clean, clean_offsets = _ops.index_check_impl(idx, offsets, table_sizes, rows, max(1, bags // max(1, tables)),
+                                                 "deferred", "TableBatchedEmbeddingBag" if tables else "embedding_bag")
+    want_idx, want_off, bad = _expected_copy(idx, offsets, sizes, rows)
+    assert clean.dtype == clean_offsets.dtype == torch.int32
+    assert torch.equal(clean.cpu().long(), want_idx)
+    assert torch.equal(clean_offsets.cpu().long(), want_off)
+    o = offsets.cpu().long()
+    hi = torch.cat([o[1:], torch.tensor([n])])
+    bad_bags = (o < 0) | (o > hi) | (hi > n)
+    if not bool(bad.any()) and not bool(bad_bags.any()):
+        assert rk.check_index_errors() is None
+        return
+    parts = []
+    if bool(bad.any()):
+        p = int(bad.nonzero()[0, 0])
+        parts.append(re.escape(f"index {int(idx[p])} at position {p} is out of range for "))
+    if bool(bad_bags.any()):
+        parts.append(re.escape(f"offsets are invalid at bag {int(bad_bags.nonzero()[0, 0])}:"))
+    more = int(bad.sum()) + int(bad_bags.sum()) - len(parts)
+    if more:
+        parts.append(re.escape(f"({more} more bad indices or bags"))
+    with pytest.raises(rk.EmbeddingIndexError, match=".*".join(parts)):
+        rk.check_index_errors()
