@@ -134,7 +134,7 @@ class TableBatchedEmbeddingBag(_sparse.FusedOptimizerMixin, torch.nn.Module):
         self.max_rows = max(num_embeddings, default=0)  # the checked copy's dtype, without reading sizes
         # the index check's mode, as the functions' check_indices (None: from the environment)
         self.check_indices: bool | str | None = None
-        self.weight = torch.nn.Parameter(torch.empty(int(sizes.sum()), embedding_dim, dtype=dtype, device=device))
+        self.weight = torch.nn.Parameter(torch.empty(sum(num_embeddings), embedding_dim, dtype=dtype, device=device))
         torch.nn.init.normal_(self.weight)
         self.register_buffer("table_rows", torch.cumsum(sizes, 0) - sizes, persistent=False)
         self.register_buffer("table_sizes", sizes, persistent=False)
