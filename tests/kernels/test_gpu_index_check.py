@@ -386,3 +386,18 @@ def test_checked_copy_matches_the_contract(tables: int, gen: torch.Generator, rn
         parts.append(re.escape(f"({more} more bad indices or bags"))
     with pytest.raises(rk.EmbeddingIndexError, match=".*".join(parts)):
         rk.check_index_errors()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_errors_are_per_device(gen: torch.Generator) -> None:
+    weights = [torch.randn(20, 8, device=f"cuda:{d}") for d in (0, 1)]
+    idx = [torch.randint(0, 20, (6, 3), device=f"cuda:{d}") for d in (0, 1)]
+    rk.check_index_errors(1)
+    bad = idx[1].clone()
+    bad[1, 1] = 20
+    rk.embedding_bag(bad, weights[1])
+    torch.cuda.synchronize(1)
+    rk.embedding_bag(idx[0], weights[0])  # device 0 is clean
+    assert rk.check_index_errors(0) is None
+    with pytest.raises(rk.EmbeddingIndexError, match="index 20 at position 4 "):
+        rk.check_index_errors("cuda:1")
