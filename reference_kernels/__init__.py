@@ -6,7 +6,8 @@ first use. Public API (see docs/kernels.md):
 * ``embedding_bag(...)``: same arguments and result as ``torch.nn.functional.embedding_bag``
 * ``embedding(...)``: same as ``torch.nn.functional.embedding``
 * ``EmbeddingBag`` / ``Embedding``: drop-ins for the ``torch.nn`` modules
-* ``EmbeddingIndexError``: raised by the index range check
+* ``EmbeddingIndexError``: raised by the index range check; ``EmbeddingIndexWarning``: its
+  warn mode's warning; ``check_index_errors()``: surface a deferred check's error now
 * ``KERNEL_SOURCES``: the ``.cu`` files, for compile checks and the manifest
 """
 
@@ -27,16 +28,35 @@ KERNEL_SOURCES: tuple[str, ...] = (
     "sparse_update.cu",
 )
 
-__all__ = ["EmbeddingBag", "Embedding", "EmbeddingIndexError", "KERNEL_SOURCES", "embedding", "embedding_bag"]
+__all__ = ["INDEX_CHECK_MODES", "EmbeddingBag", "Embedding", "EmbeddingIndexError", "EmbeddingIndexWarning",
+           "KERNEL_SOURCES", "check_index_errors", "embedding", "embedding_bag"]
+
+# check_indices= values besides True ("sync"), False ("ignore") and None (the environment's);
+# semantics in docs/kernels.md, "Index range check"
+INDEX_CHECK_MODES: tuple[str, ...] = ("deferred", "warn", "sync", "ignore")
 
 
 class EmbeddingIndexError(IndexError):
     """An index is outside [0, num_embeddings), or the offsets are not a valid CSR layout."""
 
 
+class EmbeddingIndexWarning(UserWarning):
+    """check_indices="warn": out-of-range indices were read as row 0 of their table (counted)."""
+
+
+def check_index_errors(device: Any = None) -> None:
+    """Synchronise ``device`` (default: the current CUDA device) and raise the first error its
+    deferred index checks recorded since the last report (``EmbeddingIndexError``; warn mode's
+    findings as one ``EmbeddingIndexWarning``). Returns None when every check passed."""
+    from . import index_check
+
+    index_check.check_index_errors(device)
+
+
 def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None, *args: Any, **kwargs: Any) -> Tensor:
     """Pooled lookup; arguments and result of ``torch.nn.functional.embedding_bag``, plus
-    keyword ``check_indices`` (bool; default from REFERENCE_KERNELS_SKIP_INDEX_CHECK)."""
+    keyword ``check_indices``: one of INDEX_CHECK_MODES, True ("sync"), False ("ignore") or None
+    (REFERENCE_KERNELS_INDEX_CHECK, else "deferred")."""
     from . import _api
 
     return _api.embedding_bag(input, weight, offsets, *args, **kwargs)

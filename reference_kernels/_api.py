@@ -7,13 +7,13 @@ dtypes first, then the CUDA requirement, so both are testable on a CPU); the cus
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from . import _ops
+from . import _ops, index_check
+from .index_check import resolve_mode
 
 if TYPE_CHECKING:
     from ._sparse import FusedState
@@ -21,12 +21,16 @@ if TYPE_CHECKING:
 MODES = ("sum", "mean", "max")
 WEIGHT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INDEX_DTYPES = (torch.int32, torch.int64)
-SKIP_CHECK_ENV = "REFERENCE_KERNELS_SKIP_INDEX_CHECK"
 
 
-def default_check_indices() -> bool:
-    """The index range check runs unless REFERENCE_KERNELS_SKIP_INDEX_CHECK=1 is set."""
-    return os.environ.get(SKIP_CHECK_ENV, "0") not in ("1", "true", "True", "yes")
+def surface_errors(weight: Tensor) -> None:
+    """At the start of each call: an earlier deferred or warn-mode index check on this device
+    that failed raises (or warns) now. One read of a pinned host word; skipped while tracing."""
+    if torch.compiler.is_compiling():
+        return
+    device = weight.get_device()
+    if device >= 0 and index_check.FLAGS[device]:
+        index_check.surface(device)
 
 
 def _use_custom_op(*tensors: Tensor | None) -> bool:
@@ -133,7 +137,7 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None,
                   max_norm: float | None = None, norm_type: float = 2.0,
                   scale_grad_by_freq: bool = False, mode: str = "mean", sparse: bool = False,
                   per_sample_weights: Tensor | None = None, include_last_offset: bool = False,
-                  padding_idx: int | None = None, *, check_indices: bool | None = None) -> Tensor:
+                  padding_idx: int | None = None, *, check_indices: bool | str | None = None) -> Tensor:
     """Drop-in for ``torch.nn.functional.embedding_bag`` on CUDA tensors (see docs/kernels.md)."""
     return embedding_bag_with(input, weight, offsets, max_norm=max_norm, norm_type=norm_type,
                               scale_grad_by_freq=scale_grad_by_freq, mode=mode, sparse=sparse,
@@ -144,7 +148,7 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None,
 def embedding_bag_with(input: Tensor, weight: Tensor, offsets: Tensor | None, *, max_norm: float | None,
                        norm_type: float, scale_grad_by_freq: bool, mode: str, sparse: bool,
                        per_sample_weights: Tensor | None, include_last_offset: bool, padding_idx: int | None,
-                       check_indices: bool | None, fused: FusedState | None) -> Tensor:
+                       check_indices: bool | str | None, fused: FusedState | None) -> Tensor:
     """``embedding_bag``, optionally with a fused optimizer (``fused``: the module's state)."""
     _check_weight("embedding_bag", weight)
     if mode not in MODES:
@@ -156,48 +160,51 @@ def embedding_bag_with(input: Tensor, weight: Tensor, offsets: Tensor | None, *,
     indices, offsets = _bag_layout(input, offsets, include_last_offset)
     psw = _check_per_sample_weights(per_sample_weights, mode, input, weight)
     pad = _normalise_padding_idx("embedding_bag", padding_idx, weight.shape[0])
+    check = resolve_mode(check_indices)
     _require_cuda("embedding_bag", input=input, weight=weight, offsets=offsets, per_sample_weights=per_sample_weights)
-    check = default_check_indices() if check_indices is None else check_indices
+    surface_errors(weight)
+    indices, offsets = _ops.checked(indices, offsets, weight.shape[0], check, "embedding_bag")
     _renorm(weight, indices, max_norm, norm_type)
     if (sparse or fused is not None) and _needs_grad(weight, psw):
         from ._sparse import SparseBag
 
         bag: Tensor = SparseBag.apply(  # type: ignore[no-untyped-call]
-            weight.contiguous(), indices, offsets, psw, mode, pad, include_last_offset and offsets is not None, check,
-            fused)
+            weight.contiguous(), indices, offsets, psw, mode, pad, include_last_offset and offsets is not None, fused)
         return bag
     need_argmax = mode == "max" and torch.is_grad_enabled() and weight.requires_grad
     op = _ops.embedding_bag_op if _use_custom_op(weight, psw) else _ops.embedding_bag_impl
     out, _ = op(weight.contiguous(), indices, offsets, psw, mode, pad,
-                include_last_offset and offsets is not None, check, need_argmax)
+                include_last_offset and offsets is not None, need_argmax)
     return out
 
 
 def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,
               max_norm: float | None = None, norm_type: float = 2.0,
               scale_grad_by_freq: bool = False, sparse: bool = False, *,
-              check_indices: bool | None = None) -> Tensor:
+              check_indices: bool | str | None = None) -> Tensor:
     """Drop-in for ``torch.nn.functional.embedding`` on CUDA tensors (see docs/kernels.md)."""
     return embedding_with(input, weight, padding_idx=padding_idx, max_norm=max_norm, norm_type=norm_type,
                           scale_grad_by_freq=scale_grad_by_freq, sparse=sparse, check_indices=check_indices, fused=None)
 
 
 def embedding_with(input: Tensor, weight: Tensor, *, padding_idx: int | None, max_norm: float | None,
-                   norm_type: float, scale_grad_by_freq: bool, sparse: bool, check_indices: bool | None,
+                   norm_type: float, scale_grad_by_freq: bool, sparse: bool, check_indices: bool | str | None,
                    fused: FusedState | None) -> Tensor:
     """``embedding``, optionally with a fused optimizer (``fused``: the module's state)."""
     _check_weight("embedding", weight)
     _check_index_dtype("embedding", "input", input)
     _reject_unsupported("embedding", scale_grad_by_freq)
     pad = _normalise_padding_idx("embedding", padding_idx, weight.shape[0])
+    check = resolve_mode(check_indices)
     _require_cuda("embedding", input=input, weight=weight)
-    check = default_check_indices() if check_indices is None else check_indices
-    _renorm(weight, input, max_norm, norm_type)
+    surface_errors(weight)
+    indices, _ = _ops.checked(input.contiguous(), None, weight.shape[0], check, "embedding")
+    _renorm(weight, indices, max_norm, norm_type)
     if (sparse or fused is not None) and _needs_grad(weight):
         from ._sparse import SparseEmbedding
 
         rows: Tensor = SparseEmbedding.apply(  # type: ignore[no-untyped-call]
-            weight.contiguous(), input.contiguous(), pad, check, fused)
+            weight.contiguous(), indices, pad, fused)
         return rows
     op = _ops.embedding_op if _use_custom_op(weight) else _ops.embedding_impl
-    return op(weight.contiguous(), input.contiguous(), pad, check)
+    return op(weight.contiguous(), indices, pad)

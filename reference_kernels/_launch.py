@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import EmbeddingIndexError, _nvrtc, tuning
+from . import _nvrtc, tuning
 from ._nvrtc import F32, I32, I64, PTR
 from ._plan import (
     BLOCK,
@@ -34,9 +34,8 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["BLOCK", "RowTiling", "bag_backward", "bag_forward", "backward_passes", "device_props", "gather",
-           "index_check", "sm_count", "vector_width"]
+           "sm_count", "vector_width"]
 
-INT64_MAX = 2**63 - 1
 # Debug aid used by the tests: fill every output with NaN before the kernel runs, so
 # that an element the kernel fails to write cannot pass a comparison.
 POISON_OUTPUTS = os.environ.get("REFERENCE_KERNELS_POISON_OUTPUTS", "0") == "1"
@@ -181,31 +180,6 @@ def _describe_bag(key: BagKey) -> BagCall:
                    index_type=_index_type(key.index_dtype), bag_size=key.bag_size, num_indices=key.num_indices,
                    num_bags=key.num_bags, tables=key.tables, table_batched=key.table_batched, mode=key.mode,
                    has_psw=key.has_psw, need_argmax=key.need_argmax, has_padding=key.has_padding)
-
-
-def index_check(indices: torch.Tensor, num_embeddings: int, offsets: torch.Tensor | None) -> None:
-    """Validate indices (and offsets) in one separate pass; raise EmbeddingIndexError if bad."""
-    import torch
-
-    status = torch.full((2,), INT64_MAX, dtype=torch.int64, device=indices.device)
-    n = indices.numel()
-    n_off = 0 if offsets is None else offsets.numel()
-    fn = _nvrtc.get_function("index_check.cu", "index_check", {"INDEX_T": _index_type(indices.dtype)},
-                             indices.device.index)
-    grid = grid_stride_blocks(max(n, n_off), sm_count(indices.device), 8)
-    _launch_on(indices, fn, grid, [
-        (_ptr(indices), PTR), (n, I64), (num_embeddings, I64),
-        (_ptr(offsets), PTR), (n_off, I64), (status.data_ptr(), PTR)])
-    bad_index, bad_bag = status.tolist()  # the one host synchronisation of the check
-    if bad_index != INT64_MAX:
-        value = int(indices.reshape(-1)[bad_index])
-        raise EmbeddingIndexError(
-            f"index {value} at position {bad_index} is out of range for an embedding table of "
-            f"{num_embeddings} rows (valid: 0..{num_embeddings - 1})")
-    if bad_bag != INT64_MAX:
-        raise EmbeddingIndexError(
-            f"offsets are invalid at bag {bad_bag}: offsets must be non-decreasing and lie in "
-            f"[0, {n}] (the number of indices)")
 
 
 def bag_forward(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor | None, *, num_bags: int,

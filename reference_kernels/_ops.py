@@ -3,9 +3,12 @@
 Imported lazily by ``_api.py`` on first use, so that ``import reference_kernels``
 stays cheap. Ops (namespace ``reference_kernels``):
 
+* ``index_check(indices, offsets, table_sizes, num_rows, bags_per_table, mode, op)
+  -> (indices, offsets)``: the check pass (``index_check.py``); returns the copies the lookup
+  reads (bad indices as row 0), so that autograd saves those for the backward
 * ``embedding_bag(weight, indices, offsets, per_sample_weights, mode, padding_idx,
-  include_last_offset, check_indices, need_argmax) -> (out, argmax)``
-* ``embedding(weight, indices, check_indices) -> out``
+  include_last_offset, need_argmax) -> (out, argmax)``
+* ``embedding(weight, indices, padding_idx) -> out``
 * ``embedding_bag_backward(...) -> grad_weight`` (deterministic, see the kernel)
 
 ``*_impl`` are the plain implementations: ``_api.py`` calls them directly when
@@ -21,7 +24,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from . import _launch
+from . import EmbeddingIndexError, _launch, index_check
 
 
 def num_bags_of(indices: Tensor, offsets: Optional[Tensor], include_last_offset: bool) -> int:
@@ -30,12 +33,47 @@ def num_bags_of(indices: Tensor, offsets: Optional[Tensor], include_last_offset:
     return offsets.shape[0] - int(include_last_offset)
 
 
+def index_check_impl(indices: Tensor, offsets: Optional[Tensor], table_sizes: Optional[Tensor], num_rows: int,
+                     bags_per_table: int, mode: str, op: str) -> tuple[Tensor, Tensor]:
+    """Check ``indices`` (and ``offsets``) in ``mode`` ("deferred", "warn" or "sync"); the
+    checked copies (offsets: empty when None)."""
+    clean, clean_offsets = index_check.run_check(indices, offsets, num_rows=num_rows, table_sizes=table_sizes,
+                                                 bags_per_table=bags_per_table, mode=mode, op=op)
+    return clean, clean_offsets if clean_offsets is not None else clean.new_empty((0,))
+
+
+index_check_op = torch.library.custom_op("reference_kernels::index_check", index_check_impl,
+                                         mutates_args=(), device_types="cuda")
+
+
+@index_check_op.register_fake
+def _(indices: Tensor, offsets: Optional[Tensor], table_sizes: Optional[Tensor], num_rows: int,
+      bags_per_table: int, mode: str, op: str) -> tuple[Tensor, Tensor]:
+    dtype = index_check.clean_dtype(indices.numel(), num_rows, indices.dtype)
+    return (indices.new_empty(indices.shape, dtype=dtype),
+            indices.new_empty(offsets.shape if offsets is not None else (0,), dtype=dtype))
+
+
+def checked(indices: Tensor, offsets: Optional[Tensor], num_rows: int, mode: str, op: str,
+            table_sizes: Optional[Tensor] = None, bags_per_table: int = 1) -> tuple[Tensor, Optional[Tensor]]:
+    """The indices and offsets a lookup reads under check mode ``mode`` (a custom op under
+    torch.compile; a direct call otherwise: the check has no gradient, and this saves the
+    dispatcher's host overhead)."""
+    if mode == "ignore":
+        return indices, offsets
+    if num_rows == 0 and indices.numel() and table_sizes is None:
+        raise EmbeddingIndexError(f"reference_kernels.{op}: the table has no rows, so none of the "
+                                  f"{indices.numel()} indices is in range")
+    if torch.compiler.is_compiling():
+        clean, clean_offsets = index_check_op(indices, offsets, table_sizes, num_rows, bags_per_table, mode, op)
+        return clean, clean_offsets if offsets is not None else None
+    return index_check.run_check(indices, offsets, num_rows=num_rows, table_sizes=table_sizes,
+                                 bags_per_table=bags_per_table, mode=mode, op=op)
+
+
 def embedding_bag_impl(weight: Tensor, indices: Tensor, offsets: Optional[Tensor],
-                     per_sample_weights: Optional[Tensor], mode: str, padding_idx: int,
-                     include_last_offset: bool, check_indices: bool,
-                     need_argmax: bool) -> tuple[Tensor, Tensor]:
-    if check_indices:
-        _launch.index_check(indices, weight.shape[0], offsets)
+                       per_sample_weights: Optional[Tensor], mode: str, padding_idx: int,
+                       include_last_offset: bool, need_argmax: bool) -> tuple[Tensor, Tensor]:
     num_bags = num_bags_of(indices, offsets, include_last_offset)
     out, argmax = _launch.bag_forward(weight, indices, offsets, num_bags=num_bags,
                                       per_sample_weights=per_sample_weights, mode=mode, padding_idx=padding_idx,
@@ -49,8 +87,7 @@ embedding_bag_op = torch.library.custom_op("reference_kernels::embedding_bag", e
 
 @embedding_bag_op.register_fake
 def _(weight: Tensor, indices: Tensor, offsets: Optional[Tensor], per_sample_weights: Optional[Tensor],
-      mode: str, padding_idx: int, include_last_offset: bool, check_indices: bool,
-      need_argmax: bool) -> tuple[Tensor, Tensor]:
+      mode: str, padding_idx: int, include_last_offset: bool, need_argmax: bool) -> tuple[Tensor, Tensor]:
     num_bags = num_bags_of(indices, offsets, include_last_offset)
     out = weight.new_empty((num_bags, weight.shape[1]))
     argmax = weight.new_empty((num_bags, weight.shape[1]) if need_argmax else (0,), dtype=torch.int64)
@@ -126,7 +163,7 @@ def _max_backward(grad_out: Tensor, argmax: Tensor, num_weights: int) -> Tensor:
 
 
 def _setup_bag(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
-    weight, indices, offsets, psw, mode, padding_idx, include_last_offset, _, _ = inputs
+    weight, indices, offsets, psw, mode, padding_idx, include_last_offset, _ = inputs
     ctx.mode, ctx.padding_idx, ctx.include_last_offset = mode, padding_idx, include_last_offset
     ctx.num_weights = weight.shape[0]
     ctx.psw_needs_grad = psw is not None and psw.requires_grad
@@ -138,7 +175,7 @@ def _backward_bag(ctx: Any, grad_out: Tensor, _grad_argmax: Tensor) -> tuple[Opt
     grad_out = grad_out.contiguous()
     num_bags = grad_out.shape[0]
     if ctx.mode == "max":
-        return _max_backward(grad_out, argmax, ctx.num_weights), None, None, None, None, None, None, None, None
+        return _max_backward(grad_out, argmax, ctx.num_weights), None, None, None, None, None, None, None
     bag_of = None if offsets is None else bag_of_positions(indices, offsets, ctx.include_last_offset)
     bag_size = indices.shape[1] if offsets is None else 0
     bag_scale, scale = None, 1.0
@@ -154,17 +191,15 @@ def _backward_bag(ctx: Any, grad_out: Tensor, _grad_argmax: Tensor) -> tuple[Opt
             bag_of = torch.arange(indices.numel(), device=indices.device) // max(1, bag_size)
         grad_psw = _per_sample_weights_grad(grad_out, weight, indices, bag_of, ctx.padding_idx)
         grad_psw = grad_psw.reshape(psw.shape)
-    return grad_weight, None, None, grad_psw, None, None, None, None, None
+    return grad_weight, None, None, grad_psw, None, None, None, None
 
 
 embedding_bag_op.register_autograd(_backward_bag, setup_context=_setup_bag)
 
 
-def embedding_impl(weight: Tensor, indices: Tensor, padding_idx: int, check_indices: bool) -> Tensor:
+def embedding_impl(weight: Tensor, indices: Tensor, padding_idx: int) -> Tensor:
     """Unpooled lookup; padding_idx only zeroes that row's gradient, as in torch."""
     flat = indices.reshape(-1)
-    if check_indices:
-        _launch.index_check(flat, weight.shape[0], None)
     return _launch.gather(weight, flat).reshape(*indices.shape, weight.shape[1])
 
 
@@ -173,22 +208,22 @@ embedding_op = torch.library.custom_op("reference_kernels::embedding", embedding
 
 
 @embedding_op.register_fake
-def _(weight: Tensor, indices: Tensor, padding_idx: int, check_indices: bool) -> Tensor:
+def _(weight: Tensor, indices: Tensor, padding_idx: int) -> Tensor:
     return weight.new_empty((*indices.shape, weight.shape[1]))
 
 
 def _setup_embedding(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-    weight, indices, padding_idx, _ = inputs
+    weight, indices, padding_idx = inputs
     ctx.num_weights, ctx.padding_idx = weight.shape[0], padding_idx
     ctx.save_for_backward(indices)
 
 
-def _backward_embedding(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], None, None, None]:
+def _backward_embedding(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], None, None]:
     (indices,) = ctx.saved_tensors
     grad = grad_out.reshape(-1, grad_out.shape[-1]).contiguous()
     flat = indices.reshape(-1, 1)
     grad_weight = embedding_bag_backward_op(grad, flat, None, 1, ctx.num_weights, None, None, ctx.padding_idx)
-    return grad_weight, None, None, None
+    return grad_weight, None, None
 
 
 embedding_op.register_autograd(_backward_embedding, setup_context=_setup_embedding)

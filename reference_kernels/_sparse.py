@@ -93,10 +93,10 @@ class SparseBag(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, weight: Tensor, indices: Tensor, offsets: Tensor | None, psw: Tensor | None,
-                mode: str, padding_idx: int, include_last_offset: bool, check: bool,
+                mode: str, padding_idx: int, include_last_offset: bool,
                 fused: FusedState | None) -> Tensor:
         out, _ = _ops.embedding_bag_impl(weight, indices, offsets, psw, mode, padding_idx, include_last_offset,
-                                         check, False)
+                                         False)
         ctx.mode, ctx.padding_idx, ctx.include_last_offset, ctx.fused = mode, padding_idx, include_last_offset, fused
         ctx.psw_needs_grad = psw is not None and psw.requires_grad
         ctx.save_for_backward(weight, indices, offsets, psw)
@@ -116,25 +116,25 @@ class SparseBag(torch.autograd.Function):
             grad_psw = _ops._per_sample_weights_grad(grad_out, weight, indices, bag_of, ctx.padding_idx)
             grad_psw = grad_psw.reshape(psw.shape)
         grad_weight = sparse_or_fused_backward(grad_out, lookups, weight, ctx.fused)
-        return grad_weight, None, None, grad_psw, None, None, None, None, None
+        return grad_weight, None, None, grad_psw, None, None, None, None
 
 
 class SparseEmbedding(torch.autograd.Function):
     """embedding (unpooled) with a sparse gradient or a fused optimizer."""
 
     @staticmethod
-    def forward(ctx: Any, weight: Tensor, indices: Tensor, padding_idx: int, check: bool,
+    def forward(ctx: Any, weight: Tensor, indices: Tensor, padding_idx: int,
                 fused: FusedState | None) -> Tensor:
         ctx.padding_idx, ctx.fused = padding_idx, fused
         ctx.save_for_backward(weight, indices)
-        return _ops.embedding_impl(weight, indices, padding_idx, check)
+        return _ops.embedding_impl(weight, indices, padding_idx)
 
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         weight, indices = ctx.saved_tensors
         grad = grad_out.reshape(-1, grad_out.shape[-1]).contiguous()
         lookups = Lookups(indices.reshape(-1), None, 1, None, None, 1.0, ctx.padding_idx)
-        return sparse_or_fused_backward(grad, lookups, weight, ctx.fused), None, None, None, None
+        return sparse_or_fused_backward(grad, lookups, weight, ctx.fused), None, None, None
 
 
 class FusedOptimizerMixin:

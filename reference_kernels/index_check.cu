@@ -1,37 +1,190 @@
-// Validation pass run before the lookup kernels, so that their hot loops need
-// no bounds checks (see docs/kernels.md for how to skip it).
+// Validation pass run before the lookup kernels, so that their hot loops need no bounds
+// checks (modes and their semantics: docs/kernels.md, "Index range check").
 //
-// status[0]: smallest position p with indices[p] outside [0, num_embeddings).
-// status[1]: smallest bag b whose offsets are out of order or outside
-//            [0, num_indices] (offsets[b] > offsets[b + 1], or out of range).
-// Both start at INT64_MAX (set by the host); a value below that is an error,
-// reported by the host as a Python exception. Grid-stride over both arrays.
+// One grid-stride pass over the indices and the offsets:
+//   * index p is bad when it lies outside [0, rows) of its table (one table: num_embeddings;
+//     table-batched: table_sizes[t] of the table whose span holds p, below);
+//   * bag b's offsets are bad unless 0 <= offsets[b] <= offsets[b + 1] <= num_indices (the last
+//     entry is checked against num_indices).
+// With ``clean_indices`` set (deferred, warn, sync) the pass also writes the copy the lookup
+// reads: bad indices become 0 (row 0 of their table), offsets are clamped into [0, num_indices]
+// (table-batched: into their table's span), so no lookup kernel reads outside its table or
+// outside the indices, whatever the input (every lookup kernel pools a bag with end < start as
+// empty). CLEAN_T may be narrower than INDEX_T (int32 when every value fits): fewer bytes for
+// the lookup to read.
+//
+// Errors go to a record of the per-device ledger (``record``, 10 int64 words, all zero when
+// clean; layout in reference_kernels/index_check.py, RECORD_*): the first failing call since
+// the last reset (``token``) owns it and stores its op, its smallest bad position with that
+// index's value, table and valid rows, and its smallest bad bag; counts add up over every call.
+// Each block reduces its findings in shared memory first; one thread per block with an error
+// then takes the ledger's lock (``lock``): no atomics at all on the error-free path.
+// ``host_flag`` (pinned host memory, device-accessible through unified addressing) is set to 1
+// after an error, so the host sees it at its next call without synchronising.
+//
+// TABLE_CAP: 0 = one table; > 0 = table-batched with at most TABLE_CAP - 1 tables, whose spans
+// each block computes into shared memory; < 0 = table-batched with the spans precomputed by
+// the host (``spans_in``). Table t's span is [span[t], span[t + 1]) with span[t] the running
+// maximum of offsets[t * bags_per_table] clamped into [0, num_indices]: with valid offsets
+// exactly the table's indices, and with any offsets disjoint, ordered spans that cover what
+// the lookup reads for each table once its bag offsets are clamped into them.
 #include "common.cuh"
 
 #ifndef INDEX_T
 #define INDEX_T i64
 #endif
+#ifndef CLEAN_T
+#define CLEAN_T INDEX_T
+#endif
+#ifndef TABLE_CAP
+#define TABLE_CAP 0
+#endif
+#define CHECK_BLOCK 256
 
-__device__ __forceinline__ void record_min(i64* slot, i64 value) {
-  atomicMin(reinterpret_cast<u64*>(slot), (u64)value);
+// Record layout (int64 words), as RECORD_* in index_check.py.
+#define R_OWNER 0      // token of the call that owns the record; 0: clean
+#define R_OP 1         // op code of that call
+#define R_POS 2        // its first bad position + 1 (0: none)
+#define R_VALUE 3      // the index found there
+#define R_TABLE 4      // its table (-1: one table)
+#define R_ROWS 5       // that table's rows
+#define R_BAG 6        // its first bad bag + 1 (0: none)
+#define R_INDICES 7    // its number of indices
+#define R_COUNT 8      // bad indices, every call since the reset
+#define R_BAG_COUNT 9  // bags with bad offsets, every call since the reset
+
+__device__ __forceinline__ i64 clamp64(i64 v, i64 lo, i64 hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+// The table whose span holds position p: the last t < tables with span[t] <= p (0 if none).
+__device__ __forceinline__ i64 table_of(const i64* span, i64 tables, i64 p) {
+  i64 lo = 0, hi = tables - 1;
+  while (lo < hi) {
+    const i64 mid = (lo + hi + 1) >> 1;
+    if (span[mid] <= p) lo = mid; else hi = mid - 1;
+  }
+  return lo;
 }
 
-extern "C" __global__ void index_check(const INDEX_T* __restrict__ indices, i64 num_indices,
-                                       i64 num_embeddings,
-                                       const INDEX_T* __restrict__ offsets, i64 num_offsets,
-                                       i64* __restrict__ status) {
+#if TABLE_CAP > 0
+// span[0 .. tables] into shared memory: each thread a run of consecutive entries (clamped
+// offsets, running maximum), then a max-scan over the threads' runs.
+__device__ __forceinline__ void scan_spans(i64* span, i64* carry, const INDEX_T* __restrict__ offsets, i64 tables,
+                                           i64 bags_per_table, i64 num_indices) {
+  const i64 entries = tables + 1;
+  const i64 per = (entries + CHECK_BLOCK - 1) / CHECK_BLOCK;
+  const i64 k0 = threadIdx.x * per, k1 = min(k0 + per, entries);
+  i64 run = 0;  // clamped offsets are >= 0
+  for (i64 k = k0; k < k1; ++k) {
+    run = max(run, clamp64((i64)offsets[k * bags_per_table], 0, num_indices));
+    span[k] = run;
+  }
+  carry[threadIdx.x] = run;
+  __syncthreads();
+  for (int d = 1; d < CHECK_BLOCK; d <<= 1) {
+    const i64 other = threadIdx.x >= d ? carry[threadIdx.x - d] : 0;
+    __syncthreads();
+    carry[threadIdx.x] = max(carry[threadIdx.x], other);
+    __syncthreads();
+  }
+  const i64 before = threadIdx.x > 0 ? carry[threadIdx.x - 1] : 0;
+  for (i64 k = k0; k < k1; ++k) span[k] = max(span[k], before);
+  __syncthreads();
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(CHECK_BLOCK) index_check(
+    const INDEX_T* __restrict__ indices, i64 num_indices, i64 num_embeddings,
+    const INDEX_T* __restrict__ offsets, i64 num_offsets,
+    const i64* __restrict__ table_sizes, i64 tables, i64 bags_per_table, const i64* __restrict__ spans_in,
+    CLEAN_T* __restrict__ clean_indices, CLEAN_T* __restrict__ clean_offsets,
+    i64* lock, i64* record, int* host_flag, i64 token, i64 op) {
+  __shared__ u64 first_pos, first_bag;
+  __shared__ u64 bad_count, bag_count;
+#if TABLE_CAP > 0
+  __shared__ i64 span_shared[TABLE_CAP];
+  __shared__ i64 carry[CHECK_BLOCK];
+  scan_spans(span_shared, carry, offsets, tables, bags_per_table, num_indices);
+  const i64* span = span_shared;
+#elif TABLE_CAP < 0
+  const i64* span = spans_in;
+#endif
+  if (threadIdx.x == 0) {
+    first_pos = first_bag = ~0ull;
+    bad_count = bag_count = 0;
+  }
+  __syncthreads();
   const i64 stride = (i64)gridDim.x * blockDim.x;
   const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-  i64 bad_index = status[0];  // INT64_MAX, or a position already found
-  for (i64 p = tid; p < num_indices && p < bad_index; p += stride) {
-    const i64 v = (i64)indices[p];
-    if (v < 0 || v >= num_embeddings) bad_index = p;
-  }
-  if (bad_index < num_indices) record_min(status, bad_index);
 
+  i64 my_first = -1, my_count = 0;  // positions grow along the loop: the first one found is the smallest
+  for (i64 p = tid; p < num_indices; p += stride) {
+    const i64 v = (i64)indices[p];
+#if TABLE_CAP != 0
+    const i64 rows = table_sizes[table_of(span, tables, p)];
+#else
+    const i64 rows = num_embeddings;
+#endif
+    const bool bad = v < 0 || v >= rows;
+    if (clean_indices != 0) clean_indices[p] = (CLEAN_T)(bad ? 0 : v);
+    if (bad) {
+      if (my_count == 0) my_first = p;
+      ++my_count;
+    }
+  }
+  i64 my_first_bag = -1, my_bag_count = 0;
   for (i64 b = tid; b < num_offsets; b += stride) {
     const i64 lo = (i64)offsets[b];
     const i64 hi = b + 1 < num_offsets ? (i64)offsets[b + 1] : num_indices;
-    if (lo < 0 || lo > hi || hi > num_indices) record_min(status + 1, b);
+    if (lo < 0 || lo > hi || hi > num_indices) {
+      if (my_bag_count == 0) my_first_bag = b;
+      ++my_bag_count;
+    }
+    if (clean_offsets != 0) {
+      i64 c = clamp64(lo, 0, num_indices);
+#if TABLE_CAP != 0
+      const i64 t = b / bags_per_table;  // t == tables for the last entry
+      c = b % bags_per_table == 0 ? span[t] : clamp64(c, span[t], span[t + 1]);
+#endif
+      clean_offsets[b] = (CLEAN_T)c;
+    }
   }
+  if (my_count) {
+    atomicMin(&first_pos, (u64)my_first);
+    atomicAdd(&bad_count, (u64)my_count);
+  }
+  if (my_bag_count) {
+    atomicMin(&first_bag, (u64)my_first_bag);
+    atomicAdd(&bag_count, (u64)my_bag_count);
+  }
+  __syncthreads();
+  if (threadIdx.x != 0 || (bad_count == 0 && bag_count == 0)) return;
+
+  while (atomicCAS(reinterpret_cast<u64*>(lock), 0ull, 1ull) != 0ull) {
+  }
+  __threadfence();
+  volatile i64* r = record;
+  if (r[R_OWNER] == 0 || r[R_OWNER] == token) {
+    r[R_OWNER] = token;
+    r[R_OP] = op;
+    r[R_INDICES] = num_indices;
+    const i64 p = (i64)first_pos;
+    if (bad_count && (r[R_POS] == 0 || p + 1 < r[R_POS])) {
+#if TABLE_CAP != 0
+      const i64 t = table_of(span, tables, p);
+      r[R_TABLE] = t;
+      r[R_ROWS] = table_sizes[t];
+#else
+      r[R_TABLE] = -1;
+      r[R_ROWS] = num_embeddings;
+#endif
+      r[R_VALUE] = (i64)indices[p];
+      r[R_POS] = p + 1;
+    }
+    if (bag_count && (r[R_BAG] == 0 || (i64)first_bag + 1 < r[R_BAG])) r[R_BAG] = (i64)first_bag + 1;
+  }
+  r[R_COUNT] = r[R_COUNT] + (i64)bad_count;
+  r[R_BAG_COUNT] = r[R_BAG_COUNT] + (i64)bag_count;
+  __threadfence();
+  atomicExch(reinterpret_cast<u64*>(lock), 0ull);
+  if (host_flag != 0) *(volatile int*)host_flag = 1;
 }

@@ -17,10 +17,11 @@ from .optim import OptimizerSpec, check_spec
 
 class EmbeddingBag(FusedOptimizerMixin, torch.nn.EmbeddingBag):
     """Drop-in for ``torch.nn.EmbeddingBag`` (``from_pretrained`` included) backed by the
-    reference kernels. ``check_indices`` (default: on unless REFERENCE_KERNELS_SKIP_INDEX_CHECK=1)
-    runs the separate index-range pass before each lookup."""
+    reference kernels. ``check_indices``: the index check's mode for each forward, as the
+    functions' argument ("deferred", "warn", "sync", "ignore", True, False; None: from the
+    environment, else "deferred"; docs/kernels.md)."""
 
-    check_indices: bool | None = None
+    check_indices: bool | str | None = None
 
     def __init__(self, *args: Any, optimizer: OptimizerSpec | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -36,9 +37,10 @@ class EmbeddingBag(FusedOptimizerMixin, torch.nn.EmbeddingBag):
 
 
 class Embedding(FusedOptimizerMixin, torch.nn.Embedding):
-    """Drop-in for ``torch.nn.Embedding`` backed by the reference gather kernel."""
+    """Drop-in for ``torch.nn.Embedding`` backed by the reference gather kernel
+    (``check_indices`` as ``EmbeddingBag``'s)."""
 
-    check_indices: bool | None = None
+    check_indices: bool | str | None = None
 
     def __init__(self, *args: Any, optimizer: OptimizerSpec | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -15,31 +15,31 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from . import EmbeddingIndexError, _launch, _ops, _sparse
-from ._api import MODES, default_check_indices
+from . import _api, _launch, _ops, _sparse
+from ._api import MODES
+from .index_check import resolve_mode
 from .optim import OptimizerSpec, check_spec
 
 
-def check_tables(indices: Tensor, offsets: Tensor, table_sizes: Tensor, bags_per_table: int) -> None:
-    """Offsets (kernel pass) and per-table index ranges (one vectorised pass, one sync)."""
-    _launch.index_check(indices, int(table_sizes.max()), offsets)
-    ends = offsets[bags_per_table::bags_per_table].to(torch.int64).contiguous()  # end of each table's indices
-    pos = torch.arange(indices.numel(), device=indices.device)
-    table = torch.searchsorted(ends, pos, right=True).clamp(max=table_sizes.numel() - 1)
-    bad = (indices < 0) | (indices >= table_sizes[table])
-    if bool(bad.any()):
-        p = int(bad.nonzero()[0, 0])
-        raise EmbeddingIndexError(f"index {int(indices[p])} at position {p} is out of range for table "
-                                  f"{int(table[p])} of {int(table_sizes[table[p]])} rows")
+def check_tables(indices: Tensor, offsets: Tensor, table_sizes: Tensor, max_rows: int,
+                 mode: str) -> tuple[Tensor, Tensor]:
+    """The indices and offsets the lookup reads under check mode ``mode``: one pass checks each
+    index against its own table's rows (``table_sizes``) and the offsets (index_check.cu)."""
+    bags_per_table = (offsets.numel() - 1) // table_sizes.numel()
+    if bags_per_table == 0:  # no bags: no index is looked up, each is only kept inside the weight
+        clean, clean_offsets = _ops.checked(indices, offsets, max_rows, mode, "TableBatchedEmbeddingBag")
+    else:
+        clean, clean_offsets = _ops.checked(indices, offsets, max_rows, mode, "TableBatchedEmbeddingBag",
+                                            table_sizes=table_sizes, bags_per_table=bags_per_table)
+    assert clean_offsets is not None
+    return clean, clean_offsets
 
 
 @torch.library.custom_op("reference_kernels::tbe_forward", mutates_args=(), device_types="cuda")
 def tbe_forward_op(weight: Tensor, table_rows: Tensor, table_sizes: Tensor, indices: Tensor, offsets: Tensor,
-                   per_sample_weights: Optional[Tensor], mode: str, check_indices: bool) -> Tensor:
+                   per_sample_weights: Optional[Tensor], mode: str) -> Tensor:
     tables = table_rows.numel()
     bags_per_table = (offsets.numel() - 1) // tables
-    if check_indices:
-        check_tables(indices, offsets, table_sizes, bags_per_table)
     out, _ = _launch.bag_forward(weight, indices, offsets, num_bags=tables * bags_per_table,
                                  per_sample_weights=per_sample_weights, mode=mode, padding_idx=-1, need_argmax=False,
                                  table_rows=table_rows)
@@ -48,13 +48,13 @@ def tbe_forward_op(weight: Tensor, table_rows: Tensor, table_sizes: Tensor, indi
 
 @tbe_forward_op.register_fake
 def _(weight: Tensor, table_rows: Tensor, table_sizes: Tensor, indices: Tensor, offsets: Tensor,
-      per_sample_weights: Optional[Tensor], mode: str, check_indices: bool) -> Tensor:
+      per_sample_weights: Optional[Tensor], mode: str) -> Tensor:
     tables = table_rows.shape[0]
     return weight.new_empty(((offsets.shape[0] - 1) // tables, tables * weight.shape[1]))
 
 
 def _setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-    weight, table_rows, _, indices, offsets, psw, mode, _ = inputs
+    weight, table_rows, _, indices, offsets, psw, mode = inputs
     ctx.mode, ctx.num_weights = mode, weight.shape[0]
     ctx.save_for_backward(table_rows, indices, offsets, psw)
 
@@ -83,7 +83,7 @@ def _backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], ...]:
     dim = grad_out.shape[1] // table_rows.numel()
     grad_weight = _ops.embedding_bag_backward_op(grad_out.contiguous().view(-1, dim), lk.rows, lk.bag_of, 0,
                                                  ctx.num_weights, psw, lk.bag_scale, -1)
-    return grad_weight, None, None, None, None, None, None, None
+    return grad_weight, None, None, None, None, None, None
 
 
 class SparseTBE(torch.autograd.Function):
@@ -91,11 +91,11 @@ class SparseTBE(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, weight: Tensor, table_rows: Tensor, table_sizes: Tensor, indices: Tensor,
-                offsets: Tensor, psw: Optional[Tensor], mode: str, check: bool,
+                offsets: Tensor, psw: Optional[Tensor], mode: str,
                 fused: Optional[_sparse.FusedState]) -> Tensor:
         ctx.mode, ctx.fused = mode, fused
         ctx.save_for_backward(weight, table_rows, indices, offsets, psw)
-        out: Tensor = tbe_forward_op(weight, table_rows, table_sizes, indices, offsets, psw, mode, check)
+        out: Tensor = tbe_forward_op(weight, table_rows, table_sizes, indices, offsets, psw, mode)
         return out
 
     @staticmethod
@@ -104,7 +104,7 @@ class SparseTBE(torch.autograd.Function):
         lk = tbe_lookups(table_rows, indices, offsets, ctx.mode, psw)
         grad = grad_out.contiguous().view(-1, weight.shape[1])
         return (_sparse.sparse_or_fused_backward(grad, lk, weight, ctx.fused),
-                None, None, None, None, None, None, None, None)
+                None, None, None, None, None, None, None)
 
 
 tbe_forward_op.register_autograd(_backward, setup_context=_setup)
@@ -127,10 +127,14 @@ class TableBatchedEmbeddingBag(_sparse.FusedOptimizerMixin, torch.nn.Module):
             raise ValueError("table-batched max mode has no backward: no sparse gradient or fused optimizer")
         self.sparse = sparse
         self.optimizer = None if optimizer is None else check_spec(optimizer)
+        if any(rows < 1 for rows in num_embeddings):
+            raise ValueError(f"every table needs at least one row, got num_embeddings={list(num_embeddings)}")
         sizes = torch.tensor(list(num_embeddings), dtype=torch.int64, device=device)
         self.mode = mode
-        self.check_indices: Optional[bool] = None
-        self.weight = torch.nn.Parameter(torch.empty(int(sizes.sum()), embedding_dim, dtype=dtype, device=device))
+        self.max_rows = max(num_embeddings, default=0)  # the checked copy's dtype, without reading sizes
+        # the index check's mode, as the functions' check_indices (None: from the environment)
+        self.check_indices: bool | str | None = None
+        self.weight = torch.nn.Parameter(torch.empty(sum(num_embeddings), embedding_dim, dtype=dtype, device=device))
         torch.nn.init.normal_(self.weight)
         self.register_buffer("table_rows", torch.cumsum(sizes, 0) - sizes, persistent=False)
         self.register_buffer("table_sizes", sizes, persistent=False)
@@ -150,14 +154,16 @@ class TableBatchedEmbeddingBag(_sparse.FusedOptimizerMixin, torch.nn.Module):
             raise NotImplementedError("per_sample_weights is only supported for mode='sum'")
         if offsets.dtype != indices.dtype:
             indices, offsets = indices.to(torch.int64), offsets.to(torch.int64)
-        check = default_check_indices() if self.check_indices is None else self.check_indices
+        check = resolve_mode(self.check_indices)
+        _api.surface_errors(self.weight)
+        indices, offsets = check_tables(indices.contiguous(), offsets.contiguous(), self.table_sizes, self.max_rows,
+                                        check)
         psw = None if per_sample_weights is None else per_sample_weights.contiguous()
         fused = self.fused_state(self.weight)
         if (self.sparse or fused is not None) and torch.is_grad_enabled() and self.weight.requires_grad:
             pooled: Tensor = SparseTBE.apply(  # type: ignore[no-untyped-call]
-                self.weight, self.table_rows, self.table_sizes, indices.contiguous(), offsets.contiguous(), psw,
-                self.mode, check, fused)
+                self.weight, self.table_rows, self.table_sizes, indices, offsets, psw, self.mode, fused)
             return pooled
-        out: Tensor = tbe_forward_op(self.weight, self.table_rows, self.table_sizes, indices.contiguous(),
-                                     offsets.contiguous(), psw, self.mode, check)
+        out: Tensor = tbe_forward_op(self.weight, self.table_rows, self.table_sizes, indices, offsets, psw,
+                                     self.mode)
         return out

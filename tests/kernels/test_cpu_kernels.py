@@ -57,7 +57,8 @@ NVCC_VARIANTS: dict[str, list[str]] = {
                                   "-DBACKWARD_PASS=2 -DFUSED_OPT=1 -DOPTIMIZER=1 -DWEIGHT_DTYPE=1 -DVEC=8 "
                                   "-DROW_LANES=8 -DSTOCHASTIC=1"],
     "embedding_gather.cu": ["", "-DCHUNK_BYTES=2 -DROW_LANES=4 -DINDEX_T=int"],
-    "index_check.cu": ["", "-DINDEX_T=int"],
+    "index_check.cu": ["", "-DINDEX_T=int", "-DCLEAN_T=int", "-DINDEX_T=int -DCLEAN_T=int -DTABLE_CAP=64",
+                       "-DCLEAN_T=int -DTABLE_CAP=4096", "-DTABLE_CAP=-1"],
     "sparse_update.cu": ["", "-DOPTIMIZER=1 -DROW_T=int -DITERS=2", "-DOPTIMIZER=2 -DWEIGHT_DTYPE=1 -DSTOCHASTIC=1",
                          "-DOPTIMIZER=1 -DWEIGHT_DTYPE=2 -DSTOCHASTIC=1 -DVEC=2 -DITERS=3"],
 }
@@ -453,16 +454,6 @@ def test_general_kernel_grid_is_one_wave_of_resident_blocks_when_striding() -> N
     assert one_per_bag.grid(132, 2) == 100 * teams * 32 // BLOCK  # type: ignore[attr-defined]
 
 
-def test_skip_index_check_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("torch")
-    from reference_kernels._api import default_check_indices
-
-    monkeypatch.delenv("REFERENCE_KERNELS_SKIP_INDEX_CHECK", raising=False)
-    assert default_check_indices()
-    monkeypatch.setenv("REFERENCE_KERNELS_SKIP_INDEX_CHECK", "1")
-    assert not default_check_indices()
-
-
 def _bad_calls():  # type: ignore[no-untyped-def]
     import torch
 
@@ -525,10 +516,17 @@ def test_custom_ops_are_registered_with_fake_kernels() -> None:
         weight = torch.empty(100, 16)
         idx = torch.zeros(7, dtype=torch.int64)
         off = torch.tensor([0, 3, 5, 7])
-        out, argmax = torch.ops.reference_kernels.embedding_bag(weight, idx, off, None, "max", -1, True, False, True)
+        out, argmax = torch.ops.reference_kernels.embedding_bag(weight, idx, off, None, "max", -1, True, True)
         assert out.shape == (3, 16) and argmax.shape == (3, 16) and argmax.dtype == torch.int64
-        emb = torch.ops.reference_kernels.embedding(weight, idx.view(7, 1), -1, False)
+        emb = torch.ops.reference_kernels.embedding(weight, idx.view(7, 1), -1)
         assert emb.shape == (7, 1, 16)
+        # the check's copies: int32 where positions and rows fit, else the input's dtype
+        clean, clean_off = torch.ops.reference_kernels.index_check(idx, off, None, 100, 1, "deferred",
+                                                                   "embedding_bag")
+        assert clean.shape == (7,) and clean_off.shape == (4,) and clean.dtype == clean_off.dtype == torch.int32
+        clean, clean_off = torch.ops.reference_kernels.index_check(idx.view(7, 1), None, None, 2**31 + 1, 1,
+                                                                   "warn", "embedding")
+        assert clean.shape == (7, 1) and clean_off.shape == (0,) and clean.dtype == torch.int64
 
 
 def test_bulk_gather_applies_on_hopper_to_aligned_rows_of_128_bytes_to_4_kb() -> None:
