@@ -31,8 +31,11 @@ the copy's own percentage of the ceiling at that size, launch floor included, is
 the most any kernel moving those bytes could show (the summary's ``targets``
 splits the missed cases by it). Speedup is torch's
 median over ours, measured side by side on the same inputs. ``ours`` skips the
-index check (inputs are generated in range); ``ours+check`` includes the
-separate validation pass and its host synchronisation.
+index check (inputs are generated in range); ``ours+check`` includes the default
+check (``check_indices="deferred"``: one pass that validates the indices and writes the copy the
+lookup reads, no host synchronisation; docs/kernels.md). Host time per call is measured for
+ours without the check (``ours_host_us``), with the default check (``ours_check_host_us``),
+torch and FBGEMM.
 
 FBGEMM (``benchmarks/fbgemm_peer.py``): where its table-batched forward op is available (the
 ``fbgemm_gpu`` package, or its library's directory: ``--fbgemm DIR`` or $FBGEMM_FORWARD_DIR),
@@ -67,7 +70,7 @@ from reference_kernels.tbe import TableBatchedEmbeddingBag
 from reference_kernels.tuning import overrides_from_spec, tuned
 
 DEV = "cuda"
-CHECK = True  # the index check that ``ours+check`` times
+CHECK = "deferred"  # the index check that ``ours+check`` times: the default, no host synchronisation
 FLUSH_BYTES = 512 << 20
 SLEEP_CYCLES = 500_000  # ~0.25 ms at 1.98 GHz: the host's least head start before each timed call
 SLEEP_CLOCK_HZ = 1.98e9  # H200 boost clock: converts host seconds into sleep cycles
@@ -98,6 +101,7 @@ class Result:
     speedup: float = 0.0
     row_bytes: int = 0
     ours_host_us: float | None = None
+    ours_check_host_us: float | None = None  # host time of the default call (deferred index check)
     torch_host_us: float | None = None
     reuse: float = 1.0  # logical / compulsory bytes: how often, on average, a touched row is read
     logical_pct_copy: float = 0.0
@@ -343,6 +347,7 @@ class Suite:
             theirs = self.timer.median_us(lambda: F.embedding_bag(idx, weight, offsets, **args))
             checked = self.timer.median_us(lambda: rk.embedding_bag(idx, weight, offsets, check_indices=CHECK, **args))
             ours_host = host_us(lambda: rk.embedding_bag(idx, weight, offsets, check_indices=False, **args))
+            checked_host = host_us(lambda: rk.embedding_bag(idx, weight, offsets, check_indices=CHECK, **args))
             torch_host = host_us(lambda: F.embedding_bag(idx, weight, offsets, **args))
             csr = offsets if offsets is not None else fbgemm_peer.fixed_offsets(idx.shape[0], idx.shape[1], DEV)
             peer = self.fbgemm_call(weight, [0], idx, csr, mode, w,
@@ -352,7 +357,8 @@ class Suite:
         comp, logical = bag_bytes(weight, idx, offsets, psw, out_elems)
         self.add(Result(name, group, str(weight.dtype).replace("torch.", ""), mode, psw, ours, theirs, checked,
                         comp, logical, row_bytes=weight.shape[1] * weight.element_size(),
-                        ours_host_us=ours_host, torch_host_us=torch_host, fbgemm_us=peer_us,
+                        ours_host_us=ours_host, ours_check_host_us=checked_host, torch_host_us=torch_host,
+                        fbgemm_us=peer_us,
                         fbgemm_host_us=peer_host))
 
     def variants(self) -> list[tuple[torch.dtype, str, bool]]:
@@ -479,7 +485,7 @@ class Suite:
             with torch.no_grad():
                 ours = self.timer.median_us(lambda: rk.embedding(idx, weight, check_indices=False))
                 theirs = self.timer.median_us(lambda: F.embedding(idx, weight))
-                checked = self.timer.median_us(lambda: rk.embedding(idx, weight, check_indices=True))
+                checked = self.timer.median_us(lambda: rk.embedding(idx, weight, check_indices=CHECK))
             row = 128 * weight.element_size()
             unique = int(torch.unique(idx).numel())
             extra = idx.numel() * (8 + row)
@@ -650,6 +656,7 @@ def summary(results: list[Result], copy_gbps: float) -> dict[str, object]:
         "geomean_speedup_by_group": {g: geomean(v) for g, v in by_group.items()},
         "slower_than_torch": [r.case for r in results if r.speedup < 1.0],
         **peer_summary(results),
+        **host_summary(results),
         "uniform_pct_copy_256B_plus": [round(r.pct_copy, 1) for r in uniform
                                        if r.row_bytes >= 256 and r.mode != "gather"],
         "uniform_pct_copy_64_128B": [round(r.pct_copy, 1) for r in uniform if 64 <= r.row_bytes <= 128],
@@ -671,6 +678,22 @@ def peer_summary(results: list[Result]) -> dict[str, object]:
     return {"vs_fbgemm": {"cases": len(paired), "geomean": geomean([r.vs_fbgemm or 0.0 for r in paired]),
                           "worst": worst.vs_fbgemm, "worst_case": worst.case,
                           "slower_than_fbgemm": [r.case for r in paired if (r.vs_fbgemm or 0.0) < 1.0]}}
+
+
+def host_summary(results: list[Result]) -> dict[str, object]:
+    """Host time per eager call against torch's (the single-call cases that measure it): the
+    median and worst ratio, without and with the default index check."""
+    timed = [r for r in results if r.ours_host_us and r.torch_host_us]
+    if not timed:
+        return {"host_vs_torch": None}
+    plain = sorted((r.ours_host_us or 0.0) / (r.torch_host_us or 1.0) for r in timed)
+    checked = sorted((r.ours_check_host_us or 0.0) / (r.torch_host_us or 1.0) for r in timed if r.ours_check_host_us)
+    return {"host_vs_torch": {
+        "cases": len(timed), "median_ours_us": statistics.median(r.ours_host_us or 0.0 for r in timed),
+        "median_torch_us": statistics.median(r.torch_host_us or 0.0 for r in timed),
+        "ratio_median": statistics.median(plain), "ratio_worst": plain[-1],
+        "with_check_ratio_median": statistics.median(checked) if checked else None,
+        "with_check_ratio_worst": checked[-1] if checked else None}}
 
 
 REREAD = 1.10  # reuse (logical / compulsory bytes) from which a case's DRAM traffic exceeds its compulsory bytes
