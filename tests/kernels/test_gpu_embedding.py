@@ -873,10 +873,11 @@ def test_table_over_2_pow_31_elements(gen: torch.Generator) -> None:
 
 
 def test_compile_and_load_under_one_second(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from reference_kernels import _launch, _nvrtc
+    from reference_kernels import _launch, _nvrtc, index_check
 
     monkeypatch.setenv("REFERENCE_KERNELS_CACHE", str(tmp_path))
     monkeypatch.setattr(_nvrtc, "_FUNCTIONS", {})
+    monkeypatch.setattr(index_check, "_FUNCTIONS", {})  # the check's own memo of its compiled variants
     monkeypatch.setattr(_nvrtc, "_MODULES", {})
     _launch.clear_plans()
     weight = torch.randn(100, 128, device="cuda")
