@@ -160,6 +160,20 @@ def _backward_bag(ctx: Any, grad_out: Tensor, _grad_argmax: Tensor) -> tuple[Opt
 embedding_bag_op.register_autograd(_backward_bag, setup_context=_setup_bag)
 
 
+class EmbeddingBagFunction(torch.autograd.Function):
+    """Eager autograd of ``embedding_bag``: the registered op's own ``_setup_bag`` and
+    ``_backward_bag`` around ``embedding_bag_impl``, without the custom op's Python dispatch
+    (``_api._entry`` picks it outside torch.compile, which traces the op)."""
+
+    @staticmethod
+    def forward(ctx: Any, *inputs: Any) -> tuple[Tensor, Tensor]:
+        output = embedding_bag_impl(*inputs)
+        _setup_bag(ctx, inputs, output)
+        return output
+
+    backward = staticmethod(_backward_bag)
+
+
 def embedding_impl(weight: Tensor, indices: Tensor, padding_idx: int, check_indices: bool) -> Tensor:
     """Unpooled lookup; padding_idx only zeroes that row's gradient, as in torch."""
     flat = indices.reshape(-1)
@@ -192,3 +206,16 @@ def _backward_embedding(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], N
 
 
 embedding_op.register_autograd(_backward_embedding, setup_context=_setup_embedding)
+
+
+class EmbeddingFunction(torch.autograd.Function):
+    """Eager autograd of ``embedding``: ``_setup_embedding`` and ``_backward_embedding`` around
+    ``embedding_impl`` (as ``EmbeddingBagFunction``)."""
+
+    @staticmethod
+    def forward(ctx: Any, *inputs: Any) -> Tensor:
+        output = embedding_impl(*inputs)
+        _setup_embedding(ctx, inputs, output)
+        return output
+
+    backward = staticmethod(_backward_embedding)
