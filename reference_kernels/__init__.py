@@ -12,6 +12,7 @@ first use. Public API (see docs/kernels.md):
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,17 +38,24 @@ class EmbeddingIndexError(IndexError):
 def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None, *args: Any, **kwargs: Any) -> Tensor:
     """Pooled lookup; arguments and result of ``torch.nn.functional.embedding_bag``, plus
     keyword ``check_indices`` (bool; default from REFERENCE_KERNELS_SKIP_INDEX_CHECK)."""
-    from . import _api
-
-    return _api.embedding_bag(input, weight, offsets, *args, **kwargs)
+    pooled: Tensor = _implementation().embedding_bag(input, weight, offsets, *args, **kwargs)
+    return pooled
 
 
 def embedding(input: Tensor, weight: Tensor, *args: Any, **kwargs: Any) -> Tensor:
     """Unpooled lookup; arguments and result of ``torch.nn.functional.embedding``, plus
     keyword ``check_indices``."""
+    rows: Tensor = _implementation().embedding(input, weight, *args, **kwargs)
+    return rows
+
+
+@functools.cache
+def _implementation() -> Any:
+    """The implementation module, imported on first use (an import statement per call costs
+    about a microsecond of host time)."""
     from . import _api
 
-    return _api.embedding(input, weight, *args, **kwargs)
+    return _api
 
 
 def __getattr__(name: str) -> Any:

@@ -37,7 +37,7 @@ def _entry(op: Any, function: Any, impl: Any, weight: Tensor, psw: Tensor | None
     if torch.compiler.is_compiling():
         return op
     if torch.is_grad_enabled() and (weight.requires_grad or (psw is not None and psw.requires_grad)):
-        return function.apply
+        return function.run
     return impl
 
 

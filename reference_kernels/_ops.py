@@ -163,15 +163,31 @@ embedding_bag_op.register_autograd(_backward_bag, setup_context=_setup_bag)
 class EmbeddingBagFunction(torch.autograd.Function):
     """Eager autograd of ``embedding_bag``: the registered op's own ``_setup_bag`` and
     ``_backward_bag`` around ``embedding_bag_impl``, without the custom op's Python dispatch
-    (``_api._entry`` picks it outside torch.compile, which traces the op)."""
+    (``_api._entry`` picks it outside torch.compile, which traces the op). ``apply(weight,
+    per_sample_weights, rest)``: only the two tensors that may need a gradient are inputs of
+    the node, the op's other arguments travel in ``rest`` (each input of apply costs host time)."""
 
     @staticmethod
-    def forward(ctx: Any, *inputs: Any) -> tuple[Tensor, Tensor]:
+    def forward(ctx: Any, weight: Tensor, per_sample_weights: Optional[Tensor],
+                rest: tuple[Any, ...]) -> tuple[Tensor, Tensor]:
+        indices, offsets, *options = rest
+        inputs = (weight, indices, offsets, per_sample_weights, *options)
         output = embedding_bag_impl(*inputs)
         _setup_bag(ctx, inputs, output)
         return output
 
-    backward = staticmethod(_backward_bag)
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor, grad_argmax: Tensor) -> tuple[Optional[Tensor], ...]:
+        grads = _backward_bag(ctx, grad_out, grad_argmax)
+        return grads[0], grads[3], None
+
+    @staticmethod
+    def run(weight: Tensor, indices: Tensor, offsets: Optional[Tensor], per_sample_weights: Optional[Tensor],
+            *options: Any) -> tuple[Tensor, Tensor]:
+        """``apply`` with the op's arguments, in the op's order."""
+        output: tuple[Tensor, Tensor] = EmbeddingBagFunction.apply(  # type: ignore[no-untyped-call]
+            weight, per_sample_weights, (indices, offsets, *options))
+        return output
 
 
 def embedding_impl(weight: Tensor, indices: Tensor, padding_idx: int, check_indices: bool) -> Tensor:
@@ -219,3 +235,9 @@ class EmbeddingFunction(torch.autograd.Function):
         return output
 
     backward = staticmethod(_backward_embedding)
+
+    @staticmethod
+    def run(*inputs: Any) -> Tensor:
+        """``apply`` with the op's arguments."""
+        output: Tensor = EmbeddingFunction.apply(*inputs)  # type: ignore[no-untyped-call]
+        return output
