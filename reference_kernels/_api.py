@@ -36,14 +36,12 @@ def _entry(op: Any, function: Any, impl: Any, weight: Tensor, psw: Tensor | None
     op's Python dispatch: about 150 µs less host time per call); otherwise ``impl`` itself."""
     if torch.compiler.is_compiling():
         return op
-    if torch.is_grad_enabled() and (weight.requires_grad or (psw is not None and psw.requires_grad)):
-        return function.run
-    return impl
+    return function.run if _needs_grad(weight, psw) else impl
 
 
-def _needs_grad(*tensors: Tensor | None) -> bool:
-    """A backward may run: sparse gradients and fused optimizers take their own autograd path."""
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+def _needs_grad(weight: Tensor, psw: Tensor | None = None) -> bool:
+    """A backward may run (sparse gradients and fused optimizers take their own autograd path)."""
+    return torch.is_grad_enabled() and (weight.requires_grad or (psw is not None and psw.requires_grad))
 
 
 def _on_one_cuda_device(weight: Tensor, *others: Tensor | None) -> bool:

@@ -318,9 +318,3 @@ def launch_packed(fn: Any, grid: int, block: int, stream: int, signature: Params
     if err:
         raise LaunchError(f"cuLaunchKernel failed: {getattr(err, 'name', err)} ({int(err)}), grid {grid}, "
                           f"block {block}, parameters {signature.kinds!r}")
-
-
-def launch(fn: Any, grid: int, block: int, stream: int, args: Sequence[tuple[Any, str]]) -> None:
-    """Launch a 1-D grid of the CUfunction ``fn`` on a raw stream handle; ``args`` are
-    (value, kind) pairs (``launch_packed`` with the signature made from the kinds)."""
-    launch_packed(fn, grid, block, stream, params("".join(kind for _, kind in args)), [value for value, _ in args])

@@ -117,7 +117,7 @@ def test_launch_passes_the_packed_buffer_and_names_a_failure(monkeypatch: pytest
     assert len(calls) == 2
     result[0] = driver.CUresult.CUDA_ERROR_INVALID_VALUE
     with pytest.raises(_nvrtc.LaunchError, match=r"CUDA_ERROR_INVALID_VALUE \(1\).*'Pqif'"):
-        _nvrtc.launch(driver.CUfunction(1), 1, 32, 0, [(1, PTR), (2, I64), (3, I32), (0.5, F32)])
+        _nvrtc.launch_packed(driver.CUfunction(1), 1, 32, 0, signature, (1, 2, 3, 0.5))
 
 
 # --- which entry runs a call ------------------------------------------------------------------
