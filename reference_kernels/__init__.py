@@ -12,7 +12,6 @@ first use. Public API (see docs/kernels.md):
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,13 +48,17 @@ def embedding(input: Tensor, weight: Tensor, *args: Any, **kwargs: Any) -> Tenso
     return rows
 
 
-@functools.cache
+_IMPLEMENTATION: list[Any] = []  # the _api module once imported (not functools.cache: dynamo warns on it)
+
+
 def _implementation() -> Any:
     """The implementation module, imported on first use (an import statement per call costs
     about a microsecond of host time)."""
-    from . import _api
+    if not _IMPLEMENTATION:
+        from . import _api
 
-    return _api
+        _IMPLEMENTATION.append(_api)
+    return _IMPLEMENTATION[0]
 
 
 def __getattr__(name: str) -> Any:

@@ -144,6 +144,25 @@ def test_eager_calls_take_the_autograd_function_only_when_a_gradient_may_flow() 
                        weight) == _ops.EmbeddingFunction.run
 
 
+def test_dynamo_traces_the_registered_op_not_the_eager_function(monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end on the CPU: torch.compile sees the op (the graph is recorded, never run)."""
+    import reference_kernels as rk
+
+    monkeypatch.setattr(_api, "_require_cuda", lambda fn, **tensors: None)
+    graphs: list[Any] = []
+
+    def record(graph: Any, example_inputs: Any) -> Any:
+        graphs.append(graph)
+        return lambda *args: (torch.zeros(3, 4),)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda w, i: rk.embedding_bag(i, w, mode="sum", check_indices=False),
+                             backend=record, fullgraph=True)
+    compiled(torch.randn(10, 4, requires_grad=True), torch.randint(0, 10, (3, 2)))
+    assert "torch.ops.reference_kernels.embedding_bag.default" in graphs[0].code
+    assert "EmbeddingBagFunction" not in graphs[0].code
+
+
 def test_the_custom_ops_keep_their_autograd_registration() -> None:
     """torch.compile's path: the ops (with fake implementations, tested elsewhere) still carry
     the autograd formula that the eager Functions reuse."""
