@@ -11,6 +11,7 @@ in Python). The figures are a lower bound of the GPU machine's (no CUDA caching 
 driver work, a faster host), comparable between two versions of the package run here.
 
     PYTHONPATH=$PWD python3 -m tests.kernels.host_overhead [--calls 2000] [--profile]
+    PYTHONPATH=$PWD python3 -m tests.kernels.host_overhead --gpu   # on a GPU: ours and torch's
 
 The case is the issue's: a 1M x 128 float32 table, 2048 CSR bags of 20, sum, no index check;
 without and with a weight that requires a gradient (forward only, no backward).
@@ -161,11 +162,49 @@ def measure(calls: int, profile: bool = False) -> dict[str, float]:
     return results
 
 
+def measure_on_gpu(calls: int) -> dict[str, float]:
+    """The same call on a GPU, ours and torch's: host µs per call while the GPU is held busy
+    (a sleep kernel enqueued first, longer than the calls take), so that calls only enqueue."""
+    import torch
+    import torch.nn.functional as F
+
+    import reference_kernels as rk
+
+    weight = torch.randn(1_000_000, 128, device="cuda")
+    indices = torch.randint(0, 1_000_000, (2048 * 20,), device="cuda")
+    offsets = torch.arange(0, 2048 * 20, 20, device="cuda")
+    results = {}
+    for grad in (False, True):
+        w = weight.detach().clone().requires_grad_(grad)
+        cases = {"ours": lambda w=w: rk.embedding_bag(indices, w, offsets, mode="sum", check_indices=False),
+                 "torch": lambda w=w: F.embedding_bag(indices, w, offsets, mode="sum")}
+        for name, call in cases.items():
+            for _ in range(50):
+                call()
+            times = []
+            for _ in range(5):
+                torch.cuda.synchronize()
+                torch.cuda._sleep(calls * 400_000)  # ~200 µs per call at 2 GHz: longer than the host needs
+                start = time.perf_counter()
+                for _ in range(calls):
+                    call()
+                times.append((time.perf_counter() - start) / calls * 1e6)
+            torch.cuda.synchronize()
+            results[f"{name} grad={grad}"] = statistics.median(times)
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--calls", type=int, default=None, help="calls per repeat (default 2000; 400 on a GPU, "
+                        "as the benchmark's --host: more could fill the launch queue)")
     parser.add_argument("--profile", action="store_true", help="also print cProfile's top functions")
+    parser.add_argument("--gpu", action="store_true", help="on a GPU instead: ours and torch's, nothing replaced")
     args = parser.parse_args()
+    if args.gpu:
+        for case, us in measure_on_gpu(args.calls or 400).items():
+            print(f"host per call on the GPU machine, {case}: {us:6.1f} us")
+        return 0
     if STUB_ENV not in os.environ:  # run again with the stub driver, where one can be built
         with tempfile.TemporaryDirectory() as tmp:
             stub = stub_libcuda(Path(tmp))
@@ -176,7 +215,7 @@ def main() -> int:
                                   env=env, check=False).returncode
     stubbed = os.environ[STUB_ENV] == "1"
     print(f"driver: {'stub libcuda (cuda-bindings runs)' if stubbed else 'launch mocked in Python (no cc)'}")
-    for case, us in measure(args.calls, args.profile).items():
+    for case, us in measure(args.calls or 2000, args.profile).items():
         print(f"host per call, ours, CPU lower bound, {case}: {us:6.1f} us")
     return 0
 
