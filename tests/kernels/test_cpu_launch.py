@@ -97,6 +97,28 @@ def test_gather_parameter_kinds_match_the_kernel_signatures(entry: str) -> None:
     assert _launch.GATHER_KINDS[entry] == _kernel_kinds("embedding_gather.cu", entry)
 
 
+def test_every_forward_and_gather_launch_packs_its_values() -> None:
+    """Over a spread of the golden table's call shapes (meta tensors, described device), each
+    launch's values pack into its entry's signature: as many values as parameters, each of
+    its kind (a pointer, an integer in range, a float)."""
+    from tests.kernels import golden_picks
+
+    packed: dict[str, int] = {}
+
+    def pack_only(index: Any, fn: tuple[str, str, str], grid: int, block: int, signature: Any,
+                  values: Any) -> None:
+        assert len(values) == len(signature.kinds), (fn[1], values)
+        signature.pack(values)
+        packed[fn[1]] = packed.get(fn[1], 0) + 1
+
+    combos = list(golden_picks.combinations())[::97]
+    with golden_picks.recording():  # restores every launch hook when it ends
+        _launch._launch_packed = pack_only  # type: ignore[assignment]
+        for combo in combos:
+            golden_picks.picks_of(combo)
+    assert set(packed) == set(_launch.FORWARD_KINDS) | set(_launch.GATHER_KINDS), packed
+
+
 def test_launch_passes_the_packed_buffer_and_names_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
     driver = pytest.importorskip("cuda.bindings.driver")
     calls: list[tuple[Any, ...]] = []
