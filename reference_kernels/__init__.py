@@ -57,17 +57,28 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None, 
     """Pooled lookup; arguments and result of ``torch.nn.functional.embedding_bag``, plus
     keyword ``check_indices``: one of INDEX_CHECK_MODES, True ("sync"), False ("ignore") or None
     (REFERENCE_KERNELS_INDEX_CHECK, else "deferred")."""
-    from . import _api
-
-    return _api.embedding_bag(input, weight, offsets, *args, **kwargs)
+    pooled: Tensor = _implementation().embedding_bag(input, weight, offsets, *args, **kwargs)
+    return pooled
 
 
 def embedding(input: Tensor, weight: Tensor, *args: Any, **kwargs: Any) -> Tensor:
     """Unpooled lookup; arguments and result of ``torch.nn.functional.embedding``, plus
     keyword ``check_indices``."""
-    from . import _api
+    rows: Tensor = _implementation().embedding(input, weight, *args, **kwargs)
+    return rows
 
-    return _api.embedding(input, weight, *args, **kwargs)
+
+_IMPLEMENTATION: list[Any] = []  # the _api module once imported (not functools.cache: dynamo warns on it)
+
+
+def _implementation() -> Any:
+    """The implementation module, imported on first use (an import statement per call costs
+    about a microsecond of host time)."""
+    if not _IMPLEMENTATION:
+        from . import _api
+
+        _IMPLEMENTATION.append(_api)
+    return _IMPLEMENTATION[0]
 
 
 def __getattr__(name: str) -> Any:

@@ -7,7 +7,7 @@ dtypes first, then the CUDA requirement, so both are testable on a CPU); the cus
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -33,17 +33,31 @@ def surface_errors(weight: Tensor) -> None:
         index_check.surface(device)
 
 
-def _use_custom_op(*tensors: Tensor | None) -> bool:
-    """The registered op (autograd, torch.compile) is needed when a gradient may flow or
-    dynamo is tracing; otherwise the implementation is called directly (less host overhead)."""
+def _entry(op: Any, function: Any, impl: Any, weight: Tensor, psw: Tensor | None = None) -> Any:
+    """What runs a lookup: under torch.compile the registered ``op`` (dynamo traces it, with
+    its fake implementation and autograd); in eager mode, when a gradient may flow, the
+    autograd ``function`` (the op's own setup and backward around ``impl``, without the custom
+    op's Python dispatch: about 150 µs less host time per call); otherwise ``impl`` itself."""
     if torch.compiler.is_compiling():
-        return True
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+        return op
+    return function.run if _needs_grad(weight, psw) else impl
 
 
-def _needs_grad(*tensors: Tensor | None) -> bool:
-    """A backward may run: sparse gradients and fused optimizers take their own autograd path."""
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+def _needs_grad(weight: Tensor, psw: Tensor | None = None) -> bool:
+    """A backward may run (sparse gradients and fused optimizers take their own autograd path)."""
+    return torch.is_grad_enabled() and (weight.requires_grad or (psw is not None and psw.requires_grad))
+
+
+def _on_one_cuda_device(weight: Tensor, *others: Tensor | None) -> bool:
+    """All given tensors on ``weight``'s device, a CUDA device (the cheap test of every call;
+    ``_require_cuda`` says what is wrong when it fails)."""
+    device = weight.device
+    if device.type != "cuda":
+        return False
+    for t in others:
+        if t is not None and t.device != device:
+            return False
+    return True
 
 
 def _require_cuda(fn: str, **tensors: Tensor | None) -> None:
@@ -161,7 +175,9 @@ def embedding_bag_with(input: Tensor, weight: Tensor, offsets: Tensor | None, *,
     psw = _check_per_sample_weights(per_sample_weights, mode, input, weight)
     pad = _normalise_padding_idx("embedding_bag", padding_idx, weight.shape[0])
     check = resolve_mode(check_indices)
-    _require_cuda("embedding_bag", input=input, weight=weight, offsets=offsets, per_sample_weights=per_sample_weights)
+    if not _on_one_cuda_device(weight, input, offsets, per_sample_weights):
+        _require_cuda("embedding_bag", input=input, weight=weight, offsets=offsets,
+                      per_sample_weights=per_sample_weights)
     surface_errors(weight)
     indices, offsets = _ops.checked(indices, offsets, weight.shape[0], check, "embedding_bag")
     _renorm(weight, indices, max_norm, norm_type)
@@ -172,9 +188,10 @@ def embedding_bag_with(input: Tensor, weight: Tensor, offsets: Tensor | None, *,
             weight.contiguous(), indices, offsets, psw, mode, pad, include_last_offset and offsets is not None, fused)
         return bag
     need_argmax = mode == "max" and torch.is_grad_enabled() and weight.requires_grad
-    op = _ops.embedding_bag_op if _use_custom_op(weight, psw) else _ops.embedding_bag_impl
-    out, _ = op(weight.contiguous(), indices, offsets, psw, mode, pad,
-                include_last_offset and offsets is not None, need_argmax)
+    run = _entry(_ops.embedding_bag_op, _ops.EmbeddingBagFunction, _ops.embedding_bag_impl, weight, psw)
+    out: Tensor
+    out, _ = run(weight.contiguous(), indices, offsets, psw, mode, pad,
+                 include_last_offset and offsets is not None, need_argmax)
     return out
 
 
@@ -196,7 +213,8 @@ def embedding_with(input: Tensor, weight: Tensor, *, padding_idx: int | None, ma
     _reject_unsupported("embedding", scale_grad_by_freq)
     pad = _normalise_padding_idx("embedding", padding_idx, weight.shape[0])
     check = resolve_mode(check_indices)
-    _require_cuda("embedding", input=input, weight=weight)
+    if not _on_one_cuda_device(weight, input):
+        _require_cuda("embedding", input=input, weight=weight)
     surface_errors(weight)
     indices, _ = _ops.checked(input.contiguous(), None, weight.shape[0], check, "embedding")
     _renorm(weight, indices, max_norm, norm_type)
@@ -206,5 +224,6 @@ def embedding_with(input: Tensor, weight: Tensor, *, padding_idx: int | None, ma
         rows: Tensor = SparseEmbedding.apply(  # type: ignore[no-untyped-call]
             weight.contiguous(), indices, pad, fused)
         return rows
-    op = _ops.embedding_op if _use_custom_op(weight) else _ops.embedding_impl
-    return op(weight.contiguous(), indices, pad)
+    run = _entry(_ops.embedding_op, _ops.EmbeddingFunction, _ops.embedding_impl, weight)
+    looked_up: Tensor = run(weight.contiguous(), indices, pad)
+    return looked_up

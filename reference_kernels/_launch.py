@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import _nvrtc, tuning
@@ -72,32 +72,70 @@ def _ptr(t: torch.Tensor | None) -> int:
     return 0 if t is None else t.data_ptr()
 
 
-def _launch_on(t: torch.Tensor, fn: object, grid: int, args: list[tuple[object, str]], block: int = BLOCK) -> None:
-    """Launch on the current stream of ``t``'s device; under a device guard only when that is
-    not the current device (the guard costs more than the check)."""
+def _bind_cuda_queries() -> None:
+    """Bind ``_current_device`` and ``_raw_stream`` to torch's C entry points (plain ints, no
+    ``torch.cuda.Stream`` object per call), or to the public functions where a build lacks them."""
+    global _current_device, _raw_stream
     import torch
 
-    index = t.device.index
-    if index == torch.cuda.current_device():
-        _nvrtc.launch(fn, grid, block, int(torch.cuda.current_stream(index).cuda_stream), args)
+    get_device = getattr(torch._C, "_cuda_getDevice", None)
+    raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    _current_device = get_device if get_device is not None else torch.cuda.current_device
+    if raw_stream is not None:
+        _raw_stream = raw_stream
+    else:
+        _raw_stream = lambda index: int(torch.cuda.current_stream(index).cuda_stream)  # noqa: E731
+
+
+def _first_current_device() -> int:
+    _bind_cuda_queries()
+    return _current_device()
+
+
+def _first_raw_stream(index: int) -> int:
+    _bind_cuda_queries()
+    return _raw_stream(index)
+
+
+# The current CUDA device, and the raw handle of a device's current stream (bound on first use).
+_current_device: Callable[[], int] = _first_current_device
+_raw_stream: Callable[[int], int] = _first_raw_stream
+
+
+def _launch_packed(index: int, fn: Any, grid: int, block: int, signature: _nvrtc.Params,
+                   values: Sequence[object]) -> None:
+    """Launch ``fn`` on device ``index``'s current stream, ``values`` packed as ``signature``;
+    under a device guard only when ``index`` is not the current device (the guard costs more
+    than the check)."""
+    if index == _current_device():
+        _nvrtc.launch_packed(fn, grid, block, _raw_stream(index), signature, values)
         return
+    import torch
+
     with torch.cuda.device(index):
-        _nvrtc.launch(fn, grid, block, int(torch.cuda.current_stream(index).cuda_stream), args)
+        _nvrtc.launch_packed(fn, grid, block, _raw_stream(index), signature, values)
+
+
+def _launch_on(t: torch.Tensor, fn: object, grid: int, args: list[tuple[object, str]], block: int = BLOCK) -> None:
+    """Launch on the current stream of ``t``'s device; ``args`` are (value, kind) pairs."""
+    _launch_packed(t.device.index, fn, grid, block, _nvrtc.params("".join(kind for _, kind in args)),
+                   [value for value, _ in args])
 
 
 def new_output(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
-    import torch
-
     if POISON_OUTPUTS:
-        return torch.full(shape, float("nan"), dtype=like.dtype, device=like.device)
-    return torch.empty(shape, dtype=like.dtype, device=like.device)
+        return like.new_full(shape, float("nan"))
+    return like.new_empty(shape)  # like's dtype and device; cheaper than torch.empty's keywords
 
 
 # A call's key holds the raw values its description is built from, and nothing else: the
 # description (BagCall, GatherCall) is made from the key alone, on a miss, so no input of the
-# selection can be left out of the key. A hit costs one small tuple and two dictionary lookups
-# (a frozen dataclass per call costs several microseconds of host time more).
-Prepared = tuple[Plan, Any, int, Any]  # plan, compiled function, grid, the call's description
+# selection can be left out of the key. The key is a plain tuple in the field order of BagKey /
+# GatherKey (their lengths differ, so the two never collide in one cache); a hit costs that tuple
+# and two dictionary lookups (a NamedTuple per call costs a Python-level __new__, a frozen
+# dataclass several microseconds more). The named key is made on a miss only.
+# Prepared: plan, compiled function, grid, the call's description, the kernel's parameter layout.
+Prepared = tuple[Plan, Any, int, Any, _nvrtc.Params]
 
 
 class BagKey(NamedTuple):
@@ -129,16 +167,18 @@ class GatherKey(NamedTuple):
     out_aligned: bool
     index_dtype: Any
     num_indices: int
+
+
 # (tuning, device index) -> key -> Prepared. The tuning is part of the key, so experiments that
 # change a knob never meet a stale plan.
-_PLANS: dict[tuple[tuning.Tuning, int | None], dict[BagKey | GatherKey, Prepared]] = {}
+_PLANS: dict[tuple[tuning.Tuning, int | None], dict[tuple[Any, ...], Prepared]] = {}
 _MAX_PLANS = 4096
 _last: list[Any] = [None, None, None]  # the tuning, device index and plans of the last call
 
 
 def planned_launches() -> list[tuple[Plan, int]]:
     """(plan, grid) of every call planned since clear_plans (tests check which paths ran)."""
-    return [(plan, grid) for plans in _PLANS.values() for plan, _, grid, _ in plans.values()]
+    return [(prepared[0], prepared[2]) for plans in _PLANS.values() for prepared in plans.values()]
 
 
 def clear_plans() -> None:
@@ -146,17 +186,19 @@ def clear_plans() -> None:
     _last[:] = [None, None, None]
 
 
-def _plans_now(device_index: int | None) -> tuple[tuning.Tuning, dict[BagKey | GatherKey, Prepared]]:
+def _plans_now(device_index: int | None) -> tuple[tuning.Tuning, dict[tuple[Any, ...], Prepared]]:
     knobs = tuning.current()
     if _last[0] is not knobs or _last[1] != device_index:  # identity: no hash of the knobs per call
         _last[:] = [knobs, device_index, _PLANS.setdefault((knobs, device_index), {})]
     return knobs, _last[2]
 
 
-def _prepared(key: BagKey | GatherKey, device: torch.device, describe: Any, select: Any) -> Prepared | None:
-    """The memoised (plan, function, grid, description) of the call ``key`` on ``device``:
-    ``describe(key)`` makes the call's description, ``select(call, props, knobs)`` its plan
-    (None: the path does not serve the call)."""
+def _prepared(key: tuple[Any, ...], device: torch.device, describe: Any, select: Any,
+              kinds: Mapping[str, str]) -> Prepared | None:
+    """The memoised (plan, function, grid, description, parameters) of the call ``key`` on
+    ``device``: ``describe(key)`` makes the call's description, ``select(call, props, knobs)``
+    its plan (None: the path does not serve the call), ``kinds[entry]`` the parameter kinds of
+    each entry the path may pick."""
     knobs, plans = _plans_now(device.index)
     found = plans.get(key)
     if found is not None:
@@ -170,7 +212,7 @@ def _prepared(key: BagKey | GatherKey, device: torch.device, describe: Any, sele
         plans.clear()
     fn = _nvrtc.get_function(plan.source, plan.entry, dict(plan.defines), device.index)
     resident = _nvrtc.resident_blocks(fn, plan.block) if plan.resident_waves is not None else 0
-    plans[key] = (plan, fn, plan.grid(props.sms, resident), call)
+    plans[key] = (plan, fn, plan.grid(props.sms, resident), call, _nvrtc.params(kinds[plan.entry]))
     return plans[key]
 
 
@@ -190,75 +232,104 @@ def bag_forward(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tens
     With ``table_rows`` (int64 [T], first row of each table in ``weight``) the bags are
     T tables' bags, table-major, and the result is [num_bags / T, T * dim].
     Returns (out, argmax); argmax is None unless ``need_argmax`` (max mode, for backward)."""
-    import torch
-
-    dim = weight.shape[1]
+    num_rows, dim = weight.shape
     tables = 1 if table_rows is None else table_rows.numel()
     shape = (num_bags // tables, tables * dim)
     out = new_output(shape, weight)
-    argmax = torch.empty(shape, dtype=torch.int64, device=weight.device) if need_argmax else None
+    argmax = _new_argmax(shape, weight) if need_argmax else None
     if num_bags == 0 or dim == 0:
         return out, argmax
-    key = BagKey(dtype=weight.dtype, num_rows=weight.shape[0], dim=dim, weight_align=weight.data_ptr() % 16,
-                 out_aligned=out.data_ptr() % 16 == 0, index_dtype=indices.dtype,
-                 bag_size=indices.shape[1] if offsets is None else 0, num_indices=indices.numel(), num_bags=num_bags,
-                 tables=tables, table_batched=table_rows is not None, mode=mode,
-                 has_psw=per_sample_weights is not None, need_argmax=need_argmax, has_padding=padding_idx >= 0)
-    prepared = _prepared(key, weight.device, _describe_bag, plan_bag_forward)
+    key = (weight.dtype, num_rows, dim, weight.data_ptr() % 16, out.data_ptr() % 16 == 0, indices.dtype,
+           indices.shape[1] if offsets is None else 0, indices.numel(), num_bags, tables, table_rows is not None,
+           mode, per_sample_weights is not None, need_argmax, padding_idx >= 0)  # BagKey's fields
+    device = weight.device
+    prepared = _prepared(key, device, _bag_call, plan_bag_forward, FORWARD_KINDS)
     assert prepared is not None
-    plan, fn, grid, call = prepared
-    args = _forward_args(plan, call, weight=weight, indices=indices, offsets=offsets, psw=per_sample_weights,
-                         padding_idx=padding_idx, table_rows=table_rows, out=out, argmax=argmax)
-    _launch_on(weight, fn, grid, args, block=plan.block)
+    plan, fn, grid, call, signature = prepared
+    values = _forward_values(plan, call, weight, indices, offsets, per_sample_weights, padding_idx, table_rows, out,
+                             argmax)
+    _launch_packed(device.index, fn, grid, plan.block, signature, values)
     return out, argmax
 
 
-def _forward_args(plan: Plan, call: BagCall, *, weight: torch.Tensor, indices: torch.Tensor,
-                  offsets: torch.Tensor | None, psw: torch.Tensor | None, padding_idx: int,
-                  table_rows: torch.Tensor | None, out: torch.Tensor,
-                  argmax: torch.Tensor | None) -> list[tuple[object, str]]:
-    """The kernel arguments of ``plan.entry``, in its parameter order."""
+def _new_argmax(shape: tuple[int, int], like: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    return torch.empty(shape, dtype=torch.int64, device=like.device)
+
+
+def _bag_call(key: tuple[Any, ...]) -> BagCall:
+    return _describe_bag(BagKey._make(key))
+
+
+# The parameter kinds of each forward entry, in the order of its kernel's parameters (the
+# .cu signatures); _forward_values gives the values in the same order.
+FORWARD_KINDS: dict[str, str] = {
+    "embedding_gather_bulk": PTR + PTR + I64 + PTR,
+    "embedding_bag_forward_bulk": PTR + PTR + I64 + PTR + I64 + I64 + I64 + PTR,
+    "embedding_bag_forward_short": PTR + I64 + PTR + I64 + I32 + PTR + I64 + PTR + PTR,
+    "embedding_bag_forward_segmented": (PTR + I64 + PTR + I64 + PTR + I64 + I64 + I32 + I32 + I32 + PTR + I64 + PTR
+                                        + I64 + I64 + PTR + PTR),
+    "embedding_bag_forward": PTR + I64 + PTR + I64 + PTR + I64 + I64 + I64 + I32 + PTR + I64 + PTR + I64 + I64
+    + PTR + PTR,
+}
+
+
+def _forward_values(plan: Plan, call: BagCall, weight: torch.Tensor, indices: torch.Tensor,
+                    offsets: torch.Tensor | None, psw: torch.Tensor | None, padding_idx: int,
+                    table_rows: torch.Tensor | None, out: torch.Tensor,
+                    argmax: torch.Tensor | None) -> tuple[object, ...]:
+    """The kernel arguments of ``plan.entry``, in its parameter order (kinds: FORWARD_KINDS)."""
+    entry = plan.entry
     n, dim, bags = call.num_indices, call.dim, call.num_bags
     n_off = 0 if offsets is None else offsets.numel()
-    if plan.entry == "embedding_gather_bulk":
-        return [(weight.data_ptr(), PTR), (_ptr(indices), PTR), (n, I64), (out.data_ptr(), PTR)]
-    if plan.entry == "embedding_bag_forward_bulk":
-        return [(weight.data_ptr(), PTR), (_ptr(indices), PTR), (n, I64), (_ptr(offsets), PTR), (n_off, I64),
-                (bags, I64), (padding_idx, I64), (out.data_ptr(), PTR)]
-    if plan.entry == "embedding_bag_forward_short":
-        return [(weight.data_ptr(), PTR), (dim, I64), (_ptr(indices), PTR), (bags, I64), (plan.col_tiles, I32),
-                (_ptr(psw), PTR), (padding_idx, I64), (out.data_ptr(), PTR), (_ptr(argmax), PTR)]
+    if entry == "embedding_gather_bulk":
+        return weight.data_ptr(), indices.data_ptr(), n, out.data_ptr()
+    if entry == "embedding_bag_forward_bulk":
+        return (weight.data_ptr(), indices.data_ptr(), n, _ptr(offsets), n_off, bags, padding_idx,
+                out.data_ptr())
+    if entry == "embedding_bag_forward_short":
+        return (weight.data_ptr(), dim, indices.data_ptr(), bags, plan.col_tiles, _ptr(psw), padding_idx,
+                out.data_ptr(), _ptr(argmax))
     per_table, out_width = bags // call.tables, call.tables * dim
-    if plan.entry == "embedding_bag_forward_segmented":
-        return [(weight.data_ptr(), PTR), (dim, I64), (_ptr(indices), PTR), (n, I64), (_ptr(offsets), PTR),
-                (n_off, I64), (bags, I64), (plan.col_tiles, I32), (plan.segment_bags, I32), (plan.segment_cap, I32),
-                (_ptr(psw), PTR), (padding_idx, I64), (_ptr(table_rows), PTR), (per_table, I64), (out_width, I64),
-                (out.data_ptr(), PTR), (_ptr(argmax), PTR)]
-    return [(weight.data_ptr(), PTR), (dim, I64), (_ptr(indices), PTR), (n, I64), (_ptr(offsets), PTR),
-            (n_off, I64), (call.bag_size, I64), (bags, I64), (plan.col_tiles, I32), (_ptr(psw), PTR),
-            (padding_idx, I64), (_ptr(table_rows), PTR), (per_table, I64), (out_width, I64), (out.data_ptr(), PTR),
-            (_ptr(argmax), PTR)]
+    if entry == "embedding_bag_forward_segmented":
+        return (weight.data_ptr(), dim, indices.data_ptr(), n, _ptr(offsets), n_off, bags, plan.col_tiles,
+                plan.segment_bags, plan.segment_cap, _ptr(psw), padding_idx, _ptr(table_rows), per_table,
+                out_width, out.data_ptr(), _ptr(argmax))
+    return (weight.data_ptr(), dim, indices.data_ptr(), n, _ptr(offsets), n_off, call.bag_size, bags, plan.col_tiles,
+            _ptr(psw), padding_idx, _ptr(table_rows), per_table, out_width, out.data_ptr(), _ptr(argmax))
+
+
+# The parameter kinds of the gather entries (embedding_gather.cu).
+GATHER_KINDS: dict[str, str] = {
+    "embedding_gather_bulk": PTR + PTR + I64 + PTR,
+    "embedding_gather": PTR + I64 + PTR + I64 + PTR,
+}
 
 
 def gather(weight: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     """Unpooled lookup: out[i] = weight[indices[i]] for flat contiguous ``indices``."""
     dim = weight.shape[1]
-    out = new_output((indices.numel(), dim), weight)
-    if out.numel() == 0:
+    n = indices.numel()
+    out = new_output((n, dim), weight)
+    if n == 0 or dim == 0:
         return out
-    key = GatherKey(dtype=weight.dtype, dim=dim, weight_align=weight.data_ptr() % 16,
-                    out_aligned=out.data_ptr() % 16 == 0, index_dtype=indices.dtype, num_indices=indices.numel())
-    prepared = _prepared(key, weight.device, _describe_gather, plan_gather)
+    key = (weight.dtype, dim, weight.data_ptr() % 16, out.data_ptr() % 16 == 0, indices.dtype, n)  # GatherKey's
+    device = weight.device
+    prepared = _prepared(key, device, _gather_call, plan_gather, GATHER_KINDS)
     assert prepared is not None
-    plan, fn, grid, _ = prepared
-    args: list[tuple[object, str]]
+    plan, fn, grid, _, signature = prepared
+    values: tuple[object, ...]
     if plan.entry == "embedding_gather_bulk":
-        args = [(weight.data_ptr(), PTR), (_ptr(indices), PTR), (indices.numel(), I64), (out.data_ptr(), PTR)]
+        values = (weight.data_ptr(), indices.data_ptr(), n, out.data_ptr())
     else:
-        args = [(weight.data_ptr(), PTR), (plan.row_words, I64), (_ptr(indices), PTR), (indices.numel(), I64),
-                (out.data_ptr(), PTR)]
-    _launch_on(weight, fn, grid, args, block=plan.block)
+        values = (weight.data_ptr(), plan.row_words, indices.data_ptr(), n, out.data_ptr())
+    _launch_packed(device.index, fn, grid, plan.block, signature, values)
     return out
+
+
+def _gather_call(key: tuple[Any, ...]) -> GatherCall:
+    return _describe_gather(GatherKey._make(key))
 
 
 def _describe_gather(key: GatherKey) -> GatherCall:

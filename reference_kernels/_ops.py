@@ -12,7 +12,10 @@ stays cheap. Ops (namespace ``reference_kernels``):
 * ``embedding_bag_backward(...) -> grad_weight`` (deterministic, see the kernel)
 
 ``*_impl`` are the plain implementations: ``_api.py`` calls them directly when
-neither autograd nor torch.compile is involved (saves the dispatcher's overhead).
+neither autograd nor torch.compile is involved, and through ``EmbeddingBagFunction`` /
+``EmbeddingFunction`` (plain autograd Functions with the ops' own setup and backward) when a
+gradient may flow in eager mode: both save the custom op's dispatch (docs/kernels.md, host
+overhead). torch.compile traces the registered ops.
 Arguments arrive validated and normalised by ``_api.py`` (contiguous, one index
 dtype, ``padding_idx`` in [0, num_embeddings) or -1).
 """
@@ -197,6 +200,36 @@ def _backward_bag(ctx: Any, grad_out: Tensor, _grad_argmax: Tensor) -> tuple[Opt
 embedding_bag_op.register_autograd(_backward_bag, setup_context=_setup_bag)
 
 
+class EmbeddingBagFunction(torch.autograd.Function):
+    """Eager autograd of ``embedding_bag``: the registered op's own ``_setup_bag`` and
+    ``_backward_bag`` around ``embedding_bag_impl``, without the custom op's Python dispatch
+    (``_api._entry`` picks it outside torch.compile, which traces the op). ``apply(weight,
+    per_sample_weights, rest)``: only the two tensors that may need a gradient are inputs of
+    the node, the op's other arguments travel in ``rest`` (each input of apply costs host time)."""
+
+    @staticmethod
+    def forward(ctx: Any, weight: Tensor, per_sample_weights: Optional[Tensor],
+                rest: tuple[Any, ...]) -> tuple[Tensor, Tensor]:
+        indices, offsets, *options = rest
+        inputs = (weight, indices, offsets, per_sample_weights, *options)
+        output = embedding_bag_impl(*inputs)
+        _setup_bag(ctx, inputs, output)
+        return output
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor, grad_argmax: Tensor) -> tuple[Optional[Tensor], ...]:
+        grads = _backward_bag(ctx, grad_out, grad_argmax)
+        return grads[0], grads[3], None
+
+    @staticmethod
+    def run(weight: Tensor, indices: Tensor, offsets: Optional[Tensor], per_sample_weights: Optional[Tensor],
+            *options: Any) -> tuple[Tensor, Tensor]:
+        """``apply`` with the op's arguments, in the op's order."""
+        output: tuple[Tensor, Tensor] = EmbeddingBagFunction.apply(  # type: ignore[no-untyped-call]
+            weight, per_sample_weights, (indices, offsets, *options))
+        return output
+
+
 def embedding_impl(weight: Tensor, indices: Tensor, padding_idx: int) -> Tensor:
     """Unpooled lookup; padding_idx only zeroes that row's gradient, as in torch."""
     flat = indices.reshape(-1)
@@ -227,3 +260,22 @@ def _backward_embedding(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], N
 
 
 embedding_op.register_autograd(_backward_embedding, setup_context=_setup_embedding)
+
+
+class EmbeddingFunction(torch.autograd.Function):
+    """Eager autograd of ``embedding``: ``_setup_embedding`` and ``_backward_embedding`` around
+    ``embedding_impl`` (as ``EmbeddingBagFunction``)."""
+
+    @staticmethod
+    def forward(ctx: Any, *inputs: Any) -> Tensor:
+        output = embedding_impl(*inputs)
+        _setup_embedding(ctx, inputs, output)
+        return output
+
+    backward = staticmethod(_backward_embedding)
+
+    @staticmethod
+    def run(*inputs: Any) -> Tensor:
+        """``apply`` with the op's arguments."""
+        output: Tensor = EmbeddingFunction.apply(*inputs)  # type: ignore[no-untyped-call]
+        return output

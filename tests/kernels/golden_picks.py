@@ -62,7 +62,7 @@ def recording() -> Iterator[None]:
     from reference_kernels import _launch, _nvrtc
 
     saved = {name: getattr(_nvrtc, name) for name in ("get_function", "resident_blocks")}
-    saved_launch = {name: getattr(_launch, name) for name in ("_launch_on", "device_props")}
+    saved_launch = {name: getattr(_launch, name) for name in ("_launch_on", "_launch_packed", "device_props")}
 
     def get_function(filename: str, name: str, defines: dict[str, Any], device_index: int) -> tuple[str, str, str]:
         return filename, name, _defines_text(defines)
@@ -73,9 +73,13 @@ def recording() -> Iterator[None]:
     def launch_on(t: Any, fn: tuple[str, str, str], grid: int, args: Any, block: int = _launch.BLOCK) -> None:
         RECORDED.append((*fn, grid, block))
 
+    def launch_packed(index: Any, fn: tuple[str, str, str], grid: int, block: int, *args: Any) -> None:
+        RECORDED.append((*fn, grid, block))
+
     _nvrtc.get_function = get_function  # type: ignore[assignment]
     _nvrtc.resident_blocks = resident_blocks  # type: ignore[assignment]
     _launch._launch_on = launch_on  # type: ignore[assignment]
+    _launch._launch_packed = launch_packed  # type: ignore[assignment]
     _launch.device_props = lambda device: DEVICE  # type: ignore[assignment]
     _clear_plan_caches()
     try:

@@ -1,0 +1,224 @@
+"""Host time per eager call of ``reference_kernels.embedding_bag`` on a machine WITHOUT a GPU.
+
+The Python path of a call runs for real (argument checks, dispatch, autograd, the plan cache,
+argument packing, cuda-bindings' cuLaunchKernel); only what needs a GPU is replaced: the
+tensors live on the CPU and their CUDA check is skipped, the device is a described H200-like
+part, kernel lookup returns a fake function, the current device and stream are constants
+(torch.cuda's Stream objects of earlier versions are left out: a conservative baseline), and
+libcuda is a stub library whose entry points return success (compiled here with ``cc``; the
+process runs again with it on LD_LIBRARY_PATH; without a compiler the launch itself is mocked
+in Python). The figures are a lower bound of the GPU machine's (no CUDA caching allocator, no
+driver work, a faster host), comparable between two versions of the package run here.
+
+    PYTHONPATH=$PWD python3 -m tests.kernels.host_overhead [--calls 2000] [--profile]
+    PYTHONPATH=$PWD python3 -m tests.kernels.host_overhead --gpu   # on a GPU: ours and torch's
+
+The case is the issue's: a 1M x 128 float32 table, 2048 CSR bags of 20, sum, no index check;
+without and with a weight that requires a gradient (forward only, no backward).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from reference_kernels._plan import DeviceProps
+
+DEVICE = DeviceProps(sms=132, arch=90, max_threads_per_sm=2048, max_blocks_per_sm=32, regs_per_sm=65536,
+                     smem_per_sm=228 << 10, smem_reserved_per_block=1 << 10)
+STUB_ENV = "REFERENCE_KERNELS_STUB_LIBCUDA"  # set in the re-run: the stub is on LD_LIBRARY_PATH
+# libcuda's entry points that cuda-bindings resolves and the launch calls, each a no-op success.
+STUB_SOURCE = r"""
+#include <string.h>
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                   unsigned shared, void *stream, void **params, void **extra) { return 0; }
+int cuDriverGetVersion(int *version) { *version = 13000; return 0; }
+int cuInit(unsigned flags) { return 0; }
+int cuGetProcAddress_v2(const char *symbol, void **fn, int version, unsigned long long flags, int *status) {
+  if (status) *status = 0;
+  if (strcmp(symbol, "cuLaunchKernel") == 0) { *fn = (void *)cuLaunchKernel; return 0; }
+  if (strcmp(symbol, "cuDriverGetVersion") == 0) { *fn = (void *)cuDriverGetVersion; return 0; }
+  if (strcmp(symbol, "cuInit") == 0) { *fn = (void *)cuInit; return 0; }
+  *fn = 0;
+  if (status) *status = 1;
+  return 0;
+}
+int cuGetProcAddress(const char *symbol, void **fn, int version, unsigned long long flags) {
+  return cuGetProcAddress_v2(symbol, fn, version, flags, 0);
+}
+"""
+
+
+def stub_libcuda(directory: Path) -> Path | None:
+    """``directory/libcuda.so.1``: the stub driver (None: no C compiler here)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    source, library = directory / "stub.c", directory / "libcuda.so.1"
+    source.write_text(STUB_SOURCE)
+    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(library), str(source)], check=True)
+    return library
+
+
+def _patch(saved: list[tuple[Any, str, Any]], owner: Any, name: str, value: Any) -> None:
+    if hasattr(owner, name):
+        saved.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, value)
+
+
+@contextlib.contextmanager
+def without_gpu(stubbed: bool) -> Iterator[None]:
+    """Replace the parts of a call that need a GPU (works with this and earlier versions);
+    ``stubbed``: libcuda is the stub, so cuda-bindings' launch runs for real."""
+    import torch
+    from cuda.bindings import driver  # type: ignore[import-untyped]
+
+    from reference_kernels import _api, _launch, _nvrtc, _ops
+
+    saved: list[tuple[Any, str, Any]] = []
+    _patch(saved, _api, "_require_cuda", lambda fn, *args, **kwargs: None)
+    _patch(saved, _launch, "device_props", lambda device: DEVICE)
+    _patch(saved, _nvrtc, "get_function", lambda *args: driver.CUfunction(0x1000))
+    _patch(saved, _nvrtc, "resident_blocks", lambda fn, block: 8)
+    stream = SimpleNamespace(cuda_stream=0)  # earlier versions: torch.cuda's stream objects
+    _patch(saved, torch.cuda, "current_device", lambda: None)
+    _patch(saved, torch.cuda, "current_stream", lambda device=None: stream)
+    _patch(saved, _launch, "_current_device", lambda: None)  # this version: raw device and stream
+    _patch(saved, _launch, "_raw_stream", lambda index: 0)
+    if not stubbed:
+        _patch(saved, driver, "cuLaunchKernel", lambda *args: (driver.CUresult.CUDA_SUCCESS,))
+        if hasattr(_nvrtc, "_cu_launch_kernel"):
+            _nvrtc._cu_launch_kernel.cache_clear()
+    if not hasattr(_ops, "EmbeddingBagFunction"):  # earlier versions: grad calls go through the op,
+        with contextlib.suppress(Exception):  # here run on the CPU tensors (for the rest of the process)
+            torch.library.register_kernel("reference_kernels::embedding_bag", "cpu", _ops.embedding_bag_impl)
+    _launch.clear_plans()
+    try:
+        yield
+    finally:
+        for owner, name, value in reversed(saved):
+            setattr(owner, name, value)
+        if hasattr(_nvrtc, "_cu_launch_kernel"):
+            _nvrtc._cu_launch_kernel.cache_clear()
+        _launch.clear_plans()
+
+
+def issue_case(requires_grad: bool) -> Callable[[], Any]:
+    """The issue's call: 1M x 128 float32, 2048 CSR bags of 20 (int64), sum, no index check."""
+    import torch
+
+    import reference_kernels as rk
+
+    weight = torch.empty(1_000_000, 128).requires_grad_(requires_grad)
+    indices = torch.randint(0, 1_000_000, (2048 * 20,))
+    offsets = torch.arange(0, 2048 * 20, 20)
+    return lambda: rk.embedding_bag(indices, weight, offsets, mode="sum", check_indices=False)
+
+
+def per_call_us(call: Callable[[], Any], calls: int, repeats: int = 5) -> float:
+    """Median over ``repeats`` of the mean wall time per call of ``calls`` calls."""
+    for _ in range(50):
+        call()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            call()
+        times.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(times)
+
+
+def measure(calls: int, profile: bool = False) -> dict[str, float]:
+    """Host µs per call without and with a weight that requires a gradient."""
+    import torch
+
+    results = {}
+    with without_gpu(os.environ.get(STUB_ENV) == "1"):
+        for grad in (False, True):
+            call = issue_case(grad)
+            with torch.enable_grad():
+                results[f"grad={grad}"] = per_call_us(call, calls)
+                if profile:
+                    import cProfile
+                    import pstats
+
+                    profiler = cProfile.Profile()
+                    profiler.enable()
+                    for _ in range(300):
+                        call()
+                    profiler.disable()
+                    pstats.Stats(profiler).sort_stats("tottime").print_stats(18)
+    return results
+
+
+def measure_on_gpu(calls: int) -> dict[str, float]:
+    """The same call on a GPU, ours and torch's: host µs per call while the GPU is held busy
+    (a sleep kernel enqueued first, longer than the calls take), so that calls only enqueue."""
+    import torch
+    import torch.nn.functional as F
+
+    import reference_kernels as rk
+
+    weight = torch.randn(1_000_000, 128, device="cuda")
+    indices = torch.randint(0, 1_000_000, (2048 * 20,), device="cuda")
+    offsets = torch.arange(0, 2048 * 20, 20, device="cuda")
+    results = {}
+    for grad in (False, True):
+        w = weight.detach().clone().requires_grad_(grad)
+        cases = {"ours": lambda w=w: rk.embedding_bag(indices, w, offsets, mode="sum", check_indices=False),
+                 "torch": lambda w=w: F.embedding_bag(indices, w, offsets, mode="sum")}
+        for name, call in cases.items():
+            for _ in range(50):
+                call()
+            times = []
+            for _ in range(5):
+                torch.cuda.synchronize()
+                torch.cuda._sleep(calls * 400_000)  # ~200 µs per call at 2 GHz: longer than the host needs
+                start = time.perf_counter()
+                for _ in range(calls):
+                    call()
+                times.append((time.perf_counter() - start) / calls * 1e6)
+            torch.cuda.synchronize()
+            results[f"{name} grad={grad}"] = statistics.median(times)
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=None, help="calls per repeat (default 2000; 400 on a GPU, "
+                        "as the benchmark's --host: more could fill the launch queue)")
+    parser.add_argument("--profile", action="store_true", help="also print cProfile's top functions")
+    parser.add_argument("--gpu", action="store_true", help="on a GPU instead: ours and torch's, nothing replaced")
+    args = parser.parse_args()
+    if args.gpu:
+        for case, us in measure_on_gpu(args.calls or 400).items():
+            print(f"host per call on the GPU machine, {case}: {us:6.1f} us")
+        return 0
+    if STUB_ENV not in os.environ:  # run again with the stub driver, where one can be built
+        with tempfile.TemporaryDirectory() as tmp:
+            stub = stub_libcuda(Path(tmp))
+            env = {**os.environ, STUB_ENV: "1" if stub else "0"}
+            if stub is not None:
+                env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [tmp, os.environ.get("LD_LIBRARY_PATH")]))
+            return subprocess.run([sys.executable, "-m", "tests.kernels.host_overhead", *sys.argv[1:]],
+                                  env=env, check=False).returncode
+    stubbed = os.environ[STUB_ENV] == "1"
+    print(f"driver: {'stub libcuda (cuda-bindings runs)' if stubbed else 'launch mocked in Python (no cc)'}")
+    for case, us in measure(args.calls or 2000, args.profile).items():
+        print(f"host per call, ours, CPU lower bound, {case}: {us:6.1f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,293 @@
+"""The launch path on a CPU: parameter packing (layout, alignment, per-thread buffers), each
+forward entry's parameter kinds against its kernel's signature, the driver call and its error,
+the choice between the custom op, the eager autograd Function and the plain implementation,
+and the eager Function's gradients (kernels replaced by torch's CPU reference)."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import struct
+import threading
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+from reference_kernels import KERNEL_DIR, _api, _launch, _nvrtc, _ops  # noqa: E402
+from reference_kernels._nvrtc import F32, I32, I64, PTR  # noqa: E402
+
+
+def _read_params(extra_address: int) -> tuple[list[int], bytes]:
+    """The driver's view of a packed launch: the ``extra`` array and the buffer it points at."""
+    extra = (ctypes.c_void_p * 5).from_address(extra_address)
+    size = ctypes.c_size_t.from_address(extra[3]).value
+    return [v or 0 for v in extra], ctypes.string_at(extra[1], size)
+
+
+@pytest.mark.parametrize("kinds,offsets,size", [
+    (PTR + I32 + I64, (0, 8, 16), 24),  # the i64 after an i32 starts at the next multiple of 8
+    (I32 + F32 + PTR, (0, 4, 8), 16),
+    (I32 + PTR + I32, (0, 8, 16), 20),  # no padding after the last parameter
+    (F32 + I64 + F32 + I32, (0, 8, 16, 20), 24),
+])
+def test_parameters_are_laid_out_as_the_kernel_parameter_buffer(kinds: str, offsets: tuple[int, ...],
+                                                                size: int) -> None:
+    """Each parameter at the next multiple of its own size (CUDA's parameter buffer layout)."""
+    signature = _nvrtc.params(kinds)
+    assert signature.size == size
+    values = [1.5 if k == F32 else (-(2**40) if k == I64 else (-7 if k == I32 else 0xDEAD_BEEF_00))
+              for k in kinds]
+    extra, buffer = _read_params(signature.pack(values))
+    assert extra[0] == 1 and extra[2] == 2 and extra[4] == 0  # BUFFER_POINTER, BUFFER_SIZE, END
+    assert len(buffer) == size
+    for kind, offset, value in zip(kinds, offsets, values, strict=True):
+        assert struct.unpack_from("@" + kind, buffer, offset)[0] == value
+
+
+def test_a_signature_is_shared_and_each_thread_packs_into_its_own_buffer() -> None:
+    signature = _nvrtc.params(PTR + I64)
+    assert _nvrtc.params(PTR + I64) is signature
+    mine = signature.pack((1, 2))
+    theirs: list[tuple[int, bytes]] = []
+
+    def other_thread() -> None:  # its buffer lives as long as the thread: read it here
+        address = signature.pack((3, 4))
+        theirs.append((address, _read_params(address)[1]))
+
+    worker = threading.Thread(target=other_thread)
+    worker.start()
+    worker.join()
+    assert theirs[0][1] == struct.pack("@Pq", 3, 4)
+    assert _read_params(mine)[1] == struct.pack("@Pq", 1, 2)  # untouched by the other thread
+    assert signature.pack((5, 6)) == mine  # the same buffer again, refilled
+    assert _read_params(mine)[1] == struct.pack("@Pq", 5, 6)
+
+
+_KIND_OF_TYPE = {"i64": I64, "int": I32, "float": F32}
+
+
+def _kernel_kinds(source: str, entry: str) -> str:
+    """The parameter kinds of ``entry`` as declared in ``source`` (pointers, i64, int, float)."""
+    text = re.sub(r"//[^\n]*", "", (KERNEL_DIR / source).read_text())
+    match = re.search(rf"\b{entry}\(([^)]*)\)\s*\{{", text)
+    assert match, f"{entry} not found in {source}"
+    kinds = ""
+    for param in match.group(1).split(","):
+        words = param.replace("__restrict__", "").split()
+        kinds += PTR if "*" in param else _KIND_OF_TYPE[words[-2]]
+    return kinds
+
+
+@pytest.mark.parametrize("entry,source", [
+    ("embedding_bag_forward", "embedding_bag_forward.cu"),
+    ("embedding_bag_forward_short", "embedding_bag_forward.cu"),
+    ("embedding_bag_forward_segmented", "embedding_bag_forward.cu"),
+    ("embedding_bag_forward_bulk", "embedding_gather.cu"),
+    ("embedding_gather_bulk", "embedding_gather.cu"),
+])
+def test_forward_parameter_kinds_match_the_kernel_signatures(entry: str, source: str) -> None:
+    assert _launch.FORWARD_KINDS[entry] == _kernel_kinds(source, entry)
+
+
+@pytest.mark.parametrize("entry", ["embedding_gather", "embedding_gather_bulk"])
+def test_gather_parameter_kinds_match_the_kernel_signatures(entry: str) -> None:
+    assert _launch.GATHER_KINDS[entry] == _kernel_kinds("embedding_gather.cu", entry)
+
+
+def test_every_forward_and_gather_launch_packs_its_values() -> None:
+    """Over a spread of the golden table's call shapes (meta tensors, described device), each
+    launch's values pack into its entry's signature: as many values as parameters, each of
+    its kind (a pointer, an integer in range, a float)."""
+    from tests.kernels import golden_picks
+
+    packed: dict[str, int] = {}
+
+    def pack_only(index: Any, fn: tuple[str, str, str], grid: int, block: int, signature: Any,
+                  values: Any) -> None:
+        assert len(values) == len(signature.kinds), (fn[1], values)
+        signature.pack(values)
+        packed[fn[1]] = packed.get(fn[1], 0) + 1
+
+    combos = list(golden_picks.combinations())[::97]
+    with golden_picks.recording():  # restores every launch hook when it ends
+        _launch._launch_packed = pack_only  # type: ignore[assignment]
+        for combo in combos:
+            golden_picks.picks_of(combo)
+    assert set(packed) == set(_launch.FORWARD_KINDS) | set(_launch.GATHER_KINDS), packed
+
+
+def test_launch_passes_the_packed_buffer_and_names_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    driver = pytest.importorskip("cuda.bindings.driver")
+    calls: list[tuple[Any, ...]] = []
+    result = [driver.CUresult.CUDA_SUCCESS]
+
+    def launch_kernel(*args: Any) -> tuple[Any]:
+        calls.append(args)
+        _, buffer = _read_params(args[-1])
+        calls.append((buffer,))
+        return (result[0],)
+
+    monkeypatch.setattr(_nvrtc, "_cu_launch_kernel", lambda: launch_kernel)
+    signature = _nvrtc.params(PTR + I64 + I32 + F32)
+    _nvrtc.launch_packed("fn", 7, 256, 99, signature, (0xABC0, 2**40, -3, 0.25))
+    assert calls[0][:10] == ("fn", 7, 1, 1, 256, 1, 1, 0, 99, None)
+    assert calls[1][0] == struct.pack("@Pqif", 0xABC0, 2**40, -3, 0.25)
+    _nvrtc.launch_packed("fn", 0, 256, 99, signature, (0, 0, 0, 0.0))  # an empty grid launches nothing
+    assert len(calls) == 2
+    result[0] = driver.CUresult.CUDA_ERROR_INVALID_VALUE
+    with pytest.raises(_nvrtc.LaunchError, match=r"CUDA_ERROR_INVALID_VALUE \(1\).*'Pqif'"):
+        _nvrtc.launch_packed(driver.CUfunction(1), 1, 32, 0, signature, (1, 2, 3, 0.5))
+
+
+# --- which entry runs a call ------------------------------------------------------------------
+
+ENTRIES = (_ops.embedding_bag_op, _ops.EmbeddingBagFunction, _ops.embedding_bag_impl)
+
+
+def test_torch_compile_traces_the_registered_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    weight = torch.zeros(4, 2, requires_grad=True)
+    assert _api._entry(*ENTRIES, weight) is _ops.embedding_bag_op
+    assert _api._entry(*ENTRIES, weight.detach()) is _ops.embedding_bag_op
+
+
+def test_eager_calls_take_the_autograd_function_only_when_a_gradient_may_flow() -> None:
+    weight, psw = torch.zeros(4, 2), torch.ones(3)
+    run = _ops.EmbeddingBagFunction.run
+    assert _api._entry(*ENTRIES, weight, psw) is _ops.embedding_bag_impl
+    assert _api._entry(*ENTRIES, weight.requires_grad_(True), psw) == run
+    assert _api._entry(*ENTRIES, weight.detach(), psw.requires_grad_(True)) == run
+    with torch.no_grad():
+        assert _api._entry(*ENTRIES, weight, psw) is _ops.embedding_bag_impl
+    assert _api._entry(_ops.embedding_op, _ops.EmbeddingFunction, _ops.embedding_impl,
+                       weight) == _ops.EmbeddingFunction.run
+
+
+def test_dynamo_traces_the_registered_op_not_the_eager_function(monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end on the CPU: torch.compile sees the op (the graph is recorded, never run)."""
+    import reference_kernels as rk
+
+    monkeypatch.setattr(_api, "_require_cuda", lambda fn, **tensors: None)
+    graphs: list[Any] = []
+
+    def record(graph: Any, example_inputs: Any) -> Any:
+        graphs.append(graph)
+        return lambda *args: (torch.zeros(3, 4),)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda w, i: rk.embedding_bag(i, w, mode="sum", check_indices=False),
+                             backend=record, fullgraph=True)
+    compiled(torch.randn(10, 4, requires_grad=True), torch.randint(0, 10, (3, 2)))
+    assert "torch.ops.reference_kernels.embedding_bag.default" in graphs[0].code
+    assert "EmbeddingBagFunction" not in graphs[0].code
+
+
+def test_the_custom_ops_keep_their_autograd_registration() -> None:
+    """torch.compile's path: the ops (with fake implementations, tested elsewhere) still carry
+    the autograd formula that the eager Functions reuse."""
+    for op, backward in ((_ops.embedding_bag_op, _ops._backward_bag), (_ops.embedding_op, _ops._backward_embedding)):
+        assert op._backward_fn is backward  # type: ignore[attr-defined]
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("reference_kernels::embedding_bag", "Autograd")
+
+
+# --- the eager Function's gradients, with torch's CPU reference in place of the kernels ------
+
+def _reference_forward(weight: Any, indices: Any, offsets: Any, *, num_bags: int, per_sample_weights: Any,
+                       mode: str, padding_idx: int, need_argmax: bool, table_rows: Any = None) -> tuple[Any, Any]:
+    """_launch.bag_forward by torch's CPU kernel (argmax -1 in empty bags, as the kernels')."""
+    flat = indices.reshape(-1)
+    if offsets is None:
+        offsets = torch.arange(0, flat.numel(), indices.shape[1])
+    psw = None if per_sample_weights is None else per_sample_weights.reshape(-1)
+    out, _, bag_size, argmax = torch.ops.aten._embedding_bag_forward_only(
+        weight, flat, offsets, False, ("sum", "mean", "max").index(mode), False, psw, offsets.numel() > num_bags,
+        padding_idx)
+    return out, torch.where(bag_size[:, None] > 0, argmax, -1) if need_argmax else None
+
+
+def _reference_backward(grad_out: Any, indices: Any, bag_of: Any, bag_size: int, num_weights: int,
+                        per_sample_weights: Any, bag_scale: Any, padding_idx: int, scale: float = 1.0) -> Any:
+    flat = indices.reshape(-1)
+    bags = torch.arange(flat.numel()) // max(1, bag_size) if bag_of is None else bag_of
+    keep = (bags >= 0) & (flat != padding_idx)
+    factor = torch.full((flat.numel(),), scale)
+    if per_sample_weights is not None:
+        factor = factor * per_sample_weights.reshape(-1)
+    if bag_scale is not None:
+        factor = factor * bag_scale[bags.clamp(min=0)]
+    rows = grad_out[bags.clamp(min=0)] * (factor * keep).unsqueeze(1)
+    return torch.zeros(num_weights, grad_out.shape[1]).index_add_(0, flat, rows)
+
+
+@pytest.fixture
+def reference_kernels_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API on CPU tensors: no device check, torch's CPU embedding_bag as the forward kernel
+    and an index_add as the backward kernel."""
+    monkeypatch.setattr(_api, "_require_cuda", lambda fn, **tensors: None)
+    monkeypatch.setattr(_launch, "bag_forward", _reference_forward)
+    monkeypatch.setattr(_ops, "embedding_bag_backward_op", _reference_backward)
+
+
+@pytest.mark.usefixtures("reference_kernels_on_cpu")
+@pytest.mark.parametrize("layout", ["fixed", "csr", "csr_last"])
+@pytest.mark.parametrize("mode,with_psw", [("sum", False), ("sum", True), ("mean", False), ("max", False)])
+def test_eager_function_gradients_equal_torch(mode: str, with_psw: bool, layout: str) -> None:
+    import reference_kernels as rk
+
+    gen = torch.Generator().manual_seed(27)
+    weight = torch.randn(30, 6, generator=gen)
+    indices = torch.randint(0, 30, (5, 4), generator=gen)
+    offsets = None
+    if layout != "fixed":
+        indices = indices.reshape(-1)
+        offsets = torch.tensor([0, 3, 3, 9, 14, 20] if layout == "csr_last" else [0, 3, 3, 9, 14])
+    psw = torch.rand(indices.shape, generator=gen) if with_psw else None
+    grad_out = torch.randn(5, 6, generator=gen)
+    results = []
+    for fn in (rk.embedding_bag, F.embedding_bag):
+        w = weight.clone().requires_grad_(True)
+        p = None if psw is None else psw.clone().requires_grad_(True)
+        out = fn(indices, w, offsets, mode=mode, per_sample_weights=p, include_last_offset=layout == "csr_last",
+                 padding_idx=2, **({"check_indices": False} if fn is rk.embedding_bag else {}))
+        if fn is rk.embedding_bag:
+            assert type(out.grad_fn).__name__ == "EmbeddingBagFunctionBackward"
+        out.backward(grad_out)
+        results.append((out.detach(), w.grad, None if p is None else p.grad))
+    (ours, ours_w, ours_p), (ref, ref_w, ref_p) = results
+    torch.testing.assert_close(ours, ref)
+    torch.testing.assert_close(ours_w, ref_w)
+    if with_psw:
+        torch.testing.assert_close(ours_p, ref_p)
+
+
+@pytest.mark.usefixtures("reference_kernels_on_cpu")
+def test_eager_embedding_function_gradient_equals_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    import reference_kernels as rk
+
+    monkeypatch.setattr(_launch, "gather", lambda weight, flat: weight[flat])
+    gen = torch.Generator().manual_seed(27)
+    weight = torch.randn(20, 5, generator=gen)
+    indices = torch.randint(0, 20, (4, 6), generator=gen)
+    grad_out = torch.randn(4, 6, 5, generator=gen)
+    grads = []
+    for fn in (rk.embedding, F.embedding):
+        w = weight.clone().requires_grad_(True)
+        out = fn(indices, w, padding_idx=3, **({"check_indices": False} if fn is rk.embedding else {}))
+        if fn is rk.embedding:
+            assert type(out.grad_fn).__name__ == "EmbeddingFunctionBackward"
+        out.backward(grad_out)
+        grads.append(w.grad)
+    torch.testing.assert_close(grads[0], grads[1])
+
+
+def test_the_host_overhead_measurement_runs_without_a_gpu() -> None:
+    """tests/kernels/host_overhead.py (the CPU lower bound of a call's host time) still drives
+    the whole Python path, with and without a gradient."""
+    from tests.kernels import host_overhead
+
+    results = host_overhead.measure(calls=20)
+    assert set(results) == {"grad=False", "grad=True"}
+    assert all(0 < us < 10_000 for us in results.values())
