@@ -64,7 +64,7 @@ def _through_the_op(indices: torch.Tensor, weight: torch.Tensor, offsets: torch.
                     padding_idx: int) -> torch.Tensor:
     """The registered op called directly (the path torch.compile traces), with autograd."""
     out, _ = torch.ops.reference_kernels.embedding_bag(weight, indices, offsets, per_sample_weights, mode,
-                                                        padding_idx, include_last_offset, False, mode == "max")
+                                                        padding_idx, include_last_offset, mode == "max")
     result: torch.Tensor = out
     return result
 
