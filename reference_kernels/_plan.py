@@ -295,7 +295,7 @@ def forward_defines(variant: Variant, *, avg_len: int, many_bags: bool = True, p
     ``why``, when given, receives one line per rule that shaped the variant."""
     reasons = why if why is not None else []
     tiling = variant.tiling
-    rows_at_once = min(32 // tiling.row_lanes, _floor_pow2(avg_len))
+    rows_at_once = min(32 // tiling.row_lanes, _floor_pow2(avg_len), tuning.rows_at_once_cap)
     group_rows = _ceil_div(max(1, avg_len), rows_at_once)
     unroll, min_blocks = _rows_in_flight(tiling, variant.has_psw, variant.need_argmax, group_rows, tuning)
     reasons.append(f"{rows_at_once} row(s) at once per team, {group_rows} rows per lane group: {unroll} in flight "

@@ -37,6 +37,7 @@ class Tuning:
     small_f32_lean: bool = True  # d64 float32 sum/mean: one team per bag (lean rows) instead of striding
     min_blocks: int = 2  # occupancy floor (__launch_bounds__) of the long-bag variants
     forward_resident_waves: int = 1  # waves of resident blocks for striding teams; 0: one team per bag
+    rows_at_once_cap: int = 32  # rows a team reads at once, at most (1: a team one row wide per bag)
     persistent_max_group_rows: int = 24  # teams stride over bags of at most this many rows per lane group
     stride_f32_half_unroll: bool = True  # d128 float32 striding: half the rows in flight, more blocks
     wide_f32_fewer_rows: bool = True  # d192 float32: 2 rows in flight, more blocks, one team per bag
