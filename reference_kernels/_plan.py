@@ -295,11 +295,18 @@ def forward_defines(variant: Variant, *, avg_len: int, many_bags: bool = True, p
     ``why``, when given, receives one line per rule that shaped the variant."""
     reasons = why if why is not None else []
     tiling = variant.tiling
-    rows_at_once = min(32 // tiling.row_lanes, _floor_pow2(avg_len), tuning.rows_at_once_cap)
+    # Narrow rows (16 lanes or fewer), short sum/mean bags: a team one row wide pools its bag alone,
+    # FBGEMM's layout, with 8 rows in flight at 3 blocks per SM: several row groups per bag, then
+    # their reduction, took over twice FBGEMM's instructions (8x1Mx32 L20: 47M against 20M warp
+    # instructions; 83 -> 46 us with Zipf 1.05, 103 -> 83 us uniform; docs/perf/change-47.md).
+    narrow = (tuning.narrow_one_row_max_avg > 0 and tiling.row_lanes <= 16 and avg_len <= tuning.narrow_one_row_max_avg
+              and variant.mode != "max" and not variant.need_argmax)
+    rows_at_once = 1 if narrow else min(32 // tiling.row_lanes, _floor_pow2(avg_len), tuning.rows_at_once_cap)
     group_rows = _ceil_div(max(1, avg_len), rows_at_once)
-    unroll, min_blocks = _rows_in_flight(tiling, variant.has_psw, variant.need_argmax, group_rows, tuning)
+    in_flight = min(group_rows, tuning.lean_long_bag_rows or group_rows) if narrow else group_rows
+    unroll, min_blocks = _rows_in_flight(tiling, variant.has_psw, variant.need_argmax, in_flight, tuning)
     reasons.append(f"{rows_at_once} row(s) at once per team, {group_rows} rows per lane group: {unroll} in flight "
-                   f"per lane, at least {min_blocks} blocks per SM")
+                   f"per lane, at least {min_blocks} blocks per SM" + (" (narrow_one_row)" if narrow else ""))
     lean = variant.mode != "max" and tiling.chunks == 1 and pos32 and not variant.need_argmax
     # Teams stride over bags of at most persistent_max_group_rows rows per lane group: they load
     # the next bag's bounds and indices while this bag's rows are in flight. Longer bags overlap

@@ -361,10 +361,15 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group() -> N
     assert [persistent(128, n) for n in (25, 32, 64, 150)] == [(0, 2, 16)] * 4
     knobs = KNOBS
     assert persistent(128, 4) == (0, 4, 4) and persistent(128, 8) == (0, 3, 8)  # high occupancy: one team per bag
-    assert persistent(128, 32, 2) == (1, 2, 16)  # 16-bit d128: two rows at once, 16 rows per lane group
+    # 16-bit d128 and d192 rows (16 and 8 lanes), bags of up to 32 rows: a team one row wide per bag
+    # (narrow_one_row, change 47); longer ones keep two rows at once, 16 rows per lane group
+    assert persistent(128, 32, 2) == (0, 3, 8)
     assert persistent(192, 32) == (0, 4, 2)  # suite 3's float32 rows: 3 vectors per lane, one team per bag (41, 43)
     assert persistent(192, 32, pos32=False) == (0, 3, 2)
-    assert persistent(192, 32, 2) == (1, 2, 4)  # 16-bit 192: 8 lanes x 3 vectors, 4 rows at once
+    assert persistent(192, 32, 2) == (0, 2, 4)  # 16-bit 192: 8 lanes x 3 vectors, one row at once
+    knobs = replace(KNOBS, narrow_one_row_max_avg=0)
+    assert persistent(128, 32, 2) == (1, 2, 16) and persistent(192, 32, 2) == (1, 2, 4)  # two / four rows at once
+    knobs = KNOBS
     assert persistent(32, 64) == (1, 2, 16) and persistent(32, 128) == (0, 2, 16)  # 4 rows at once: 16 in flight
     assert persistent(128, 20, argmax=True) == (1, 2, 8)
     few = forward_defines(_variant(0, "sum", False, False, RowTiling.for_row(128, 4)), avg_len=16, many_bags=False,
@@ -374,7 +379,7 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group() -> N
     assert (psw["PERSISTENT"], psw["MIN_BLOCKS"], psw["UNROLL"]) == (1, 2, 16)  # per-sample weights keep 16
     knobs = replace(knobs, stride_f32_half_unroll=False)
     assert persistent(128, 16) == (1, 2, 16)
-    knobs = replace(knobs, wide_f32_fewer_rows=False)
+    knobs = replace(knobs, wide_f32_fewer_rows=False, narrow_one_row_max_avg=0)
     assert persistent(192, 32) == (1, 2, 4)
     knobs = replace(knobs, forward_resident_waves=0)
     assert persistent(128, 16) == (0, 2, 16)
@@ -397,10 +402,11 @@ def test_float32_rows_of_64_and_32_columns_trade_rows_in_flight_for_blocks() -> 
 
     # sum, mean and per-sample weights stride no more: one team per bag with lean rows, 4 in flight
     # (change 46; small_f32_lean); max keeps the striding teams
-    assert [pick(64, n) for n in (20, 48)] == [(4, 4, 0)] * 2
+    assert pick(64, 20) == (8, 3, 0)  # bags of up to 32 rows: one row at once (narrow_one_row, change 47)
+    assert pick(64, 48) == (4, 4, 0)
     assert pick(64, 64) == (8, 4, 0) and pick(64, 150) == (8, 4, 0)  # one team per bag, as before
-    assert pick(64, 20, "mean") == pick(64, 20, psw=True) == (4, 3, 0) and pick(64, 20, "max") == (8, 3, 1)
-    assert pick(64, 20, k=replace(KNOBS, small_f32_lean=False)) == (8, 4, 1)
+    assert pick(64, 48, "mean") == pick(64, 48, psw=True) == (4, 3, 0) and pick(64, 20, "max") == (8, 3, 1)
+    assert pick(64, 48, k=replace(KNOBS, small_f32_lean=False)) == (8, 4, 1)
     assert pick(64, 12) == (8, 3, 0)  # 8 rows per lane already: unchanged
     assert pick(32, 64, psw=True) == (16, 3, 1) and pick(32, 40, psw=True) == (16, 3, 1)
     assert pick(32, 150, psw=True) == (16, 2, 0)  # bags past 96 rows: not measured faster, unchanged
@@ -410,7 +416,7 @@ def test_float32_rows_of_64_and_32_columns_trade_rows_in_flight_for_blocks() -> 
     knobs = replace(knobs, small_f32_more_blocks=False)
     assert unchanged == [pick(64, 20), pick(64, 20, pos32=False), pick(32, 64, psw=True), pick(64, 40, code=2),
                          pick(64, 20, "max", argmax=True)]
-    assert pick(64, 20) == (16, 2, 1) and pick(32, 64, psw=True) == (16, 2, 1)
+    assert pick(64, 48) == (16, 2, 1) and pick(32, 64, psw=True) == (16, 2, 1)
 
 
 def test_32_bit_positions_only_where_every_position_row_and_thread_fits() -> None:
