@@ -529,6 +529,20 @@ __device__ __forceinline__ void describe_tables(TableChunk& c, i64 units_before,
   c.unit_end = units_before + inclusive;
 }
 
+// The walk reaching position ``pos`` leaves every bag that ends at or before it (empty ones
+// too): each is stored and the accumulator starts afresh; ``bag_end`` becomes the next bag's end
+// (lane k of the team holds where bag k of the segment starts, ``my_offset``).
+__device__ __forceinline__ void leave_bags(int pos, int& bag, int& bag_end, Acc& acc, i64 col0, int row_lane,
+                                           weight_t* __restrict__ out, i64* __restrict__ argmax, i64 out_row0,
+                                           i64 out_row_stride, i64 dim, u32 mask, int my_offset) {
+  while (pos >= bag_end) {
+    store_result(acc, col0, row_lane, out, argmax, out_row0 + bag * out_row_stride, dim);
+    acc_init(acc);
+    ++bag;
+    bag_end = __shfl_sync(mask, my_offset, bag + 1, ROW_LANES);
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_forward_segmented(
     const weight_t* __restrict__ weight, i64 dim,
     const INDEX_T* __restrict__ indices, i64 num_indices,
@@ -602,8 +616,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
       for (int m = 0; m < ROW_LANES; m += UNROLL_EFF) {
         if (base + m >= end) break;  // same decision for the whole team
         Vec x[UNROLL_EFF][CHUNKS];
+        u32 valid = 0;  // bit u: row u is a real row (lean: also the weight of a zero_tile row)
 #if LEAN_SEGMENT_ROWS
-        u32 valid = 0;  // bit u: row u is a real row (mean's count, the weight of a zero_tile row)
 #pragma unroll
         for (int u = 0; u < UNROLL_EFF; ++u) {  // issue every load first (past the segment: zero_tile)
           const i64 r = __shfl_sync(mask, my_index, m + u, ROW_LANES);  // -1 past the segment
@@ -615,26 +629,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
             if (CHUNKS == 1 || col_ok[c])
               x[u][c] = load_pack<weight_t, VEC>(reinterpret_cast<const weight_t*>(src) + c * ROW_LANES * VEC);
         }
-#pragma unroll
-        for (int u = 0; u < UNROLL_EFF; ++u) {  // ... then pool them in order, bag by bag
-          const int pos = base + m + u;
-          if (pos >= end) break;
-          while (pos >= bag_end) {  // the walk leaves a bag (empty ones too): store it
-            store_result(acc, col0, row_lane, out, argmax, out_row0 + bag * out_row_stride, dim);
-            acc_init(acc);
-            ++bag;
-            bag_end = __shfl_sync(mask, my_offset, bag + 1, ROW_LANES);
-          }
-          const bool real = (valid >> u) & 1u;
-          const float w = HAS_PSW ? __shfl_sync(mask, my_weight, m + u, ROW_LANES) : 1.0f;
-          if (MODE == 1) acc.count += (int)real;
-#pragma unroll
-          for (int c = 0; c < CHUNKS; ++c)
-            if (CHUNKS == 1 || col_ok[c]) acc_add(acc, c, x[u][c], real ? w : 0.0f, 0);
-        }
 #else
         i64 row[UNROLL_EFF];  // only read for argmax; dead code otherwise
-        u32 valid = 0;        // bit u: row u is a real (non-padding) row inside the segment
 #pragma unroll
         for (int u = 0; u < UNROLL_EFF; ++u) {  // issue every load first ...
           const i64 r = __shfl_sync(mask, my_index, m + u, ROW_LANES);  // -1 past the segment
@@ -643,24 +639,28 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
           valid |= 1u << u;
           load_row(x[u], weight, row[u], dim, col0, row_lane);
         }
+#endif
 #pragma unroll
         for (int u = 0; u < UNROLL_EFF; ++u) {  // ... then pool them in order, bag by bag
           const int pos = base + m + u;
           if (pos >= end) break;
-          while (pos >= bag_end) {  // the walk leaves a bag (empty ones too): store it
-            store_result(acc, col0, row_lane, out, argmax, out_row0 + bag * out_row_stride, dim);
-            acc_init(acc);
-            ++bag;
-            bag_end = __shfl_sync(mask, my_offset, bag + 1, ROW_LANES);
-          }
+          leave_bags(pos, bag, bag_end, acc, col0, row_lane, out, argmax, out_row0, out_row_stride, dim, mask,
+                     my_offset);
           // the row's weight is fetched here, not with its load: no register per row in flight
           // (16-bit per-sample-weight variants then fit 3 blocks per SM without spilling)
           const float w = HAS_PSW ? __shfl_sync(mask, my_weight, m + u, ROW_LANES) : 1.0f;
+#if LEAN_SEGMENT_ROWS
+          const bool real = (valid >> u) & 1u;
+          if (MODE == 1) acc.count += (int)real;
+#pragma unroll
+          for (int c = 0; c < CHUNKS; ++c)
+            if (CHUNKS == 1 || col_ok[c]) acc_add(acc, c, x[u][c], real ? w : 0.0f, 0);
+#else
           if (!(valid & (1u << u))) continue;
           acc.count += 1;
           add_row(acc, x[u], w, row[u], dim, col0, row_lane);
-        }
 #endif
+        }
       }
     }
     for (; bag < bags; ++bag) {  // the last bag pooled, then any empty ones after it
