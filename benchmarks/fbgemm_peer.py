@@ -143,6 +143,7 @@ def forward_arguments(weight: torch.Tensor, table_rows: list[int], indices: torc
     tables, dim, device = len(table_rows), weight.shape[1], weight.device
     if (offsets.numel() - 1) % tables:
         raise ValueError(f"offsets must hold T * B + 1 entries (T = {tables}), got {offsets.numel()}")
+    # in the op's argument order (FbgemmForward passes the values positionally)
     args: dict[str, Any] = {
         "dev_weights": weight.reshape(-1),
         "uvm_weights": weight.new_empty(0),
@@ -155,13 +156,15 @@ def forward_arguments(weight: torch.Tensor, table_rows: list[int], indices: torc
         "indices": indices.reshape(-1).to(torch.int64),
         "offsets": offsets.to(torch.int64),
         "pooling_mode": POOLING[mode],
+    }
+    if per_sample_weights is not None:  # the weighted op takes them right after pooling_mode
+        args["indice_weights"] = per_sample_weights.reshape(-1).to(torch.float32)
+    args.update({
         "lxu_cache_locations": torch.empty(0, dtype=torch.int32, device=device),
         "uvm_cache_stats": torch.empty(0, dtype=torch.int32, device=device),
         "output_dtype": OUTPUT_DTYPE[weight.dtype],
         "is_experimental": False,
-    }
-    if per_sample_weights is not None:
-        args["indice_weights"] = per_sample_weights.reshape(-1).to(torch.float32)
+    })
     return args
 
 
@@ -175,19 +178,14 @@ class FbgemmForward:
 
     def __init__(self, weight: torch.Tensor, table_rows: list[int], indices: torch.Tensor, offsets: torch.Tensor,
                  mode: str, per_sample_weights: torch.Tensor | None = None) -> None:
-        self.args = forward_arguments(weight, table_rows, indices, offsets, mode, per_sample_weights)
+        args = forward_arguments(weight, table_rows, indices, offsets, mode, per_sample_weights)
+        self.arguments = tuple(args.values())
         ops = torch.ops.fbgemm
         self.op = (ops.split_embedding_codegen_forward_unweighted_cuda if per_sample_weights is None
                    else ops.split_embedding_codegen_forward_weighted_cuda)
-        a = self.args
-        order = ["dev_weights", "uvm_weights", "lxu_cache_weights", "weights_placements", "weights_offsets",
-                 "D_offsets", "total_D", "max_D", "indices", "offsets", "pooling_mode"]
-        order += ["indice_weights"] if per_sample_weights is not None else []
-        order += ["lxu_cache_locations", "uvm_cache_stats", "output_dtype", "is_experimental"]
-        self.positional = tuple(a[k] for k in order)
 
     def __call__(self) -> torch.Tensor:
-        out: torch.Tensor = self.op(*self.positional)
+        out: torch.Tensor = self.op(*self.arguments)
         return out
 
 

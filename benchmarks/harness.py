@@ -420,7 +420,7 @@ class Suite:
             theirs = self.timer.median_us(torch_per_table)
             ours_tbe = self.timer.median_us(one_launch)
             ours_loop = self.timer.median_us(ours_per_table)
-            starts = [int(x) for x in tbe.table_rows.tolist()]
+            starts = tbe.table_rows.tolist()
             peer = self.fbgemm_call(tbe.weight.detach(), starts, idx, offsets, mode, w, one_launch())
             peer_us = self.timer.median_us(peer) if peer else None
         comp, logical = table_batch_bytes(tables, tb, psw, batch)

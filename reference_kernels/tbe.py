@@ -26,11 +26,10 @@ def check_tables(indices: Tensor, offsets: Tensor, table_sizes: Tensor, max_rows
     """The indices and offsets the lookup reads under check mode ``mode``: one pass checks each
     index against its own table's rows (``table_sizes``) and the offsets (index_check.cu)."""
     bags_per_table = (offsets.numel() - 1) // table_sizes.numel()
-    if bags_per_table == 0:  # no bags: no index is looked up, each is only kept inside the weight
-        clean, clean_offsets = _ops.checked(indices, offsets, max_rows, mode, "TableBatchedEmbeddingBag")
-    else:
-        clean, clean_offsets = _ops.checked(indices, offsets, max_rows, mode, "TableBatchedEmbeddingBag",
-                                            table_sizes=table_sizes, bags_per_table=bags_per_table)
+    # no bags: no index is looked up, so each is only kept inside the weight (no per-table check)
+    clean, clean_offsets = _ops.checked(indices, offsets, max_rows, mode, "TableBatchedEmbeddingBag",
+                                        table_sizes=table_sizes if bags_per_table else None,
+                                        bags_per_table=bags_per_table or 1)
     assert clean_offsets is not None
     return clean, clean_offsets
 

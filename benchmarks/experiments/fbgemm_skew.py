@@ -72,7 +72,7 @@ def build(case: Case, gen: torch.Generator) -> tuple[Callable[[], torch.Tensor],
     tbe = TableBatchedEmbeddingBag(case.rows, case.dim, case.mode, case.dtype, DEV)
     tbe.check_indices = False
     tb = table_batch(case.rows, case.batch, case.pooling, case.alpha, gen)
-    starts = [int(x) for x in tbe.table_rows.tolist()]
+    starts = tbe.table_rows.tolist()
     peer = fbgemm_peer.FbgemmForward(tbe.weight.detach(), starts, tb.indices, tb.offsets, case.mode)
 
     def ours() -> torch.Tensor:

@@ -91,6 +91,7 @@ def test_arguments_for_stacked_tables() -> None:
     assert a["indice_weights"].dtype == torch.float32
     assert a["weights_placements"].tolist() == [0, 0] and a["lxu_cache_weights"].shape == (0, 0)
     assert "indice_weights" not in fbgemm_peer.forward_arguments(weight, [0, 6], indices, offsets, "mean", None)
+    assert list(a)[10:13] == ["pooling_mode", "indice_weights", "lxu_cache_locations"]  # the op's order
 
 
 def test_cases_it_lacks_and_bad_offsets_are_refused() -> None:
