@@ -305,17 +305,17 @@ class Suite:
 
     def fbgemm_call(self, weight: torch.Tensor, table_rows: list[int], indices: torch.Tensor,
                     offsets: torch.Tensor, mode: str, psw: torch.Tensor | None,
-                    ours: torch.Tensor) -> Callable[[], torch.Tensor] | None:
-        """FBGEMM's forward on these inputs, when it has the case and its output matches ``ours``
-        (a wrong argument must not be timed): else None, and a note says why."""
+                    ours: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor] | None:
+        """FBGEMM's forward on these inputs, when it has the case and its output matches what
+        ``ours()`` computes (a wrong argument must not be timed): else None, and a note says why."""
         if self.fbgemm is None or not fbgemm_peer.supports(mode, weight.dtype, psw is not None):
             return None
         peer = fbgemm_peer.FbgemmForward(weight, table_rows, indices, offsets, mode, psw)
-        theirs = peer()
+        theirs, mine = peer(), ours()
         tol = 1e-2 if weight.dtype == torch.float16 else 1e-4
-        if theirs.shape != ours.shape or not torch.allclose(theirs.float(), ours.float(), rtol=tol, atol=tol):
+        if theirs.shape != mine.shape or not torch.allclose(theirs.float(), mine.float(), rtol=tol, atol=tol):
             print(f"  FBGEMM's output differs from ours (max |diff| "
-                  f"{float((theirs.float() - ours.float()).abs().max()):.3g}): not timed", flush=True)
+                  f"{float((theirs.float() - mine.float()).abs().max()):.3g}): not timed", flush=True)
             return None
         return peer
 
@@ -351,7 +351,7 @@ class Suite:
             torch_host = host_us(lambda: F.embedding_bag(idx, weight, offsets, **args))
             csr = offsets if offsets is not None else fbgemm_peer.fixed_offsets(idx.shape[0], idx.shape[1], DEV)
             peer = self.fbgemm_call(weight, [0], idx, csr, mode, w,
-                                    rk.embedding_bag(idx, weight, offsets, check_indices=False, **args))
+                                    lambda: rk.embedding_bag(idx, weight, offsets, check_indices=False, **args))
             peer_us = self.timer.median_us(peer) if peer else None
             peer_host = host_us(peer) if peer else None
         comp, logical = bag_bytes(weight, idx, offsets, psw, out_elems)
@@ -421,7 +421,7 @@ class Suite:
             ours_tbe = self.timer.median_us(one_launch)
             ours_loop = self.timer.median_us(ours_per_table)
             starts = tbe.table_rows.tolist()
-            peer = self.fbgemm_call(tbe.weight.detach(), starts, idx, offsets, mode, w, one_launch())
+            peer = self.fbgemm_call(tbe.weight.detach(), starts, idx, offsets, mode, w, one_launch)
             peer_us = self.timer.median_us(peer) if peer else None
         comp, logical = table_batch_bytes(tables, tb, psw, batch)
         label = f"{name} {mode}{'+psw' if psw else ''} {dtype}".replace("torch.", "")
