@@ -588,7 +588,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
     bool col_ok[CHUNKS];
 #pragma unroll
     for (int c = 0; c < CHUNKS; ++c) col_ok[c] = col0 + (c * ROW_LANES + row_lane) * VEC < dim;
-    const i64 lane_row_bytes = CHUNKS == 1 && !col_ok[0] ? 0 : dim * (i64)sizeof(weight_t);
+    const INDEX_T lane_row_bytes = CHUNKS == 1 && !col_ok[0] ? 0 : (INDEX_T)(dim * (i64)sizeof(weight_t));
     if (CHUNKS == 1 && !col_ok[0]) lane_row0 = lane_zero;
 #endif
     // lane k <= bags: where bag bag0 + k starts (k == bags: where the segment ends)
@@ -599,16 +599,16 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
     int bag_end = __shfl_sync(mask, my_offset, 1, ROW_LANES);
     Acc acc;
     acc_init(acc);
-    i64 next_index = begin + row_lane < end ? (i64)indices[begin + row_lane] : -1;
+    INDEX_T next_index = begin + row_lane < end ? indices[begin + row_lane] : (INDEX_T)-1;
     float next_weight = 1.0f;
 #if HAS_PSW
     if (begin + row_lane < end) next_weight = to_float(per_sample_weights[begin + row_lane]);
 #endif
     for (int base = begin; base < end; base += ROW_LANES) {
-      const i64 my_index = next_index;
+      const INDEX_T my_index = next_index;
       const float my_weight = next_weight;
       const int ahead = base + ROW_LANES + row_lane;  // prefetch the team's next batch
-      next_index = ahead < end ? (i64)indices[ahead] : -1;
+      next_index = ahead < end ? indices[ahead] : (INDEX_T)-1;
 #if HAS_PSW
       if (ahead < end) next_weight = to_float(per_sample_weights[ahead]);
 #endif
@@ -620,7 +620,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
 #if LEAN_SEGMENT_ROWS
 #pragma unroll
         for (int u = 0; u < UNROLL_EFF; ++u) {  // issue every load first (past the segment: zero_tile)
-          const i64 r = __shfl_sync(mask, my_index, m + u, ROW_LANES);  // -1 past the segment
+          const INDEX_T r = __shfl_sync(mask, my_index, m + u, ROW_LANES);  // -1 past the segment
           const bool real = r >= 0 && r != padding_idx;
           valid |= (u32)real << u;
           const char* src = row_address(lane_row0, r, lane_row_bytes, real, lane_zero);
@@ -633,7 +633,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
         i64 row[UNROLL_EFF];  // only read for argmax; dead code otherwise
 #pragma unroll
         for (int u = 0; u < UNROLL_EFF; ++u) {  // issue every load first ...
-          const i64 r = __shfl_sync(mask, my_index, m + u, ROW_LANES);  // -1 past the segment
+          const INDEX_T r = __shfl_sync(mask, my_index, m + u, ROW_LANES);  // -1 past the segment
           row[u] = r + row_base;
           if (r < 0 || r == padding_idx) continue;
           valid |= 1u << u;

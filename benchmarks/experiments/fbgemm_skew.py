@@ -41,6 +41,8 @@ class Case:
     alpha: float
     dtype: torch.dtype
     mode: str = "sum"
+    psw: bool = False  # per-sample weights (sum)
+    single: bool = False  # one table through embedding_bag (the sweep's calls), not the table-batched module
 
 
 def cases() -> list[Case]:
@@ -56,6 +58,26 @@ def cases() -> list[Case]:
             out.append(Case(f"8x1Mx{dim} B16384 L20 a{alpha} f32", [1_000_000] * 8, dim, 16384, [20] * 8, alpha,
                             torch.float32))
     out.append(Case("2x10Mx192 B65536 L32 a1.15 f16", [10_000_000] * 2, 192, 65536, [32, 32], 1.15, torch.float16))
+    # the suite's other cases below FBGEMM: mean and per-sample weights, wide rows, the sweep's skewed bags
+    for alpha in (0.0, 1.05, 1.2):
+        for dtype in (torch.float32, torch.float16):
+            tag = "f32" if dtype == torch.float32 else "f16"
+            out.append(Case(f"DCNv2 B6912 a{alpha} {tag} mean", dcn_rows, 128, 6912, DCN_POOLING, alpha, dtype,
+                            "mean"))
+            out.append(Case(f"DCNv2 B6912 a{alpha} {tag} psw", dcn_rows, 128, 6912, DCN_POOLING, alpha, dtype,
+                            psw=True))
+    for alpha in (0.0, 1.15):
+        for dtype in (torch.float32, torch.float16):
+            tag = "f32" if dtype == torch.float32 else "f16"
+            out.append(Case(f"2x10Mx192 B65536 L32 a{alpha} {tag} mean", [10_000_000] * 2, 192, 65536, [32, 32],
+                            alpha, dtype, "mean"))
+            out.append(Case(f"2x10Mx192 B65536 L32 a{alpha} {tag} psw", [10_000_000] * 2, 192, 65536, [32, 32],
+                            alpha, dtype, psw=True))
+    for dim, pooling in ((128, 16), (32, 64)):
+        for batch in (32768, 131072):
+            for alpha in (0.0, 1.05, 1.15):
+                out.append(Case(f"sweep d{dim} B{batch} L{pooling} a{alpha} csr f32", [1_000_000], dim, batch,
+                                [pooling], alpha, torch.float32, single=True))
     return out
 
 
@@ -72,12 +94,18 @@ def build(case: Case, gen: torch.Generator) -> tuple[Callable[[], torch.Tensor],
     tbe = TableBatchedEmbeddingBag(case.rows, case.dim, case.mode, case.dtype, DEV)
     tbe.check_indices = False
     tb = table_batch(case.rows, case.batch, case.pooling, case.alpha, gen)
+    psw = (torch.rand(tb.indices.numel(), generator=gen, device=DEV).to(case.dtype) if case.psw else None)
     starts = tbe.table_rows.tolist()
-    peer = fbgemm_peer.FbgemmForward(tbe.weight.detach(), starts, tb.indices, tb.offsets, case.mode)
+    peer = fbgemm_peer.FbgemmForward(tbe.weight.detach(), starts, tb.indices, tb.offsets, case.mode, psw)
 
     def ours() -> torch.Tensor:
         with torch.no_grad():
-            out: torch.Tensor = tbe(tb.indices, tb.offsets)
+            out: torch.Tensor
+            if case.single:
+                out = rk.embedding_bag(tb.indices, tbe.weight, tb.offsets, mode=case.mode, per_sample_weights=psw,
+                                       include_last_offset=True, check_indices=False)
+            else:
+                out = tbe(tb.indices, tb.offsets, psw)
             return out
 
     return ours, peer

@@ -342,7 +342,8 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group() -> N
     4 blocks with 32-bit positions (change 43), the calls that fit them."""
     from reference_kernels._plan import RowTiling, forward_defines
 
-    knobs = KNOBS
+    base = replace(KNOBS, short_f32_lean=False)  # short d128 bags: test_short_float32_bags_go_lean_at_high_occupancy
+    knobs = base
 
     def persistent(dim: int, avg_len: int, elem_bytes: int = 4, argmax: bool = False, pos32: bool = True) -> object:
         variant = _variant(0 if elem_bytes == 4 else 2, "max" if argmax else "sum", False, argmax,
@@ -357,9 +358,9 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group() -> N
     # longer bags, one team each: lean rows at 8 in flight, 3 blocks (change 46); 16 at 2 without the rule
     assert [persistent(128, n) for n in (25, 32, 64, 150)] == [(0, 3, 8)] * 4
     assert [persistent(128, n, argmax=True) for n in (32, 150)] == [(0, 2, 8)] * 2  # max: not lean, unchanged
-    knobs = replace(KNOBS, lean_long_bag_rows=0)
+    knobs = replace(base, lean_long_bag_rows=0)
     assert [persistent(128, n) for n in (25, 32, 64, 150)] == [(0, 2, 16)] * 4
-    knobs = KNOBS
+    knobs = base
     assert persistent(128, 4) == (0, 4, 4) and persistent(128, 8) == (0, 3, 8)  # high occupancy: one team per bag
     # 16-bit d128 and d192 rows (16 and 8 lanes), bags of up to 32 rows: a team one row wide per bag
     # (narrow_one_row, change 47); longer ones keep two rows at once, 16 rows per lane group
@@ -367,15 +368,18 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group() -> N
     assert persistent(192, 32) == (0, 4, 2)  # suite 3's float32 rows: 3 vectors per lane, one team per bag (41, 43)
     assert persistent(192, 32, pos32=False) == (0, 3, 2)
     assert persistent(192, 32, 2) == (0, 2, 4)  # 16-bit 192: 8 lanes x 3 vectors, one row at once
-    knobs = replace(KNOBS, narrow_one_row_max_avg=0)
+    knobs = replace(base, narrow_one_row_max_avg=0)
     assert persistent(128, 32, 2) == (1, 2, 16) and persistent(192, 32, 2) == (1, 2, 4)  # two / four rows at once
-    knobs = KNOBS
+    knobs = base
+    assert persistent(32, 64) == (0, 3, 8)  # narrow_one_row up to 64 rows (change 48)
+    knobs = replace(base, narrow_one_row_max_avg=32)
     assert persistent(32, 64) == (1, 2, 16) and persistent(32, 128) == (0, 2, 16)  # 4 rows at once: 16 in flight
+    knobs = base
     assert persistent(128, 20, argmax=True) == (1, 2, 8)
     few = forward_defines(_variant(0, "sum", False, False, RowTiling.for_row(128, 4)), avg_len=16, many_bags=False,
-                          tuning=KNOBS)
+                          tuning=base)
     assert (few["PERSISTENT"], few["MIN_BLOCKS"], few["UNROLL"]) == (1, 2, 16)  # one wave: 16 in flight
-    psw = forward_defines(_variant(0, "sum", True, False, RowTiling.for_row(128, 4)), avg_len=20, tuning=KNOBS)
+    psw = forward_defines(_variant(0, "sum", True, False, RowTiling.for_row(128, 4)), avg_len=20, tuning=base)
     assert (psw["PERSISTENT"], psw["MIN_BLOCKS"], psw["UNROLL"]) == (1, 2, 16)  # per-sample weights keep 16
     knobs = replace(knobs, stride_f32_half_unroll=False)
     assert persistent(128, 16) == (1, 2, 16)
@@ -385,6 +389,39 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group() -> N
     assert persistent(128, 16) == (0, 2, 16)
 
 
+def test_short_float32_bags_go_lean_at_high_occupancy() -> None:
+    """Change 48: float32 d128 sum/mean bags short enough to stride (or for the segmented kernel) go
+    one team per bag in lean rows, 4 rows in flight at the most blocks per SM that do not spill:
+    6 for sum, 5 for mean, 4 with per-sample weights. Not with argmax, 64-bit positions, other
+    row widths, or the knob off; the segmented kernel then leaves such calls to the general one."""
+    from reference_kernels._plan import BagCall, RowTiling, forward_defines, plan_bag_forward
+
+    def pick(avg_len: int, mode: str = "sum", psw: bool = False, pos32: bool = True, dim: int = 128,
+             knobs: Tuning = KNOBS) -> tuple[object, object, object]:
+        variant = _variant(0, mode, psw, mode == "max", RowTiling.for_row(dim, 4))
+        d = forward_defines(variant, avg_len=avg_len, pos32=pos32, tuning=knobs)
+        return d["PERSISTENT"], d["MIN_BLOCKS"], d["UNROLL"]
+
+    assert [pick(n) for n in (4, 8, 16, 24)] == [(0, 6, 4)] * 4
+    assert pick(2) == (0, 6, 2)  # no more rows in flight than the bag has
+    assert pick(16, "mean") == (0, 5, 4) and pick(16, psw=True) == (0, 4, 4)
+    assert pick(32) == (0, 3, 8)  # longer bags: lean_long_bag_rows as before
+    assert pick(16, "max")[0] == 1 and pick(16, pos32=False)[1] != 6 and pick(16, dim=64)[1] != 6
+    assert pick(16, knobs=replace(KNOBS, short_f32_lean=False)) == (1, 4, 8)
+
+    def table_batched(mode: str, dtype: int = 0, short: bool = True) -> str:
+        call = BagCall(weight_dtype=dtype, elem_bytes=4 if dtype == 0 else 2, dim=128, num_rows=26_000_000,
+                       weight_align=0, out_aligned=True, index_type="int", bag_size=0, num_indices=214 * 6912,
+                       num_bags=26 * 6912, tables=26, table_batched=True, mode=mode, has_psw=False,
+                       need_argmax=mode == "max", has_padding=False)
+        return plan_bag_forward(call, HOPPER, replace(KNOBS, short_f32_lean=short)).entry
+
+    # DCNv2's 26 tables (8 rows per bag on average): float32 sum/mean leave the segmented kernel
+    assert table_batched("sum") == table_batched("mean") == "embedding_bag_forward"
+    assert table_batched("max") == table_batched("sum", dtype=1) == "embedding_bag_forward_segmented"
+    assert table_batched("sum", short=False) == "embedding_bag_forward_segmented"
+
+
 def test_float32_rows_of_64_and_32_columns_trade_rows_in_flight_for_blocks() -> None:
     """Change 44: float32 rows two per warp (d64) keep 8 rows in flight at 4 blocks per SM for sum,
     3 for mean, max and per-sample weights; d32 rows with per-sample weights, striding over bags
@@ -392,7 +429,7 @@ def test_float32_rows_of_64_and_32_columns_trade_rows_in_flight_for_blocks() -> 
     bags, and not where argmax is written; 16-bit rows and d32 without weights keep their picks."""
     from reference_kernels._plan import RowTiling, forward_defines
 
-    knobs = KNOBS
+    knobs = replace(KNOBS, narrow_one_row_max_avg=32)  # as measured then (change 48 took it to 64 rows)
 
     def pick(dim: int, avg_len: int, mode: str = "sum", psw: bool = False, code: int = 0, argmax: bool = False,
              many_bags: bool = True, pos32: bool = True, k: Tuning | None = None) -> tuple[object, object, object]:
@@ -406,7 +443,7 @@ def test_float32_rows_of_64_and_32_columns_trade_rows_in_flight_for_blocks() -> 
     assert pick(64, 48) == (4, 4, 0)
     assert pick(64, 64) == (8, 4, 0) and pick(64, 150) == (8, 4, 0)  # one team per bag, as before
     assert pick(64, 48, "mean") == pick(64, 48, psw=True) == (4, 3, 0) and pick(64, 20, "max") == (8, 3, 1)
-    assert pick(64, 48, k=replace(KNOBS, small_f32_lean=False)) == (8, 4, 1)
+    assert pick(64, 48, k=replace(knobs, small_f32_lean=False)) == (8, 4, 1)
     assert pick(64, 12) == (8, 3, 0)  # 8 rows per lane already: unchanged
     assert pick(32, 64, psw=True) == (16, 3, 1) and pick(32, 40, psw=True) == (16, 3, 1)
     assert pick(32, 150, psw=True) == (16, 2, 0)  # bags past 96 rows: not measured faster, unchanged
@@ -417,6 +454,8 @@ def test_float32_rows_of_64_and_32_columns_trade_rows_in_flight_for_blocks() -> 
     assert unchanged == [pick(64, 20), pick(64, 20, pos32=False), pick(32, 64, psw=True), pick(64, 40, code=2),
                          pick(64, 20, "max", argmax=True)]
     assert pick(64, 48) == (16, 2, 1) and pick(32, 64, psw=True) == (16, 2, 1)
+    knobs = KNOBS  # change 48: bags of up to 64 rows take one row at once too
+    assert pick(64, 48) == pick(32, 64) == (8, 3, 0) and pick(32, 150, psw=True) == (16, 2, 0)
 
 
 def test_32_bit_positions_only_where_every_position_row_and_thread_fits() -> None:
@@ -588,15 +627,17 @@ def test_zero_fill_overlaps_the_backward_only_for_few_lookups_per_row() -> None:
 
 def test_a_plan_says_why_it_was_chosen() -> None:
     """Each plan carries one line per choice: d128 float32 bags of 20 rows in a call of many bags
-    take the general kernel striding, with the d128 rule's rows in flight and blocks."""
+    take the general kernel, one team per bag in lean rows at 6 blocks per SM (short_f32_lean,
+    after the striding rules it overrides)."""
     from reference_kernels._plan import BagCall, plan_bag_forward
 
     call = BagCall(weight_dtype=0, elem_bytes=4, dim=128, num_rows=1_000_000, weight_align=0, out_aligned=True,
                    index_type="i64", bag_size=20, num_indices=16384 * 20, num_bags=16384, tables=1,
                    table_batched=False, mode="sum", has_psw=False, need_argmax=False, has_padding=False)
     plan = plan_bag_forward(call, HOPPER, KNOBS)
-    assert plan.entry == "embedding_bag_forward" and plan.define("MIN_BLOCKS") == 4
-    assert plan.why[0] == "general kernel: teams striding over bag(s)"
+    assert plan.entry == "embedding_bag_forward" and plan.define("MIN_BLOCKS") == 6
+    assert plan.why[0] == "general kernel: one team per bag(s)"
     assert "stride_f32_half_unroll: 8 rows in flight at 4 blocks per SM" in plan.why
+    assert plan.why[-1] == "short_f32_lean: one team per bag, 4 rows in flight at 6 blocks per SM"
     short = plan_bag_forward(replace(call, bag_size=2, num_indices=16384 * 2), HOPPER, KNOBS)
     assert short.entry == "embedding_bag_forward_short" and short.why == ("fixed bags of 2: 2 bags per team step",)
