@@ -253,7 +253,7 @@ def _segmented_bags(call: BagCall, device: DeviceProps, tuning: Tuning) -> Plan 
     variant = Variant.of(call)
     pos32 = fits_pos32(num_indices=call.num_indices, num_rows=call.num_rows, num_bags=call.num_bags, dim=call.dim,
                        tuning=tuning)
-    if short_f32_lean(variant, pos32=pos32, tuning=tuning):  # the general kernel serves them better
+    if short_lean_blocks(variant, pos32=pos32, tuning=tuning):  # the general kernel serves them better
         return None
     defines = segmented_defines(variant, avg_len=avg_len, tuning=tuning)
     if defines is None:
@@ -330,9 +330,10 @@ def forward_defines(variant: Variant, *, avg_len: int, many_bags: bool = True, p
         # d128 striding: the same bytes in flight per SM, more warps to cover each bag's last row
         unroll, min_blocks = tuning.unroll_rows // 2, blocks
         reasons.append(f"stride_f32_half_unroll: {unroll} rows in flight at {blocks} blocks per SM")
-    if short_f32_lean(variant, pos32=pos32, tuning=tuning) and group_rows <= tuning.persistent_max_group_rows:
-        unroll, min_blocks, persistent = min(unroll, 4), SHORT_F32_BLOCKS[_lean_kind(variant)], False
-        reasons.append(f"short_f32_lean: one team per bag, {unroll} rows in flight at {min_blocks} blocks per SM")
+    short_blocks = short_lean_blocks(variant, pos32=pos32, tuning=tuning)
+    if short_blocks and rows_at_once == 1 and group_rows <= tuning.persistent_max_group_rows:
+        unroll, min_blocks, persistent = min(unroll, 4), short_blocks, False
+        reasons.append(f"short_lean: one team per bag, {unroll} rows in flight at {min_blocks} blocks per SM")
     if tuning.wide_f32_fewer_rows and plain_f32 and tiling.chunks == 3 and unroll == 4:
         # 192 columns: 2 rows in flight, more blocks, one team per bag (striding spills there)
         unroll, min_blocks, persistent = 2, blocks, False
@@ -362,26 +363,29 @@ def forward_defines(variant: Variant, *, avg_len: int, many_bags: bool = True, p
                         PERSISTENT=int(persistent), POS32=int(pos32))
 
 
-# Short bags of float32 rows one vector per lane (d128), lean rows: the most blocks per SM
-# that compile without spilling 4 rows in flight (nvcc -Xptxas -v, sm_90: 40 registers for sum,
-# 48 for mean; per-sample weights spill at 5).
-SHORT_F32_BLOCKS = {"sum": 6, "mean": 5, "weighted": 4}
+# Short bags of 128-column rows in lean rows: the most blocks per SM at which 4 rows in flight
+# compile without spilling (nvcc -Xptxas -v, sm_90: float32 40 registers for sum, 48 for mean,
+# per-sample weights spill at 5; 16-bit 48 at 5, spilling at 6). 16-bit rows with per-sample
+# weights keep the segmented kernel (measured faster there).
+SHORT_LEAN_BLOCKS: dict[tuple[bool, str], int] = {
+    (False, "sum"): 6, (False, "mean"): 5, (False, "weighted"): 4, (True, "sum"): 5, (True, "mean"): 5}
 
 
-def _lean_kind(variant: Variant) -> str:
-    return "weighted" if variant.has_psw else variant.mode
-
-
-def short_f32_lean(variant: Variant, *, pos32: bool, tuning: Tuning) -> bool:
-    """Float32 rows of one 16-byte vector per lane of a warp-wide team (128 columns), sum or mean
-    (weighted too), 32-bit positions: bags short enough for striding teams or the segmented
-    kernel go one team per bag in lean rows at high occupancy instead. With skewed indices the
-    rows come from the caches and the walk is latency-bound, so warps per SM decide its time:
-    DCNv2 Zipf 1.2 (H100) sum 0.79 -> 0.88x FBGEMM, mean 0.62 -> 0.79x, the sweep's d128 L16
-    Zipf 1.15 0.76 -> 1.01x, at 1.00 -> 0.96x on uniform DCNv2 (docs/perf/change-48.md)."""
+def short_lean_blocks(variant: Variant, *, pos32: bool, tuning: Tuning) -> int:
+    """Blocks per SM for short bags of 128-column rows (a team one row wide, one 16-byte vector
+    per lane: float32 32 lanes, 16-bit 16), sum or mean, 32-bit positions, in lean rows one team
+    per bag; 0 where the rule does not apply. Bags short enough for striding teams or the
+    segmented kernel take it instead of either: with skewed indices the rows come from the
+    caches and the walk is latency-bound, so warps per SM decide its time (H100, against
+    FBGEMM: DCNv2 Zipf 1.2 float32 sum 0.79 -> 0.88x, mean 0.62 -> 0.79x, float16 mean 0.79 ->
+    1.07x, the sweep's d128 L16 Zipf 1.15 0.76 -> 1.01x; uniform DCNv2 float32 1.00 -> 0.96x;
+    docs/perf/change-48.md)."""
     tiling = variant.tiling
-    return (tuning.short_f32_lean and pos32 and variant.weight_dtype == 0 and tiling.vec == 4 and tiling.row_lanes == 32
-            and tiling.chunks == 1 and variant.mode != "max" and not variant.need_argmax)
+    if not (tuning.short_lean and pos32 and tiling.chunks == 1 and tiling.row_lanes * tiling.vec == 128
+            and variant.mode != "max" and not variant.need_argmax):
+        return 0
+    kind = "weighted" if variant.has_psw else variant.mode
+    return SHORT_LEAN_BLOCKS.get((variant.weight_dtype != 0, kind), 0)
 
 
 def fits_pos32(*, num_indices: int, num_rows: int, num_bags: int, dim: int, tuning: Tuning) -> bool:

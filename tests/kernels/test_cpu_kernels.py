@@ -342,7 +342,7 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group() -> N
     4 blocks with 32-bit positions (change 43), the calls that fit them."""
     from reference_kernels._plan import RowTiling, forward_defines
 
-    base = replace(KNOBS, short_f32_lean=False)  # short d128 bags: test_short_float32_bags_go_lean_at_high_occupancy
+    base = replace(KNOBS, short_lean=False)  # short d128 bags: test_short_float32_bags_go_lean_at_high_occupancy
     knobs = base
 
     def persistent(dim: int, avg_len: int, elem_bytes: int = 4, argmax: bool = False, pos32: bool = True) -> object:
@@ -390,15 +390,16 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group() -> N
 
 
 def test_short_float32_bags_go_lean_at_high_occupancy() -> None:
-    """Change 48: float32 d128 sum/mean bags short enough to stride (or for the segmented kernel) go
-    one team per bag in lean rows, 4 rows in flight at the most blocks per SM that do not spill:
-    6 for sum, 5 for mean, 4 with per-sample weights. Not with argmax, 64-bit positions, other
-    row widths, or the knob off; the segmented kernel then leaves such calls to the general one."""
+    """Change 48: d128 sum/mean bags short enough to stride (or for the segmented kernel) go one
+    team per bag in lean rows, 4 rows in flight at the most blocks per SM that do not spill:
+    float32 6 for sum, 5 for mean, 4 with per-sample weights; 16-bit 5 (with per-sample weights
+    not at all). Not with argmax, 64-bit positions, other row widths, or the knob off; the
+    segmented kernel leaves the calls the rule takes to the general one."""
     from reference_kernels._plan import BagCall, RowTiling, forward_defines, plan_bag_forward
 
     def pick(avg_len: int, mode: str = "sum", psw: bool = False, pos32: bool = True, dim: int = 128,
-             knobs: Tuning = KNOBS) -> tuple[object, object, object]:
-        variant = _variant(0, mode, psw, mode == "max", RowTiling.for_row(dim, 4))
+             knobs: Tuning = KNOBS, code: int = 0) -> tuple[object, object, object]:
+        variant = _variant(code, mode, psw, mode == "max", RowTiling.for_row(dim, 4 if code == 0 else 8))
         d = forward_defines(variant, avg_len=avg_len, pos32=pos32, tuning=knobs)
         return d["PERSISTENT"], d["MIN_BLOCKS"], d["UNROLL"]
 
@@ -407,18 +408,19 @@ def test_short_float32_bags_go_lean_at_high_occupancy() -> None:
     assert pick(16, "mean") == (0, 5, 4) and pick(16, psw=True) == (0, 4, 4)
     assert pick(32) == (0, 3, 8)  # longer bags: lean_long_bag_rows as before
     assert pick(16, "max")[0] == 1 and pick(16, pos32=False)[1] != 6 and pick(16, dim=64)[1] != 6
-    assert pick(16, knobs=replace(KNOBS, short_f32_lean=False)) == (1, 4, 8)
+    assert pick(16, knobs=replace(KNOBS, short_lean=False)) == (1, 4, 8)
+    assert pick(8, code=1) == pick(8, "mean", code=2) == (0, 5, 4) and pick(8, psw=True, code=1)[1] != 5
 
     def table_batched(mode: str, dtype: int = 0, short: bool = True) -> str:
         call = BagCall(weight_dtype=dtype, elem_bytes=4 if dtype == 0 else 2, dim=128, num_rows=26_000_000,
                        weight_align=0, out_aligned=True, index_type="int", bag_size=0, num_indices=214 * 6912,
                        num_bags=26 * 6912, tables=26, table_batched=True, mode=mode, has_psw=False,
                        need_argmax=mode == "max", has_padding=False)
-        return plan_bag_forward(call, HOPPER, replace(KNOBS, short_f32_lean=short)).entry
+        return plan_bag_forward(call, HOPPER, replace(KNOBS, short_lean=short)).entry
 
     # DCNv2's 26 tables (8 rows per bag on average): float32 sum/mean leave the segmented kernel
-    assert table_batched("sum") == table_batched("mean") == "embedding_bag_forward"
-    assert table_batched("max") == table_batched("sum", dtype=1) == "embedding_bag_forward_segmented"
+    assert table_batched("sum") == table_batched("mean") == table_batched("mean", dtype=1) == "embedding_bag_forward"
+    assert table_batched("max") == "embedding_bag_forward_segmented"
     assert table_batched("sum", short=False) == "embedding_bag_forward_segmented"
 
 
@@ -627,7 +629,7 @@ def test_zero_fill_overlaps_the_backward_only_for_few_lookups_per_row() -> None:
 
 def test_a_plan_says_why_it_was_chosen() -> None:
     """Each plan carries one line per choice: d128 float32 bags of 20 rows in a call of many bags
-    take the general kernel, one team per bag in lean rows at 6 blocks per SM (short_f32_lean,
+    take the general kernel, one team per bag in lean rows at 6 blocks per SM (short_lean,
     after the striding rules it overrides)."""
     from reference_kernels._plan import BagCall, plan_bag_forward
 
@@ -638,6 +640,6 @@ def test_a_plan_says_why_it_was_chosen() -> None:
     assert plan.entry == "embedding_bag_forward" and plan.define("MIN_BLOCKS") == 6
     assert plan.why[0] == "general kernel: one team per bag(s)"
     assert "stride_f32_half_unroll: 8 rows in flight at 4 blocks per SM" in plan.why
-    assert plan.why[-1] == "short_f32_lean: one team per bag, 4 rows in flight at 6 blocks per SM"
+    assert plan.why[-1] == "short_lean: one team per bag, 4 rows in flight at 6 blocks per SM"
     short = plan_bag_forward(replace(call, bag_size=2, num_indices=16384 * 2), HOPPER, KNOBS)
     assert short.entry == "embedding_bag_forward_short" and short.why == ("fixed bags of 2: 2 bags per team step",)
