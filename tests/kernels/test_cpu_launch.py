@@ -285,9 +285,31 @@ def test_eager_embedding_function_gradient_equals_torch(monkeypatch: pytest.Monk
 
 def test_the_host_overhead_measurement_runs_without_a_gpu() -> None:
     """tests/kernels/host_overhead.py (the CPU lower bound of a call's host time) still drives
-    the whole Python path, with and without a gradient."""
+    the whole Python path, with and without the default index check and a gradient, and puts
+    the process's ledgers and flags back."""
+    from reference_kernels import index_check
     from tests.kernels import host_overhead
 
+    before = (index_check.FLAGS, index_check._FLAGS_DEVICE_PTR, index_check._LEDGERS)
     results = host_overhead.measure(calls=20)
-    assert set(results) == {"grad=False", "grad=True"}
+    assert set(results) == {f"check={check} grad={grad}" for check in ("ignore", "deferred")
+                            for grad in (False, True)}
     assert all(0 < us < 10_000 for us in results.values())
+    assert (index_check.FLAGS, index_check._FLAGS_DEVICE_PTR, index_check._LEDGERS) == before
+
+
+def test_the_host_overhead_check_case_runs_the_check_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The measurement's default-check case launches the check pass, then the lookup, and
+    makes its device's ledger (on the CPU) on the way."""
+    from reference_kernels import _nvrtc, index_check
+    from tests.kernels import host_overhead
+
+    launched: list[str] = []
+    launch = _nvrtc.launch_packed
+    monkeypatch.setattr(_nvrtc, "launch_packed", lambda fn, grid, block, stream, signature, values: (
+        launched.append(signature.kinds), launch(fn, grid, block, stream, signature, values)))
+    with host_overhead.without_gpu(stubbed=False):
+        host_overhead.issue_case(requires_grad=False, check=True)()
+        assert [book.words.device.type for book in index_check._LEDGERS.values()] == ["cpu"]
+    check_kinds = PTR + I64 + I64 + PTR + I64 + PTR + I64 + I64 + PTR + PTR + PTR + PTR + PTR + PTR + I64 + I64
+    assert launched == [check_kinds, _launch.FORWARD_KINDS["embedding_bag_forward"]]
