@@ -83,6 +83,19 @@ def stub_libcuda(directory: Path) -> Path | None:
     return library
 
 
+class _CpuIndex:
+    """The current device, as a CPU tensor's index compares to it: versions pass ``.device.index``
+    (None) or ``get_device()`` (-1); either is the current device, so no device guard is taken."""
+
+    def __eq__(self, other: object) -> bool:
+        return other is None or other == -1
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+CPU_INDEX = _CpuIndex()
+
+
 def _patch(saved: list[tuple[Any, str, Any]], owner: Any, name: str, value: Any) -> None:
     if hasattr(owner, name):
         saved.append((owner, name, getattr(owner, name)))
@@ -106,7 +119,7 @@ def without_gpu(stubbed: bool) -> Iterator[None]:
     stream = SimpleNamespace(cuda_stream=0)  # earlier versions: torch.cuda's stream objects
     _patch(saved, torch.cuda, "current_device", lambda: None)
     _patch(saved, torch.cuda, "current_stream", lambda device=None: stream)
-    _patch(saved, _launch, "_current_device", lambda: None)  # this version: raw device and stream
+    _patch(saved, _launch, "_current_device", lambda: CPU_INDEX)  # this version: raw device and stream
     _patch(saved, _launch, "_raw_stream", lambda index: 0)
     if not stubbed:
         _patch(saved, driver, "cuLaunchKernel", lambda *args: (driver.CUresult.CUDA_SUCCESS,))
