@@ -11,11 +11,12 @@ stays cheap. Ops (namespace ``reference_kernels``):
 * ``embedding(weight, indices, padding_idx) -> out``
 * ``embedding_bag_backward(...) -> grad_weight`` (deterministic, see the kernel)
 
-``*_impl`` are the plain implementations: ``_api.py`` calls them directly when
-neither autograd nor torch.compile is involved, and through ``EmbeddingBagFunction`` /
-``EmbeddingFunction`` (plain autograd Functions with the ops' own setup and backward) when a
-gradient may flow in eager mode: both save the custom op's dispatch (docs/kernels.md, host
-overhead). torch.compile traces the registered ops.
+``*_impl`` are the ops' implementations. In eager mode ``_api.py`` calls the forward directly
+when no gradient may flow (``bag_eager``: ``embedding_bag_impl`` without the argmax placeholder
+the op's schema needs; ``embedding_impl``), and ``EmbeddingBagFunction`` / ``EmbeddingFunction``
+(plain autograd Functions with the ops' own saved state and backward) when one may: both save
+the custom op's dispatch (docs/kernels.md, host overhead). torch.compile traces the registered
+ops.
 Arguments arrive validated and normalised by ``_api.py`` (contiguous, one index
 dtype, ``padding_idx`` in [0, num_embeddings) or -1).
 """
