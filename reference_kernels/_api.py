@@ -7,7 +7,7 @@ dtypes first, then the CUDA requirement, so both are testable on a CPU); the cus
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 MODES = ("sum", "mean", "max")
 WEIGHT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INDEX_DTYPES = (torch.int32, torch.int64)
+_WEIGHT_DTYPES, _INDEX_DTYPES = frozenset(WEIGHT_DTYPES), frozenset(INDEX_DTYPES)  # a hash, not == down a tuple
 
 
 def surface_errors(weight: Tensor) -> None:
@@ -28,19 +29,13 @@ def surface_errors(weight: Tensor) -> None:
     that failed raises (or warns) now. One read of a pinned host word; skipped while tracing."""
     if torch.compiler.is_compiling():
         return
-    device = weight.get_device()
+    _surface_eager(weight.get_device())
+
+
+def _surface_eager(device: int) -> None:
+    """``surface_errors`` in eager mode, on ``device`` (``get_device()``: -1 off CUDA)."""
     if device >= 0 and index_check.FLAGS[device]:
         index_check.surface(device)
-
-
-def _entry(op: Any, function: Any, impl: Any, weight: Tensor, psw: Tensor | None = None) -> Any:
-    """What runs a lookup: under torch.compile the registered ``op`` (dynamo traces it, with
-    its fake implementation and autograd); in eager mode, when a gradient may flow, the
-    autograd ``function`` (the op's own setup and backward around ``impl``, without the custom
-    op's Python dispatch: about 150 µs less host time per call); otherwise ``impl`` itself."""
-    if torch.compiler.is_compiling():
-        return op
-    return function.run if _needs_grad(weight, psw) else impl
 
 
 def _needs_grad(weight: Tensor, psw: Tensor | None = None) -> bool:
@@ -49,13 +44,14 @@ def _needs_grad(weight: Tensor, psw: Tensor | None = None) -> bool:
 
 
 def _on_one_cuda_device(weight: Tensor, *others: Tensor | None) -> bool:
-    """All given tensors on ``weight``'s device, a CUDA device (the cheap test of every call;
+    """All given tensors on ``weight``'s device, a CUDA device (the cheap test of every call:
+    ``is_cuda`` and ``get_device()`` return plain values, where ``.device`` makes a device object;
     ``_require_cuda`` says what is wrong when it fails)."""
-    device = weight.device
-    if device.type != "cuda":
+    if not weight.is_cuda:
         return False
+    device = weight.get_device()
     for t in others:
-        if t is not None and t.device != device:
+        if t is not None and t.get_device() != device:
             return False
     return True
 
@@ -75,6 +71,8 @@ def _require_cuda(fn: str, **tensors: Tensor | None) -> None:
 
 
 def _check_weight(fn: str, weight: Tensor) -> None:
+    if weight.dim() == 2 and weight.dtype in _WEIGHT_DTYPES:
+        return
     if weight.dim() != 2:
         raise ValueError(f"reference_kernels.{fn}: weight must be 2-D [num_embeddings, embedding_dim], "
                          f"got shape {tuple(weight.shape)}")
@@ -84,7 +82,7 @@ def _check_weight(fn: str, weight: Tensor) -> None:
 
 
 def _check_index_dtype(fn: str, name: str, t: Tensor) -> None:
-    if t.dtype not in INDEX_DTYPES:
+    if t.dtype not in _INDEX_DTYPES:
         raise TypeError(f"reference_kernels.{fn}: {name} must be int32 or int64, got {t.dtype}")
 
 
@@ -111,6 +109,9 @@ def _renorm(weight: Tensor, indices: Tensor, max_norm: float | None, norm_type: 
 
 def _bag_layout(input: Tensor, offsets: Tensor | None, include_last_offset: bool) -> tuple[Tensor, Tensor | None]:
     """Validate the fixed ([B, L], no offsets) or CSR (1-D + offsets) layout; one index dtype."""
+    if (offsets is not None and input.dim() == 1 and offsets.dim() == 1 and input.dtype == offsets.dtype
+            and input.dtype in _INDEX_DTYPES and (offsets.numel() or not include_last_offset)):
+        return input.contiguous(), offsets.contiguous()  # the usual CSR call: every check below passes
     _check_index_dtype("embedding_bag", "input", input)
     if input.dim() == 2:
         if offsets is not None:
@@ -153,46 +154,63 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None,
                   per_sample_weights: Tensor | None = None, include_last_offset: bool = False,
                   padding_idx: int | None = None, *, check_indices: bool | str | None = None) -> Tensor:
     """Drop-in for ``torch.nn.functional.embedding_bag`` on CUDA tensors (see docs/kernels.md)."""
-    return embedding_bag_with(input, weight, offsets, max_norm=max_norm, norm_type=norm_type,
-                              scale_grad_by_freq=scale_grad_by_freq, mode=mode, sparse=sparse,
-                              per_sample_weights=per_sample_weights, include_last_offset=include_last_offset,
-                              padding_idx=padding_idx, check_indices=check_indices, fused=None)
+    return embedding_bag_with(input, weight, offsets, max_norm, norm_type, scale_grad_by_freq, mode, sparse,
+                              per_sample_weights, include_last_offset, padding_idx, check_indices, None)
 
 
-def embedding_bag_with(input: Tensor, weight: Tensor, offsets: Tensor | None, *, max_norm: float | None,
+def embedding_bag_with(input: Tensor, weight: Tensor, offsets: Tensor | None, max_norm: float | None,
                        norm_type: float, scale_grad_by_freq: bool, mode: str, sparse: bool,
                        per_sample_weights: Tensor | None, include_last_offset: bool, padding_idx: int | None,
                        check_indices: bool | str | None, fused: FusedState | None) -> Tensor:
-    """``embedding_bag``, optionally with a fused optimizer (``fused``: the module's state)."""
+    """``embedding_bag``, optionally with a fused optimizer (``fused``: the module's state).
+    Positional parameters: a call passes them faster than keywords."""
     _check_weight("embedding_bag", weight)
     if mode not in MODES:
         raise ValueError(f"reference_kernels.embedding_bag: mode must be one of {MODES}, got {mode!r}")
-    _reject_unsupported("embedding_bag", scale_grad_by_freq)
+    if scale_grad_by_freq:
+        _reject_unsupported("embedding_bag", scale_grad_by_freq)
     if mode == "max" and (sparse or fused is not None):
         raise ValueError("reference_kernels.embedding_bag: max mode does not support sparse weights "
                          "(sparse=True or a fused optimizer), as in torch")
     indices, offsets = _bag_layout(input, offsets, include_last_offset)
     psw = _check_per_sample_weights(per_sample_weights, mode, input, weight)
-    pad = _normalise_padding_idx("embedding_bag", padding_idx, weight.shape[0])
-    check = resolve_mode(check_indices)
+    pad = -1 if padding_idx is None else _normalise_padding_idx("embedding_bag", padding_idx, weight.shape[0])
+    check = "ignore" if check_indices is False else resolve_mode(check_indices)
     if not _on_one_cuda_device(weight, input, offsets, per_sample_weights):
         _require_cuda("embedding_bag", input=input, weight=weight, offsets=offsets,
                       per_sample_weights=per_sample_weights)
-    surface_errors(weight)
-    indices, offsets = _ops.checked(indices, offsets, weight.shape[0], check, "embedding_bag")
+    compiling = torch.compiler.is_compiling()
+    if not compiling:
+        _surface_eager(weight.get_device())
+    if check != "ignore":
+        indices, offsets = _ops.checked(indices, offsets, weight.shape[0], check, "embedding_bag")
     _renorm(weight, indices, max_norm, norm_type)
+    last = include_last_offset and offsets is not None
     if (sparse or fused is not None) and _needs_grad(weight, psw):
         from ._sparse import SparseBag
 
         bag: Tensor = SparseBag.apply(  # type: ignore[no-untyped-call]
-            weight.contiguous(), indices, offsets, psw, mode, pad, include_last_offset and offsets is not None, fused)
+            weight.contiguous(), indices, offsets, psw, mode, pad, last, fused)
         return bag
-    need_argmax = mode == "max" and torch.is_grad_enabled() and weight.requires_grad
-    run = _entry(_ops.embedding_bag_op, _ops.EmbeddingBagFunction, _ops.embedding_bag_impl, weight, psw)
-    out: Tensor
-    out, _ = run(weight.contiguous(), indices, offsets, psw, mode, pad,
-                 include_last_offset and offsets is not None, need_argmax)
-    return out
+    return _run_bag(compiling, weight.contiguous(), indices, offsets, psw, mode, pad, last)
+
+
+def _run_bag(compiling: bool, weight: Tensor, indices: Tensor, offsets: Tensor | None, psw: Tensor | None,
+             mode: str, pad: int, last: bool) -> Tensor:
+    """What runs a lookup: under torch.compile the registered op (dynamo traces it, with its fake
+    implementation and autograd); in eager mode, when a gradient may flow, the autograd Function
+    (the op's own saved state and backward, without the custom op's Python dispatch: about
+    150 µs less host time per call); otherwise the forward alone (no argmax placeholder)."""
+    grad = torch.is_grad_enabled() and (weight.requires_grad or (psw is not None and psw.requires_grad))
+    if compiling:
+        out: Tensor
+        out, _ = _ops.embedding_bag_op(weight, indices, offsets, psw, mode, pad, last,
+                                       mode == "max" and grad and weight.requires_grad)
+        return out
+    if grad:
+        return _ops.EmbeddingBagFunction.run(weight, indices, offsets, psw, mode, pad, last,
+                                             mode == "max" and weight.requires_grad)
+    return _ops.bag_eager(weight, indices, offsets, psw, mode, pad, last)
 
 
 def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,
@@ -200,23 +218,27 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,
               scale_grad_by_freq: bool = False, sparse: bool = False, *,
               check_indices: bool | str | None = None) -> Tensor:
     """Drop-in for ``torch.nn.functional.embedding`` on CUDA tensors (see docs/kernels.md)."""
-    return embedding_with(input, weight, padding_idx=padding_idx, max_norm=max_norm, norm_type=norm_type,
-                          scale_grad_by_freq=scale_grad_by_freq, sparse=sparse, check_indices=check_indices, fused=None)
+    return embedding_with(input, weight, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse, check_indices,
+                          None)
 
 
-def embedding_with(input: Tensor, weight: Tensor, *, padding_idx: int | None, max_norm: float | None,
+def embedding_with(input: Tensor, weight: Tensor, padding_idx: int | None, max_norm: float | None,
                    norm_type: float, scale_grad_by_freq: bool, sparse: bool, check_indices: bool | str | None,
                    fused: FusedState | None) -> Tensor:
     """``embedding``, optionally with a fused optimizer (``fused``: the module's state)."""
     _check_weight("embedding", weight)
     _check_index_dtype("embedding", "input", input)
     _reject_unsupported("embedding", scale_grad_by_freq)
-    pad = _normalise_padding_idx("embedding", padding_idx, weight.shape[0])
-    check = resolve_mode(check_indices)
+    pad = -1 if padding_idx is None else _normalise_padding_idx("embedding", padding_idx, weight.shape[0])
+    check = "ignore" if check_indices is False else resolve_mode(check_indices)
     if not _on_one_cuda_device(weight, input):
         _require_cuda("embedding", input=input, weight=weight)
-    surface_errors(weight)
-    indices, _ = _ops.checked(input.contiguous(), None, weight.shape[0], check, "embedding")
+    compiling = torch.compiler.is_compiling()
+    if not compiling:
+        _surface_eager(weight.get_device())
+    indices = input.contiguous()
+    if check != "ignore":
+        indices, _ = _ops.checked(indices, None, weight.shape[0], check, "embedding")
     _renorm(weight, indices, max_norm, norm_type)
     if (sparse or fused is not None) and _needs_grad(weight):
         from ._sparse import SparseEmbedding
@@ -224,6 +246,10 @@ def embedding_with(input: Tensor, weight: Tensor, *, padding_idx: int | None, ma
         rows: Tensor = SparseEmbedding.apply(  # type: ignore[no-untyped-call]
             weight.contiguous(), indices, pad, fused)
         return rows
-    run = _entry(_ops.embedding_op, _ops.EmbeddingFunction, _ops.embedding_impl, weight)
-    looked_up: Tensor = run(weight.contiguous(), indices, pad)
-    return looked_up
+    weight = weight.contiguous()
+    if compiling:
+        looked_up: Tensor = _ops.embedding_op(weight, indices, pad)
+        return looked_up
+    if torch.is_grad_enabled() and weight.requires_grad:
+        return _ops.EmbeddingFunction.run(weight, indices, pad)
+    return _ops.embedding_impl(weight, indices, pad)

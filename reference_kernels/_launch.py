@@ -134,8 +134,12 @@ def new_output(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
 # GatherKey (their lengths differ, so the two never collide in one cache); a hit costs that tuple
 # and two dictionary lookups (a NamedTuple per call costs a Python-level __new__, a frozen
 # dataclass several microseconds more). The named key is made on a miss only.
-# Prepared: plan, compiled function, grid, the call's description, the kernel's parameter layout.
-Prepared = tuple[Plan, Any, int, Any, _nvrtc.Params]
+# Prepared: plan, compiled function, grid, the kernel's parameter layout, and the call's packer: a
+# function of the per-call values (pointers and tensors) that returns the kernel's arguments, the
+# constants of the key (sizes, the plan's scalars) bound when it was planned: a hit reads nothing
+# else and takes no branch on the entry.
+Packer = Callable[..., tuple[object, ...]]
+Prepared = tuple[Plan, Any, int, _nvrtc.Params, Packer]
 
 
 class BagKey(NamedTuple):
@@ -171,7 +175,7 @@ class GatherKey(NamedTuple):
 
 # (tuning, device index) -> key -> Prepared. The tuning is part of the key, so experiments that
 # change a knob never meet a stale plan.
-_PLANS: dict[tuple[tuning.Tuning, int | None], dict[tuple[Any, ...], Prepared]] = {}
+_PLANS: dict[tuple[tuning.Tuning, int], dict[tuple[Any, ...], Prepared]] = {}
 _MAX_PLANS = 4096
 _last: list[Any] = [None, None, None]  # the tuning, device index and plans of the last call
 
@@ -186,23 +190,25 @@ def clear_plans() -> None:
     _last[:] = [None, None, None]
 
 
-def _plans_now(device_index: int | None) -> tuple[tuning.Tuning, dict[tuple[Any, ...], Prepared]]:
+def _plans_now(device_index: int) -> tuple[tuning.Tuning, dict[tuple[Any, ...], Prepared]]:
     knobs = tuning.current()
     if _last[0] is not knobs or _last[1] != device_index:  # identity: no hash of the knobs per call
         _last[:] = [knobs, device_index, _PLANS.setdefault((knobs, device_index), {})]
     return knobs, _last[2]
 
 
-def _prepared(key: tuple[Any, ...], device: torch.device, describe: Any, select: Any,
-              kinds: Mapping[str, str]) -> Prepared | None:
-    """The memoised (plan, function, grid, description, parameters) of the call ``key`` on
-    ``device``: ``describe(key)`` makes the call's description, ``select(call, props, knobs)``
-    its plan (None: the path does not serve the call), ``kinds[entry]`` the parameter kinds of
-    each entry the path may pick."""
-    knobs, plans = _plans_now(device.index)
+def _prepared(key: tuple[Any, ...], like: torch.Tensor, device_index: int, describe: Any, select: Any,
+              kinds: Mapping[str, str], packer: Callable[[Plan, Any], Packer]) -> Prepared | None:
+    """The memoised (plan, function, grid, parameters, packer) of the call ``key`` on the device
+    of ``like`` (``device_index``: its ``get_device()``): ``describe(key)`` makes the call's
+    description, ``select(call, props, knobs)`` its plan (None: the path does not serve the
+    call), ``kinds[entry]`` the parameter kinds of each entry the path may pick,
+    ``packer(plan, call)`` the call's packer."""
+    knobs, plans = _plans_now(device_index)
     found = plans.get(key)
     if found is not None:
         return found
+    device = like.device  # a device object on a miss only
     props = device_props(device)
     call = describe(key)
     plan = select(call, props, knobs)
@@ -212,7 +218,7 @@ def _prepared(key: tuple[Any, ...], device: torch.device, describe: Any, select:
         plans.clear()
     fn = _nvrtc.get_function(plan.source, plan.entry, dict(plan.defines), device.index)
     resident = _nvrtc.resident_blocks(fn, plan.block) if plan.resident_waves is not None else 0
-    plans[key] = (plan, fn, plan.grid(props.sms, resident), call, _nvrtc.params(kinds[plan.entry]))
+    plans[key] = (plan, fn, plan.grid(props.sms, resident), _nvrtc.params(kinds[plan.entry]), packer(plan, call))
     return plans[key]
 
 
@@ -235,20 +241,20 @@ def bag_forward(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tens
     num_rows, dim = weight.shape
     tables = 1 if table_rows is None else table_rows.numel()
     shape = (num_bags // tables, tables * dim)
-    out = new_output(shape, weight)
+    out = weight.new_empty(shape) if not POISON_OUTPUTS else new_output(shape, weight)
     argmax = _new_argmax(shape, weight) if need_argmax else None
     if num_bags == 0 or dim == 0:
         return out, argmax
-    key = (weight.dtype, num_rows, dim, weight.data_ptr() % 16, out.data_ptr() % 16 == 0, indices.dtype,
+    w, o = weight.data_ptr(), out.data_ptr()
+    key = (weight.dtype, num_rows, dim, w % 16, o % 16 == 0, indices.dtype,
            indices.shape[1] if offsets is None else 0, indices.numel(), num_bags, tables, table_rows is not None,
            mode, per_sample_weights is not None, need_argmax, padding_idx >= 0)  # BagKey's fields
-    device = weight.device
-    prepared = _prepared(key, device, _bag_call, plan_bag_forward, FORWARD_KINDS)
+    index = weight.get_device()
+    prepared = _prepared(key, weight, index, _bag_call, plan_bag_forward, FORWARD_KINDS, _forward_packer)
     assert prepared is not None
-    plan, fn, grid, call, signature = prepared
-    values = _forward_values(plan, call, weight, indices, offsets, per_sample_weights, padding_idx, table_rows, out,
-                             argmax)
-    _launch_packed(device.index, fn, grid, plan.block, signature, values)
+    plan, fn, grid, signature, pack = prepared
+    _launch_packed(index, fn, grid, plan.block, signature,
+                   pack(w, indices, offsets, per_sample_weights, padding_idx, table_rows, o, argmax))
     return out, argmax
 
 
@@ -275,29 +281,32 @@ FORWARD_KINDS: dict[str, str] = {
 }
 
 
-def _forward_values(plan: Plan, call: BagCall, weight: torch.Tensor, indices: torch.Tensor,
-                    offsets: torch.Tensor | None, psw: torch.Tensor | None, padding_idx: int,
-                    table_rows: torch.Tensor | None, out: torch.Tensor,
-                    argmax: torch.Tensor | None) -> tuple[object, ...]:
-    """The kernel arguments of ``plan.entry``, in its parameter order (kinds: FORWARD_KINDS)."""
-    entry = plan.entry
-    n, dim, bags = call.num_indices, call.dim, call.num_bags
-    n_off = 0 if offsets is None else offsets.numel()
+def _numel(t: torch.Tensor | None) -> int:
+    return 0 if t is None else t.numel()
+
+
+def _forward_packer(plan: Plan, call: BagCall) -> Packer:
+    """The packer of ``plan.entry``: ``(weight pointer, indices, offsets, per-sample weights,
+    padding_idx, table_rows, out pointer, argmax) -> the kernel's arguments`` in its parameter
+    order (kinds: FORWARD_KINDS), the call's sizes and the plan's scalars bound now."""
+    entry, n, dim, bags, tiles = plan.entry, call.num_indices, call.dim, call.num_bags, plan.col_tiles
+    per_table, width, bag_size = bags // call.tables, call.tables * dim, call.bag_size
     if entry == "embedding_gather_bulk":
-        return weight.data_ptr(), indices.data_ptr(), n, out.data_ptr()
+        return lambda w, idx, off, psw, pad, rows, o, amax: (w, idx.data_ptr(), n, o)
     if entry == "embedding_bag_forward_bulk":
-        return (weight.data_ptr(), indices.data_ptr(), n, _ptr(offsets), n_off, bags, padding_idx,
-                out.data_ptr())
+        return lambda w, idx, off, psw, pad, rows, o, amax: (w, idx.data_ptr(), n, _ptr(off), _numel(off), bags,
+                                                             pad, o)
     if entry == "embedding_bag_forward_short":
-        return (weight.data_ptr(), dim, indices.data_ptr(), bags, plan.col_tiles, _ptr(psw), padding_idx,
-                out.data_ptr(), _ptr(argmax))
-    per_table, out_width = bags // call.tables, call.tables * dim
+        return lambda w, idx, off, psw, pad, rows, o, amax: (w, dim, idx.data_ptr(), bags, tiles, _ptr(psw), pad, o,
+                                                             _ptr(amax))
     if entry == "embedding_bag_forward_segmented":
-        return (weight.data_ptr(), dim, indices.data_ptr(), n, _ptr(offsets), n_off, bags, plan.col_tiles,
-                plan.segment_bags, plan.segment_cap, _ptr(psw), padding_idx, _ptr(table_rows), per_table,
-                out_width, out.data_ptr(), _ptr(argmax))
-    return (weight.data_ptr(), dim, indices.data_ptr(), n, _ptr(offsets), n_off, call.bag_size, bags, plan.col_tiles,
-            _ptr(psw), padding_idx, _ptr(table_rows), per_table, out_width, out.data_ptr(), _ptr(argmax))
+        segment_bags, segment_cap = plan.segment_bags, plan.segment_cap
+        return lambda w, idx, off, psw, pad, rows, o, amax: (
+            w, dim, idx.data_ptr(), n, _ptr(off), _numel(off), bags, tiles, segment_bags, segment_cap, _ptr(psw), pad,
+            _ptr(rows), per_table, width, o, _ptr(amax))
+    return lambda w, idx, off, psw, pad, rows, o, amax: (
+        w, dim, idx.data_ptr(), n, _ptr(off), _numel(off), bag_size, bags, tiles, _ptr(psw), pad, _ptr(rows),
+        per_table, width, o, _ptr(amax))
 
 
 # The parameter kinds of the gather entries (embedding_gather.cu).
@@ -314,18 +323,22 @@ def gather(weight: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     out = new_output((n, dim), weight)
     if n == 0 or dim == 0:
         return out
-    key = (weight.dtype, dim, weight.data_ptr() % 16, out.data_ptr() % 16 == 0, indices.dtype, n)  # GatherKey's
-    device = weight.device
-    prepared = _prepared(key, device, _gather_call, plan_gather, GATHER_KINDS)
+    w, o = weight.data_ptr(), out.data_ptr()
+    key = (weight.dtype, dim, w % 16, o % 16 == 0, indices.dtype, n)  # GatherKey's
+    index = weight.get_device()
+    prepared = _prepared(key, weight, index, _gather_call, plan_gather, GATHER_KINDS, _gather_packer)
     assert prepared is not None
-    plan, fn, grid, _, signature = prepared
-    values: tuple[object, ...]
-    if plan.entry == "embedding_gather_bulk":
-        values = (weight.data_ptr(), indices.data_ptr(), n, out.data_ptr())
-    else:
-        values = (weight.data_ptr(), plan.row_words, indices.data_ptr(), n, out.data_ptr())
-    _launch_packed(device.index, fn, grid, plan.block, signature, values)
+    plan, fn, grid, signature, pack = prepared
+    _launch_packed(index, fn, grid, plan.block, signature, pack(w, indices, o))
     return out
+
+
+def _gather_packer(plan: Plan, call: GatherCall) -> Packer:
+    """``(weight pointer, indices, out pointer) -> the kernel's arguments`` (GATHER_KINDS)."""
+    n, row_words = call.num_indices, plan.row_words
+    if plan.entry == "embedding_gather_bulk":
+        return lambda w, idx, o: (w, idx.data_ptr(), n, o)
+    return lambda w, idx, o: (w, row_words, idx.data_ptr(), n, o)
 
 
 def _gather_call(key: tuple[Any, ...]) -> GatherCall:

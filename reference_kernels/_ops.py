@@ -11,11 +11,12 @@ stays cheap. Ops (namespace ``reference_kernels``):
 * ``embedding(weight, indices, padding_idx) -> out``
 * ``embedding_bag_backward(...) -> grad_weight`` (deterministic, see the kernel)
 
-``*_impl`` are the plain implementations: ``_api.py`` calls them directly when
-neither autograd nor torch.compile is involved, and through ``EmbeddingBagFunction`` /
-``EmbeddingFunction`` (plain autograd Functions with the ops' own setup and backward) when a
-gradient may flow in eager mode: both save the custom op's dispatch (docs/kernels.md, host
-overhead). torch.compile traces the registered ops.
+``*_impl`` are the ops' implementations. In eager mode ``_api.py`` calls the forward directly
+when no gradient may flow (``bag_eager``: ``embedding_bag_impl`` without the argmax placeholder
+the op's schema needs; ``embedding_impl``), and ``EmbeddingBagFunction`` / ``EmbeddingFunction``
+(plain autograd Functions with the ops' own saved state and backward) when one may: both save
+the custom op's dispatch (docs/kernels.md, host overhead). torch.compile traces the registered
+ops.
 Arguments arrive validated and normalised by ``_api.py`` (contiguous, one index
 dtype, ``padding_idx`` in [0, num_embeddings) or -1).
 """
@@ -167,13 +168,19 @@ def _max_backward(grad_out: Tensor, argmax: Tensor, num_weights: int) -> Tensor:
 
 def _setup_bag(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
     weight, indices, offsets, psw, mode, padding_idx, include_last_offset, _ = inputs
+    _save_bag(ctx, weight, indices, offsets, psw, mode, padding_idx, include_last_offset, output[1])
+
+
+def _save_bag(ctx: Any, weight: Tensor, indices: Tensor, offsets: Optional[Tensor], psw: Optional[Tensor], mode: str,
+              padding_idx: int, include_last_offset: bool, argmax: Optional[Tensor]) -> None:
+    """What ``_backward_bag`` reads (the op's setup and the eager Function's)."""
     ctx.mode, ctx.padding_idx, ctx.include_last_offset = mode, padding_idx, include_last_offset
     ctx.num_weights = weight.shape[0]
     ctx.psw_needs_grad = psw is not None and psw.requires_grad
-    ctx.save_for_backward(weight if ctx.psw_needs_grad else None, indices, offsets, psw, output[1])
+    ctx.save_for_backward(weight if ctx.psw_needs_grad else None, indices, offsets, psw, argmax)
 
 
-def _backward_bag(ctx: Any, grad_out: Tensor, _grad_argmax: Tensor) -> tuple[Optional[Tensor], ...]:
+def _backward_bag(ctx: Any, grad_out: Tensor, _grad_argmax: Optional[Tensor]) -> tuple[Optional[Tensor], ...]:
     weight, indices, offsets, psw, argmax = ctx.saved_tensors
     grad_out = grad_out.contiguous()
     num_bags = grad_out.shape[0]
@@ -200,34 +207,69 @@ def _backward_bag(ctx: Any, grad_out: Tensor, _grad_argmax: Tensor) -> tuple[Opt
 embedding_bag_op.register_autograd(_backward_bag, setup_context=_setup_bag)
 
 
+def bag_eager(weight: Tensor, indices: Tensor, offsets: Optional[Tensor], per_sample_weights: Optional[Tensor],
+              mode: str, padding_idx: int, include_last_offset: bool) -> Tensor:
+    """``embedding_bag_impl``'s output alone, for eager calls without a gradient: no argmax
+    placeholder (the op's schema needs one, this path does not)."""
+    num_bags = indices.shape[0] if offsets is None else offsets.shape[0] - include_last_offset
+    out, _ = _launch.bag_forward(weight, indices, offsets, num_bags=num_bags, per_sample_weights=per_sample_weights,
+                                 mode=mode, padding_idx=padding_idx, need_argmax=False)
+    return out
+
+
+# torch.autograd.Function.apply's Python wrapper costs about 1.5 µs per call: outside functorch
+# transforms it unwraps dead functorch wrappers among the (top-level) arguments and calls the C
+# entry point; our Functions do the same themselves (no setup_context, so the wrapper binds no
+# default arguments). With transforms active, or in a build without these entry points: apply.
+_TRANSFORMS_ACTIVE: Any = getattr(torch._C, "_are_functorch_transforms_active", None)
+_UNWRAP: Any = getattr(getattr(torch._C, "_functorch", None), "unwrap_if_dead", None)
+
+
+def _c_apply(function: type[torch.autograd.Function]) -> Any:
+    """``function``'s C apply (None: take ``function.apply``)."""
+    c_apply = getattr(super(torch.autograd.Function, function), "apply", None)
+    return c_apply if _TRANSFORMS_ACTIVE is not None and _UNWRAP is not None else None
+
+
 class EmbeddingBagFunction(torch.autograd.Function):
-    """Eager autograd of ``embedding_bag``: the registered op's own ``_setup_bag`` and
-    ``_backward_bag`` around ``embedding_bag_impl``, without the custom op's Python dispatch
-    (``_api._entry`` picks it outside torch.compile, which traces the op). ``apply(weight,
+    """Eager autograd of ``embedding_bag``: the registered op's own saved state (``_save_bag``)
+    and ``_backward_bag`` around ``_launch.bag_forward``, without the custom op's Python dispatch
+    (``_api`` takes it outside torch.compile, which traces the op). ``apply(weight,
     per_sample_weights, rest)``: only the two tensors that may need a gradient are inputs of
-    the node, the op's other arguments travel in ``rest`` (each input of apply costs host time)."""
+    the node, the op's other arguments travel in ``rest`` (each input of apply costs host time);
+    one output, ``out``: max mode's argmax is saved for the backward, not returned (each output
+    costs host time too, and an empty placeholder another allocation)."""
 
     @staticmethod
-    def forward(ctx: Any, weight: Tensor, per_sample_weights: Optional[Tensor],
-                rest: tuple[Any, ...]) -> tuple[Tensor, Tensor]:
-        indices, offsets, *options = rest
-        inputs = (weight, indices, offsets, per_sample_weights, *options)
-        output = embedding_bag_impl(*inputs)
-        _setup_bag(ctx, inputs, output)
-        return output
+    def forward(ctx: Any, weight: Tensor, per_sample_weights: Optional[Tensor], rest: tuple[Any, ...]) -> Tensor:
+        indices, offsets, mode, padding_idx, include_last_offset, need_argmax = rest
+        num_bags = indices.shape[0] if offsets is None else offsets.shape[0] - include_last_offset
+        out, argmax = _launch.bag_forward(weight, indices, offsets, num_bags=num_bags,
+                                          per_sample_weights=per_sample_weights, mode=mode,
+                                          padding_idx=padding_idx, need_argmax=need_argmax)
+        _save_bag(ctx, weight, indices, offsets, per_sample_weights, mode, padding_idx, include_last_offset, argmax)
+        return out
 
     @staticmethod
-    def backward(ctx: Any, grad_out: Tensor, grad_argmax: Tensor) -> tuple[Optional[Tensor], ...]:
-        grads = _backward_bag(ctx, grad_out, grad_argmax)
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], ...]:
+        grads = _backward_bag(ctx, grad_out, None)
         return grads[0], grads[3], None
 
     @staticmethod
     def run(weight: Tensor, indices: Tensor, offsets: Optional[Tensor], per_sample_weights: Optional[Tensor],
-            *options: Any) -> tuple[Tensor, Tensor]:
-        """``apply`` with the op's arguments, in the op's order."""
-        output: tuple[Tensor, Tensor] = EmbeddingBagFunction.apply(  # type: ignore[no-untyped-call]
-            weight, per_sample_weights, (indices, offsets, *options))
-        return output
+            *options: Any) -> Tensor:
+        """``apply`` with the op's arguments, in the op's order; returns ``out``."""
+        out: Tensor
+        rest = (indices, offsets, *options)
+        if _BAG_APPLY is None or _TRANSFORMS_ACTIVE():
+            out = EmbeddingBagFunction.apply(weight, per_sample_weights, rest)  # type: ignore[no-untyped-call]
+        else:
+            psw = None if per_sample_weights is None else _UNWRAP(per_sample_weights)
+            out = _BAG_APPLY(_UNWRAP(weight), psw, rest)
+        return out
+
+
+_BAG_APPLY = _c_apply(EmbeddingBagFunction)
 
 
 def embedding_impl(weight: Tensor, indices: Tensor, padding_idx: int) -> Tensor:
@@ -275,7 +317,14 @@ class EmbeddingFunction(torch.autograd.Function):
     backward = staticmethod(_backward_embedding)
 
     @staticmethod
-    def run(*inputs: Any) -> Tensor:
+    def run(weight: Tensor, indices: Tensor, padding_idx: int) -> Tensor:
         """``apply`` with the op's arguments."""
-        output: Tensor = EmbeddingFunction.apply(*inputs)  # type: ignore[no-untyped-call]
+        output: Tensor
+        if _EMBEDDING_APPLY is None or _TRANSFORMS_ACTIVE():
+            output = EmbeddingFunction.apply(weight, indices, padding_idx)  # type: ignore[no-untyped-call]
+        else:
+            output = _EMBEDDING_APPLY(_UNWRAP(weight), _UNWRAP(indices), padding_idx)
         return output
+
+
+_EMBEDDING_APPLY = _c_apply(EmbeddingFunction)

@@ -28,9 +28,9 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from . import INDEX_CHECK_MODES, EmbeddingIndexError, EmbeddingIndexWarning, _launch
+from . import INDEX_CHECK_MODES, EmbeddingIndexError, EmbeddingIndexWarning, _launch, _nvrtc
 from ._nvrtc import I64, PTR
-from ._plan import grid_stride_blocks
+from ._plan import BLOCK, grid_stride_blocks
 
 if TYPE_CHECKING:
     import torch
@@ -186,6 +186,8 @@ class Ledger:
                 "reference_kernels: the index check's error ledger of this device is created by its first "
                 "checked call; make one call (or reference_kernels.check_index_errors()) before CUDA graph "
                 "capture, as a warm-up")
+        global _torch
+        _torch = torch  # for run_check, without an import statement per call (0.3 µs)
         self.device_index = device_index
         self.words = torch.zeros(1 + RECORD_WORDS * len(REGIONS), dtype=torch.int64, device=f"cuda:{device_index}")
         base = self.words.data_ptr()
@@ -193,6 +195,8 @@ class Ledger:
         self.region_ptrs = {mode: base + 8 * (1 + RECORD_WORDS * r) for mode, r in REGIONS.items()}
         flags = _pinned_flags()
         self.flag_ptrs = {"deferred": flags + 8 * device_index, "warn": flags + 8 * device_index + 4, "sync": 0}
+        # per mode, the check kernel's ledger arguments: lock, record, flag (one lookup per call)
+        self.pointers = {mode: (self.lock_ptr, self.region_ptrs[mode], self.flag_ptrs[mode]) for mode in REGIONS}
 
     def region(self, mode: str) -> torch.Tensor:
         start = 1 + RECORD_WORDS * REGIONS[mode]
@@ -200,6 +204,7 @@ class Ledger:
 
 
 _LEDGERS: dict[int, Ledger] = {}
+_torch: Any = None  # the torch module, bound with the first ledger (this module imports torch on first use)
 
 
 def _pinned_flags() -> int:
@@ -307,21 +312,25 @@ def table_cap(tables: int) -> int:
     return -1
 
 
-_FUNCTIONS: dict[tuple[Any, ...], Any] = {}
+# (device, index dtype, copy dtype, table cap) -> (compiled check, its largest grid: 8 blocks per SM)
+_FUNCTIONS: dict[tuple[Any, ...], tuple[Any, int]] = {}
+# The check kernel's parameters (index_check.cu): indices, n, num_rows, offsets, n_off, table_sizes,
+# tables, bags_per_table, spans, clean, clean_offsets, lock, record, flag, token, op.
+CHECK_PARAMS = _nvrtc.params(PTR + I64 + I64 + PTR + I64 + PTR + I64 + I64 + PTR + PTR + PTR + PTR + PTR + PTR
+                             + I64 + I64)
 
 
-def _function(device_index: int, index_dtype: torch.dtype, out_dtype: torch.dtype, cap: int) -> Any:
+def _function(device_index: int, index_dtype: torch.dtype, out_dtype: torch.dtype, cap: int) -> tuple[Any, int]:
     key = (device_index, index_dtype, out_dtype, cap)
-    fn = _FUNCTIONS.get(key)
-    if fn is None:
-        from . import _nvrtc
-
+    found = _FUNCTIONS.get(key)
+    if found is None:
         defines: dict[str, Any] = {"INDEX_T": _launch._index_type(index_dtype),
                                    "CLEAN_T": _launch._index_type(out_dtype)}
         if cap:
             defines["TABLE_CAP"] = cap
-        fn = _FUNCTIONS[key] = _nvrtc.get_function("index_check.cu", "index_check", defines, device_index)
-    return fn
+        fn = _nvrtc.get_function("index_check.cu", "index_check", defines, device_index)
+        found = _FUNCTIONS[key] = (fn, grid_stride_blocks(2**62, _launch._device_props(device_index).sms, 8))
+    return found
 
 
 def run_check(indices: torch.Tensor, offsets: torch.Tensor | None, *, num_rows: int,
@@ -332,37 +341,44 @@ def run_check(indices: torch.Tensor, offsets: torch.Tensor | None, *, num_rows: 
     ``table_sizes`` then holds each table's). Returns the copies the lookup reads; in "sync"
     mode raises EmbeddingIndexError before returning. Host work: one or two allocations and
     one launch (table-batched calls of 4096 tables or more: a few torch ops for the spans)."""
-    import torch
-
     device_index = indices.get_device()
     book = _LEDGERS.get(device_index)
     if book is None:
         book = ledger(device_index)
     n = indices.numel()
-    out_dtype = torch.int32 if n <= INT32_LIMIT and num_rows <= INT32_LIMIT + 1 else indices.dtype
-    clean = torch.empty_like(indices, dtype=out_dtype)
-    clean_offsets = None if offsets is None else torch.empty_like(offsets, dtype=out_dtype)
+    out_dtype = _torch.int32 if n <= INT32_LIMIT and num_rows <= INT32_LIMIT + 1 else indices.dtype
+    # empty_like: half the host time of new_empty(shape, dtype=...) (torch.Size parsing); one buffer
+    # for both copies took longer here (an allocation plus two views, each view as dear as one)
+    clean = _torch.empty_like(indices, dtype=out_dtype)
+    clean_offsets = None if offsets is None else _torch.empty_like(offsets, dtype=out_dtype)
     n_off = 0 if offsets is None else offsets.numel()
-    tables = 0 if table_sizes is None else table_sizes.numel()
-    cap = table_cap(tables) if tables else 0
-    spans = None
-    if cap < 0:
-        assert offsets is not None
-        spans = offsets[::bags_per_table].to(torch.int64).clamp(0, n).cummax(0).values.contiguous()
-    fn = _FUNCTIONS.get((device_index, indices.dtype, out_dtype, cap))
-    if fn is None:
-        fn = _function(device_index, indices.dtype, out_dtype, cap)
-    grid = grid_stride_blocks(max(n, n_off), _launch._device_props(device_index).sms, 8)
-    _launch._launch_on(indices, fn, grid, [
-        (indices.data_ptr(), PTR), (n, I64), (num_rows, I64),
-        (_launch._ptr(offsets), PTR), (n_off, I64),
-        (_launch._ptr(table_sizes), PTR), (tables, I64), (bags_per_table, I64), (_launch._ptr(spans), PTR),
-        (clean.data_ptr(), PTR), (_launch._ptr(clean_offsets), PTR),
-        (book.lock_ptr, PTR), (book.region_ptrs[mode], PTR), (book.flag_ptrs[mode], PTR),
-        (next(_TOKENS), I64), (_OP_CODES[op], I64)])
+    cap, tables, spans = 0, 0, None
+    if table_sizes is not None:
+        cap, tables, spans = _tables(offsets, table_sizes, bags_per_table, n)
+    found = _FUNCTIONS.get((device_index, indices.dtype, out_dtype, cap))
+    fn, most = found if found is not None else _function(device_index, indices.dtype, out_dtype, cap)
+    lock, record, flag = book.pointers[mode]
+    _launch._launch_packed(device_index, fn, max(1, min(-(-max(n, n_off) // BLOCK), most)), BLOCK, CHECK_PARAMS, (
+        indices.data_ptr(), n, num_rows, _launch._ptr(offsets), n_off, _launch._ptr(table_sizes), tables,
+        bags_per_table, _launch._ptr(spans), clean.data_ptr(), _launch._ptr(clean_offsets), lock, record, flag,
+        next(_TOKENS), _OP_CODES[op]))
     if mode == "sync":
         _raise_now(book)
     return clean, clean_offsets
+
+
+def _tables(offsets: torch.Tensor | None, table_sizes: torch.Tensor, bags_per_table: int,
+            n: int) -> tuple[int, int, torch.Tensor | None]:
+    """A table-batched check's table cap, table count and (past the largest cap) the tables'
+    spans, from torch."""
+    import torch
+
+    tables = table_sizes.numel()
+    cap = table_cap(tables)
+    if cap >= 0:
+        return cap, tables, None
+    assert offsets is not None
+    return cap, tables, offsets[::bags_per_table].to(torch.int64).clamp(0, n).cummax(0).values.contiguous()
 
 
 def _raise_now(book: Ledger) -> None:

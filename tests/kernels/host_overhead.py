@@ -13,8 +13,10 @@ driver work, a faster host), comparable between two versions of the package run 
     PYTHONPATH=$PWD python3 -m tests.kernels.host_overhead [--calls 2000] [--profile]
     PYTHONPATH=$PWD python3 -m tests.kernels.host_overhead --gpu   # on a GPU: ours and torch's
 
-The case is the issue's: a 1M x 128 float32 table, 2048 CSR bags of 20, sum, no index check;
-without and with a weight that requires a gradient (forward only, no backward).
+The case is the issue's: a 1M x 128 float32 table, 2048 CSR bags of 20, sum; with no index check
+(``check_indices=False``) and with the default one (``"deferred"``: its check pass and the
+device's error ledger run too, the ledger's words on the CPU, its pinned flags from the stub's
+cuMemHostAlloc); without and with a weight that requires a gradient (forward only, no backward).
 """
 
 from __future__ import annotations
@@ -38,9 +40,17 @@ from reference_kernels._plan import DeviceProps
 DEVICE = DeviceProps(sms=132, arch=90, max_threads_per_sm=2048, max_blocks_per_sm=32, regs_per_sm=65536,
                      smem_per_sm=228 << 10, smem_reserved_per_block=1 << 10)
 STUB_ENV = "REFERENCE_KERNELS_STUB_LIBCUDA"  # set in the re-run: the stub is on LD_LIBRARY_PATH
-# libcuda's entry points that cuda-bindings resolves and the launch calls, each a no-op success.
+CHECK_ENV = ("REFERENCE_KERNELS_INDEX_CHECK", "REFERENCE_KERNELS_SKIP_INDEX_CHECK")  # unset while measuring
+CASES = ((False, False), (False, True), (True, False), (True, True))  # (check, grad)
+# libcuda's entry points that cuda-bindings resolves, the launch and the ledger's pinned flags call,
+# each a success (cuMemHostAlloc: plain zeroed memory, its "device pointer" the same address).
 STUB_SOURCE = r"""
+#include <stdlib.h>
 #include <string.h>
+int cuMemHostAlloc(void **p, size_t size, unsigned flags) { *p = calloc(1, size); return *p ? 0 : 2; }
+int cuMemHostGetDevicePointer(unsigned long long *d, void *p, unsigned flags) {
+  *d = (unsigned long long)p; return 0;
+}
 int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                    unsigned shared, void *stream, void **params, void **extra) { return 0; }
 int cuDriverGetVersion(int *version) { *version = 13000; return 0; }
@@ -50,6 +60,8 @@ int cuGetProcAddress_v2(const char *symbol, void **fn, int version, unsigned lon
   if (strcmp(symbol, "cuLaunchKernel") == 0) { *fn = (void *)cuLaunchKernel; return 0; }
   if (strcmp(symbol, "cuDriverGetVersion") == 0) { *fn = (void *)cuDriverGetVersion; return 0; }
   if (strcmp(symbol, "cuInit") == 0) { *fn = (void *)cuInit; return 0; }
+  if (strcmp(symbol, "cuMemHostAlloc") == 0) { *fn = (void *)cuMemHostAlloc; return 0; }
+  if (strcmp(symbol, "cuMemHostGetDevicePointer") == 0) { *fn = (void *)cuMemHostGetDevicePointer; return 0; }
   *fn = 0;
   if (status) *status = 1;
   return 0;
@@ -69,6 +81,19 @@ def stub_libcuda(directory: Path) -> Path | None:
     source.write_text(STUB_SOURCE)
     subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(library), str(source)], check=True)
     return library
+
+
+class _CpuIndex:
+    """The current device, as a CPU tensor's index compares to it: versions pass ``.device.index``
+    (None) or ``get_device()`` (-1); either is the current device, so no device guard is taken."""
+
+    def __eq__(self, other: object) -> bool:
+        return other is None or other == -1
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+CPU_INDEX = _CpuIndex()
 
 
 def _patch(saved: list[tuple[Any, str, Any]], owner: Any, name: str, value: Any) -> None:
@@ -94,19 +119,22 @@ def without_gpu(stubbed: bool) -> Iterator[None]:
     stream = SimpleNamespace(cuda_stream=0)  # earlier versions: torch.cuda's stream objects
     _patch(saved, torch.cuda, "current_device", lambda: None)
     _patch(saved, torch.cuda, "current_stream", lambda device=None: stream)
-    _patch(saved, _launch, "_current_device", lambda: None)  # this version: raw device and stream
+    _patch(saved, _launch, "_current_device", lambda: CPU_INDEX)  # this version: raw device and stream
     _patch(saved, _launch, "_raw_stream", lambda index: 0)
     if not stubbed:
         _patch(saved, driver, "cuLaunchKernel", lambda *args: (driver.CUresult.CUDA_SUCCESS,))
         if hasattr(_nvrtc, "_cu_launch_kernel"):
             _nvrtc._cu_launch_kernel.cache_clear()
+    _without_gpu_ledger(saved, stubbed)
     if not hasattr(_ops, "EmbeddingBagFunction"):  # earlier versions: grad calls go through the op,
         with contextlib.suppress(Exception):  # here run on the CPU tensors (for the rest of the process)
             torch.library.register_kernel("reference_kernels::embedding_bag", "cpu", _ops.embedding_bag_impl)
     _launch.clear_plans()
+    environment = {name: os.environ.pop(name) for name in CHECK_ENV if name in os.environ}  # the default mode
     try:
         yield
     finally:
+        os.environ.update(environment)
         for owner, name, value in reversed(saved):
             setattr(owner, name, value)
         if hasattr(_nvrtc, "_cu_launch_kernel"):
@@ -114,8 +142,39 @@ def without_gpu(stubbed: bool) -> Iterator[None]:
         _launch.clear_plans()
 
 
-def issue_case(requires_grad: bool) -> Callable[[], Any]:
-    """The issue's call: 1M x 128 float32, 2048 CSR bags of 20 (int64), sum, no index check."""
+def _without_gpu_ledger(saved: list[tuple[Any, str, Any]], stubbed: bool) -> None:
+    """The deferred check's ledger without a GPU: its words on the CPU (torch.zeros on a CUDA
+    device gives a CPU tensor meanwhile), no graph capture, the pinned flags from the stub
+    libcuda's cuMemHostAlloc (without the stub: Python stand-ins). The process's ledgers and
+    flags are put back afterwards."""
+    import ctypes
+
+    import torch
+    from cuda.bindings import driver
+
+    from reference_kernels import _launch, index_check
+
+    zeros = torch.zeros
+
+    def zeros_on_the_cpu(*args: Any, device: Any = None, **kwargs: Any) -> Any:
+        return zeros(*args, device="cpu" if str(device).startswith("cuda") else device, **kwargs)
+
+    _patch(saved, torch, "zeros", zeros_on_the_cpu)
+    _patch(saved, torch.cuda, "is_current_stream_capturing", lambda: False)
+    _patch(saved, _launch, "_device_props", lambda index: DEVICE)
+    for name in ("FLAGS", "_FLAGS_DEVICE_PTR", "_LEDGERS"):
+        _patch(saved, index_check, name, getattr(index_check, name))
+    index_check._LEDGERS = {}
+    if not stubbed:  # the lambda keeps the buffer alive while FLAGS points into it
+        flags = ctypes.create_string_buffer(8 * index_check.MAX_DEVICES)
+        _patch(saved, driver, "cuMemHostAlloc", lambda size, kind: (driver.CUresult.CUDA_SUCCESS,
+                                                                    ctypes.addressof(flags)))
+        _patch(saved, driver, "cuMemHostGetDevicePointer", lambda host, kind: (driver.CUresult.CUDA_SUCCESS, host))
+
+
+def issue_case(requires_grad: bool, check: bool) -> Callable[[], Any]:
+    """The issue's call: 1M x 128 float32, 2048 CSR bags of 20 (int64), sum; ``check``: the
+    default index check (deferred), else none."""
     import torch
 
     import reference_kernels as rk
@@ -123,6 +182,8 @@ def issue_case(requires_grad: bool) -> Callable[[], Any]:
     weight = torch.empty(1_000_000, 128).requires_grad_(requires_grad)
     indices = torch.randint(0, 1_000_000, (2048 * 20,))
     offsets = torch.arange(0, 2048 * 20, 20)
+    if check:
+        return lambda: rk.embedding_bag(indices, weight, offsets, mode="sum")
     return lambda: rk.embedding_bag(indices, weight, offsets, mode="sum", check_indices=False)
 
 
@@ -139,16 +200,21 @@ def per_call_us(call: Callable[[], Any], calls: int, repeats: int = 5) -> float:
     return statistics.median(times)
 
 
+def case_name(check: bool, grad: bool) -> str:
+    return f"check={'deferred' if check else 'ignore'} grad={grad}"
+
+
 def measure(calls: int, profile: bool = False) -> dict[str, float]:
-    """Host µs per call without and with a weight that requires a gradient."""
+    """Host µs per call without and with the default index check, without and with a weight
+    that requires a gradient."""
     import torch
 
     results = {}
     with without_gpu(os.environ.get(STUB_ENV) == "1"):
-        for grad in (False, True):
-            call = issue_case(grad)
+        for check, grad in CASES:
+            call = issue_case(grad, check)
             with torch.enable_grad():
-                results[f"grad={grad}"] = per_call_us(call, calls)
+                results[case_name(check, grad)] = per_call_us(call, calls)
                 if profile:
                     import cProfile
                     import pstats
@@ -158,6 +224,7 @@ def measure(calls: int, profile: bool = False) -> dict[str, float]:
                     for _ in range(300):
                         call()
                     profiler.disable()
+                    print(f"--- {case_name(check, grad)}")
                     pstats.Stats(profiler).sort_stats("tottime").print_stats(18)
     return results
 
@@ -177,6 +244,8 @@ def measure_on_gpu(calls: int) -> dict[str, float]:
     for grad in (False, True):
         w = weight.detach().clone().requires_grad_(grad)
         cases = {"ours": lambda w=w: rk.embedding_bag(indices, w, offsets, mode="sum", check_indices=False),
+                 "ours check=deferred": lambda w=w: rk.embedding_bag(indices, w, offsets, mode="sum",
+                                                                     check_indices="deferred"),
                  "torch": lambda w=w: F.embedding_bag(indices, w, offsets, mode="sum")}
         for name, call in cases.items():
             for _ in range(50):

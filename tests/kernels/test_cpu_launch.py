@@ -144,26 +144,47 @@ def test_launch_passes_the_packed_buffer_and_names_a_failure(monkeypatch: pytest
 
 # --- which entry runs a call ------------------------------------------------------------------
 
-ENTRIES = (_ops.embedding_bag_op, _ops.EmbeddingBagFunction, _ops.embedding_bag_impl)
+def _entry_taken(monkeypatch: pytest.MonkeyPatch, weight: Any, psw: Any = None, compiling: bool = False) -> str:
+    """Which entry ``_api._run_bag`` calls for these tensors (each entry replaced by a recorder)."""
+    taken: list[str] = []
+    out = torch.zeros(1, 2)
+    monkeypatch.setattr(_ops, "embedding_bag_op", lambda *args: (taken.append("op"), (out, out))[1])
+    monkeypatch.setattr(_ops.EmbeddingBagFunction, "run", lambda *args: (taken.append("function"), out)[1])
+    monkeypatch.setattr(_ops, "bag_eager", lambda *args: (taken.append("forward"), out)[1])
+    indices = torch.zeros(3, 1, dtype=torch.int64)
+    _api._run_bag(compiling, weight, indices, None, psw, "sum", -1, False)
+    return taken[0]
 
 
 def test_torch_compile_traces_the_registered_op(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     weight = torch.zeros(4, 2, requires_grad=True)
-    assert _api._entry(*ENTRIES, weight) is _ops.embedding_bag_op
-    assert _api._entry(*ENTRIES, weight.detach()) is _ops.embedding_bag_op
+    assert _entry_taken(monkeypatch, weight, compiling=True) == "op"
+    assert _entry_taken(monkeypatch, weight.detach(), compiling=True) == "op"
 
 
-def test_eager_calls_take_the_autograd_function_only_when_a_gradient_may_flow() -> None:
-    weight, psw = torch.zeros(4, 2), torch.ones(3)
-    run = _ops.EmbeddingBagFunction.run
-    assert _api._entry(*ENTRIES, weight, psw) is _ops.embedding_bag_impl
-    assert _api._entry(*ENTRIES, weight.requires_grad_(True), psw) == run
-    assert _api._entry(*ENTRIES, weight.detach(), psw.requires_grad_(True)) == run
+def test_eager_calls_take_the_autograd_function_only_when_a_gradient_may_flow(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    weight, psw = torch.zeros(4, 2), torch.ones(3, 1)
+    assert _entry_taken(monkeypatch, weight, psw) == "forward"
+    assert _entry_taken(monkeypatch, weight.requires_grad_(True), psw) == "function"
+    assert _entry_taken(monkeypatch, weight.detach(), psw.requires_grad_(True)) == "function"
     with torch.no_grad():
-        assert _api._entry(*ENTRIES, weight, psw) is _ops.embedding_bag_impl
-    assert _api._entry(_ops.embedding_op, _ops.EmbeddingFunction, _ops.embedding_impl,
-                       weight) == _ops.EmbeddingFunction.run
+        assert _entry_taken(monkeypatch, weight, psw) == "forward"
+
+
+def test_eager_embedding_takes_its_function_only_when_a_gradient_may_flow(monkeypatch: pytest.MonkeyPatch) -> None:
+    import reference_kernels as rk
+
+    monkeypatch.setattr(_api, "_require_cuda", lambda fn, **tensors: None)
+    taken: list[str] = []
+    monkeypatch.setattr(_ops.EmbeddingFunction, "run", lambda *args: taken.append("function"))
+    monkeypatch.setattr(_ops, "embedding_impl", lambda *args: taken.append("forward"))
+    weight, indices = torch.zeros(4, 2), torch.zeros(3, dtype=torch.int64)
+    rk.embedding(indices, weight, check_indices=False)
+    rk.embedding(indices, weight.requires_grad_(True), check_indices=False)
+    with torch.no_grad():
+        rk.embedding(indices, weight, check_indices=False)
+    assert taken == ["forward", "function", "forward"]
 
 
 def test_dynamo_traces_the_registered_op_not_the_eager_function(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -285,9 +306,31 @@ def test_eager_embedding_function_gradient_equals_torch(monkeypatch: pytest.Monk
 
 def test_the_host_overhead_measurement_runs_without_a_gpu() -> None:
     """tests/kernels/host_overhead.py (the CPU lower bound of a call's host time) still drives
-    the whole Python path, with and without a gradient."""
+    the whole Python path, with and without the default index check and a gradient, and puts
+    the process's ledgers and flags back."""
+    from reference_kernels import index_check
     from tests.kernels import host_overhead
 
+    before = (index_check.FLAGS, index_check._FLAGS_DEVICE_PTR, index_check._LEDGERS)
     results = host_overhead.measure(calls=20)
-    assert set(results) == {"grad=False", "grad=True"}
+    assert set(results) == {f"check={check} grad={grad}" for check in ("ignore", "deferred")
+                            for grad in (False, True)}
     assert all(0 < us < 10_000 for us in results.values())
+    assert (index_check.FLAGS, index_check._FLAGS_DEVICE_PTR, index_check._LEDGERS) == before
+
+
+def test_the_host_overhead_check_case_runs_the_check_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The measurement's default-check case launches the check pass, then the lookup, and
+    makes its device's ledger (on the CPU) on the way."""
+    from reference_kernels import _nvrtc, index_check
+    from tests.kernels import host_overhead
+
+    launched: list[str] = []
+    launch = _nvrtc.launch_packed
+    monkeypatch.setattr(_nvrtc, "launch_packed", lambda fn, grid, block, stream, signature, values: (
+        launched.append(signature.kinds), launch(fn, grid, block, stream, signature, values)))
+    with host_overhead.without_gpu(stubbed=False):
+        host_overhead.issue_case(requires_grad=False, check=True)()
+        assert [book.words.device.type for book in index_check._LEDGERS.values()] == ["cpu"]
+    check_kinds = PTR + I64 + I64 + PTR + I64 + PTR + I64 + I64 + PTR + PTR + PTR + PTR + PTR + PTR + I64 + I64
+    assert launched == [check_kinds, _launch.FORWARD_KINDS["embedding_bag_forward"]]
