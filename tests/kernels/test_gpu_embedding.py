@@ -239,10 +239,11 @@ def _check_segmented_plan_used() -> None:
 
 @pytest.fixture
 def segments_at_any_batch(tune: Callable[..., None]) -> None:
-    """The segmented kernel even for batches too small to fill the GPU (small tests, same code)."""
+    """The segmented kernel even for batches too small to fill the GPU (small tests, same code),
+    and for the d128 sum/mean calls change 48 gives the general kernel (short_lean)."""
     from reference_kernels import _launch
 
-    tune(segment_min_warps_per_sm=0)
+    tune(segment_min_warps_per_sm=0, short_lean=False)
     _launch.clear_plans()
 
 
@@ -334,7 +335,7 @@ def test_general_kernel_with_32_and_64_bit_positions(mode: str, with_psw: bool, 
 @pytest.mark.parametrize("dtype,dim,pooling", PERSISTENT_CASES, ids=str)
 @pytest.mark.parametrize("mode,with_psw", [("sum", False), ("sum", True), ("mean", False), ("max", False)])
 def test_persistent_teams_pool_several_bags(mode: str, with_psw: bool, dtype: torch.dtype, dim: int, pooling: int,
-                                            gen: torch.Generator) -> None:
+                                            gen: torch.Generator, tune: Callable[..., None]) -> None:
     """The general kernel with teams striding over the bags (PERSISTENT): a batch of several
     bags per resident team, so each team loads its next bag's bounds and indices while pooling
     this one; CSR lengths 0..2*pooling put empty bags anywhere in a team's walk (the prefetch
@@ -342,6 +343,7 @@ def test_persistent_teams_pool_several_bags(mode: str, with_psw: bool, dtype: to
     row; the launcher must really pick the persistent variant."""
     from reference_kernels import _launch
 
+    tune(short_lean=False)  # d128 short bags: one team per bag since change 48 (test_short_lean_bags)
     _launch.clear_plans()
     rows = 500
     batch = _bags_per_team(8 if dim < 1000 else 4)  # dim 1000: two column tiles, 8 units per team
@@ -352,6 +354,32 @@ def test_persistent_teams_pool_several_bags(mode: str, with_psw: bool, dtype: to
         psw = torch.rand(bags.input.shape, generator=gen, device="cuda").to(dtype) if with_psw else None
         check_bag(bags, weight, mode, psw, padding_idx)
     assert _persistent_plans(batch), "the persistent general kernel was not used, or not over several bags per team"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("mode,with_psw", [("sum", False), ("sum", True), ("mean", False)])
+def test_short_lean_bags(mode: str, with_psw: bool, dtype: torch.dtype, gen: torch.Generator) -> None:
+    """Change 48 (short_lean): d128 bags of up to 24 rows, one team per bag in lean rows at 4-6
+    blocks per SM, in a call of many bags: fixed and CSR layouts with empty bags and a padding
+    row, int32 and int64 indices, and a DCNv2-like table-batched call (bags of 1-20 rows); the
+    rule must have made the pick (16-bit rows with per-sample weights keep the segmented kernel)."""
+    from reference_kernels import _launch
+    from reference_kernels.tbe import TableBatchedEmbeddingBag
+
+    _launch.clear_plans()
+    batch, rows = 3000, 2000
+    weight = random_table(rows, 128, dtype, gen)
+    for layout, index_dtype, padding_idx, pooling in (("fixed", torch.int64, None, 16), ("csr", torch.int64, None, 8),
+                                                      ("csr_last", torch.int32, 7, 20)):
+        bags = make_bags(layout, batch, pooling, rows, index_dtype, gen)
+        psw = torch.rand(bags.input.shape, generator=gen, device="cuda").to(dtype) if with_psw else None
+        check_bag(bags, weight, mode, psw, padding_idx)
+    tables = [300, rows, 40, 5000]
+    tbe = TableBatchedEmbeddingBag(tables, 128, mode, dtype, "cuda")
+    check_table_batched(tbe, [make_bags("csr_last", batch, p, r, torch.int64, gen)
+                              for r, p in zip(tables, [1, 3, 20, 8], strict=False)], mode, dtype, with_psw, gen)
+    short = [plan for plan, _ in _launch.planned_launches() if any(w.startswith("short_lean") for w in plan.why)]
+    assert bool(short) == (not with_psw or dtype == torch.float32), "the short_lean rule's picks are not as stated"
 
 
 def test_persistent_teams_max_backward_and_table_batched(gen: torch.Generator) -> None:
