@@ -73,6 +73,12 @@ def cases() -> list[Case]:
                             alpha, dtype, "mean"))
             out.append(Case(f"2x10Mx192 B65536 L32 a{alpha} {tag} psw", [10_000_000] * 2, 192, 65536, [32, 32],
                             alpha, dtype, psw=True))
+    for dim in (32, 64):  # narrow rows: the mean and 16-bit variants (the loop above: float32 sum)
+        for alpha in (0.0, 1.05, 1.2):
+            for dtype, mode in ((torch.float32, "mean"), (torch.float16, "sum"), (torch.float16, "mean")):
+                tag = "f32" if dtype == torch.float32 else "f16"
+                out.append(Case(f"8x1Mx{dim} B16384 L20 a{alpha} {tag} {mode}", [1_000_000] * 8, dim, 16384,
+                                [20] * 8, alpha, dtype, mode))
     for dim, pooling in ((128, 16), (32, 64)):
         for batch in (32768, 131072):
             for alpha in (0.0, 1.05, 1.15):
