@@ -253,7 +253,7 @@ def _segmented_bags(call: BagCall, device: DeviceProps, tuning: Tuning) -> Plan 
     variant = Variant.of(call)
     pos32 = fits_pos32(num_indices=call.num_indices, num_rows=call.num_rows, num_bags=call.num_bags, dim=call.dim,
                        tuning=tuning)
-    if short_lean_blocks(variant, pos32=pos32, tuning=tuning):  # the general kernel serves them better
+    if leaves_segments(variant, pos32=pos32, tuning=tuning):  # the general kernel serves them better
         return None
     defines = segmented_defines(variant, avg_len=avg_len, tuning=tuning)
     if defines is None:
@@ -333,6 +333,8 @@ def forward_defines(variant: Variant, *, avg_len: int, many_bags: bool = True, p
     short_blocks = short_lean_blocks(variant, pos32=pos32, tuning=tuning)
     if short_blocks and rows_at_once == 1 and group_rows <= tuning.persistent_max_group_rows:
         unroll, min_blocks, persistent = min(unroll, 4), short_blocks, False
+        if variant.weight_dtype == 0 and tiling.row_lanes == 32 and avg_len <= tuning.segment_max_avg:
+            unroll, min_blocks = min(unroll, SHORT_F32_FEW_ROWS[0]), SHORT_F32_FEW_ROWS[1]
         reasons.append(f"short_lean: one team per bag, {unroll} rows in flight at {min_blocks} blocks per SM")
     if tuning.wide_f32_fewer_rows and plain_f32 and tiling.chunks == 3 and unroll == 4:
         # 192 columns: 2 rows in flight, more blocks, one team per bag (striding spills there)
@@ -363,29 +365,43 @@ def forward_defines(variant: Variant, *, avg_len: int, many_bags: bool = True, p
                         PERSISTENT=int(persistent), POS32=int(pos32))
 
 
-# Short bags of 128-column rows in lean rows: the most blocks per SM at which 4 rows in flight
-# compile without spilling (nvcc -Xptxas -v, sm_90: float32 40 registers for sum, 48 for mean,
-# per-sample weights spill at 5; 16-bit 48 at 5, spilling at 6). 16-bit rows with per-sample
-# weights keep the segmented kernel (measured faster there).
-SHORT_LEAN_BLOCKS: dict[tuple[bool, str], int] = {
-    (False, "sum"): 6, (False, "mean"): 5, (False, "weighted"): 4, (True, "sum"): 5, (True, "mean"): 5}
+# Short bags of 64- and 128-column rows in lean rows, 4 rows in flight: the most blocks per SM
+# that compile without spilling (nvcc -Xptxas -v, sm_90: float32 d128 40 registers for sum, 48
+# for mean, per-sample weights spill at 5; the others 46-48 at 5). 16-bit rows with per-sample
+# weights keep the segmented kernel (measured faster there); 64-column rows with per-sample
+# weights were not measured.
+SHORT_LEAN_BLOCKS: dict[tuple[bool, int, str], int] = {
+    (False, 128, "sum"): 6, (False, 128, "mean"): 5, (False, 128, "weighted"): 4,
+    (True, 128, "sum"): 5, (True, 128, "mean"): 5,
+    (False, 64, "sum"): 5, (False, 64, "mean"): 5, (True, 64, "sum"): 5, (True, 64, "mean"): 5}
+# float32 d128 bags of at most segment_max_avg rows on average (DCNv2's tables): 2 rows in flight
+# at 6 blocks per SM, every kind (36-40 registers)
+SHORT_F32_FEW_ROWS = (2, 6)
 
 
 def short_lean_blocks(variant: Variant, *, pos32: bool, tuning: Tuning) -> int:
-    """Blocks per SM for short bags of 128-column rows (a team one row wide, one 16-byte vector
-    per lane: float32 32 lanes, 16-bit 16), sum or mean, 32-bit positions, in lean rows one team
-    per bag; 0 where the rule does not apply. Bags short enough for striding teams or the
-    segmented kernel take it instead of either: with skewed indices the rows come from the
-    caches and the walk is latency-bound, so warps per SM decide its time (H100, against
-    FBGEMM: DCNv2 Zipf 1.2 float32 sum 0.79 -> 0.88x, mean 0.62 -> 0.79x, float16 mean 0.79 ->
-    1.07x, the sweep's d128 L16 Zipf 1.15 0.76 -> 1.01x; uniform DCNv2 float32 1.00 -> 0.96x;
-    docs/perf/change-48.md)."""
+    """Blocks per SM for short bags of 64- or 128-column rows (a team one row wide, one 16-byte
+    vector per lane), sum or mean, 32-bit positions, in lean rows one team per bag; 0 where the
+    rule does not apply. Bags short enough for striding teams (and, for 128 columns, for the
+    segmented kernel) take it instead: with skewed indices the rows come from the caches and the
+    walk is latency-bound, so warps per SM decide its time (H100, against FBGEMM: DCNv2 Zipf 1.2
+    float32 sum 0.79 -> 0.88x, mean 0.62 -> 0.79x, float16 mean 0.79 -> 1.07x, the sweep's d128
+    L16 Zipf 1.15 0.76 -> 1.01x, 8 x 1M x 64 float32 mean Zipf 1.2 0.80 -> 1.01x; uniform DCNv2
+    float32 1.00 -> 0.96x; docs/perf/change-48.md, change-49.md)."""
     tiling = variant.tiling
-    if not (tuning.short_lean and pos32 and tiling.chunks == 1 and tiling.row_lanes * tiling.vec == 128
-            and variant.mode != "max" and not variant.need_argmax):
+    columns = tiling.row_lanes * tiling.vec
+    if not (tuning.short_lean and pos32 and tiling.chunks == 1 and variant.mode != "max"
+            and not variant.need_argmax):
         return 0
     kind = "weighted" if variant.has_psw else variant.mode
-    return SHORT_LEAN_BLOCKS.get((variant.weight_dtype != 0, kind), 0)
+    return SHORT_LEAN_BLOCKS.get((variant.weight_dtype != 0, columns, kind), 0)
+
+
+def leaves_segments(variant: Variant, *, pos32: bool, tuning: Tuning) -> bool:
+    """The segmented kernel leaves a call to the short_lean rule: 128-column rows only (the
+    measured ones)."""
+    tiling = variant.tiling
+    return tiling.row_lanes * tiling.vec == 128 and short_lean_blocks(variant, pos32=pos32, tuning=tuning) > 0
 
 
 def fits_pos32(*, num_indices: int, num_rows: int, num_bags: int, dim: int, tuning: Tuning) -> bool:

@@ -34,15 +34,19 @@ def check_tables(indices: Tensor, offsets: Tensor, table_sizes: Tensor, max_rows
     return clean, clean_offsets
 
 
-@torch.library.custom_op("reference_kernels::tbe_forward", mutates_args=(), device_types="cuda")
-def tbe_forward_op(weight: Tensor, table_rows: Tensor, table_sizes: Tensor, indices: Tensor, offsets: Tensor,
-                   per_sample_weights: Optional[Tensor], mode: str) -> Tensor:
+def tbe_forward_impl(weight: Tensor, table_rows: Tensor, table_sizes: Tensor, indices: Tensor, offsets: Tensor,
+                     per_sample_weights: Optional[Tensor], mode: str) -> Tensor:
+    """The lookup itself (the op's CUDA implementation; eager calls take it directly)."""
     tables = table_rows.numel()
     bags_per_table = (offsets.numel() - 1) // tables
     out, _ = _launch.bag_forward(weight, indices, offsets, num_bags=tables * bags_per_table,
                                  per_sample_weights=per_sample_weights, mode=mode, padding_idx=-1, need_argmax=False,
                                  table_rows=table_rows)
     return out
+
+
+tbe_forward_op = torch.library.custom_op("reference_kernels::tbe_forward", tbe_forward_impl, mutates_args=(),
+                                         device_types="cuda")
 
 
 @tbe_forward_op.register_fake
@@ -109,6 +113,26 @@ class SparseTBE(torch.autograd.Function):
 tbe_forward_op.register_autograd(_backward, setup_context=_setup)
 
 
+class TBEFunction(torch.autograd.Function):
+    """Eager autograd of the table-batched lookup: the op's own ``_setup`` and ``_backward``
+    around ``tbe_forward_impl``, without the custom op's Python dispatch (as
+    ``_ops.EmbeddingBagFunction``; torch.compile traces the op). ``apply(weight,
+    per_sample_weights, rest)``: the op's tensors that may require a gradient are the node's
+    inputs (per-sample weights get none, as from the op), the other arguments travel in ``rest``."""
+
+    @staticmethod
+    def forward(ctx: Any, weight: Tensor, per_sample_weights: Optional[Tensor], rest: tuple[Any, ...]) -> Tensor:
+        table_rows, table_sizes, indices, offsets, mode = rest
+        inputs = (weight, table_rows, table_sizes, indices, offsets, per_sample_weights, mode)
+        out = tbe_forward_impl(*inputs)
+        _setup(ctx, inputs, out)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], None, None]:
+        return _backward(ctx, grad_out)[0], None, None
+
+
 class TableBatchedEmbeddingBag(_sparse.FusedOptimizerMixin, torch.nn.Module):
     """T tables of equal ``embedding_dim`` in one parameter; ``forward(indices, offsets,
     per_sample_weights=None) -> [B, T * dim]`` in one launch (see the module docstring).
@@ -163,6 +187,12 @@ class TableBatchedEmbeddingBag(_sparse.FusedOptimizerMixin, torch.nn.Module):
             pooled: Tensor = SparseTBE.apply(  # type: ignore[no-untyped-call]
                 self.weight, self.table_rows, self.table_sizes, indices, offsets, psw, self.mode, fused)
             return pooled
-        out: Tensor = tbe_forward_op(self.weight, self.table_rows, self.table_sizes, indices, offsets, psw,
-                                     self.mode)
+        out: Tensor
+        if torch.compiler.is_compiling():  # traced: the registered op
+            out = tbe_forward_op(self.weight, self.table_rows, self.table_sizes, indices, offsets, psw, self.mode)
+        elif _api._needs_grad(self.weight, psw):
+            out = TBEFunction.apply(  # type: ignore[no-untyped-call]
+                self.weight, psw, (self.table_rows, self.table_sizes, indices, offsets, self.mode))
+        else:
+            out = tbe_forward_impl(self.weight, self.table_rows, self.table_sizes, indices, offsets, psw, self.mode)
         return out

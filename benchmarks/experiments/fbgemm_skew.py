@@ -167,14 +167,21 @@ def profiled(chosen: list[Case], seed: int) -> None:
         torch.cuda.empty_cache()
 
 
+ROUNDS = 9  # host measurement: rounds of 400 calls of each function in turn
+
+
 def host_overhead(seed: int) -> dict[str, float]:
-    """Host µs per eager call of the 1M x 128 B2048 L20 sum call (GPU held busy): median of 5 x 400."""
+    """Host µs per eager call of the 1M x 128 B2048 L20 sum call (GPU held busy): median of
+    ROUNDS x 400 calls, the functions taking turns, and each one's paired ratio to torch's."""
     gen = torch.Generator(device=DEV).manual_seed(seed)
     weight = torch.randn(1_000_000, 128, generator=gen, device=DEV)
     idx = torch.randint(0, 1_000_000, (2048 * 20,), generator=gen, device=DEV)
     offsets = torch.arange(0, idx.numel() + 1, 20, device=DEV)
     peer = fbgemm_peer.FbgemmForward(weight, [0], idx, offsets, "sum")
+    tbe = TableBatchedEmbeddingBag([1_000_000], 128, "sum", torch.float32, DEV)  # one table: FBGEMM's module shape
+    tbe.check_indices = False
     calls: dict[str, Callable[[], object]] = {
+        "ours TBE module (no check)": lambda: tbe(idx, offsets),
         "ours (no check)": lambda: rk.embedding_bag(idx, weight, offsets, mode="sum", include_last_offset=True,
                                                     check_indices=False),
         "ours (default check)": lambda: rk.embedding_bag(idx, weight, offsets, mode="sum",
@@ -186,11 +193,19 @@ def host_overhead(seed: int) -> dict[str, float]:
     for grad in (False, True):
         weight.requires_grad_(grad)
         with torch.set_grad_enabled(grad):
-            for name, fn in calls.items():
-                us = statistics.median(host_us(fn, calls=400) for _ in range(5))
+            # rounds of every call in turn: a drifting host (other tenants) shifts all of a round
+            samples: dict[str, list[float]] = {name: [] for name in calls}
+            for _ in range(ROUNDS):
+                for name, fn in calls.items():
+                    samples[name].append(host_us(fn, calls=400))
+            for name, values in samples.items():
                 key = f"{name}{' grad' if grad else ''}"
-                result[key] = us
-                print(f"host per call {key:28s} {us:7.1f} us", flush=True)
+                result[key] = statistics.median(values)
+                # paired: each round's ratio to torch's, then the median of the ratios
+                ratio = statistics.median(v / t for v, t in zip(values, samples["torch"], strict=True))
+                result[f"{key} / torch"] = ratio
+                print(f"host per call {key:28s} {result[key]:7.1f} us  {ratio:5.2f}x torch's (paired median)",
+                      flush=True)
     for grad in (False, True):  # where the host time goes: 300 calls while the GPU sleeps (queue never full)
         weight.requires_grad_(grad)
         fn = calls["ours (no check)"]

@@ -403,11 +403,14 @@ def test_short_float32_bags_go_lean_at_high_occupancy() -> None:
         d = forward_defines(variant, avg_len=avg_len, pos32=pos32, tuning=knobs)
         return d["PERSISTENT"], d["MIN_BLOCKS"], d["UNROLL"]
 
-    assert [pick(n) for n in (4, 8, 16, 24)] == [(0, 6, 4)] * 4
-    assert pick(2) == (0, 6, 2)  # no more rows in flight than the bag has
+    assert [pick(n) for n in (16, 24)] == [(0, 6, 4)] * 2
+    # bags of at most segment_max_avg (8) rows on average, every kind: 2 rows at 6 blocks (change 49)
+    assert [pick(n) for n in (2, 4, 8)] == [(0, 6, 2)] * 3
+    assert pick(8, "mean") == pick(8, psw=True) == (0, 6, 2)
+    assert pick(20, dim=64) == pick(20, "mean", dim=64) == (0, 5, 4)  # 64 columns, 16 lanes (change 49)
     assert pick(16, "mean") == (0, 5, 4) and pick(16, psw=True) == (0, 4, 4)
     assert pick(32) == (0, 3, 8)  # longer bags: lean_long_bag_rows as before
-    assert pick(16, "max")[0] == 1 and pick(16, pos32=False)[1] != 6 and pick(16, dim=64)[1] != 6
+    assert pick(16, "max")[0] == 1 and pick(16, pos32=False)[1] != 6 and pick(16, dim=32)[1] != 6
     assert pick(16, knobs=replace(KNOBS, short_lean=False)) == (1, 4, 8)
     assert pick(8, code=1) == pick(8, "mean", code=2) == (0, 5, 4) and pick(8, psw=True, code=1)[1] != 5
 
@@ -431,7 +434,7 @@ def test_float32_rows_of_64_and_32_columns_trade_rows_in_flight_for_blocks() -> 
     bags, and not where argmax is written; 16-bit rows and d32 without weights keep their picks."""
     from reference_kernels._plan import RowTiling, forward_defines
 
-    knobs = replace(KNOBS, narrow_one_row_max_avg=32)  # as measured then (change 48 took it to 64 rows)
+    knobs = replace(KNOBS, narrow_one_row_max_avg=32, short_lean=False)  # as measured then (changes 48-49)
 
     def pick(dim: int, avg_len: int, mode: str = "sum", psw: bool = False, code: int = 0, argmax: bool = False,
              many_bags: bool = True, pos32: bool = True, k: Tuning | None = None) -> tuple[object, object, object]:
@@ -456,8 +459,9 @@ def test_float32_rows_of_64_and_32_columns_trade_rows_in_flight_for_blocks() -> 
     assert unchanged == [pick(64, 20), pick(64, 20, pos32=False), pick(32, 64, psw=True), pick(64, 40, code=2),
                          pick(64, 20, "max", argmax=True)]
     assert pick(64, 48) == (16, 2, 1) and pick(32, 64, psw=True) == (16, 2, 1)
-    knobs = KNOBS  # change 48: bags of up to 64 rows take one row at once too
+    knobs = KNOBS  # change 48: bags of up to 64 rows take one row at once too; 49: d64 bags of <= 24 rows lean
     assert pick(64, 48) == pick(32, 64) == (8, 3, 0) and pick(32, 150, psw=True) == (16, 2, 0)
+    assert pick(64, 20) == pick(64, 20, "mean") == (4, 5, 0) and pick(64, 20, psw=True) == (8, 3, 0)
 
 
 def test_32_bit_positions_only_where_every_position_row_and_thread_fits() -> None:

@@ -2,7 +2,8 @@
 per-sample weights) needs a gradient runs ``_ops.EmbeddingBagFunction`` (the registered op's
 own setup and backward, without the custom op's Python dispatch). Its results and gradients
 equal torch's and the custom op's, double backward behaves as through the op, and forward plus
-backward can be captured in a CUDA graph and replayed on new indices."""
+backward can be captured in a CUDA graph and replayed on new indices. The table-batched
+module's eager path (``tbe.TBEFunction``) gives the op's results and gradients too."""
 
 from __future__ import annotations
 
@@ -137,3 +138,33 @@ def test_forward_and_backward_capture_in_a_cuda_graph(mode: str, gen: torch.Gene
         torch.cuda.synchronize()
         torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(grad, ref_grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode,with_psw", [("sum", False), ("sum", True), ("mean", False)])
+def test_table_batched_eager_path_gives_the_op_s_results_and_gradients(mode: str, with_psw: bool,
+                                                                        gen: torch.Generator) -> None:
+    """TableBatchedEmbeddingBag in eager mode: with a gradient, ``tbe.TBEFunction`` (the op's own
+    setup and backward, no custom-op dispatch); without, the implementation alone. Output and
+    weight gradient equal the registered op's; per-sample weights get no gradient, as from the op."""
+    from reference_kernels import tbe as tbe_module
+
+    tbe = tbe_module.TableBatchedEmbeddingBag([300, ROWS, 40], DIM, mode, torch.float32, "cuda")
+    tbe.check_indices = False
+    lengths = torch.randint(0, 9, (3 * BAGS,), generator=gen, device="cuda")
+    offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
+    sizes = torch.tensor([300, ROWS, 40], device="cuda").repeat_interleave(BAGS).repeat_interleave(lengths)
+    indices = (torch.rand(int(offsets[-1]), generator=gen, device="cuda") * sizes).long()
+    psw = torch.rand(indices.shape, generator=gen, device="cuda").requires_grad_(True) if with_psw else None
+    grad_out = torch.randn(BAGS, 3 * DIM, generator=gen, device="cuda")
+
+    out = tbe(indices, offsets, psw)
+    assert type(out.grad_fn).__name__ == "TBEFunctionBackward"
+    out.backward(grad_out)
+    ours = tbe.weight.grad.clone()
+    tbe.weight.grad = None
+    op_out = tbe_module.tbe_forward_op(tbe.weight, tbe.table_rows, tbe.table_sizes, indices, offsets, psw, mode)
+    op_out.backward(grad_out)
+    assert torch.equal(out, op_out) and torch.equal(ours, tbe.weight.grad)  # deterministic backward
+    assert psw is None or psw.grad is None
+    with torch.no_grad():
+        assert tbe(indices, offsets, psw).grad_fn is None
