@@ -201,7 +201,7 @@ def _run_bag(compiling: bool, weight: Tensor, indices: Tensor, offsets: Tensor |
     implementation and autograd); in eager mode, when a gradient may flow, the autograd Function
     (the op's own saved state and backward, without the custom op's Python dispatch: about
     150 µs less host time per call); otherwise the forward alone (no argmax placeholder)."""
-    grad = torch.is_grad_enabled() and (weight.requires_grad or (psw is not None and psw.requires_grad))
+    grad = _needs_grad(weight, psw)
     if compiling:
         out: Tensor
         out, _ = _ops.embedding_bag_op(weight, indices, offsets, psw, mode, pad, last,
@@ -250,6 +250,6 @@ def embedding_with(input: Tensor, weight: Tensor, padding_idx: int | None, max_n
     if compiling:
         looked_up: Tensor = _ops.embedding_op(weight, indices, pad)
         return looked_up
-    if torch.is_grad_enabled() and weight.requires_grad:
+    if _needs_grad(weight):
         return _ops.EmbeddingFunction.run(weight, indices, pad)
     return _ops.embedding_impl(weight, indices, pad)

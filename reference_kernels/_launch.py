@@ -241,7 +241,7 @@ def bag_forward(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tens
     num_rows, dim = weight.shape
     tables = 1 if table_rows is None else table_rows.numel()
     shape = (num_bags // tables, tables * dim)
-    out = weight.new_empty(shape) if not POISON_OUTPUTS else new_output(shape, weight)
+    out = new_output(shape, weight)
     argmax = _new_argmax(shape, weight) if need_argmax else None
     if num_bags == 0 or dim == 0:
         return out, argmax

@@ -211,7 +211,7 @@ def bag_eager(weight: Tensor, indices: Tensor, offsets: Optional[Tensor], per_sa
               mode: str, padding_idx: int, include_last_offset: bool) -> Tensor:
     """``embedding_bag_impl``'s output alone, for eager calls without a gradient: no argmax
     placeholder (the op's schema needs one, this path does not)."""
-    num_bags = indices.shape[0] if offsets is None else offsets.shape[0] - include_last_offset
+    num_bags = num_bags_of(indices, offsets, include_last_offset)
     out, _ = _launch.bag_forward(weight, indices, offsets, num_bags=num_bags, per_sample_weights=per_sample_weights,
                                  mode=mode, padding_idx=padding_idx, need_argmax=False)
     return out
@@ -243,7 +243,7 @@ class EmbeddingBagFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, weight: Tensor, per_sample_weights: Optional[Tensor], rest: tuple[Any, ...]) -> Tensor:
         indices, offsets, mode, padding_idx, include_last_offset, need_argmax = rest
-        num_bags = indices.shape[0] if offsets is None else offsets.shape[0] - include_last_offset
+        num_bags = num_bags_of(indices, offsets, include_last_offset)
         out, argmax = _launch.bag_forward(weight, indices, offsets, num_bags=num_bags,
                                           per_sample_weights=per_sample_weights, mode=mode,
                                           padding_idx=padding_idx, need_argmax=need_argmax)

@@ -384,10 +384,8 @@ def short_lean_blocks(variant: Variant, *, pos32: bool, tuning: Tuning) -> int:
     vector per lane), sum or mean, 32-bit positions, in lean rows one team per bag; 0 where the
     rule does not apply. Bags short enough for striding teams (and, for 128 columns, for the
     segmented kernel) take it instead: with skewed indices the rows come from the caches and the
-    walk is latency-bound, so warps per SM decide its time (H100, against FBGEMM: DCNv2 Zipf 1.2
-    float32 sum 0.79 -> 0.88x, mean 0.62 -> 0.79x, float16 mean 0.79 -> 1.07x, the sweep's d128
-    L16 Zipf 1.15 0.76 -> 1.01x, 8 x 1M x 64 float32 mean Zipf 1.2 0.80 -> 1.01x; uniform DCNv2
-    float32 1.00 -> 0.96x; docs/perf/change-48.md, change-49.md)."""
+    walk is latency-bound, so warps per SM decide its time (measured against FBGEMM in
+    docs/perf/change-48.md and change-49.md)."""
     tiling = variant.tiling
     columns = tiling.row_lanes * tiling.vec
     if not (tuning.short_lean and pos32 and tiling.chunks == 1 and variant.mode != "max"

@@ -312,7 +312,7 @@ def table_cap(tables: int) -> int:
     return -1
 
 
-# (device, index dtype, copy dtype, table cap) -> (compiled check, its largest grid: 8 blocks per SM)
+# (device, index dtype, copy dtype, table cap) -> (compiled check, the device's SM count)
 _FUNCTIONS: dict[tuple[Any, ...], tuple[Any, int]] = {}
 # The check kernel's parameters (index_check.cu): indices, n, num_rows, offsets, n_off, table_sizes,
 # tables, bags_per_table, spans, clean, clean_offsets, lock, record, flag, token, op.
@@ -329,7 +329,7 @@ def _function(device_index: int, index_dtype: torch.dtype, out_dtype: torch.dtyp
         if cap:
             defines["TABLE_CAP"] = cap
         fn = _nvrtc.get_function("index_check.cu", "index_check", defines, device_index)
-        found = _FUNCTIONS[key] = (fn, grid_stride_blocks(2**62, _launch._device_props(device_index).sms, 8))
+        found = _FUNCTIONS[key] = (fn, _launch._device_props(device_index).sms)
     return found
 
 
@@ -356,9 +356,9 @@ def run_check(indices: torch.Tensor, offsets: torch.Tensor | None, *, num_rows: 
     if table_sizes is not None:
         cap, tables, spans = _tables(offsets, table_sizes, bags_per_table, n)
     found = _FUNCTIONS.get((device_index, indices.dtype, out_dtype, cap))
-    fn, most = found if found is not None else _function(device_index, indices.dtype, out_dtype, cap)
+    fn, sms = found if found is not None else _function(device_index, indices.dtype, out_dtype, cap)
     lock, record, flag = book.pointers[mode]
-    _launch._launch_packed(device_index, fn, max(1, min(-(-max(n, n_off) // BLOCK), most)), BLOCK, CHECK_PARAMS, (
+    _launch._launch_packed(device_index, fn, grid_stride_blocks(max(n, n_off), sms, 8), BLOCK, CHECK_PARAMS, (
         indices.data_ptr(), n, num_rows, _launch._ptr(offsets), n_off, _launch._ptr(table_sizes), tables,
         bags_per_table, _launch._ptr(spans), clean.data_ptr(), _launch._ptr(clean_offsets), lock, record, flag,
         next(_TOKENS), _OP_CODES[op]))
