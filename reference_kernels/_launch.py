@@ -106,9 +106,14 @@ def _launch_packed(index: int, fn: Any, grid: int, block: int, signature: _nvrtc
                    values: Sequence[object]) -> None:
     """Launch ``fn`` on device ``index``'s current stream, ``values`` packed as ``signature``;
     under a device guard only when ``index`` is not the current device (the guard costs more
-    than the check)."""
+    than the check). On the current device the body of ``_nvrtc.launch_packed`` runs here:
+    every lookup launches through this function, and a call layer costs 0.2-0.4 µs."""
     if index == _current_device():
-        _nvrtc.launch_packed(fn, grid, block, _raw_stream(index), signature, values)
+        if grid > 0:
+            (err,) = _nvrtc._cu_launch_kernel()(fn, grid, 1, 1, block, 1, 1, 0, _raw_stream(index), None,
+                                                signature.pack(values))
+            if err:
+                _nvrtc.raise_launch_error(err, grid, block, signature)
         return
     import torch
 
@@ -241,7 +246,7 @@ def bag_forward(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tens
     num_rows, dim = weight.shape
     tables = 1 if table_rows is None else table_rows.numel()
     shape = (num_bags // tables, tables * dim)
-    out = new_output(shape, weight)
+    out = new_output(shape, weight) if POISON_OUTPUTS else weight.new_empty(shape)
     argmax = _new_argmax(shape, weight) if need_argmax else None
     if num_bags == 0 or dim == 0:
         return out, argmax
@@ -250,8 +255,11 @@ def bag_forward(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tens
            indices.shape[1] if offsets is None else 0, indices.numel(), num_bags, tables, table_rows is not None,
            mode, per_sample_weights is not None, need_argmax, padding_idx >= 0)  # BagKey's fields
     index = weight.get_device()
-    prepared = _prepared(key, weight, index, _bag_call, plan_bag_forward, FORWARD_KINDS, _forward_packer)
-    assert prepared is not None
+    # _prepared's hit, inline (every eager lookup passes here): the last call's plans, same knobs
+    prepared = _last[2].get(key) if _last[0] is tuning._CURRENT and _last[1] == index else None
+    if prepared is None:
+        prepared = _prepared(key, weight, index, _bag_call, plan_bag_forward, FORWARD_KINDS, _forward_packer)
+        assert prepared is not None
     plan, fn, grid, signature, pack = prepared
     _launch_packed(index, fn, grid, plan.block, signature,
                    pack(w, indices, offsets, per_sample_weights, padding_idx, table_rows, o, argmax))
@@ -281,32 +289,32 @@ FORWARD_KINDS: dict[str, str] = {
 }
 
 
-def _numel(t: torch.Tensor | None) -> int:
-    return 0 if t is None else t.numel()
-
-
 def _forward_packer(plan: Plan, call: BagCall) -> Packer:
     """The packer of ``plan.entry``: ``(weight pointer, indices, offsets, per-sample weights,
     padding_idx, table_rows, out pointer, argmax) -> the kernel's arguments`` in its parameter
-    order (kinds: FORWARD_KINDS), the call's sizes and the plan's scalars bound now."""
+    order (kinds: FORWARD_KINDS), the call's sizes and the plan's scalars bound now. Optional
+    tensors are tested inline (``_ptr`` as a call would cost a Python frame each)."""
     entry, n, dim, bags, tiles = plan.entry, call.num_indices, call.dim, call.num_bags, plan.col_tiles
     per_table, width, bag_size = bags // call.tables, call.tables * dim, call.bag_size
     if entry == "embedding_gather_bulk":
         return lambda w, idx, off, psw, pad, rows, o, amax: (w, idx.data_ptr(), n, o)
     if entry == "embedding_bag_forward_bulk":
-        return lambda w, idx, off, psw, pad, rows, o, amax: (w, idx.data_ptr(), n, _ptr(off), _numel(off), bags,
-                                                             pad, o)
+        return lambda w, idx, off, psw, pad, rows, o, amax: (
+            w, idx.data_ptr(), n, 0 if off is None else off.data_ptr(), 0 if off is None else off.numel(), bags, pad, o)
     if entry == "embedding_bag_forward_short":
-        return lambda w, idx, off, psw, pad, rows, o, amax: (w, dim, idx.data_ptr(), bags, tiles, _ptr(psw), pad, o,
-                                                             _ptr(amax))
+        return lambda w, idx, off, psw, pad, rows, o, amax: (
+            w, dim, idx.data_ptr(), bags, tiles, 0 if psw is None else psw.data_ptr(), pad, o,
+            0 if amax is None else amax.data_ptr())
     if entry == "embedding_bag_forward_segmented":
         segment_bags, segment_cap = plan.segment_bags, plan.segment_cap
         return lambda w, idx, off, psw, pad, rows, o, amax: (
-            w, dim, idx.data_ptr(), n, _ptr(off), _numel(off), bags, tiles, segment_bags, segment_cap, _ptr(psw), pad,
-            _ptr(rows), per_table, width, o, _ptr(amax))
+            w, dim, idx.data_ptr(), n, 0 if off is None else off.data_ptr(), 0 if off is None else off.numel(), bags,
+            tiles, segment_bags, segment_cap, 0 if psw is None else psw.data_ptr(), pad,
+            0 if rows is None else rows.data_ptr(), per_table, width, o, 0 if amax is None else amax.data_ptr())
     return lambda w, idx, off, psw, pad, rows, o, amax: (
-        w, dim, idx.data_ptr(), n, _ptr(off), _numel(off), bag_size, bags, tiles, _ptr(psw), pad, _ptr(rows),
-        per_table, width, o, _ptr(amax))
+        w, dim, idx.data_ptr(), n, 0 if off is None else off.data_ptr(), 0 if off is None else off.numel(), bag_size,
+        bags, tiles, 0 if psw is None else psw.data_ptr(), pad, 0 if rows is None else rows.data_ptr(), per_table,
+        width, o, 0 if amax is None else amax.data_ptr())
 
 
 # The parameter kinds of the gather entries (embedding_gather.cu).

@@ -316,5 +316,10 @@ def launch_packed(fn: Any, grid: int, block: int, stream: int, signature: Params
         return
     (err,) = _cu_launch_kernel()(fn, grid, 1, 1, block, 1, 1, 0, stream, None, signature.pack(values))
     if err:
-        raise LaunchError(f"cuLaunchKernel failed: {getattr(err, 'name', err)} ({int(err)}), grid {grid}, "
-                          f"block {block}, parameters {signature.kinds!r}")
+        raise_launch_error(err, grid, block, signature)
+
+
+def raise_launch_error(err: Any, grid: int, block: int, signature: Params) -> None:
+    """The LaunchError of a refused launch, naming the CUresult, the grid and the signature."""
+    raise LaunchError(f"cuLaunchKernel failed: {getattr(err, 'name', err)} ({int(err)}), grid {grid}, "
+                      f"block {block}, parameters {signature.kinds!r}")

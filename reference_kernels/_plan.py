@@ -334,12 +334,23 @@ def forward_defines(variant: Variant, *, avg_len: int, many_bags: bool = True, p
     if short_blocks and rows_at_once == 1 and group_rows <= tuning.persistent_max_group_rows:
         unroll, min_blocks, persistent = min(unroll, 4), short_blocks, False
         if variant.weight_dtype == 0 and tiling.row_lanes == 32 and avg_len <= tuning.segment_max_avg:
-            unroll, min_blocks = min(unroll, SHORT_F32_FEW_ROWS[0]), SHORT_F32_FEW_ROWS[1]
+            few_unroll, min_blocks = SHORT_F32_FEW_ROWS["weighted" if variant.has_psw else "plain"]
+            unroll = min(unroll, few_unroll)
         reasons.append(f"short_lean: one team per bag, {unroll} rows in flight at {min_blocks} blocks per SM")
-    if tuning.wide_f32_fewer_rows and plain_f32 and tiling.chunks == 3 and unroll == 4:
-        # 192 columns: 2 rows in flight, more blocks, one team per bag (striding spills there)
-        unroll, min_blocks, persistent = 2, blocks, False
-        reasons.append(f"wide_f32_fewer_rows: 2 rows in flight at {blocks} blocks per SM, one team per bag")
+    f32_rows = variant.weight_dtype == 0 and not variant.need_argmax
+    if tuning.wide_f32_fewer_rows and f32_rows and tiling.chunks == 3 and unroll == 4:
+        # 192 columns: 2 rows in flight, more blocks, one team per bag (striding spills there;
+        # per-sample weights spill at 4 blocks)
+        min_blocks = 3 if variant.has_psw else blocks
+        unroll, persistent = 2, False
+        reasons.append(f"wide_f32_fewer_rows: 2 rows in flight at {min_blocks} blocks per SM, one team per bag")
+    if (tuning.wide_16bit_fewer_rows and pos32 and variant.weight_dtype != 0 and variant.mode != "max"
+            and rows_at_once == 1 and tiling.vec == 8 and tiling.row_lanes * tiling.chunks * tiling.vec == 192
+            and unroll == 4):
+        # 192 16-bit columns in three 16-byte vectors per lane: 2 rows in flight at 3 blocks per
+        # SM instead of 4 at 2 (docs/perf/change-50.md; 64-bit positions spill at 3)
+        unroll, min_blocks, persistent = 2, 3, False
+        reasons.append("wide_16bit_fewer_rows: 2 rows in flight at 3 blocks per SM, one team per bag")
     if tuning.small_f32_more_blocks and pos32 and full_f32_vectors and not variant.need_argmax:
         if rows_at_once == 2:  # 64 columns: half the rows in flight, more blocks (mean, max spill at 4)
             unroll, min_blocks = tuning.unroll_rows // 2, 4 if variant.mode == "sum" and not variant.has_psw else 3
@@ -374,9 +385,10 @@ SHORT_LEAN_BLOCKS: dict[tuple[bool, int, str], int] = {
     (False, 128, "sum"): 6, (False, 128, "mean"): 5, (False, 128, "weighted"): 4,
     (True, 128, "sum"): 5, (True, 128, "mean"): 5,
     (False, 64, "sum"): 5, (False, 64, "mean"): 5, (True, 64, "sum"): 5, (True, 64, "mean"): 5}
-# float32 d128 bags of at most segment_max_avg rows on average (DCNv2's tables): 2 rows in flight
-# at 6 blocks per SM, every kind (36-40 registers)
-SHORT_F32_FEW_ROWS = (2, 6)
+# float32 d128 bags of at most segment_max_avg rows on average (DCNv2's tables): (rows in flight,
+# blocks per SM). Sum and mean: one row at 8 blocks (30-32 registers; 2 rows spill there);
+# per-sample weights: 2 rows at 6 (40 registers; 8 blocks spill even at one row).
+SHORT_F32_FEW_ROWS: dict[str, tuple[int, int]] = {"plain": (1, 8), "weighted": (2, 6)}
 
 
 def short_lean_blocks(variant: Variant, *, pos32: bool, tuning: Tuning) -> int:

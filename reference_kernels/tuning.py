@@ -43,6 +43,7 @@ class Tuning:
     persistent_max_group_rows: int = 24  # teams stride over bags of at most this many rows per lane group
     stride_f32_half_unroll: bool = True  # d128 float32 striding: half the rows in flight, more blocks
     wide_f32_fewer_rows: bool = True  # d192 float32: 2 rows in flight, more blocks, one team per bag
+    wide_16bit_fewer_rows: bool = True  # d192 16-bit sum/mean: 2 rows in flight at 3 blocks, one team per bag
     small_f32_more_blocks: bool = True  # d64 / d32-with-weights float32: more blocks per SM
     pos32_limit: int = 2**31 - 2**16  # 32-bit positions below this many indices, rows, threads
     # forward, short bags of one fixed size

@@ -12,6 +12,7 @@ driver work, a faster host), comparable between two versions of the package run 
 
     PYTHONPATH=$PWD python3 -m tests.kernels.host_overhead [--calls 2000] [--profile]
     PYTHONPATH=$PWD python3 -m tests.kernels.host_overhead --gpu   # on a GPU: ours and torch's
+    PYTHONPATH=$PWD python3 -m tests.kernels.host_overhead --gpu --breakdown   # the call's parts alone
 
 The case is the issue's: a 1M x 128 float32 table, 2048 CSR bags of 20, sum; with no index check
 (``check_indices=False``) and with the default one (``"deferred"``: its check pass and the
@@ -263,13 +264,74 @@ def measure_on_gpu(calls: int) -> dict[str, float]:
     return results
 
 
+def breakdown_on_gpu(calls: int, rounds: int = 9) -> dict[str, tuple[float, float]]:
+    """Where the GPU machine's host time of the call goes: its parts timed alone (a call's
+    allocations, its launch, our launch layer, the index check pass, torch's one-launch op for
+    scale) beside the whole calls, ``calls`` per repeat while the GPU sleeps, the parts taking
+    turns for ``rounds`` rounds (a drifting shared host shifts a whole round). Returns, per
+    part, its median µs and its paired median ratio to torch's call."""
+    import torch
+    import torch.nn.functional as F
+
+    import reference_kernels as rk
+    from reference_kernels import _launch, _nvrtc, index_check
+
+    weight = torch.randn(1_000_000, 128, device="cuda")
+    indices = torch.randint(0, 1_000_000, (2048 * 20,), device="cuda")
+    offsets = torch.arange(0, 2048 * 20, 20, device="cuda")
+    out = weight.new_empty((2048, 128))
+    ours = lambda: rk.embedding_bag(indices, weight, offsets, mode="sum", check_indices=False)  # noqa: E731
+    checked = lambda: rk.embedding_bag(indices, weight, offsets, mode="sum")  # noqa: E731
+    ours(), checked()  # compiles, plans, makes the ledger
+    plan, fn, grid, signature, pack = next(p for plans in _launch._PLANS.values() for p in plans.values()
+                                           if p[0].entry.startswith("embedding_bag_forward"))
+    stream = torch.cuda.current_stream().cuda_stream
+    values = pack(weight.data_ptr(), indices, offsets, None, -1, None, out.data_ptr(), None)
+    parts: dict[str, Callable[[], object]] = {
+        "torch F.embedding_bag": lambda: F.embedding_bag(indices, weight, offsets, mode="sum"),
+        "ours, no check": ours,
+        "ours, deferred check": checked,
+        "bag_forward (launch layer)": lambda: _launch.bag_forward(
+            weight, indices, offsets, num_bags=2048, per_sample_weights=None, mode="sum", padding_idx=-1,
+            need_argmax=False),
+        "run_check (deferred)": lambda: index_check.run_check(
+            indices, offsets, num_rows=1_000_000, table_sizes=None, bags_per_table=1, mode="deferred",
+            op="embedding_bag"),
+        "cuLaunchKernel (packed)": lambda: _nvrtc.launch_packed(fn, grid, plan.block, stream, signature, values),
+        "weight.new_empty([2048, 128])": lambda: weight.new_empty((2048, 128)),
+        "torch.empty_like(indices, int32)": lambda: torch.empty_like(indices, dtype=torch.int32),
+        "out.zero_() (one torch launch)": out.zero_,
+    }
+    samples: dict[str, list[float]] = {name: [] for name in parts}
+    with torch.no_grad():
+        for _ in range(rounds):
+            for name, call in parts.items():
+                call()
+                torch.cuda.synchronize()
+                torch.cuda._sleep(calls * 400_000)  # ~200 µs per call at 2 GHz: longer than the host needs
+                start = time.perf_counter()
+                for _ in range(calls):
+                    call()
+                samples[name].append((time.perf_counter() - start) / calls * 1e6)
+            torch.cuda.synchronize()
+    torch_us = samples["torch F.embedding_bag"]
+    return {name: (statistics.median(values), statistics.median(v / t for v, t in zip(values, torch_us, strict=True)))
+            for name, values in samples.items()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=None, help="calls per repeat (default 2000; 400 on a GPU, "
                         "as the benchmark's --host: more could fill the launch queue)")
     parser.add_argument("--profile", action="store_true", help="also print cProfile's top functions")
     parser.add_argument("--gpu", action="store_true", help="on a GPU instead: ours and torch's, nothing replaced")
+    parser.add_argument("--breakdown", action="store_true", help="with --gpu: the call's parts timed alone")
     args = parser.parse_args()
+    if args.gpu and args.breakdown:
+        for part, (us, ratio) in breakdown_on_gpu(args.calls or 400).items():
+            print(f"host per call on the GPU machine, {part:34s} {us:7.2f} us  {ratio:5.2f}x torch's call "
+                  f"(paired median)")
+        return 0
     if args.gpu:
         for case, us in measure_on_gpu(args.calls or 400).items():
             print(f"host per call on the GPU machine, {case}: {us:6.1f} us")

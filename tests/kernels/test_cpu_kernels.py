@@ -367,7 +367,14 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group() -> N
     assert persistent(128, 32, 2) == (0, 3, 8)
     assert persistent(192, 32) == (0, 4, 2)  # suite 3's float32 rows: 3 vectors per lane, one team per bag (41, 43)
     assert persistent(192, 32, pos32=False) == (0, 3, 2)
-    assert persistent(192, 32, 2) == (0, 2, 4)  # 16-bit 192: 8 lanes x 3 vectors, one row at once
+    # 16-bit 192: 8 lanes x 3 vectors, one row at once: 2 rows in flight at 3 blocks (change 50);
+    # 64-bit positions spill there and keep 4 rows at 2 blocks
+    assert persistent(192, 32, 2) == (0, 3, 2) and persistent(192, 32, 2, pos32=False) == (0, 2, 4)
+    knobs = replace(base, wide_16bit_fewer_rows=False)
+    assert persistent(192, 32, 2) == (0, 2, 4)
+    knobs = base
+    weighted = forward_defines(_variant(0, "sum", True, False, RowTiling.for_row(192, 4)), avg_len=32, tuning=base)
+    assert (weighted["PERSISTENT"], weighted["MIN_BLOCKS"], weighted["UNROLL"]) == (0, 3, 2)  # spills at 4 (change 50)
     knobs = replace(base, narrow_one_row_max_avg=0)
     assert persistent(128, 32, 2) == (1, 2, 16) and persistent(192, 32, 2) == (1, 2, 4)  # two / four rows at once
     knobs = base
@@ -404,9 +411,10 @@ def test_short_float32_bags_go_lean_at_high_occupancy() -> None:
         return d["PERSISTENT"], d["MIN_BLOCKS"], d["UNROLL"]
 
     assert [pick(n) for n in (16, 24)] == [(0, 6, 4)] * 2
-    # bags of at most segment_max_avg (8) rows on average, every kind: 2 rows at 6 blocks (change 49)
-    assert [pick(n) for n in (2, 4, 8)] == [(0, 6, 2)] * 3
-    assert pick(8, "mean") == pick(8, psw=True) == (0, 6, 2)
+    # bags of at most segment_max_avg (8) rows on average: sum and mean one row at 8 blocks
+    # (change 50), per-sample weights 2 rows at 6 (change 49; they spill at 8)
+    assert [pick(n) for n in (2, 4, 8)] == [(0, 8, 1)] * 3
+    assert pick(8, "mean") == (0, 8, 1) and pick(8, psw=True) == (0, 6, 2)
     assert pick(20, dim=64) == pick(20, "mean", dim=64) == (0, 5, 4)  # 64 columns, 16 lanes (change 49)
     assert pick(16, "mean") == (0, 5, 4) and pick(16, psw=True) == (0, 4, 4)
     assert pick(32) == (0, 3, 8)  # longer bags: lean_long_bag_rows as before

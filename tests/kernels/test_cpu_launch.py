@@ -145,14 +145,19 @@ def test_launch_passes_the_packed_buffer_and_names_a_failure(monkeypatch: pytest
 # --- which entry runs a call ------------------------------------------------------------------
 
 def _entry_taken(monkeypatch: pytest.MonkeyPatch, weight: Any, psw: Any = None, compiling: bool = False) -> str:
-    """Which entry ``_api._run_bag`` calls for these tensors (each entry replaced by a recorder)."""
+    """Which entry an ``embedding_bag`` call on these tensors takes (each entry replaced by a recorder;
+    the tensors on the CPU, their CUDA check skipped)."""
+    import reference_kernels as rk
+
     taken: list[str] = []
     out = torch.zeros(1, 2)
+    monkeypatch.setattr(_api, "_require_cuda", lambda fn, **tensors: None)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling)
     monkeypatch.setattr(_ops, "embedding_bag_op", lambda *args: (taken.append("op"), (out, out))[1])
     monkeypatch.setattr(_ops.EmbeddingBagFunction, "run", lambda *args: (taken.append("function"), out)[1])
-    monkeypatch.setattr(_ops, "bag_eager", lambda *args: (taken.append("forward"), out)[1])
+    monkeypatch.setattr(_launch, "bag_forward", lambda *args, **kwargs: (taken.append("forward"), (out, None))[1])
     indices = torch.zeros(3, 1, dtype=torch.int64)
-    _api._run_bag(compiling, weight, indices, None, psw, "sum", -1, False)
+    rk.embedding_bag(indices, weight, mode="sum", per_sample_weights=psw, check_indices=False)
     return taken[0]
 
 
@@ -322,13 +327,13 @@ def test_the_host_overhead_measurement_runs_without_a_gpu() -> None:
 def test_the_host_overhead_check_case_runs_the_check_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     """The measurement's default-check case launches the check pass, then the lookup, and
     makes its device's ledger (on the CPU) on the way."""
-    from reference_kernels import _nvrtc, index_check
+    from reference_kernels import index_check
     from tests.kernels import host_overhead
 
     launched: list[str] = []
-    launch = _nvrtc.launch_packed
-    monkeypatch.setattr(_nvrtc, "launch_packed", lambda fn, grid, block, stream, signature, values: (
-        launched.append(signature.kinds), launch(fn, grid, block, stream, signature, values)))
+    launch = _launch._launch_packed
+    monkeypatch.setattr(_launch, "_launch_packed", lambda index, fn, grid, block, signature, values: (
+        launched.append(signature.kinds), launch(index, fn, grid, block, signature, values)))
     with host_overhead.without_gpu(stubbed=False):
         host_overhead.issue_case(requires_grad=False, check=True)()
         assert [book.words.device.type for book in index_check._LEDGERS.values()] == ["cpu"]
