@@ -187,12 +187,20 @@ def embedding_bag_with(input: Tensor, weight: Tensor, offsets: Tensor | None, ma
     compiling = torch.compiler.is_compiling()
     if not compiling and device >= 0 and index_check.FLAGS[device]:  # an earlier deferred check failed
         index_check.surface(device)
+    grad = torch.is_grad_enabled() and (weight.requires_grad or (psw is not None and psw.requires_grad))
+    last = include_last_offset and offsets is not None
+    if check != "ignore" and not (grad or compiling) and max_norm is None and weight.shape[0]:
+        # the lookup checks its own indices where its kernel can (bag_forward runs the pass where not):
+        # a forward alone reads them once; the backward and max_norm need the pass's copies
+        num_bags = indices.shape[0] if offsets is None else offsets.shape[0] - last
+        checked, _ = _launch.bag_forward(weight.contiguous(), indices, offsets, num_bags=num_bags,
+                                         per_sample_weights=psw, mode=mode, padding_idx=pad, need_argmax=False,
+                                         check=check)
+        return checked
     if check != "ignore":
         indices, offsets = _ops.checked(indices, offsets, weight.shape[0], check, "embedding_bag")
     if max_norm is not None:
         _renorm(weight, indices, max_norm, norm_type)
-    last = include_last_offset and offsets is not None
-    grad = torch.is_grad_enabled() and (weight.requires_grad or (psw is not None and psw.requires_grad))
     weight = weight.contiguous()
     if (sparse or fused is not None) and grad:
         from ._sparse import SparseBag

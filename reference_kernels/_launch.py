@@ -26,6 +26,7 @@ from ._plan import (
     overlaps_zero_fill,
     plan_backward,
     plan_bag_forward,
+    plan_checked_bag_forward,
     plan_gather,
     vector_width,
 )
@@ -165,6 +166,7 @@ class BagKey(NamedTuple):
     has_psw: bool
     need_argmax: bool
     has_padding: bool
+    checked: bool  # the lookup checks its indices (CHECK) where its kernel can
 
 
 class GatherKey(NamedTuple):
@@ -180,14 +182,15 @@ class GatherKey(NamedTuple):
 
 # (tuning, device index) -> key -> Prepared. The tuning is part of the key, so experiments that
 # change a knob never meet a stale plan.
-_PLANS: dict[tuple[tuning.Tuning, int], dict[tuple[Any, ...], Prepared]] = {}
+_PLANS: dict[tuple[tuning.Tuning, int], dict[tuple[Any, ...], Prepared | None]] = {}
 _MAX_PLANS = 4096
 _last: list[Any] = [None, None, None]  # the tuning, device index and plans of the last call
 
 
 def planned_launches() -> list[tuple[Plan, int]]:
     """(plan, grid) of every call planned since clear_plans (tests check which paths ran)."""
-    return [(prepared[0], prepared[2]) for plans in _PLANS.values() for prepared in plans.values()]
+    return [(prepared[0], prepared[2]) for plans in _PLANS.values() for prepared in plans.values()
+            if prepared is not None]
 
 
 def clear_plans() -> None:
@@ -195,7 +198,7 @@ def clear_plans() -> None:
     _last[:] = [None, None, None]
 
 
-def _plans_now(device_index: int) -> tuple[tuning.Tuning, dict[tuple[Any, ...], Prepared]]:
+def _plans_now(device_index: int) -> tuple[tuning.Tuning, dict[tuple[Any, ...], Prepared | None]]:
     knobs = tuning.current()
     if _last[0] is not knobs or _last[1] != device_index:  # identity: no hash of the knobs per call
         _last[:] = [knobs, device_index, _PLANS.setdefault((knobs, device_index), {})]
@@ -211,16 +214,17 @@ def _prepared(key: tuple[Any, ...], like: torch.Tensor, device_index: int, descr
     ``packer(plan, call)`` the call's packer."""
     knobs, plans = _plans_now(device_index)
     found = plans.get(key)
-    if found is not None:
+    if found is not None or key in plans:  # a plan, or None remembered
         return found
     device = like.device  # a device object on a miss only
     props = device_props(device)
     call = describe(key)
     plan = select(call, props, knobs)
-    if plan is None:
-        return None
     if len(plans) >= _MAX_PLANS:  # calls of ever new sizes (CSR batches) must not grow it forever
         plans.clear()
+    if plan is None:
+        plans[key] = None
+        return None
     fn = _nvrtc.get_function(plan.source, plan.entry, dict(plan.defines), device.index)
     resident = _nvrtc.resident_blocks(fn, plan.block) if plan.resident_waves is not None else 0
     plans[key] = (plan, fn, plan.grid(props.sms, resident), _nvrtc.params(kinds[plan.entry]), packer(plan, call))
@@ -237,11 +241,14 @@ def _describe_bag(key: BagKey) -> BagCall:
 
 def bag_forward(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor | None, *, num_bags: int,
                 per_sample_weights: torch.Tensor | None, mode: str, padding_idx: int, need_argmax: bool,
-                table_rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                table_rows: torch.Tensor | None = None,
+                check: str | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Pooled lookup. ``indices`` is [B, L] (offsets None) or 1-D with CSR ``offsets``
     (``num_bags`` = B; offsets has B or B + 1 entries). Inputs are contiguous.
     With ``table_rows`` (int64 [T], first row of each table in ``weight``) the bags are
     T tables' bags, table-major, and the result is [num_bags / T, T * dim].
+    ``check`` (an index check mode, one table): the lookup checks its indices and offsets
+    itself where its plan can (plan_checked_bag_forward), else the check pass runs first.
     Returns (out, argmax); argmax is None unless ``need_argmax`` (max mode, for backward)."""
     num_rows, dim = weight.shape
     tables = 1 if table_rows is None else table_rows.numel()
@@ -249,21 +256,47 @@ def bag_forward(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tens
     out = new_output(shape, weight) if POISON_OUTPUTS else weight.new_empty(shape)
     argmax = _new_argmax(shape, weight) if need_argmax else None
     if num_bags == 0 or dim == 0:
+        if check is not None:  # nothing to look up, but the offsets (and indices) are still checked
+            _index_check().run_check(indices, offsets, num_rows=num_rows, table_sizes=None, bags_per_table=1,
+                                     mode=check, op="embedding_bag")
         return out, argmax
     w, o = weight.data_ptr(), out.data_ptr()
     key = (weight.dtype, num_rows, dim, w % 16, o % 16 == 0, indices.dtype,
            indices.shape[1] if offsets is None else 0, indices.numel(), num_bags, tables, table_rows is not None,
-           mode, per_sample_weights is not None, need_argmax, padding_idx >= 0)  # BagKey's fields
+           mode, per_sample_weights is not None, need_argmax, padding_idx >= 0, check is not None)  # BagKey's
     index = weight.get_device()
     # _prepared's hit, inline (every eager lookup passes here): the last call's plans, same knobs
     prepared = _last[2].get(key) if _last[0] is tuning._CURRENT and _last[1] == index else None
     if prepared is None:
-        prepared = _prepared(key, weight, index, _bag_call, plan_bag_forward, FORWARD_KINDS, _forward_packer)
-        assert prepared is not None
+        prepared = _prepared(key, weight, index, _bag_call, _FORWARD_SELECT[check is not None], FORWARD_KINDS,
+                             _forward_packer)
+        if prepared is None:  # this call's kernel does not check: the pass first (its copies), then the lookup
+            assert check is not None
+            indices, offsets = _index_check().run_check(indices, offsets, num_rows=num_rows, table_sizes=None,
+                                                        bags_per_table=1, mode=check, op="embedding_bag")
+            return bag_forward(weight, indices, offsets, num_bags=num_bags, per_sample_weights=per_sample_weights,
+                               mode=mode, padding_idx=padding_idx, need_argmax=need_argmax)
     plan, fn, grid, signature, pack = prepared
+    ledger = _NO_CHECK if check is None else _index_check().lookup_ledger(index, check, "embedding_bag", num_rows)
     _launch_packed(index, fn, grid, plan.block, signature,
-                   pack(w, indices, offsets, per_sample_weights, padding_idx, table_rows, o, argmax))
+                   pack(w, indices, offsets, per_sample_weights, padding_idx, table_rows, o, argmax, ledger))
+    if check == "sync":
+        _index_check().raise_sync_finding(index)
     return out, argmax
+
+
+_NO_CHECK = (0, 0, 0, 0, 0, 0)  # the general kernel's ledger arguments when it does not check
+# plan_bag_forward, or (checked calls) plan_checked_bag_forward: None where the kernel cannot check
+_FORWARD_SELECT = (plan_bag_forward, plan_checked_bag_forward)
+_INDEX_CHECK: list[Any] = []  # the index_check module, imported on first use (it imports this module)
+
+
+def _index_check() -> Any:
+    if not _INDEX_CHECK:
+        from . import index_check
+
+        _INDEX_CHECK.append(index_check)
+    return _INDEX_CHECK[0]
 
 
 def _new_argmax(shape: tuple[int, int], like: torch.Tensor) -> torch.Tensor:
@@ -285,36 +318,36 @@ FORWARD_KINDS: dict[str, str] = {
     "embedding_bag_forward_segmented": (PTR + I64 + PTR + I64 + PTR + I64 + I64 + I32 + I32 + I32 + PTR + I64 + PTR
                                         + I64 + I64 + PTR + PTR),
     "embedding_bag_forward": PTR + I64 + PTR + I64 + PTR + I64 + I64 + I64 + I32 + PTR + I64 + PTR + I64 + I64
-    + PTR + PTR,
+    + PTR + PTR + PTR + PTR + PTR + I64 + I64 + I64,  # ... out, argmax, then the check's ledger (CHECK)
 }
 
 
 def _forward_packer(plan: Plan, call: BagCall) -> Packer:
     """The packer of ``plan.entry``: ``(weight pointer, indices, offsets, per-sample weights,
-    padding_idx, table_rows, out pointer, argmax) -> the kernel's arguments`` in its parameter
+    padding_idx, table_rows, out pointer, argmax, ledger) -> the kernel's arguments`` in its parameter
     order (kinds: FORWARD_KINDS), the call's sizes and the plan's scalars bound now. Optional
     tensors are tested inline (``_ptr`` as a call would cost a Python frame each)."""
     entry, n, dim, bags, tiles = plan.entry, call.num_indices, call.dim, call.num_bags, plan.col_tiles
     per_table, width, bag_size = bags // call.tables, call.tables * dim, call.bag_size
     if entry == "embedding_gather_bulk":
-        return lambda w, idx, off, psw, pad, rows, o, amax: (w, idx.data_ptr(), n, o)
+        return lambda w, idx, off, psw, pad, rows, o, amax, ledger: (w, idx.data_ptr(), n, o)
     if entry == "embedding_bag_forward_bulk":
-        return lambda w, idx, off, psw, pad, rows, o, amax: (
+        return lambda w, idx, off, psw, pad, rows, o, amax, ledger: (
             w, idx.data_ptr(), n, 0 if off is None else off.data_ptr(), 0 if off is None else off.numel(), bags, pad, o)
     if entry == "embedding_bag_forward_short":
-        return lambda w, idx, off, psw, pad, rows, o, amax: (
+        return lambda w, idx, off, psw, pad, rows, o, amax, ledger: (
             w, dim, idx.data_ptr(), bags, tiles, 0 if psw is None else psw.data_ptr(), pad, o,
             0 if amax is None else amax.data_ptr())
     if entry == "embedding_bag_forward_segmented":
         segment_bags, segment_cap = plan.segment_bags, plan.segment_cap
-        return lambda w, idx, off, psw, pad, rows, o, amax: (
+        return lambda w, idx, off, psw, pad, rows, o, amax, ledger: (
             w, dim, idx.data_ptr(), n, 0 if off is None else off.data_ptr(), 0 if off is None else off.numel(), bags,
             tiles, segment_bags, segment_cap, 0 if psw is None else psw.data_ptr(), pad,
             0 if rows is None else rows.data_ptr(), per_table, width, o, 0 if amax is None else amax.data_ptr())
-    return lambda w, idx, off, psw, pad, rows, o, amax: (
+    return lambda w, idx, off, psw, pad, rows, o, amax, ledger: (
         w, dim, idx.data_ptr(), n, 0 if off is None else off.data_ptr(), 0 if off is None else off.numel(), bag_size,
         bags, tiles, 0 if psw is None else psw.data_ptr(), pad, 0 if rows is None else rows.data_ptr(), per_table,
-        width, o, 0 if amax is None else amax.data_ptr())
+        width, o, 0 if amax is None else amax.data_ptr(), *ledger)
 
 
 # The parameter kinds of the gather entries (embedding_gather.cu).

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 KERNEL_DIR = Path(__file__).resolve().parent
-HEADERS: tuple[str, ...] = ("common.cuh", "optim_update.cuh")  # every header a source may include
+HEADERS: tuple[str, ...] = ("common.cuh", "optim_update.cuh", "index_record.cuh")  # every header a source may include
 BASE_OPTIONS: tuple[str, ...] = ("--std=c++17", "-default-device")
 
 

@@ -10,7 +10,7 @@ rule below is stated where it is applied; the measurements behind it are in docs
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .tuning import Tuning
 
@@ -189,6 +189,32 @@ def plan_bag_forward(call: BagCall, device: DeviceProps, tuning: Tuning) -> Plan
         if plan is not None:
             return plan
     return _general_bags(call, device, tuning)
+
+
+def checked_min_blocks(min_blocks: int) -> int:
+    """The occupancy floor of a variant that checks its own indices (CHECK): one block per SM
+    fewer than the plain variant's above 2, and at most 6 (7 and 8 leave the same 32 registers).
+    The check's code spills several picks that sit at their register cap (8-16 bytes at 40, 32
+    and 64 registers; nvcc -Xptxas -v, sm_90), and none lower (tests/kernels compiles every
+    CHECK pick and fails on a spill). 64-bit positions (POS32 0) spill with it even so and keep
+    the pass."""
+    return min(min_blocks - 1, 6) if min_blocks > 2 else min_blocks
+
+
+def plan_checked_bag_forward(call: BagCall, device: DeviceProps, tuning: Tuning) -> Plan | None:
+    """``plan_bag_forward``'s kernel checking the call's indices and offsets itself (CHECK, the
+    semantics of index_check.cu's pass), or None where it cannot, and the pass runs first: only
+    the general kernel checks, for one table, one column tile, 32-bit positions and no argmax
+    (docs/kernels.md, "Index range check"). Its occupancy floor: checked_min_blocks."""
+    if not tuning.fused_index_check or call.tables != 1 or call.table_batched or call.need_argmax:
+        return None
+    plan = plan_bag_forward(call, device, tuning)
+    if plan.entry != "embedding_bag_forward" or plan.col_tiles != 1 or plan.define("POS32") != 1:
+        return None
+    defines = dict(plan.defines)
+    defines["CHECK"] = 1
+    defines["MIN_BLOCKS"] = checked_min_blocks(int(defines["MIN_BLOCKS"]))  # type: ignore[call-overload]
+    return replace(plan, defines=tuple(defines.items()), why=(*plan.why, "the index check inside the lookup (CHECK)"))
 
 
 def _one_row_bags_as_gather(call: BagCall, device: DeviceProps, tuning: Tuning) -> Plan | None:

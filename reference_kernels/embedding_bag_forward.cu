@@ -21,8 +21,10 @@
 // embedding_bag_forward_segmented: short bags of varying size (CSR offsets, table-batched).
 // The hot loop does no bounds check on indices: index_check.cu validates them
 // in a separate pass before this kernel runs. Negative indices and padding_idx
-// are skipped. All address arithmetic is 64-bit.
-#include "common.cuh"
+// are skipped. All address arithmetic is 64-bit. With CHECK (the general kernel of a
+// one-table call) the kernel checks the indices and offsets it reads itself, with the
+// check pass's semantics, and no pass runs (see CHECK below).
+#include "index_record.cuh"
 
 #ifndef INDEX_T
 #define INDEX_T i64
@@ -59,6 +61,9 @@
 #endif
 #ifndef PERSISTENT  // general kernel: a team may pool several bags (see embedding_bag_forward)
 #define PERSISTENT 0
+#endif
+#ifndef CHECK  // general kernel, one table, one column tile: check the indices and offsets read
+#define CHECK 0
 #endif
 
 #define ROWS_AT_ONCE (TEAM / ROW_LANES)
@@ -226,12 +231,89 @@ typedef i64 pos_t;
 // teams striding over bags, whose extra registers the padding test then overflows)
 #define LEAN_ROWS (POS32 && MODE != 2 && CHUNKS == 1 && !PERSISTENT)
 
+// CHECK: the kernel checks what it reads as index_check.cu's pass does, and reads what the
+// pass's copy would hold: an index outside [0, rows) is read as row 0 and a bag's offsets are
+// clamped into [0, num_indices] (a bag with end < start pools nothing). Each team checks its
+// bag's offsets (the last bag also the entry past it, with include_last_offset), and each
+// index batch it loads; bag 0's team also checks the indices before offsets[0], the last
+// bag's those after the last offset, so that every position is checked once, as by the pass.
+// A bag's bad offsets are recorded at once (record_finding, by the team's first lane); bad
+// indices are counted in the record as they are found (an atomic add per batch with one), and
+// the team's smallest bad position is kept in shared memory (no register in the row loop) and
+// recorded once, when the team's work is done. The host runs no pass: no allocation and no
+// launch.
+struct Checker {
+#if CHECK
+  i64 rows, num_bags;
+  i64 *lock, *record;
+  int* flag;
+  i64 token, op;
+  u32 mask;
+#endif
+};
+
+#if CHECK
+static_assert(POS32, "the lookup checks its indices with 32-bit positions only");
+#define NONE_FOUND 0x7fffffff
+// Each team's smallest bad position (shared memory, no register in the row loop)
+__shared__ int team_first[BLOCK / TEAM];
+__shared__ int team_first_bag[BLOCK / TEAM];  // and bag (bags < 2^31 with POS32)
+
+// A team's batch (every lane of the team calls it): the bad lanes' count to the record, each
+// bad lane's position kept.
+__device__ __forceinline__ void note_batch(Checker& ck, pos_t at, bool bad) {
+  const u32 bad_lanes = __ballot_sync(ck.mask, bad);
+  if (bad_lanes == 0) return;
+  if (__ffs(bad_lanes) - 1 == (int)(threadIdx.x & 31)) {  // the team's first bad lane: its smallest position
+    add_count(ck.record, R_COUNT, __popc(bad_lanes));
+    atomicMin(&team_first[threadIdx.x / TEAM], at);
+  }
+}
+
+// Positions [from, to) that no bag reads (before the first offset, after the last): checked only.
+__device__ __forceinline__ void check_unread(Checker& ck, const INDEX_T* __restrict__ indices, i64 from, i64 to,
+                                             int team_lane) {
+  for (i64 base = from; base < to; base += TEAM) {
+    const i64 at = base + team_lane;
+    const i64 v = at < to ? (i64)indices[at] : 0;
+    note_batch(ck, (pos_t)at, at < to && (u64)v >= (u64)ck.rows);
+  }
+}
+
+// The team's smallest bad position, recorded by its first lane.
+__device__ __forceinline__ void record_team(const Checker& ck, int team_lane, const INDEX_T* __restrict__ indices,
+                                            i64 num_indices) {
+  __syncwarp(ck.mask);
+  const int first = team_first[threadIdx.x / TEAM], bag = team_first_bag[threadIdx.x / TEAM];
+  if (team_lane == 0 && (first != NONE_FOUND || bag != NONE_FOUND))
+    record_finding(ck.lock, ck.record, ck.flag, ck.token, ck.op, num_indices, 0, first != NONE_FOUND ? first : -1,
+                   first != NONE_FOUND ? (i64)indices[first] : 0, -1, ck.rows, 0, bag != NONE_FOUND ? bag : -1);
+}
+#endif
+
 // Where bag ``bag``'s indices lie: [start, end).
 __device__ __forceinline__ void bag_bounds(i64 bag, const INDEX_T* __restrict__ offsets, i64 num_offsets,
-                                           i64 num_indices, i64 bag_size, pos_t& start, pos_t& end) {
+                                           i64 num_indices, i64 bag_size, pos_t& start, pos_t& end,
+                                           Checker& ck, const INDEX_T* __restrict__ indices, int team_lane) {
   if (offsets != 0) {
+#if CHECK
+    const i64 lo = (i64)offsets[bag];
+    const i64 hi = bag + 1 < num_offsets ? (i64)offsets[bag + 1] : num_indices;
+    start = (pos_t)(lo < 0 ? 0 : lo > num_indices ? num_indices : lo);
+    end = (pos_t)(hi < 0 ? 0 : hi > num_indices ? num_indices : hi);
+    const bool past_entry = bag + 1 == ck.num_bags && num_offsets > ck.num_bags;  // include_last_offset
+    const bool bad_bag = lo < 0 || lo > hi || hi > num_indices;
+    const bool bad_past = past_entry && (hi < 0 || hi > num_indices);  // the pass checks that entry as a bag
+    if ((bad_bag || bad_past) && team_lane == 0) {  // the entry past the last bag counts as a bag, as in the pass
+      add_count(ck.record, R_BAG_COUNT, bad_bag + bad_past);
+      atomicMin(&team_first_bag[threadIdx.x / TEAM], (int)bag + (bad_bag ? 0 : 1));
+    }
+    if (bag == 0 && start > 0) check_unread(ck, indices, 0, start, team_lane);
+    if (past_entry && end < num_indices) check_unread(ck, indices, end, num_indices, team_lane);
+#else
     start = offsets[bag];
     end = bag + 1 < num_offsets ? (i64)offsets[bag + 1] : num_indices;
+#endif
   } else {
     start = bag * bag_size;
     end = start + bag_size;
@@ -241,9 +323,16 @@ __device__ __forceinline__ void bag_bounds(i64 bag, const INDEX_T* __restrict__ 
 // The team's batch of indices (and per-sample weights) from ``base``: one per lane, -1 past ``end``.
 __device__ __forceinline__ void load_batch(pos_t base, pos_t end, int team_lane, const INDEX_T* __restrict__ indices,
                                            const weight_t* __restrict__ per_sample_weights, pos_t& index,
-                                           float& weight) {
+                                           float& weight, Checker& ck) {
   const pos_t at = base + team_lane;
+#if CHECK
+  const i64 v = at < end ? (i64)indices[at] : 0;
+  const bool bad = at < end && (u64)v >= (u64)ck.rows;  // a negative index too
+  note_batch(ck, at, bad);
+  index = at < end ? (bad ? 0 : (pos_t)v) : -1;
+#else
   index = at < end ? (pos_t)indices[at] : -1;
+#endif
 #if HAS_PSW
   weight = at < end ? to_float(per_sample_weights[at]) : 0.0f;  // 0: a zero_tile row adds nothing
 #endif
@@ -262,12 +351,20 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
     i64 num_bags, int col_tiles,
     const weight_t* __restrict__ per_sample_weights, i64 padding_idx,  // -1: none
     const i64* __restrict__ table_rows, i64 bags_per_table, i64 out_row_stride,
-    weight_t* __restrict__ out, i64* __restrict__ argmax) {
+    weight_t* __restrict__ out, i64* __restrict__ argmax,
+    i64* check_lock, i64* check_record, int* check_flag, i64 check_token, i64 check_op, i64 check_rows) {
   const int lane = threadIdx.x & 31;
   const int team_lane = lane & (TEAM - 1);
   const int group = team_lane / ROW_LANES;      // which of the R rows this lane reads
   const int row_lane = team_lane % ROW_LANES;   // position inside the row
   const u32 mask = team_mask<TEAM>(lane);
+#if CHECK
+  Checker ck{check_rows, num_bags, check_lock, check_record, check_flag, check_token, check_op, mask};
+  if (team_lane == 0) team_first[threadIdx.x / TEAM] = team_first_bag[threadIdx.x / TEAM] = NONE_FOUND;
+  __syncwarp(mask);
+#else
+  Checker ck{};
+#endif
   const i64 units = num_bags * col_tiles;
   const i64 teams = (i64)gridDim.x * (BLOCK / TEAM);
 
@@ -278,10 +375,10 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
   const pos_t pad = (pos_t)padding_idx;                     // -1, or a row below 2^31
 #endif
   pos_t start, end;
-  bag_bounds(work / col_tiles, offsets, num_offsets, num_indices, bag_size, start, end);
+  bag_bounds(work / col_tiles, offsets, num_offsets, num_indices, bag_size, start, end, ck, indices, team_lane);
   pos_t next_index;
   float next_weight = 1.0f;
-  load_batch(start, end, team_lane, indices, per_sample_weights, next_index, next_weight);
+  load_batch(start, end, team_lane, indices, per_sample_weights, next_index, next_weight, ck);
   for (;;) {
     const pos_t bag = work / col_tiles;
     const pos_t col0 = (work % col_tiles) * (pos_t)TILE_COLS;
@@ -289,7 +386,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
     const pos_t next_work = work + (pos_t)teams;
     pos_t next_start = 0, next_end = 0;  // past the last unit: an empty bag, nothing loaded
     if (PERSISTENT && next_work < units)
-      bag_bounds(next_work / col_tiles, offsets, num_offsets, num_indices, bag_size, next_start, next_end);
+      bag_bounds(next_work / col_tiles, offsets, num_offsets, num_indices, bag_size, next_start, next_end, ck,
+                 indices, team_lane);
 
 #if LEAN_ROWS
     // this lane's first element of the table's row 0 in the column tile, and of zero_tile (bytes)
@@ -315,9 +413,9 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
       }
       // prefetch the team's next batch: this bag's, or after its last the next bag's first
       if (base + TEAM < end)
-        load_batch(base + TEAM, end, team_lane, indices, per_sample_weights, next_index, next_weight);
+        load_batch(base + TEAM, end, team_lane, indices, per_sample_weights, next_index, next_weight, ck);
       else if (PERSISTENT)
-        load_batch(next_start, next_end, team_lane, indices, per_sample_weights, next_index, next_weight);
+        load_batch(next_start, next_end, team_lane, indices, per_sample_weights, next_index, next_weight, ck);
 #if LEAN_ROWS
 #pragma unroll
       for (int m = 0; m < ROW_LANES; m += UNROLL_EFF) {
@@ -374,7 +472,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
 #endif
     }
     if (PERSISTENT && start >= end)  // an empty bag ran no batch: the next bag's first is still to load
-      load_batch(next_start, next_end, team_lane, indices, per_sample_weights, next_index, next_weight);
+      load_batch(next_start, next_end, team_lane, indices, per_sample_weights, next_index, next_weight, ck);
 
     acc_team_reduce(acc, mask);
     if (group == 0) {  // the output row's 64-bit offset made here: nothing 64-bit stays live across the rows
@@ -382,7 +480,12 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
       store_result(acc, col0, row_lane, out, argmax, (bag % bags_per_table) * out_row_stride + table * dim, dim);
     }
     work = next_work;
-    if (!PERSISTENT || work >= units) return;
+    if (!PERSISTENT || work >= units) {
+#if CHECK
+      record_team(ck, team_lane, indices, num_indices);
+#endif
+      return;
+    }
     start = next_start;
     end = next_end;
   }

@@ -28,7 +28,7 @@
 // maximum of offsets[t * bags_per_table] clamped into [0, num_indices]: with valid offsets
 // exactly the table's indices, and with any offsets disjoint, ordered spans that cover what
 // the lookup reads for each table once its bag offsets are clamped into them.
-#include "common.cuh"
+#include "index_record.cuh"
 
 #ifndef INDEX_T
 #define INDEX_T i64
@@ -40,18 +40,6 @@
 #define TABLE_CAP 0
 #endif
 #define CHECK_BLOCK 256
-
-// Record layout (int64 words), as RECORD_* in index_check.py.
-#define R_OWNER 0      // token of the call that owns the record; 0: clean
-#define R_OP 1         // op code of that call
-#define R_POS 2        // its first bad position + 1 (0: none)
-#define R_VALUE 3      // the index found there
-#define R_TABLE 4      // its table (-1: one table)
-#define R_ROWS 5       // that table's rows
-#define R_BAG 6        // its first bad bag + 1 (0: none)
-#define R_INDICES 7    // its number of indices
-#define R_COUNT 8      // bad indices, every call since the reset
-#define R_BAG_COUNT 9  // bags with bad offsets, every call since the reset
 
 __device__ __forceinline__ i64 clamp64(i64 v, i64 lo, i64 hi) { return v < lo ? lo : v > hi ? hi : v; }
 
@@ -159,32 +147,13 @@ extern "C" __global__ void __launch_bounds__(CHECK_BLOCK) index_check(
   __syncthreads();
   if (threadIdx.x != 0 || (bad_count == 0 && bag_count == 0)) return;
 
-  while (atomicCAS(reinterpret_cast<u64*>(lock), 0ull, 1ull) != 0ull) {
-  }
-  __threadfence();
-  volatile i64* r = record;
-  if (r[R_OWNER] == 0 || r[R_OWNER] == token) {
-    r[R_OWNER] = token;
-    r[R_OP] = op;
-    r[R_INDICES] = num_indices;
-    const i64 p = (i64)first_pos;
-    if (bad_count && (r[R_POS] == 0 || p + 1 < r[R_POS])) {
+  const i64 p = bad_count ? (i64)first_pos : 0;
 #if TABLE_CAP != 0
-      const i64 t = table_of(span, tables, p);
-      r[R_TABLE] = t;
-      r[R_ROWS] = table_sizes[t];
+  const i64 t = table_of(span, tables, p);
+  const i64 table = t, rows = table_sizes[t];
 #else
-      r[R_TABLE] = -1;
-      r[R_ROWS] = num_embeddings;
+  const i64 table = -1, rows = num_embeddings;
 #endif
-      r[R_VALUE] = (i64)indices[p];
-      r[R_POS] = p + 1;
-    }
-    if (bag_count && (r[R_BAG] == 0 || (i64)first_bag + 1 < r[R_BAG])) r[R_BAG] = (i64)first_bag + 1;
-  }
-  r[R_COUNT] = r[R_COUNT] + (i64)bad_count;
-  r[R_BAG_COUNT] = r[R_BAG_COUNT] + (i64)bag_count;
-  __threadfence();
-  atomicExch(reinterpret_cast<u64*>(lock), 0ull);
-  if (host_flag != 0) *(volatile int*)host_flag = 1;
+  record_finding(lock, record, host_flag, token, op, num_indices, (i64)bad_count, bad_count ? p : -1,
+                 bad_count ? (i64)indices[p] : 0, table, rows, (i64)bag_count, bag_count ? (i64)first_bag : -1);
 }

@@ -367,6 +367,22 @@ def run_check(indices: torch.Tensor, offsets: torch.Tensor | None, *, num_rows: 
     return clean, clean_offsets
 
 
+def lookup_ledger(device_index: int, mode: str, op: str, num_rows: int) -> tuple[int, int, int, int, int, int]:
+    """The ledger arguments of a lookup that checks its own indices (CHECK in
+    embedding_bag_forward.cu): the lock, ``mode``'s record and host flag, a fresh token, the op's
+    code and the table's rows. Creates the device's ledger on first use (not during capture)."""
+    book = _LEDGERS.get(device_index)
+    if book is None:
+        book = ledger(device_index)
+    lock, record, flag = book.pointers[mode]
+    return lock, record, flag, next(_TOKENS), _OP_CODES[op], num_rows
+
+
+def raise_sync_finding(device_index: int) -> None:
+    """Sync mode, after a lookup that checked its own indices: raise what it found (synchronises)."""
+    _raise_now(_LEDGERS[device_index])
+
+
 def _tables(offsets: torch.Tensor | None, table_sizes: torch.Tensor, bags_per_table: int,
             n: int) -> tuple[int, int, torch.Tensor | None]:
     """A table-batched check's table cap, table count and (past the largest cap) the tables'

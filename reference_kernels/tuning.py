@@ -46,6 +46,7 @@ class Tuning:
     wide_16bit_fewer_rows: bool = True  # d192 16-bit sum/mean: 2 rows in flight at 3 blocks, one team per bag
     small_f32_more_blocks: bool = True  # d64 / d32-with-weights float32: more blocks per SM
     pos32_limit: int = 2**31 - 2**16  # 32-bit positions below this many indices, rows, threads
+    fused_index_check: bool = True  # one-table calls of the general kernel check their indices inside it
     # forward, short bags of one fixed size
     short_step_vectors: int = 4  # vectors per lane per step (0 turns the short kernel off)
     short_grid_per_sm: int = 8

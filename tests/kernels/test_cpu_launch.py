@@ -324,18 +324,27 @@ def test_the_host_overhead_measurement_runs_without_a_gpu() -> None:
     assert (index_check.FLAGS, index_check._FLAGS_DEVICE_PTR, index_check._LEDGERS) == before
 
 
-def test_the_host_overhead_check_case_runs_the_check_pass(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The measurement's default-check case launches the check pass, then the lookup, and
-    makes its device's ledger (on the CPU) on the way."""
-    from reference_kernels import index_check
+def test_the_host_overhead_check_case_checks_inside_the_lookup(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The measurement's default-check case launches the lookup alone, its kernel checking the
+    indices (CHECK, with the ledger's arguments), and makes its device's ledger (on the CPU) on
+    the way; with fused_index_check off the check pass runs first, as before."""
+    from reference_kernels import index_check, tuning
     from tests.kernels import host_overhead
 
-    launched: list[str] = []
+    launched: list[tuple[str, tuple[object, ...]]] = []
     launch = _launch._launch_packed
     monkeypatch.setattr(_launch, "_launch_packed", lambda index, fn, grid, block, signature, values: (
-        launched.append(signature.kinds), launch(index, fn, grid, block, signature, values)))
+        launched.append((signature.kinds, tuple(values))), launch(index, fn, grid, block, signature, values)))
     with host_overhead.without_gpu(stubbed=False):
         host_overhead.issue_case(requires_grad=False, check=True)()
         assert [book.words.device.type for book in index_check._LEDGERS.values()] == ["cpu"]
+        book = next(iter(index_check._LEDGERS.values()))
+        lock, record, flag = book.pointers["deferred"]
+        with tuning.tuned(fused_index_check=False):
+            host_overhead.issue_case(requires_grad=False, check=True)()
     check_kinds = PTR + I64 + I64 + PTR + I64 + PTR + I64 + I64 + PTR + PTR + PTR + PTR + PTR + PTR + I64 + I64
-    assert launched == [check_kinds, _launch.FORWARD_KINDS["embedding_bag_forward"]]
+    general = _launch.FORWARD_KINDS["embedding_bag_forward"]
+    assert [kinds for kinds, _ in launched] == [general, check_kinds, general]
+    ledger = launched[0][1][-6:]
+    assert ledger[:3] == (lock, record, flag) and ledger[3] > 0 and ledger[4:] == (1, 1_000_000)  # token, op, rows
+    assert launched[2][1][-6:] == (0,) * 6  # after the pass, the lookup does not check

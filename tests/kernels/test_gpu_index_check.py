@@ -401,3 +401,76 @@ def test_errors_are_per_device(gen: torch.Generator) -> None:
     assert rk.check_index_errors(0) is None
     with pytest.raises(rk.EmbeddingIndexError, match="index 20 at position 4 "):
         rk.check_index_errors("cuda:1")
+
+
+def _outcome(call, mode: str) -> tuple[torch.Tensor | None, str]:  # type: ignore[no-untyped-def]
+    """A checked call's output and what its check reported (the error's or warning's text)."""
+    try:
+        out = call()
+    except rk.EmbeddingIndexError as error:
+        assert mode == "sync"
+        return None, str(error)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            rk.check_index_errors()
+        except rk.EmbeddingIndexError as error:
+            return out, str(error)
+    return out, "; ".join(str(w.message) for w in caught)
+
+
+def _spoil_offsets(offsets: torch.Tensor, n: int, rng: random.Random) -> None:
+    """One or two bad entries: decreasing, past the indices, or negative."""
+    for _ in range(rng.randrange(1, 3)):
+        k = rng.randrange(offsets.numel())
+        offsets[k] = rng.choice([n + rng.randrange(1, 50), -rng.randrange(1, 50), int(offsets[k]) // 2])
+
+
+@pytest.mark.parametrize("mode", ["deferred", "warn", "sync"])
+@pytest.mark.parametrize("case", ["indices", "offsets", "unread", "clean"])
+@pytest.mark.parametrize("layout", ["fixed", "csr", "csr_last"])
+@pytest.mark.parametrize("shape", ["f32 d128 sum", "f32 d32 mean", "f16 d192 psw", "f32 d64 max"])
+def test_a_lookup_that_checks_its_own_indices_matches_the_pass(mode: str, case: str, layout: str, shape: str,
+                                                               gen: torch.Generator, rng: random.Random,
+                                                               tune) -> None:  # type: ignore[no-untyped-def]
+    """One-table calls of the general kernel check their indices inside the lookup (CHECK), no
+    pass: the same output (bad indices read as row 0, offsets clamped) and the same report (first
+    position and value, first bad bag, counts) as with the pass (fused_index_check off), also for
+    positions no bag reads (before the first offset, after the last with include_last_offset)."""
+    from reference_kernels import _launch
+
+    if layout == "fixed" and case in ("offsets", "unread"):
+        pytest.skip("the fixed layout has no offsets")
+    dtype_name, dim_name, pooling_mode = shape.split()
+    dtype, dim = (torch.float32 if dtype_name == "f32" else torch.float16), int(dim_name[1:])
+    rows = rng.randrange(100, 20_000)
+    weight = torch.randn(rows, dim, generator=gen, device="cuda").to(dtype)
+    idx, offsets = _bags(gen, rows, rng.randrange(200, 3000), 20, layout, rng.choice([torch.int32, torch.int64]))
+    if case == "indices":
+        _plant(idx, rng, rows, rng.randrange(1, 40))
+    elif case == "offsets":
+        assert offsets is not None
+        _spoil_offsets(offsets, idx.numel(), rng)
+    elif case == "unread":  # the first bag starts later, the last (include_last_offset) ends early
+        assert offsets is not None
+        head = rng.randrange(1, 40)
+        idx = torch.cat([torch.full((head,), rows + 7, dtype=idx.dtype, device="cuda"), idx,
+                         torch.full((rng.randrange(1, 40),), -3, dtype=idx.dtype, device="cuda")])
+        offsets = offsets + head
+    psw = (torch.rand(idx.shape, generator=gen, device="cuda").to(dtype) if pooling_mode == "psw" else None)
+    bag_mode = "sum" if pooling_mode == "psw" else pooling_mode
+
+    def call() -> torch.Tensor:
+        return rk.embedding_bag(idx, weight, offsets, mode=bag_mode, per_sample_weights=psw,
+                                include_last_offset=layout == "csr_last", check_indices=mode)
+
+    _launch.clear_plans()
+    inside, inside_report = _outcome(call, mode)
+    checked_plans = [plan for plan, _ in _launch.planned_launches() if dict(plan.defines).get("CHECK")]
+    assert checked_plans, [plan.why for plan, _ in _launch.planned_launches()]
+    tune(fused_index_check=False)
+    passed, passed_report = _outcome(call, mode)
+    assert inside_report == passed_report
+    assert (case == "clean") == (inside_report == "")
+    if inside is not None:
+        assert passed is not None and torch.equal(inside, passed)
