@@ -348,3 +348,22 @@ def test_the_host_overhead_check_case_checks_inside_the_lookup(monkeypatch: pyte
     ledger = launched[0][1][-6:]
     assert ledger[:3] == (lock, record, flag) and ledger[3] > 0 and ledger[4:] == (1, 1_000_000)  # token, op, rows
     assert launched[2][1][-6:] == (0,) * 6  # after the pass, the lookup does not check
+
+
+def test_the_manifest_passes_every_parameter_of_its_build_entries() -> None:
+    """reference_kernels/kernel_manifest.yaml (what `compliance verify reference_kernels` builds
+    and launches) gives each build entry one argument per kernel parameter, and ships every
+    header the source includes: a short argument list makes the launch fail (the driver
+    rejects the parameter buffer)."""
+    import yaml
+
+    manifest = yaml.safe_load((KERNEL_DIR / "kernel_manifest.yaml").read_text())
+    for kernel in manifest["kernels"]:
+        build = kernel["build"]
+        if build["kind"] != "nvrtc":
+            continue
+        assert len(build["arguments"]) == len(_kernel_kinds(build["source"], build["entry"])), kernel["id"]
+        included = re.findall(r'#include "([^"]+)"', (KERNEL_DIR / build["source"]).read_text())
+        for header in included:
+            nested = re.findall(r'#include "([^"]+)"', (KERNEL_DIR / header).read_text())
+            assert {header, *nested} <= set(kernel["sources"]), (kernel["id"], header, nested)
