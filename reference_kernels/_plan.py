@@ -204,16 +204,22 @@ def checked_min_blocks(min_blocks: int) -> int:
 def plan_checked_bag_forward(call: BagCall, device: DeviceProps, tuning: Tuning) -> Plan | None:
     """``plan_bag_forward``'s kernel checking the call's indices and offsets itself (CHECK, the
     semantics of index_check.cu's pass), or None where it cannot, and the pass runs first: only
-    the general kernel checks, for one table, one column tile, 32-bit positions and no argmax
-    (docs/kernels.md, "Index range check"). Its occupancy floor: checked_min_blocks."""
-    if not tuning.fused_index_check or call.tables != 1 or call.table_batched or call.need_argmax:
+    the general kernel checks, for one table, one column tile, 32-bit positions, sum or mean,
+    and only where its lower occupancy floor (checked_min_blocks) does not bind: the call's
+    blocks fit one wave at that floor, or the floor is the plain variant's (docs/kernels.md,
+    "Index range check"; measured in docs/perf/change-50.md)."""
+    if (not tuning.fused_index_check or call.tables != 1 or call.table_batched or call.need_argmax
+            or call.mode == "max"):  # max: measured slower than the pass and the plain lookup (change 50)
         return None
     plan = plan_bag_forward(call, device, tuning)
     if plan.entry != "embedding_bag_forward" or plan.col_tiles != 1 or plan.define("POS32") != 1:
         return None
+    min_blocks = checked_min_blocks(plan.define("MIN_BLOCKS"))
+    if min_blocks < plan.define("MIN_BLOCKS") and plan.blocks > device.sms * min_blocks:
+        return None  # a call of several waves would lose the block per SM: the pass costs it less (change 50)
     defines = dict(plan.defines)
     defines["CHECK"] = 1
-    defines["MIN_BLOCKS"] = checked_min_blocks(int(defines["MIN_BLOCKS"]))  # type: ignore[call-overload]
+    defines["MIN_BLOCKS"] = min_blocks
     return replace(plan, defines=tuple(defines.items()), why=(*plan.why, "the index check inside the lookup (CHECK)"))
 
 

@@ -136,7 +136,7 @@ def _launcher_picks() -> list[str]:
                                                      "UNROLL", "MIN_BLOCKS", "POS32", "PERSISTENT"))
                         if int(d["MIN_BLOCKS"]) > 2:  # type: ignore[call-overload]
                             picks.setdefault(shape, " ".join(f"-D{k}={v}" for k, v in d.items()))
-                        if pos32 and not argmax:  # the variant that checks its indices (plan_checked_bag_forward)
+                        if pos32 and mode != "max":  # the variant that checks its indices (plan_checked_bag_forward)
                             checked = {**d, "CHECK": 1, "MIN_BLOCKS": _plan.checked_min_blocks(
                                 int(d["MIN_BLOCKS"]))}  # type: ignore[call-overload]
                             if int(checked["MIN_BLOCKS"]) > 2:
@@ -666,27 +666,29 @@ def test_a_plan_says_why_it_was_chosen() -> None:
 def test_one_table_calls_of_the_general_kernel_check_their_indices_inside_it() -> None:
     """plan_checked_bag_forward: the general kernel's plan with CHECK=1 (one block per SM fewer
     above 2, at most 6; everything else unchanged) for one table, one column tile, 32-bit
-    positions and no argmax; None (the pass runs first) for every other call or with the knob off."""
+    positions, sum or mean, where the lowered floor does not bind (one wave); None (the pass
+    runs first) for every other call or with the knob off."""
     from reference_kernels._plan import BagCall, checked_min_blocks, plan_bag_forward, plan_checked_bag_forward
 
-    def call(dim: int = 128, bag_size: int = 0, avg: int = 20, bags: int = 16384, rows: int = 1_000_000,
+    def call(dim: int = 128, bag_size: int = 0, avg: int = 20, bags: int = 2048, rows: int = 1_000_000,
              tables: int = 1, mode: str = "sum", argmax: bool = False, dtype: int = 0) -> BagCall:
         return BagCall(weight_dtype=dtype, elem_bytes=4 if dtype == 0 else 2, dim=dim, num_rows=rows, weight_align=0,
                        out_aligned=True, index_type="i64", bag_size=bag_size, num_indices=avg * bags, num_bags=bags,
                        tables=tables, table_batched=tables > 1, mode=mode, has_psw=False, need_argmax=argmax,
                        has_padding=False)
 
-    for shape in (call(), call(mode="mean"), call(mode="max"), call(dim=32), call(dim=192, dtype=1),
-                  call(bag_size=20), call(avg=150), call(avg=4, bags=6912 * 26)):
+    for shape in (call(), call(mode="mean"), call(dim=32), call(dim=192, dtype=1), call(bag_size=20), call(avg=150),
+                  call(avg=4, bags=4096)):
         plain, checked = plan_bag_forward(shape, HOPPER, KNOBS), plan_checked_bag_forward(shape, HOPPER, KNOBS)
         assert checked is not None and plain.entry == checked.entry == "embedding_bag_forward", shape
         expected = {**dict(plain.defines), "CHECK": 1,
                     "MIN_BLOCKS": checked_min_blocks(plain.define("MIN_BLOCKS"))}
         assert dict(checked.defines) == expected and checked.blocks == plain.blocks
         assert checked.why[-1] == "the index check inside the lookup (CHECK)"
-    assert plan_checked_bag_forward(call(avg=4, bags=6912 * 26), HOPPER, KNOBS).define("MIN_BLOCKS") == 6  # type: ignore[union-attr]
+    assert plan_checked_bag_forward(call(avg=4, bags=4096), HOPPER, KNOBS).define("MIN_BLOCKS") == 6  # type: ignore[union-attr]
     assert [checked_min_blocks(n) for n in (1, 2, 3, 6, 7, 8)] == [1, 2, 2, 5, 6, 6]
-    for other in (call(tables=4), call(mode="max", argmax=True), call(bag_size=1), call(dim=32, avg=4, bags=131072),
-                  call(dim=4096), call(rows=3_000_000_000)):
+    for other in (call(tables=4), call(mode="max"), call(mode="max", argmax=True), call(bag_size=1),
+                  call(dim=32, avg=4, bags=131072), call(dim=4096), call(rows=3_000_000_000),
+                  call(bags=131072, avg=16)):  # the last: several waves at the lowered floor
         assert plan_checked_bag_forward(other, HOPPER, KNOBS) is None, other  # the pass runs first
     assert plan_checked_bag_forward(call(), HOPPER, replace(KNOBS, fused_index_check=False)) is None
