@@ -12,8 +12,8 @@ stays cheap. Ops (namespace ``reference_kernels``):
 * ``embedding_bag_backward(...) -> grad_weight`` (deterministic, see the kernel)
 
 ``*_impl`` are the ops' implementations. In eager mode ``_api.py`` calls the forward directly
-when no gradient may flow (``bag_eager``: ``embedding_bag_impl`` without the argmax placeholder
-the op's schema needs; ``embedding_impl``), and ``EmbeddingBagFunction`` / ``EmbeddingFunction``
+when no gradient may flow (``_launch.bag_forward``, without the argmax placeholder the op's
+schema needs; ``embedding_impl``), and ``EmbeddingBagFunction`` / ``EmbeddingFunction``
 (plain autograd Functions with the ops' own saved state and backward) when one may: both save
 the custom op's dispatch (docs/kernels.md, host overhead). torch.compile traces the registered
 ops.
@@ -205,16 +205,6 @@ def _backward_bag(ctx: Any, grad_out: Tensor, _grad_argmax: Optional[Tensor]) ->
 
 
 embedding_bag_op.register_autograd(_backward_bag, setup_context=_setup_bag)
-
-
-def bag_eager(weight: Tensor, indices: Tensor, offsets: Optional[Tensor], per_sample_weights: Optional[Tensor],
-              mode: str, padding_idx: int, include_last_offset: bool) -> Tensor:
-    """``embedding_bag_impl``'s output alone, for eager calls without a gradient: no argmax
-    placeholder (the op's schema needs one, this path does not)."""
-    num_bags = num_bags_of(indices, offsets, include_last_offset)
-    out, _ = _launch.bag_forward(weight, indices, offsets, num_bags=num_bags, per_sample_weights=per_sample_weights,
-                                 mode=mode, padding_idx=padding_idx, need_argmax=False)
-    return out
 
 
 # torch.autograd.Function.apply's Python wrapper costs about 1.5 µs per call: outside functorch
