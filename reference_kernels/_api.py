@@ -189,15 +189,10 @@ def embedding_bag_with(input: Tensor, weight: Tensor, offsets: Tensor | None, ma
         index_check.surface(device)
     grad = torch.is_grad_enabled() and (weight.requires_grad or (psw is not None and psw.requires_grad))
     last = include_last_offset and offsets is not None
-    if check != "ignore" and not (grad or compiling) and max_norm is None and weight.shape[0]:
-        # the lookup checks its own indices where its kernel can (bag_forward runs the pass where not):
-        # a forward alone reads them once; the backward and max_norm need the pass's copies
-        num_bags = indices.shape[0] if offsets is None else offsets.shape[0] - last
-        checked, _ = _launch.bag_forward(weight.contiguous(), indices, offsets, num_bags=num_bags,
-                                         per_sample_weights=psw, mode=mode, padding_idx=pad, need_argmax=False,
-                                         check=check)
-        return checked
-    if check != "ignore":
+    # a forward alone checks its indices in the lookup where the kernel can (bag_forward runs the
+    # pass where not); the backward and max_norm read the pass's copies
+    check_inside = check != "ignore" and not (grad or compiling) and max_norm is None and weight.shape[0] > 0
+    if check != "ignore" and not check_inside:
         indices, offsets = _ops.checked(indices, offsets, weight.shape[0], check, "embedding_bag")
     if max_norm is not None:
         _renorm(weight, indices, max_norm, norm_type)
@@ -216,9 +211,10 @@ def embedding_bag_with(input: Tensor, weight: Tensor, offsets: Tensor | None, ma
     if grad:  # the autograd Function: the op's saved state and backward without its Python dispatch
         return _ops.EmbeddingBagFunction.run(weight, indices, offsets, psw, mode, pad, last,
                                              mode == "max" and weight.requires_grad)
-    num_bags = indices.shape[0] if offsets is None else offsets.shape[0] - last
+    num_bags = indices.shape[0] if offsets is None else offsets.shape[0] - last  # _ops.num_bags_of, inline
     looked_up, _ = _launch.bag_forward(weight, indices, offsets, num_bags=num_bags, per_sample_weights=psw,
-                                       mode=mode, padding_idx=pad, need_argmax=False)
+                                       mode=mode, padding_idx=pad, need_argmax=False,
+                                       check=check if check_inside else None)
     return looked_up
 
 

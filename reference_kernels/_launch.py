@@ -257,8 +257,7 @@ def bag_forward(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tens
     argmax = _new_argmax(shape, weight) if need_argmax else None
     if num_bags == 0 or dim == 0:
         if check is not None:  # nothing to look up, but the offsets (and indices) are still checked
-            _index_check().run_check(indices, offsets, num_rows=num_rows, table_sizes=None, bags_per_table=1,
-                                     mode=check, op="embedding_bag")
+            _check_pass(indices, offsets, num_rows, check)
         return out, argmax
     w, o = weight.data_ptr(), out.data_ptr()
     key = (weight.dtype, num_rows, dim, w % 16, o % 16 == 0, indices.dtype,
@@ -272,8 +271,7 @@ def bag_forward(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tens
                              _forward_packer)
         if prepared is None:  # this call's kernel does not check: the pass first (its copies), then the lookup
             assert check is not None
-            indices, offsets = _index_check().run_check(indices, offsets, num_rows=num_rows, table_sizes=None,
-                                                        bags_per_table=1, mode=check, op="embedding_bag")
+            indices, offsets = _check_pass(indices, offsets, num_rows, check)
             return bag_forward(weight, indices, offsets, num_bags=num_bags, per_sample_weights=per_sample_weights,
                                mode=mode, padding_idx=padding_idx, need_argmax=need_argmax)
     plan, fn, grid, signature, pack = prepared
@@ -297,6 +295,14 @@ def _index_check() -> Any:
 
         _INDEX_CHECK.append(index_check)
     return _INDEX_CHECK[0]
+
+
+def _check_pass(indices: torch.Tensor, offsets: torch.Tensor | None, num_rows: int,
+                check: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The check pass of a one-table embedding_bag call (index_check.run_check): its copies."""
+    checked: tuple[torch.Tensor, torch.Tensor | None] = _index_check().run_check(
+        indices, offsets, num_rows=num_rows, table_sizes=None, bags_per_table=1, mode=check, op="embedding_bag")
+    return checked
 
 
 def _new_argmax(shape: tuple[int, int], like: torch.Tensor) -> torch.Tensor:

@@ -208,8 +208,8 @@ def plan_checked_bag_forward(call: BagCall, device: DeviceProps, tuning: Tuning)
     and only where its lower occupancy floor (checked_min_blocks) does not bind: the call's
     blocks fit one wave at that floor, or the floor is the plain variant's (docs/kernels.md,
     "Index range check"; measured in docs/perf/change-50.md)."""
-    if (not tuning.fused_index_check or call.tables != 1 or call.table_batched or call.need_argmax
-            or call.mode == "max"):  # max: measured slower than the pass and the plain lookup (change 50)
+    # max (argmax too): measured slower than the pass and the plain lookup (change 50)
+    if not tuning.fused_index_check or call.tables != 1 or call.table_batched or call.mode == "max":
         return None
     plan = plan_bag_forward(call, device, tuning)
     if plan.entry != "embedding_bag_forward" or plan.col_tiles != 1 or plan.define("POS32") != 1:

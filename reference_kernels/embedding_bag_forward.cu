@@ -259,8 +259,8 @@ static_assert(POS32, "the lookup checks its indices with 32-bit positions only")
 __shared__ int team_first[BLOCK / TEAM];
 __shared__ int team_first_bag[BLOCK / TEAM];  // and bag (bags < 2^31 with POS32)
 
-// A team's batch (every lane of the team calls it): the bad lanes' count to the record, each
-// bad lane's position kept.
+// A team's batch (every lane of the team calls it): the bad lanes' count to the record, and the
+// first bad lane's position (the batch's smallest) to the team's slot.
 __device__ __forceinline__ void note_batch(Checker& ck, pos_t at, bool bad) {
   const u32 bad_lanes = __ballot_sync(ck.mask, bad);
   if (bad_lanes == 0) return;
@@ -304,7 +304,7 @@ __device__ __forceinline__ void bag_bounds(i64 bag, const INDEX_T* __restrict__ 
     const bool past_entry = bag + 1 == ck.num_bags && num_offsets > ck.num_bags;  // include_last_offset
     const bool bad_bag = lo < 0 || lo > hi || hi > num_indices;
     const bool bad_past = past_entry && (hi < 0 || hi > num_indices);  // the pass checks that entry as a bag
-    if ((bad_bag || bad_past) && team_lane == 0) {  // the entry past the last bag counts as a bag, as in the pass
+    if ((bad_bag || bad_past) && team_lane == 0) {
       add_count(ck.record, R_BAG_COUNT, bad_bag + bad_past);
       atomicMin(&team_first_bag[threadIdx.x / TEAM], (int)bag + (bad_bag ? 0 : 1));
     }

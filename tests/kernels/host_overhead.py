@@ -286,7 +286,7 @@ def breakdown_on_gpu(calls: int, rounds: int = 9) -> dict[str, tuple[float, floa
     plan, fn, grid, signature, pack = next(p for plans in _launch._PLANS.values() for p in plans.values()
                                            if p[0].entry.startswith("embedding_bag_forward"))
     stream = torch.cuda.current_stream().cuda_stream
-    values = pack(weight.data_ptr(), indices, offsets, None, -1, None, out.data_ptr(), None, (0,) * 6)
+    values = pack(weight.data_ptr(), indices, offsets, None, -1, None, out.data_ptr(), None, _launch._NO_CHECK)
     parts: dict[str, Callable[[], object]] = {
         "torch F.embedding_bag": lambda: F.embedding_bag(indices, weight, offsets, mode="sum"),
         "ours, no check": ours,
