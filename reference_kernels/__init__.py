@@ -16,6 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._host import LOADED as _HOST_PATH  # imports neither torch nor the CUDA bindings
+
 if TYPE_CHECKING:
     from torch import Tensor
 
@@ -60,6 +62,11 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None, 
     """Pooled lookup; arguments and result of ``torch.nn.functional.embedding_bag``, plus
     keyword ``check_indices``: one of INDEX_CHECK_MODES, True ("sync"), False ("ignore") or None
     (REFERENCE_KERNELS_INDEX_CHECK, else "deferred")."""
+    if _HOST_PATH and not _HOST_PATH[1]():  # the compiled host path (_host.py): the usual call, or None
+        served: Tensor | None = _HOST_PATH[0](input, weight, offsets, max_norm, scale_grad_by_freq, mode, sparse,
+                                              per_sample_weights, include_last_offset, padding_idx, check_indices)
+        if served is not None:
+            return served
     # straight to the implementation, arguments by position: a call layer and *args / **kwargs
     # cost about 0.5 µs per call
     api = _IMPLEMENTATION[0] if _IMPLEMENTATION else _implementation()

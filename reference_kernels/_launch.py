@@ -12,7 +12,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import _nvrtc, tuning
+from . import _host, _nvrtc, tuning
+from ._host import LOADED as _HOST_PATH
 from ._nvrtc import F32, I32, I64, PTR
 from ._plan import (
     BLOCK,
@@ -196,6 +197,8 @@ def planned_launches() -> list[tuple[Plan, int]]:
 def clear_plans() -> None:
     _PLANS.clear()
     _last[:] = [None, None, None]
+    if _HOST_PATH:
+        _HOST_PATH[2].clear()
 
 
 def _plans_now(device_index: int) -> tuple[tuning.Tuning, dict[tuple[Any, ...], Prepared | None]]:
@@ -217,6 +220,8 @@ def _prepared(key: tuple[Any, ...], like: torch.Tensor, device_index: int, descr
     if found is not None or key in plans:  # a plan, or None remembered
         return found
     device = like.device  # a device object on a miss only
+    if device.type == "cuda":
+        _host.start()  # the compiled host path, as REFERENCE_KERNELS_HOST_PATH says (once per process)
     props = device_props(device)
     call = describe(key)
     plan = select(call, props, knobs)
@@ -271,9 +276,13 @@ def bag_forward(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tens
                              _forward_packer)
         if prepared is None:  # this call's kernel does not check: the pass first (its copies), then the lookup
             assert check is not None
+            if _HOST_PATH and _HOST_PATH[2].pending():  # the compiled path leaves this call to Python
+                _host.offer(key, index, None)
             indices, offsets = _check_pass(indices, offsets, num_rows, check)
             return bag_forward(weight, indices, offsets, num_bags=num_bags, per_sample_weights=per_sample_weights,
                                mode=mode, padding_idx=padding_idx, need_argmax=need_argmax)
+    if _HOST_PATH and _HOST_PATH[2].pending() and table_rows is None and not need_argmax:
+        _host.offer(key, index, prepared)  # the compiled path missed this call: it launches its next ones
     plan, fn, grid, signature, pack = prepared
     ledger = _NO_CHECK if check is None else _index_check().lookup_ledger(index, check, "embedding_bag", num_rows)
     _launch_packed(index, fn, grid, plan.block, signature,

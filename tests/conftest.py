@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 
 import pytest
 
@@ -15,6 +16,11 @@ def cuda_available() -> bool:
     except Exception:  # torch missing or broken: no GPU tests
         return False
     return bool(torch.cuda.is_available())
+
+
+# The compiled host path (reference_kernels/_host.py): built before the first GPU call returns, so
+# every GPU test takes it where it serves the call; never built by a run without a GPU.
+os.environ.setdefault("REFERENCE_KERNELS_HOST_PATH", "wait" if cuda_available() else "off")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

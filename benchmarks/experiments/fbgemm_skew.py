@@ -14,6 +14,7 @@ FBGEMM) and a cProfile of ours.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import json
 import pstats
@@ -27,6 +28,7 @@ import torch.nn.functional as F
 import reference_kernels as rk
 from benchmarks import fbgemm_peer
 from benchmarks.harness import DCN_POOLING, DCN_ROW_CAP, DCN_ROWS, DEV, Timer, geomean, host_us, table_batch
+from reference_kernels import diagnostics
 from reference_kernels.tbe import TableBatchedEmbeddingBag
 from reference_kernels.tuning import overrides_from_spec, tuned
 
@@ -192,6 +194,11 @@ def host_overhead(seed: int) -> dict[str, float]:
         "torch": lambda: F.embedding_bag(idx, weight, offsets, mode="sum", include_last_offset=True),
         "fbgemm": peer,
     }
+    calls["ours (no check)"]()  # plans the calls; with REFERENCE_KERNELS_HOST_PATH=wait, builds the host path
+    print(f"compiled host path: {diagnostics.host_path_status()}", flush=True)
+    python_path = {f"{name}, Python path": calls[name] for name in ("ours (no check)", "ours (default check)")}
+    if diagnostics.host_path_status().state == "loaded":  # the same calls without it: what it saves
+        calls.update(python_path)
     result = {}
     for grad in (False, True):
         weight.requires_grad_(grad)
@@ -200,7 +207,8 @@ def host_overhead(seed: int) -> dict[str, float]:
             samples: dict[str, list[float]] = {name: [] for name in calls}
             for _ in range(ROUNDS):
                 for name, fn in calls.items():
-                    samples[name].append(host_us(fn, calls=400))
+                    with diagnostics.python_host_path() if name in python_path else contextlib.nullcontext():
+                        samples[name].append(host_us(fn, calls=400))
             for name, values in samples.items():
                 key = f"{name}{' grad' if grad else ''}"
                 result[key] = statistics.median(values)

@@ -1,0 +1,479 @@
+// The compiled host path of the eager one-table embedding_bag forward (reference_kernels/_host.py
+// builds and loads it; docs/kernels.md, "Host overhead per call").
+//
+// It serves only the usual call, and only once the Python path has planned it: plain CUDA tensors
+// (torch.Tensor or Parameter) on the current device, contiguous, no gradient, no max_norm, no
+// sync-mode check, and a plan registered for the call's key by the Python path (offer). For every
+// other call `bag` returns None and the caller runs the Python path, which validates, raises,
+// plans and registers. A registered plan is the Python path's own: the same function, grid, block
+// and argument layout (each kernel argument is a constant of the call or one of the call's values:
+// the slots the Python packer was seen to use). Nothing is chosen here.
+#include <Python.h>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <unordered_map>
+#include <vector>
+
+namespace {
+
+// Where a kernel argument comes from (as SOURCES in _host.py).
+enum Source : int {
+  kConstant = 0, kWeight, kIndices, kOffsets, kOffsetsNumel, kPerSampleWeights, kPadding, kOut, kArgmax,
+  kTableRows, kLock, kRecord, kFlag, kToken, kOp, kNumRows, kSources
+};
+
+struct Slot {
+  int offset;       // byte offset in the parameter buffer
+  int size;         // 8 or 4 bytes
+  bool is_float;    // a 32-bit float parameter ('f'); constants only
+  int source;
+  int64_t constant;
+  double constant_f;
+};
+
+struct Entry {
+  uintptr_t function;  // CUfunction
+  unsigned grid;
+  unsigned block;
+  size_t param_bytes;
+  std::vector<Slot> slots;
+};
+
+// What the Python path's plan depends on (its BagKey, one table, no argmax), plus the device.
+struct Key {
+  int64_t weight_dtype, num_rows, dim, weight_align, out_aligned, index_dtype, bag_size, num_indices, num_bags,
+      mode, has_psw, has_padding, checked, device;
+  bool operator==(const Key& o) const { return std::memcmp(this, &o, sizeof(Key)) == 0; }
+};
+
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    const auto* words = reinterpret_cast<const int64_t*>(&k);
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < sizeof(Key) / sizeof(int64_t); ++i) h = (h ^ static_cast<uint64_t>(words[i])) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
+};
+
+using LaunchFn = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**,
+                         void**);
+
+constexpr int kMaxDevices = 64;
+constexpr int kCheckModes = 2;  // deferred, warn (sync stays on the Python path)
+constexpr size_t kMaxPlans = 4096;
+
+struct State {
+  LaunchFn launch = nullptr;
+  PyObject* current_device = nullptr;  // torch._C._cuda_getDevice
+  PyObject* raw_stream = nullptr;      // torch._C._cuda_getCurrentRawStream
+  PyObject* default_mode = nullptr;    // index_check.default_mode
+  PyObject* tokens = nullptr;          // index_check._TOKENS (itertools.count)
+  PyObject* tuning_module = nullptr;   // reference_kernels.tuning (its _CURRENT: the knobs)
+  PyObject* knobs_name = nullptr;      // "_CURRENT"
+  PyObject* on_launch_error = nullptr; // _host.raise_launch_error(err, grid, block)
+  PyObject* knobs = nullptr;           // the knobs the registered plans were made under (borrowed id)
+  PyObject* mode_names[3] = {nullptr, nullptr, nullptr};  // "sum", "mean", "max"
+  PyObject* check_names[4] = {nullptr, nullptr, nullptr, nullptr};  // "ignore", "deferred", "warn", "sync"
+  PyObject* launch_module = nullptr;  // reference_kernels._launch (its POISON_OUTPUTS, read per call)
+  PyObject* poison_name = nullptr;    // "POISON_OUTPUTS"
+  const int64_t* flags = nullptr;  // index_check.FLAGS once pinned (one word per device)
+  int64_t ledgers[kMaxDevices][kCheckModes][3] = {};  // lock, record, flag per device and mode; 0: none yet
+  std::unordered_map<Key, Entry, KeyHash> plans;
+  bool pending = false;  // a call missed since the last offer: the Python path should offer its plan
+  uint64_t served = 0;   // calls launched here (tests and diagnostics read it)
+};
+
+State state;
+
+int mode_code(PyObject* mode) {
+  for (int i = 0; i < 3; ++i) {
+    if (mode == state.mode_names[i]) return i;  // interned: identity first
+  }
+  if (!PyUnicode_Check(mode)) return -1;
+  for (int i = 0; i < 3; ++i) {
+    if (PyUnicode_Compare(mode, state.mode_names[i]) == 0) return i;
+  }
+  PyErr_Clear();
+  return -1;
+}
+
+// 0 ignore, 1 deferred, 2 warn, 3 sync; -1: not a plain mode (the Python path says what is wrong);
+// -2: a Python error is set.
+int check_code(PyObject* check) {
+  PyObject* owned = nullptr;
+  if (check == Py_None) {
+    owned = PyObject_CallNoArgs(state.default_mode);
+    if (owned == nullptr) return -2;
+    check = owned;
+  } else if (check == Py_True) {
+    return 3;
+  } else if (check == Py_False) {
+    return 0;
+  }
+  int code = -1;
+  if (PyUnicode_Check(check)) {
+    for (int i = 0; i < 4 && code < 0; ++i) {
+      if (check == state.check_names[i] || PyUnicode_Compare(check, state.check_names[i]) == 0) code = i;
+    }
+    PyErr_Clear();
+  }
+  Py_XDECREF(owned);
+  return code;
+}
+
+bool plain_tensor(PyObject* obj) { return THPVariableClass != nullptr && THPVariable_CheckExact(obj); }
+
+int64_t scalar_code(c10::ScalarType t) { return static_cast<int64_t>(t); }
+
+// The knobs changed since the plans were registered: forget them (the Python path plans anew).
+void follow_knobs() {
+  if (state.tuning_module == nullptr) return;  // not bound yet (init)
+  PyObject* knobs = PyObject_GetAttr(state.tuning_module, state.knobs_name);
+  if (knobs == nullptr) {
+    PyErr_Clear();
+    return;
+  }
+  if (knobs != state.knobs) {
+    state.plans.clear();
+    state.knobs = knobs;  // identity only; tuning keeps its objects alive while current
+  }
+  Py_DECREF(knobs);
+}
+
+int64_t call_int(PyObject* fn, PyObject* arg, bool* ok) {
+  PyObject* result = arg == nullptr ? PyObject_CallNoArgs(fn) : PyObject_CallOneArg(fn, arg);
+  if (result == nullptr) {
+    *ok = false;
+    return 0;
+  }
+  int64_t value = PyLong_AsLongLong(result);
+  Py_DECREF(result);
+  if (value == -1 && PyErr_Occurred()) *ok = false;
+  return value;
+}
+
+PyObject* not_served() { Py_RETURN_NONE; }
+
+// _launch.POISON_OUTPUTS (the tests set it per test): fill the output with NaN before the kernel.
+bool poison_outputs() {
+  PyObject* value = PyObject_GetAttr(state.launch_module, state.poison_name);
+  if (value == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  const int truth = PyObject_IsTrue(value);
+  Py_DECREF(value);
+  if (truth < 0) PyErr_Clear();
+  return truth == 1;
+}
+
+// bag(input, weight, offsets, max_norm, scale_grad_by_freq, mode, sparse, per_sample_weights,
+//     include_last_offset, padding_idx, check_indices) -> Tensor, or None: not served here.
+PyObject* bag(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  if (nargs != 11) {
+    PyErr_SetString(PyExc_TypeError, "bag takes 11 positional arguments");
+    return nullptr;
+  }
+  PyObject *input_obj = args[0], *weight_obj = args[1], *offsets_obj = args[2], *psw_obj = args[7];
+  if (state.launch == nullptr || args[3] != Py_None || args[4] != Py_False || !plain_tensor(input_obj) ||
+      !plain_tensor(weight_obj) || (offsets_obj != Py_None && !plain_tensor(offsets_obj)) ||
+      (psw_obj != Py_None && !plain_tensor(psw_obj)) || (args[8] != Py_True && args[8] != Py_False)) {
+    return not_served();
+  }
+  const int mode = mode_code(args[5]);
+  if (mode < 0 || (mode == 2 && args[6] != Py_False) || (psw_obj != Py_None && mode != 0)) return not_served();
+  const at::Tensor& weight = THPVariable_Unpack(weight_obj);
+  const at::Tensor& input = THPVariable_Unpack(input_obj);
+  if (!weight.is_cuda() || weight.dim() != 2 || !weight.is_contiguous()) return not_served();
+  const auto wtype = weight.scalar_type();
+  if (wtype != at::kFloat && wtype != at::kHalf && wtype != at::kBFloat16) return not_served();
+  const auto itype = input.scalar_type();
+  if ((itype != at::kInt && itype != at::kLong) || !input.is_contiguous()) return not_served();
+  const int64_t device = weight.get_device();
+  if (device < 0 || device >= kMaxDevices || input.get_device() != device) return not_served();
+  const bool last = args[8] == Py_True;
+  int64_t num_bags, bag_size = 0, offsets_numel = 0, offsets_ptr = 0;
+  if (offsets_obj == Py_None) {
+    if (input.dim() != 2) return not_served();
+    num_bags = input.size(0);
+    bag_size = input.size(1);
+  } else {
+    const at::Tensor& offsets = THPVariable_Unpack(offsets_obj);
+    if (input.dim() != 1 || offsets.dim() != 1 || offsets.scalar_type() != itype || !offsets.is_contiguous() ||
+        offsets.get_device() != device) {
+      return not_served();
+    }
+    offsets_numel = offsets.numel();
+    if (last && offsets_numel == 0) return not_served();
+    num_bags = offsets_numel - (last ? 1 : 0);
+    offsets_ptr = reinterpret_cast<int64_t>(offsets.data_ptr());
+  }
+  int64_t psw_ptr = 0;
+  bool psw_grad = false;
+  if (psw_obj != Py_None) {
+    const at::Tensor& psw = THPVariable_Unpack(psw_obj);
+    if (psw.scalar_type() != wtype || !psw.is_contiguous() || psw.get_device() != device ||
+        psw.sizes() != input.sizes()) {
+      return not_served();
+    }
+    psw_ptr = reinterpret_cast<int64_t>(psw.data_ptr());
+    psw_grad = psw.requires_grad();
+  }
+  const int64_t num_rows = weight.size(0), dim = weight.size(1);
+  int64_t pad = -1;
+  if (args[9] != Py_None) {
+    if (!PyLong_Check(args[9])) return not_served();
+    int overflow = 0;
+    const long long p = PyLong_AsLongLongAndOverflow(args[9], &overflow);
+    if (overflow != 0 || p < -num_rows || p >= num_rows) return not_served();
+    pad = p < 0 ? p + num_rows : p;
+  }
+  if (num_bags <= 0 || dim == 0 || (c10::GradMode::is_enabled() && (weight.requires_grad() || psw_grad))) {
+    return not_served();
+  }
+  const int check = check_code(args[10]);
+  if (check == -2) return nullptr;
+  if (check < 0 || check == 3 || (check > 0 && num_rows == 0)) return not_served();
+  if (state.flags != nullptr && state.flags[device] != 0) return not_served();  // an earlier check failed
+  const int64_t* ledger = check > 0 ? state.ledgers[device][check - 1] : nullptr;
+  if (ledger != nullptr && ledger[0] == 0) return not_served();  // the Python path makes the ledger
+  bool ok = true;
+  const int64_t current = call_int(state.current_device, nullptr, &ok);
+  if (!ok) return nullptr;
+  if (current != device) return not_served();  // the Python path launches under a device guard
+  follow_knobs();
+  const int64_t weight_ptr = reinterpret_cast<int64_t>(weight.data_ptr());
+  // the key of an aligned output (torch's CUDA allocator hands out blocks aligned far beyond 16 bytes;
+  // checked below)
+  const Key key{scalar_code(wtype), num_rows, dim, weight_ptr % 16, 1, scalar_code(itype), bag_size,
+                input.numel(), num_bags, mode, psw_obj != Py_None, pad >= 0, check > 0, device};
+  const auto found = state.plans.find(key);
+  if (found == state.plans.end()) {
+    state.pending = true;
+    return not_served();
+  }
+  const Entry& entry = found->second;
+  if (entry.function == 0) return not_served();  // the Python path serves this call (its check pass)
+  const bool poison = poison_outputs();
+  at::Tensor out = at::empty({num_bags, dim}, weight.options());
+  const int64_t out_ptr = reinterpret_cast<int64_t>(out.data_ptr());
+  if (out_ptr % 16 != 0) return not_served();
+  PyObject* device_obj = PyLong_FromLongLong(device);
+  if (device_obj == nullptr) return nullptr;
+  const int64_t stream = call_int(state.raw_stream, device_obj, &ok);
+  Py_DECREF(device_obj);
+  if (!ok) return nullptr;
+  int64_t values[kSources] = {};
+  values[kWeight] = weight_ptr;
+  values[kIndices] = reinterpret_cast<int64_t>(input.data_ptr());
+  values[kOffsets] = offsets_ptr;
+  values[kOffsetsNumel] = offsets_numel;
+  values[kPerSampleWeights] = psw_ptr;
+  values[kPadding] = pad;
+  values[kOut] = out_ptr;
+  if (ledger != nullptr) {
+    PyObject* token = PyIter_Next(state.tokens);
+    if (token == nullptr) return nullptr;
+    values[kToken] = PyLong_AsLongLong(token);
+    Py_DECREF(token);
+    values[kLock] = ledger[0];
+    values[kRecord] = ledger[1];
+    values[kFlag] = ledger[2];
+    values[kOp] = 1;  // index_check.OPS: embedding_bag
+    values[kNumRows] = num_rows;
+  }
+  alignas(16) unsigned char buffer[512];
+  for (const Slot& slot : entry.slots) {
+    if (slot.is_float) {
+      const float f = static_cast<float>(slot.constant_f);
+      std::memcpy(buffer + slot.offset, &f, 4);
+    } else {
+      const int64_t v = slot.source == kConstant ? slot.constant : values[slot.source];
+      if (slot.size == 8) {
+        std::memcpy(buffer + slot.offset, &v, 8);
+      } else {
+        const int32_t v32 = static_cast<int32_t>(v);
+        std::memcpy(buffer + slot.offset, &v32, 4);
+      }
+    }
+  }
+  if (poison) out.fill_(std::nan(""));
+  size_t size = entry.param_bytes;
+  void* extra[5] = {reinterpret_cast<void*>(1), buffer, reinterpret_cast<void*>(2), &size, nullptr};
+  const int err = state.launch(reinterpret_cast<void*>(entry.function), entry.grid, 1, 1, entry.block, 1, 1, 0,
+                               reinterpret_cast<void*>(stream), nullptr, extra);
+  if (err != 0) {
+    PyObject* raised = PyObject_CallFunction(state.on_launch_error, "iII", err, entry.grid, entry.block);
+    Py_XDECREF(raised);
+    return nullptr;
+  }
+  ++state.served;
+  return THPVariable_Wrap(std::move(out));
+  END_HANDLE_TH_ERRORS
+}
+
+bool as_int64(PyObject* obj, int64_t* out) {
+  *out = PyLong_AsLongLong(obj);
+  return !(*out == -1 && PyErr_Occurred());
+}
+
+// offer(key, device, function, grid, block, kinds, slots): register the Python path's plan for
+// the call that last missed. key: BagKey's fields as a tuple of ints (dtypes as torch.dtype);
+// kinds: the struct codes of the parameters; slots: per parameter (source, constant).
+PyObject* offer(PyObject*, PyObject* args) {
+  PyObject *key_obj, *kinds_obj, *slots_obj;
+  long long device, function;
+  unsigned int grid, block;
+  if (!PyArg_ParseTuple(args, "OLLIIUO", &key_obj, &device, &function, &grid, &block, &kinds_obj, &slots_obj)) {
+    return nullptr;
+  }
+  if (!PyTuple_Check(key_obj) || PyTuple_GET_SIZE(key_obj) != 16 || !PyTuple_Check(slots_obj)) {
+    PyErr_SetString(PyExc_TypeError, "offer: key must be BagKey's 16 fields, slots a tuple");
+    return nullptr;
+  }
+  state.pending = false;
+  follow_knobs();
+  const char* kinds = PyUnicode_AsUTF8(kinds_obj);
+  if (kinds == nullptr) return nullptr;
+  const Py_ssize_t count = static_cast<Py_ssize_t>(std::strlen(kinds));
+  if (count != PyTuple_GET_SIZE(slots_obj)) {
+    PyErr_SetString(PyExc_ValueError, "offer: one slot per parameter kind");
+    return nullptr;
+  }
+  Entry entry{static_cast<uintptr_t>(function), grid, block, 0, {}};
+  int offset = 0;
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    const char kind = kinds[i];
+    const int size = (kind == 'P' || kind == 'q') ? 8 : 4;
+    offset = (offset + size - 1) / size * size;
+    PyObject* slot_obj = PyTuple_GET_ITEM(slots_obj, i);
+    long long source = 0;
+    PyObject* constant = nullptr;
+    if (!PyArg_ParseTuple(slot_obj, "LO", &source, &constant)) return nullptr;
+    Slot slot{offset, size, kind == 'f', static_cast<int>(source), 0, 0.0};
+    if (source < 0 || source >= kSources || (slot.is_float && source != kConstant)) {
+      PyErr_SetString(PyExc_ValueError, "offer: a slot's source is out of range");
+      return nullptr;
+    }
+    if (source == kConstant) {
+      if (slot.is_float) {
+        slot.constant_f = PyFloat_AsDouble(constant);
+        if (PyErr_Occurred()) return nullptr;
+      } else if (!as_int64(constant, &slot.constant)) {
+        return nullptr;
+      }
+    }
+    entry.slots.push_back(slot);
+    offset += size;
+  }
+  if (offset > 512) {
+    PyErr_SetString(PyExc_ValueError, "offer: the parameters exceed 512 bytes");
+    return nullptr;
+  }
+  entry.param_bytes = static_cast<size_t>(offset);
+  int64_t fields[16];
+  for (int i = 0; i < 16; ++i) {
+    PyObject* field = PyTuple_GET_ITEM(key_obj, i);
+    if (THPDtype_Check(field)) {
+      fields[i] = scalar_code(reinterpret_cast<THPDtype*>(field)->scalar_type);
+    } else if (PyUnicode_Check(field)) {
+      fields[i] = mode_code(field);
+    } else if (!as_int64(field, &fields[i])) {
+      return nullptr;
+    }
+  }
+  // BagKey: dtype, num_rows, dim, weight_align, out_aligned, index_dtype, bag_size, num_indices, num_bags,
+  //         tables, table_batched, mode, has_psw, need_argmax, has_padding, checked
+  if (fields[9] != 1 || fields[10] != 0 || fields[13] != 0 || fields[11] < 0) Py_RETURN_FALSE;
+  const Key key{fields[0], fields[1], fields[2], fields[3], fields[4], fields[5], fields[6], fields[7], fields[8],
+                fields[11], fields[12], fields[14], fields[15], device};
+  if (state.plans.size() >= kMaxPlans) state.plans.clear();
+  state.plans[key] = std::move(entry);
+  Py_RETURN_TRUE;
+}
+
+PyObject* pending(PyObject*, PyObject*) { return PyBool_FromLong(state.pending); }
+
+PyObject* clear(PyObject*, PyObject*) {
+  state.plans.clear();
+  state.pending = false;
+  Py_RETURN_NONE;
+}
+
+PyObject* plan_count(PyObject*, PyObject*) { return PyLong_FromSize_t(state.plans.size()); }
+
+PyObject* served_count(PyObject*, PyObject*) { return PyLong_FromUnsignedLongLong(state.served); }
+
+// set_ledger(device, flags_address, deferred (lock, record, flag), warn (lock, record, flag))
+PyObject* set_ledger(PyObject*, PyObject* args) {
+  long long device, flags, dl, dr, df, wl, wr, wf;
+  if (!PyArg_ParseTuple(args, "LL(LLL)(LLL)", &device, &flags, &dl, &dr, &df, &wl, &wr, &wf)) return nullptr;
+  if (device < 0 || device >= kMaxDevices) {
+    PyErr_SetString(PyExc_ValueError, "set_ledger: device out of range");
+    return nullptr;
+  }
+  state.flags = reinterpret_cast<const int64_t*>(flags);
+  const long long words[2][3] = {{dl, dr, df}, {wl, wr, wf}};
+  for (int m = 0; m < kCheckModes; ++m) {
+    for (int w = 0; w < 3; ++w) state.ledgers[device][m][w] = words[m][w];
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* keep(PyObject* obj) {
+  Py_INCREF(obj);
+  return obj;
+}
+
+// init(launch_address, current_device, raw_stream, default_mode, tokens, tuning_module, on_launch_error,
+//      launch_module)
+PyObject* init(PyObject*, PyObject* args) {
+  long long launch;
+  PyObject *current, *stream, *mode, *tokens, *tuning, *on_error, *launch_module;
+  if (!PyArg_ParseTuple(args, "LOOOOOOO", &launch, &current, &stream, &mode, &tokens, &tuning, &on_error,
+                        &launch_module)) {
+    return nullptr;
+  }
+  state.launch = reinterpret_cast<LaunchFn>(launch);
+  state.current_device = keep(current);
+  state.raw_stream = keep(stream);
+  state.default_mode = keep(mode);
+  state.tokens = keep(tokens);
+  state.tuning_module = keep(tuning);
+  state.on_launch_error = keep(on_error);
+  state.launch_module = keep(launch_module);
+  state.poison_name = PyUnicode_InternFromString("POISON_OUTPUTS");
+  state.knobs_name = PyUnicode_InternFromString("_CURRENT");
+  const char* modes[3] = {"sum", "mean", "max"};
+  for (int i = 0; i < 3; ++i) state.mode_names[i] = PyUnicode_InternFromString(modes[i]);
+  const char* checks[4] = {"ignore", "deferred", "warn", "sync"};
+  for (int i = 0; i < 4; ++i) state.check_names[i] = PyUnicode_InternFromString(checks[i]);
+  Py_RETURN_NONE;
+}
+
+PyMethodDef methods[] = {
+    {"bag", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(bag)), METH_FASTCALL,
+     "The usual eager embedding_bag forward call, or None where the Python path must run."},
+    {"offer", offer, METH_VARARGS, "Register the Python path's plan of the call that last missed."},
+    {"pending", pending, METH_NOARGS, "Whether a call missed since the last offer."},
+    {"clear", clear, METH_NOARGS, "Forget every registered plan."},
+    {"plan_count", plan_count, METH_NOARGS, "How many plans are registered."},
+    {"served_count", served_count, METH_NOARGS, "How many calls this library launched."},
+    {"set_ledger", set_ledger, METH_VARARGS, "The index check's ledger pointers of one device."},
+    {"init", init, METH_VARARGS, "Bind the launch entry point and the Python callbacks."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_reference_kernels_host", nullptr, -1, methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__reference_kernels_host() { return PyModule_Create(&module_def); }

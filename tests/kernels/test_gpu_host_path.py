@@ -1,0 +1,224 @@
+"""GPU tests of the compiled host path (reference_kernels/_host.py, csrc/host_path.cpp): the calls
+it serves give the Python path's output bit for bit and torch's values; the calls it must not
+serve (a gradient, max_norm, sync checks, unusual tensors) are left to the Python path; a check
+inside one of its lookups reports at the next call; knob changes and CUDA graph capture hold.
+
+Each case calls twice: the first call is planned by the Python path (which registers the plan
+with the library), the second is the library's. Fresh random inputs every run (the seed is
+printed on failure); outputs prefilled with NaN.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+import reference_kernels as rk  # noqa: E402
+from reference_kernels import _host, diagnostics  # noqa: E402
+from reference_kernels import index_check as ic  # noqa: E402
+
+pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("poison_outputs")]
+
+
+@pytest.fixture
+def library(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The loaded library (built by the first CUDA call when the setting is wait), with the
+    default check mode and no error left over."""
+    if _host.setting() == "off":
+        pytest.skip("REFERENCE_KERNELS_HOST_PATH=off")
+    monkeypatch.delenv(ic.MODE_ENV, raising=False)
+    monkeypatch.delenv(ic.SKIP_ENV, raising=False)
+    rk.embedding_bag(torch.zeros((1, 1), dtype=torch.int64, device="cuda"), torch.zeros((2, 4), device="cuda"),
+                     check_indices=False)
+    if _host.setting() == "auto":
+        pytest.skip("REFERENCE_KERNELS_HOST_PATH=auto builds in the background; the tests need wait")
+    assert _host.status().state == "loaded", _host.status()
+    rk.check_index_errors()
+    yield _host.LOADED[2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            rk.check_index_errors()
+        except rk.EmbeddingIndexError:
+            pass
+
+
+def _python_path(call: Any) -> Any:
+    """``call()`` with the library hidden: the Python path's result."""
+    with diagnostics.python_host_path():
+        return call()
+
+
+def _served(library: Any, call: Any) -> tuple[Any, bool]:
+    before = library.served_count()
+    out = call()
+    return out, library.served_count() == before + 1
+
+
+def _inputs(gen: torch.Generator, rows: int, batch: int, pooling: int, layout: str,
+            index_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
+    if layout == "fixed":
+        return torch.randint(0, rows, (batch, pooling), generator=gen, device="cuda", dtype=index_dtype), None
+    lengths = torch.randint(0, 2 * pooling + 1, (batch,), generator=gen, device="cuda")
+    offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
+    idx = torch.randint(0, rows, (int(offsets[-1]),), generator=gen, device="cuda", dtype=index_dtype)
+    return idx, (offsets if layout == "csr_last" else offsets[:-1]).to(index_dtype)
+
+
+DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+
+
+@pytest.mark.parametrize("case", range(48))
+def test_served_calls_equal_the_python_path_and_torch(case: int, library: Any, gen: torch.Generator) -> None:
+    """A random call shape per case (dtype, width, layout, index dtype, mode, per-sample
+    weights, padding_idx, check mode): the library's launch equals the Python path's bit for bit
+    and torch's in float64; unchecked calls are always served."""
+    rng = random.Random(gen.initial_seed() + case)
+    dtype_name = rng.choice(list(DTYPES))
+    dtype = DTYPES[dtype_name]
+    dim = rng.choice([1, 3, 16, 32, 64, 96, 128, 192, 256, 1000])
+    layout = rng.choice(["fixed", "csr", "csr_last"])
+    mode = rng.choice(["sum", "mean", "max", "psw"])
+    check = rng.choice([False, None, "deferred", "warn", "ignore"])
+    rows = rng.randrange(1, 50_000)
+    idx, offsets = _inputs(gen, rows, rng.randrange(1, 3000), rng.choice([1, 2, 5, 20, 64]), layout,
+                           rng.choice([torch.int32, torch.int64]))
+    weight = torch.randn(rows, dim, generator=gen, device="cuda").to(dtype)
+    psw = torch.rand(idx.shape, generator=gen, device="cuda").to(dtype) if mode == "psw" else None
+    padding_idx = rng.choice([None, rng.randrange(rows), -1])
+    bag_mode = "sum" if mode == "psw" else mode
+
+    def call() -> torch.Tensor:
+        return rk.embedding_bag(idx, weight, offsets, mode=bag_mode, per_sample_weights=psw,
+                                include_last_offset=layout == "csr_last", padding_idx=padding_idx,
+                                check_indices=check)
+
+    call()  # the library misses; the Python path plans the call and registers its plan
+    expected = _python_path(call)
+    out, served = _served(library, call)
+    assert check not in (False, "ignore") or served, (dtype_name, dim, layout, mode, check)
+    assert torch.equal(out.isnan(), expected.isnan()) and torch.equal(out.nan_to_num(), expected.nan_to_num())
+    reference = F.embedding_bag(idx.long(), weight.double(), None if offsets is None else offsets.long(),
+                                mode=bag_mode, per_sample_weights=None if psw is None else psw.double(),
+                                include_last_offset=layout == "csr_last", padding_idx=padding_idx)
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out.double(), reference, rtol=tolerance, atol=tolerance)
+    assert rk.check_index_errors() is None
+
+
+def test_a_bad_index_in_a_served_call_surfaces_at_the_next_call(library: Any, gen: torch.Generator) -> None:
+    rows = 5000  # bags of 20 rows of 128 floats: a shape whose lookup checks its own indices
+    weight = torch.randn(rows, 128, generator=gen, device="cuda")
+    idx = torch.randint(0, rows, (20480,), generator=gen, device="cuda")
+    offsets = torch.arange(0, 20480, 20, device="cuda")
+    rk.embedding_bag(idx, weight, offsets, mode="sum")  # planned and registered
+    bad = idx.clone()
+    position = random.Random(gen.initial_seed()).randrange(20480)
+    bad[position] = rows + 3
+    _, served = _served(library, lambda: rk.embedding_bag(bad, weight, offsets, mode="sum"))
+    assert served
+    with pytest.raises(rk.EmbeddingIndexError, match=f"index {rows + 3} at position {position} "):
+        rk.embedding_bag(idx, weight, offsets, mode="sum")  # the library leaves it to Python: the flag is set
+    assert rk.check_index_errors() is None
+
+
+def test_warn_mode_in_a_served_call_warns_at_the_next_call(library: Any, gen: torch.Generator) -> None:
+    weight = torch.randn(300, 64, generator=gen, device="cuda")
+    idx = torch.randint(0, 300, (512, 20), generator=gen, device="cuda")
+    rk.embedding_bag(idx, weight, mode="mean", check_indices="warn")
+    bad = idx.clone()
+    bad[7, 3] = -2
+    out, served = _served(library, lambda: rk.embedding_bag(bad, weight, mode="mean", check_indices="warn"))
+    assert served
+    fixed = bad.clone()
+    fixed[7, 3] = 0  # warn mode reads a bad index as row 0
+    torch.testing.assert_close(out, F.embedding_bag(fixed, weight, mode="mean"))
+    with pytest.warns(rk.EmbeddingIndexWarning, match="index -2 at position 143 "):
+        rk.embedding_bag(idx, weight, mode="mean", check_indices="warn")
+
+
+def test_calls_it_must_not_serve_take_the_python_path(library: Any, gen: torch.Generator) -> None:
+    """A gradient, max_norm, a sync check, a non-contiguous or mixed-dtype layout, a tensor
+    subclass: the Python path runs (and is right)."""
+    weight = torch.randn(1000, 32, generator=gen, device="cuda")
+    idx = torch.randint(0, 1000, (256, 4), generator=gen, device="cuda")
+    rk.embedding_bag(idx, weight, mode="sum", check_indices=False)  # registered
+    rk.embedding_bag(idx, weight, mode="sum", check_indices=False)
+    calls = {
+        "gradient": lambda: rk.embedding_bag(idx, weight.detach().requires_grad_(True), mode="sum"),
+        "max_norm": lambda: rk.embedding_bag(idx, weight.clone(), mode="sum", max_norm=1.0),
+        "sync": lambda: rk.embedding_bag(idx, weight, mode="sum", check_indices="sync"),
+        "strided indices": lambda: rk.embedding_bag(idx.t().contiguous().t(), weight, mode="sum"),
+        "strided weight": lambda: rk.embedding_bag(idx, weight.t().contiguous().t(), mode="sum"),
+        "subclass": lambda: rk.embedding_bag(idx, weight.as_subclass(_Marked), mode="sum"),
+    }
+    for name, call in calls.items():
+        out, served = _served(library, call)
+        assert not served, name
+        torch.testing.assert_close(out.detach().as_subclass(torch.Tensor),
+                                   F.embedding_bag(idx, weight, mode="sum", max_norm=1.0 if name == "max_norm"
+                                                   else None), msg=name)
+    with torch.no_grad():  # no gradient can flow: served
+        _, served = _served(library, lambda: rk.embedding_bag(idx, weight.detach().requires_grad_(True), mode="sum",
+                                                              check_indices=False))
+    assert served
+
+
+class _Marked(torch.Tensor):
+    pass
+
+
+def test_a_knob_change_forgets_the_registered_plans(library: Any, gen: torch.Generator, tune: Any) -> None:
+    weight = torch.randn(2000, 128, generator=gen, device="cuda")
+    idx = torch.randint(0, 2000, (2048, 20), generator=gen, device="cuda")
+    def call() -> torch.Tensor:
+        return rk.embedding_bag(idx, weight, mode="sum", check_indices=False)
+
+    call()
+    _, served = _served(library, call)
+    assert served
+    tune(segment_max_avg=31)  # a new knobs object: the library must not launch the old plans
+    out, served = _served(library, call)
+    assert not served
+    torch.testing.assert_close(out, F.embedding_bag(idx, weight, mode="sum"))
+    _, served = _served(library, call)
+    assert served
+
+
+def test_the_module_without_a_gradient_is_served(library: Any, gen: torch.Generator) -> None:
+    bag = rk.EmbeddingBag(3000, 64, mode="mean").cuda()
+    bag.check_indices = False
+    idx = torch.randint(0, 3000, (512, 6), generator=gen, device="cuda")
+    with torch.no_grad():
+        bag(idx)
+        out, served = _served(library, lambda: bag(idx))
+    assert served
+    torch.testing.assert_close(out, F.embedding_bag(idx, bag.weight, mode="mean"))
+
+
+def test_a_served_call_captures_in_a_cuda_graph(library: Any, gen: torch.Generator) -> None:
+    weight = torch.randn(8000, 128, generator=gen, device="cuda")  # checks inside the lookup (as above)
+    idx = torch.randint(0, 8000, (20480,), generator=gen, device="cuda")
+    offsets = torch.arange(0, 20480, 20, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # plans, registers, creates the ledger
+        rk.embedding_bag(idx, weight, offsets, mode="sum")
+        rk.embedding_bag(idx, weight, offsets, mode="sum")
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    before = library.served_count()
+    with torch.cuda.graph(graph):
+        out = rk.embedding_bag(idx, weight, offsets, mode="sum")
+    assert library.served_count() == before + 1
+    idx.copy_(torch.randint(0, 8000, (20480,), generator=gen, device="cuda"))
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, F.embedding_bag(idx, weight, offsets, mode="sum"))
