@@ -39,6 +39,7 @@ SETTINGS = ("auto", "wait", "off")
 SOURCE = Path(__file__).resolve().parent / "csrc" / "host_path.cpp"
 MODULE_NAME = "_reference_kernels_host"
 BUILD_TIMEOUT_S = 600
+CHECK_BLOCKS_PER_SM = 8  # the check pass's grid cap (index_check.run_check)
 CXX_FLAGS: tuple[str, ...] = ("-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden", "-w")
 
 # Where a kernel argument comes from (enum Source in host_path.cpp): a constant of the call, or
@@ -266,6 +267,14 @@ def argument_sources(pack: Callable[..., Sequence[object]]) -> tuple[tuple[int, 
                   _marker("padding"), probes["table_rows"], _marker("out"), probes["argmax"], ledger)
     markers = {_marker(name): index for index, name in enumerate(SOURCES) if name != "constant"}
     return tuple((markers[v], 0) if isinstance(v, int) and v in markers else (0, v) for v in values)
+
+
+def offer_check(device_index: int, index_dtype: Any, clean_dtype: Any, fn: Any, sms: int) -> None:
+    """After the Python path ran a one-table check pass the library missed: register its kernel
+    (index_check.run_check's launch: BLOCK threads, at most 8 blocks per SM)."""
+    from ._plan import BLOCK
+
+    LOADED[2].offer_check(device_index, index_dtype, clean_dtype, int(fn), BLOCK, sms * CHECK_BLOCKS_PER_SM)
 
 
 def offer(key: tuple[Any, ...], device_index: int, prepared: Any) -> None:

@@ -28,7 +28,8 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from . import INDEX_CHECK_MODES, EmbeddingIndexError, EmbeddingIndexWarning, _launch, _nvrtc
+from . import INDEX_CHECK_MODES, EmbeddingIndexError, EmbeddingIndexWarning, _host, _launch, _nvrtc
+from ._host import LOADED as _HOST_PATH
 from ._nvrtc import I64, PTR
 from ._plan import BLOCK, grid_stride_blocks
 
@@ -235,12 +236,8 @@ def ledger(device_index: int) -> Ledger:
     found = _LEDGERS.get(device_index)
     if found is None:
         found = _LEDGERS[device_index] = Ledger(device_index)
-        from ._host import LOADED
-
-        if LOADED:  # the compiled host path's checked lookups write through it too
-            from ._host import offer_ledger
-
-            offer_ledger(LOADED[2], found)
+        if _HOST_PATH:  # the compiled host path's checked calls write through it too
+            _host.offer_ledger(_HOST_PATH[2], found)
     return found
 
 
@@ -364,7 +361,10 @@ def run_check(indices: torch.Tensor, offsets: torch.Tensor | None, *, num_rows: 
     found = _FUNCTIONS.get((device_index, indices.dtype, out_dtype, cap))
     fn, sms = found if found is not None else _function(device_index, indices.dtype, out_dtype, cap)
     lock, record, flag = book.pointers[mode]
-    _launch._launch_packed(device_index, fn, grid_stride_blocks(max(n, n_off), sms, 8), BLOCK, CHECK_PARAMS, (
+    if _HOST_PATH and cap == 0 and _HOST_PATH[2].pending():  # the compiled host path missed this pass
+        _host.offer_check(device_index, indices.dtype, out_dtype, fn, sms)
+    _launch._launch_packed(device_index, fn, grid_stride_blocks(max(n, n_off), sms, _host.CHECK_BLOCKS_PER_SM),
+                           BLOCK, CHECK_PARAMS, (
         indices.data_ptr(), n, num_rows, _launch._ptr(offsets), n_off, _launch._ptr(table_sizes), tables,
         bags_per_table, _launch._ptr(spans), clean.data_ptr(), _launch._ptr(clean_offsets), lock, record, flag,
         next(_TOKENS), _OP_CODES[op]))

@@ -12,6 +12,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -47,6 +48,14 @@ struct Entry {
   std::vector<Slot> slots;
 };
 
+// The check pass's compiled kernel for one (device, index dtype, clean dtype): its block, and the
+// most blocks of its grid-stride launch (index_check.run_check's grid_stride_blocks cap).
+struct CheckEntry {
+  uintptr_t function;
+  unsigned block;
+  unsigned max_blocks;
+};
+
 // What the Python path's plan depends on (its BagKey, one table, no argmax), plus the device.
 struct Key {
   int64_t weight_dtype, num_rows, dim, weight_align, out_aligned, index_dtype, bag_size, num_indices, num_bags,
@@ -69,6 +78,7 @@ using LaunchFn = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned
 constexpr int kMaxDevices = 64;
 constexpr int kCheckModes = 2;  // deferred, warn (sync stays on the Python path)
 constexpr size_t kMaxPlans = 4096;
+constexpr int kMaxParamBytes = 512;
 
 struct State {
   LaunchFn launch = nullptr;
@@ -87,6 +97,7 @@ struct State {
   const int64_t* flags = nullptr;  // index_check.FLAGS once pinned (one word per device)
   int64_t ledgers[kMaxDevices][kCheckModes][3] = {};  // lock, record, flag per device and mode; 0: none yet
   std::unordered_map<Key, Entry, KeyHash> plans;
+  std::unordered_map<int64_t, CheckEntry> checks;  // check_key(device, index dtype, clean dtype)
   bool pending = false;  // a call missed since the last offer: the Python path should offer its plan
   uint64_t served = 0;   // calls launched here (tests and diagnostics read it)
 };
@@ -175,6 +186,79 @@ bool poison_outputs() {
   return truth == 1;
 }
 
+
+constexpr int64_t kInt32Limit = 2147483647;
+constexpr int64_t kOpEmbeddingBag = 1;  // index_check.OPS: embedding_bag
+
+// A registered plan of the key; nullptr (and the Python path asked to offer one) when none is.
+const Entry* find_plan(const Key& key) {
+  const auto found = state.plans.find(key);
+  if (found == state.plans.end()) {
+    state.pending = true;
+    return nullptr;
+  }
+  return &found->second;
+}
+
+int64_t check_key(int64_t device, at::ScalarType index_type, at::ScalarType clean_type) {
+  return (device << 16) | (scalar_code(index_type) << 8) | scalar_code(clean_type);
+}
+
+const CheckEntry* find_check(int64_t device, at::ScalarType index_type, at::ScalarType clean_type) {
+  const auto found = state.checks.find(check_key(device, index_type, clean_type));
+  if (found == state.checks.end()) {
+    state.pending = true;
+    return nullptr;
+  }
+  return &found->second;
+}
+
+bool launch(uintptr_t function, unsigned grid, unsigned block, void* buffer, size_t size, int64_t stream) {
+  void* extra[5] = {reinterpret_cast<void*>(1), buffer, reinterpret_cast<void*>(2), &size, nullptr};
+  const int err = state.launch(reinterpret_cast<void*>(function), grid, 1, 1, block, 1, 1, 0,
+                               reinterpret_cast<void*>(stream), nullptr, extra);
+  if (err == 0) return true;
+  PyObject* raised = PyObject_CallFunction(state.on_launch_error, "iII", err, grid, block);
+  Py_XDECREF(raised);  // it raises: the caller returns nullptr with its error set
+  return false;
+}
+
+// One registered lookup, its arguments packed from the call's values and its constants.
+bool launch_entry(const Entry& entry, const int64_t* values, int64_t stream) {
+  alignas(16) unsigned char buffer[kMaxParamBytes];
+  for (const Slot& slot : entry.slots) {
+    if (slot.is_float) {
+      const float f = static_cast<float>(slot.constant_f);
+      std::memcpy(buffer + slot.offset, &f, 4);
+    } else {
+      const int64_t v = slot.source == kConstant ? slot.constant : values[slot.source];
+      if (slot.size == 8) {
+        std::memcpy(buffer + slot.offset, &v, 8);
+      } else {
+        const int32_t v32 = static_cast<int32_t>(v);
+        std::memcpy(buffer + slot.offset, &v32, 4);
+      }
+    }
+  }
+  return launch(entry.function, entry.grid, entry.block, buffer, entry.param_bytes, stream);
+}
+
+// The check pass of one table (index_check.cu's index_check, as index_check.run_check launches it).
+bool launch_check(const CheckEntry& pass, int64_t indices, int64_t n, int64_t num_rows, int64_t offsets,
+                  int64_t n_off, int64_t clean, int64_t clean_offsets, const int64_t* ledger, int64_t token,
+                  int64_t stream) {
+  // indices, n, num_rows, offsets, n_off, table_sizes, tables, bags_per_table, spans, clean,
+  // clean_offsets, lock, record, flag, token, op: sixteen 8-byte parameters
+  const int64_t args[16] = {indices, n, num_rows, offsets, n_off, 0, 0, 1, 0, clean, clean_offsets,
+                            ledger[0], ledger[1], ledger[2], token, kOpEmbeddingBag};
+  const int64_t threads = n > n_off ? n : n_off;
+  const int64_t wanted = (threads + pass.block - 1) / pass.block;
+  const unsigned grid = static_cast<unsigned>(wanted < 1 ? 1 : (wanted > pass.max_blocks ? pass.max_blocks : wanted));
+  alignas(16) int64_t buffer[16];
+  std::memcpy(buffer, args, sizeof(args));
+  return launch(pass.function, grid, pass.block, buffer, sizeof(buffer), stream);
+}
+
 // bag(input, weight, offsets, max_norm, scale_grad_by_freq, mode, sparse, per_sample_weights,
 //     include_last_offset, padding_idx, check_indices) -> Tensor, or None: not served here.
 PyObject* bag(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -183,6 +267,7 @@ PyObject* bag(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     PyErr_SetString(PyExc_TypeError, "bag takes 11 positional arguments");
     return nullptr;
   }
+  state.pending = false;  // set again below if this call misses a registered plan
   PyObject *input_obj = args[0], *weight_obj = args[1], *offsets_obj = args[2], *psw_obj = args[7];
   if (state.launch == nullptr || args[3] != Py_None || args[4] != Py_False || !plain_tensor(input_obj) ||
       !plain_tensor(weight_obj) || (offsets_obj != Py_None && !plain_tensor(offsets_obj)) ||
@@ -256,13 +341,22 @@ PyObject* bag(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   // checked below)
   const Key key{scalar_code(wtype), num_rows, dim, weight_ptr % 16, 1, scalar_code(itype), bag_size,
                 input.numel(), num_bags, mode, psw_obj != Py_None, pad >= 0, check > 0, device};
-  const auto found = state.plans.find(key);
-  if (found == state.plans.end()) {
-    state.pending = true;
-    return not_served();
+  const Entry* entry = find_plan(key);
+  if (entry == nullptr) return not_served();
+  // a checked call whose kernel cannot check (function 0): the check pass first, as the Python
+  // path's run_check does, then the unchecked lookup of its clean copies
+  const CheckEntry* pass = nullptr;
+  at::ScalarType clean_type = itype;
+  if (entry->function == 0) {
+    const int64_t n = input.numel();
+    clean_type = n <= kInt32Limit && num_rows <= kInt32Limit + 1 ? at::kInt : itype;
+    pass = find_check(device, itype, clean_type);
+    Key clean_key = key;
+    clean_key.index_dtype = scalar_code(clean_type);
+    clean_key.checked = 0;
+    entry = pass == nullptr ? nullptr : find_plan(clean_key);
+    if (entry == nullptr || entry->function == 0) return not_served();
   }
-  const Entry& entry = found->second;
-  if (entry.function == 0) return not_served();  // the Python path serves this call (its check pass)
   const bool poison = poison_outputs();
   at::Tensor out = at::empty({num_bags, dim}, weight.options());
   const int64_t out_ptr = reinterpret_cast<int64_t>(out.data_ptr());
@@ -280,42 +374,36 @@ PyObject* bag(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   values[kPerSampleWeights] = psw_ptr;
   values[kPadding] = pad;
   values[kOut] = out_ptr;
+  at::Tensor clean, clean_offsets;
   if (ledger != nullptr) {
-    PyObject* token = PyIter_Next(state.tokens);
-    if (token == nullptr) return nullptr;
-    values[kToken] = PyLong_AsLongLong(token);
-    Py_DECREF(token);
-    values[kLock] = ledger[0];
-    values[kRecord] = ledger[1];
-    values[kFlag] = ledger[2];
-    values[kOp] = 1;  // index_check.OPS: embedding_bag
-    values[kNumRows] = num_rows;
-  }
-  alignas(16) unsigned char buffer[512];
-  for (const Slot& slot : entry.slots) {
-    if (slot.is_float) {
-      const float f = static_cast<float>(slot.constant_f);
-      std::memcpy(buffer + slot.offset, &f, 4);
+    PyObject* token_obj = PyIter_Next(state.tokens);
+    if (token_obj == nullptr) return nullptr;
+    const int64_t token = PyLong_AsLongLong(token_obj);
+    Py_DECREF(token_obj);
+    if (pass == nullptr) {  // the lookup checks its own indices (CHECK)
+      values[kLock] = ledger[0];
+      values[kRecord] = ledger[1];
+      values[kFlag] = ledger[2];
+      values[kToken] = token;
+      values[kOp] = kOpEmbeddingBag;
+      values[kNumRows] = num_rows;
     } else {
-      const int64_t v = slot.source == kConstant ? slot.constant : values[slot.source];
-      if (slot.size == 8) {
-        std::memcpy(buffer + slot.offset, &v, 8);
-      } else {
-        const int32_t v32 = static_cast<int32_t>(v);
-        std::memcpy(buffer + slot.offset, &v32, 4);
+      clean = at::empty_like(input, input.options().dtype(clean_type));
+      if (offsets_obj != Py_None) {
+        clean_offsets = at::empty_like(THPVariable_Unpack(offsets_obj), input.options().dtype(clean_type));
       }
+      const int64_t clean_ptr = reinterpret_cast<int64_t>(clean.data_ptr());
+      const int64_t clean_offsets_ptr = clean_offsets.defined() ? reinterpret_cast<int64_t>(clean_offsets.data_ptr()) : 0;
+      if (!launch_check(*pass, values[kIndices], input.numel(), num_rows, offsets_ptr, offsets_numel, clean_ptr,
+                        clean_offsets_ptr, ledger, token, stream)) {
+        return nullptr;
+      }
+      values[kIndices] = clean_ptr;
+      values[kOffsets] = clean_offsets_ptr;
     }
   }
   if (poison) out.fill_(std::nan(""));
-  size_t size = entry.param_bytes;
-  void* extra[5] = {reinterpret_cast<void*>(1), buffer, reinterpret_cast<void*>(2), &size, nullptr};
-  const int err = state.launch(reinterpret_cast<void*>(entry.function), entry.grid, 1, 1, entry.block, 1, 1, 0,
-                               reinterpret_cast<void*>(stream), nullptr, extra);
-  if (err != 0) {
-    PyObject* raised = PyObject_CallFunction(state.on_launch_error, "iII", err, entry.grid, entry.block);
-    Py_XDECREF(raised);
-    return nullptr;
-  }
+  if (!launch_entry(*entry, values, stream)) return nullptr;
   ++state.served;
   return THPVariable_Wrap(std::move(out));
   END_HANDLE_TH_ERRORS
@@ -340,7 +428,6 @@ PyObject* offer(PyObject*, PyObject* args) {
     PyErr_SetString(PyExc_TypeError, "offer: key must be BagKey's 16 fields, slots a tuple");
     return nullptr;
   }
-  state.pending = false;
   follow_knobs();
   const char* kinds = PyUnicode_AsUTF8(kinds_obj);
   if (kinds == nullptr) return nullptr;
@@ -375,7 +462,7 @@ PyObject* offer(PyObject*, PyObject* args) {
     entry.slots.push_back(slot);
     offset += size;
   }
-  if (offset > 512) {
+  if (offset > kMaxParamBytes) {
     PyErr_SetString(PyExc_ValueError, "offer: the parameters exceed 512 bytes");
     return nullptr;
   }
@@ -401,10 +488,30 @@ PyObject* offer(PyObject*, PyObject* args) {
   Py_RETURN_TRUE;
 }
 
+// offer_check(device, index dtype, clean dtype, function, block, max_blocks): the check pass's kernel.
+PyObject* offer_check(PyObject*, PyObject* args) {
+  long long device, function;
+  PyObject *index_obj, *clean_obj;
+  unsigned int block, max_blocks;
+  if (!PyArg_ParseTuple(args, "LOOLII", &device, &index_obj, &clean_obj, &function, &block, &max_blocks)) {
+    return nullptr;
+  }
+  if (!THPDtype_Check(index_obj) || !THPDtype_Check(clean_obj) || block == 0 || max_blocks == 0) {
+    PyErr_SetString(PyExc_TypeError, "offer_check: dtypes must be torch.dtype, block and max_blocks positive");
+    return nullptr;
+  }
+  follow_knobs();
+  state.checks[check_key(device, reinterpret_cast<THPDtype*>(index_obj)->scalar_type,
+                         reinterpret_cast<THPDtype*>(clean_obj)->scalar_type)] = {static_cast<uintptr_t>(function),
+                                                                                   block, max_blocks};
+  Py_RETURN_NONE;
+}
+
 PyObject* pending(PyObject*, PyObject*) { return PyBool_FromLong(state.pending); }
 
 PyObject* clear(PyObject*, PyObject*) {
   state.plans.clear();
+  state.checks.clear();
   state.pending = false;
   Py_RETURN_NONE;
 }
@@ -464,6 +571,7 @@ PyMethodDef methods[] = {
     {"bag", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(bag)), METH_FASTCALL,
      "The usual eager embedding_bag forward call, or None where the Python path must run."},
     {"offer", offer, METH_VARARGS, "Register the Python path's plan of the call that last missed."},
+    {"offer_check", offer_check, METH_VARARGS, "Register the check pass's kernel of one dtype pair."},
     {"pending", pending, METH_NOARGS, "Whether a call missed since the last offer."},
     {"clear", clear, METH_NOARGS, "Forget every registered plan."},
     {"plan_count", plan_count, METH_NOARGS, "How many plans are registered."},

@@ -10,6 +10,7 @@ printed on failure); outputs prefilled with NaN.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import warnings
 from collections.abc import Iterator
@@ -103,7 +104,7 @@ def test_served_calls_equal_the_python_path_and_torch(case: int, library: Any, g
     call()  # the library misses; the Python path plans the call and registers its plan
     expected = _python_path(call)
     out, served = _served(library, call)
-    assert check not in (False, "ignore") or served, (dtype_name, dim, layout, mode, check)
+    assert served, (dtype_name, dim, layout, mode, check)
     assert torch.equal(out.isnan(), expected.isnan()) and torch.equal(out.nan_to_num(), expected.nan_to_num())
     reference = F.embedding_bag(idx.long(), weight.double(), None if offsets is None else offsets.long(),
                                 mode=bag_mode, per_sample_weights=None if psw is None else psw.double(),
@@ -127,6 +128,40 @@ def test_a_bad_index_in_a_served_call_surfaces_at_the_next_call(library: Any, ge
     with pytest.raises(rk.EmbeddingIndexError, match=f"index {rows + 3} at position {position} "):
         rk.embedding_bag(idx, weight, offsets, mode="sum")  # the library leaves it to Python: the flag is set
     assert rk.check_index_errors() is None
+
+
+@pytest.mark.parametrize("mode", ["deferred", "warn"])
+def test_a_served_check_pass_reports_as_the_python_path(mode: str, library: Any, gen: torch.Generator) -> None:
+    """Max mode's calls keep the check pass (their kernel does not check): through the library,
+    the same output (bad indices read as row 0) and the same report as through the Python path."""
+    rows = 4000
+    weight = torch.randn(rows, 64, generator=gen, device="cuda")
+    idx = torch.randint(0, rows, (3000,), generator=gen, device="cuda", dtype=torch.int32)
+    offsets = torch.arange(0, 3000, 6, device="cuda", dtype=torch.int32)
+    rng = random.Random(gen.initial_seed())
+    bad = idx.clone()
+    for position in rng.sample(range(3000), 5):
+        bad[position] = rng.choice([rows, -1, rows + 77])
+
+    def call(indices: torch.Tensor) -> torch.Tensor:
+        return rk.embedding_bag(indices, weight, offsets, mode="max", check_indices=mode)
+
+    call(idx)  # planned and registered: the negative plan, the pass, the clean lookup
+    reports = []
+    for through_library in (True, False):
+        with contextlib.nullcontext() if through_library else diagnostics.python_host_path():
+            out, served = _served(library, lambda: call(bad))
+        assert served == through_library
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                rk.check_index_errors()
+                reports.append((out, "; ".join(str(w.message) for w in caught)))
+            except rk.EmbeddingIndexError as error:
+                reports.append((out, str(error)))
+    (library_out, library_report), (python_out, python_report) = reports
+    assert library_report == python_report and "out of range" in library_report
+    assert torch.equal(library_out, python_out)
 
 
 def test_warn_mode_in_a_served_call_warns_at_the_next_call(library: Any, gen: torch.Generator) -> None:
