@@ -159,6 +159,14 @@ def _launch_address() -> int:
     return address
 
 
+def _transforms_active() -> Callable[[], bool]:
+    """Whether functorch transforms are active (never, where this torch lacks the query)."""
+    import torch
+
+    found: Callable[[], bool] | None = getattr(torch._C, "_are_functorch_transforms_active", None)
+    return found if found is not None else (lambda: False)
+
+
 def raise_launch_error(err: int, grid: int, block: int) -> None:
     raise _nvrtc.LaunchError(f"cuLaunchKernel failed: CUresult {err}, grid {grid}, block {block} "
                              "(compiled host path)")
@@ -168,10 +176,11 @@ def bind(library: Any) -> Any:
     """Give a freshly loaded library its entry points and callbacks, and the ledgers made so far."""
     import torch
 
-    from . import _launch, index_check, tuning
+    from . import _launch, _ops, index_check, tuning
 
     library.init(_launch_address(), torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream,
-                 index_check.default_mode, index_check._TOKENS, tuning, raise_launch_error, _launch)
+                 index_check.default_mode, index_check._TOKENS, tuning, raise_launch_error, _launch,
+                 _transforms_active(), _ops.host_path_backward)
     for book in list(index_check._LEDGERS.values()):
         offer_ledger(library, book)
     return library

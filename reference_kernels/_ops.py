@@ -262,6 +262,33 @@ class EmbeddingBagFunction(torch.autograd.Function):
 _BAG_APPLY = _c_apply(EmbeddingBagFunction)
 
 
+class _SavedBag:
+    """What ``_backward_bag`` reads off its ctx, for the compiled host path's autograd node."""
+
+    __slots__ = ("mode", "padding_idx", "include_last_offset", "num_weights", "psw_needs_grad", "saved_tensors")
+    mode: str
+    padding_idx: int
+    include_last_offset: bool
+    num_weights: int
+    psw_needs_grad: bool
+    saved_tensors: tuple[Optional[Tensor], ...]
+
+
+def host_path_backward(grad_out: Tensor, weight: Optional[Tensor], indices: Tensor, offsets: Optional[Tensor],
+                       per_sample_weights: Optional[Tensor], argmax: Optional[Tensor], mode: str, padding_idx: int,
+                       include_last_offset: bool, num_weights: int,
+                       psw_needs_grad: bool) -> tuple[Optional[Tensor], Optional[Tensor]]:
+    """The backward of a call the compiled host path served (csrc/host_path.cpp, BagBackward):
+    ``_backward_bag`` on what ``_save_bag`` would have saved; (weight's gradient, the per-sample
+    weights')."""
+    ctx = _SavedBag()
+    ctx.mode, ctx.padding_idx, ctx.include_last_offset = mode, padding_idx, include_last_offset
+    ctx.num_weights, ctx.psw_needs_grad = num_weights, psw_needs_grad
+    ctx.saved_tensors = (weight, indices, offsets, per_sample_weights, argmax)
+    grads = _backward_bag(ctx, grad_out, None)
+    return grads[0], grads[3]
+
+
 def embedding_impl(weight: Tensor, indices: Tensor, padding_idx: int) -> Tensor:
     """Unpooled lookup; padding_idx only zeroes that row's gradient, as in torch."""
     flat = indices.reshape(-1)

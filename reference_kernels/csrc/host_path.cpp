@@ -14,12 +14,17 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/saved_variable.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -59,7 +64,7 @@ struct CheckEntry {
 // What the Python path's plan depends on (its BagKey, one table, no argmax), plus the device.
 struct Key {
   int64_t weight_dtype, num_rows, dim, weight_align, out_aligned, index_dtype, bag_size, num_indices, num_bags,
-      mode, has_psw, has_padding, checked, device;
+      mode, has_psw, need_argmax, has_padding, checked, device;
   bool operator==(const Key& o) const { return std::memcmp(this, &o, sizeof(Key)) == 0; }
 };
 
@@ -92,6 +97,8 @@ struct State {
   PyObject* knobs = nullptr;           // the knobs the registered plans were made under (borrowed id)
   PyObject* mode_names[3] = {nullptr, nullptr, nullptr};  // "sum", "mean", "max"
   PyObject* check_names[4] = {nullptr, nullptr, nullptr, nullptr};  // "ignore", "deferred", "warn", "sync"
+  PyObject* transforms_active = nullptr;  // torch._C._are_functorch_transforms_active
+  PyObject* backward = nullptr;           // _ops.host_path_backward
   PyObject* launch_module = nullptr;  // reference_kernels._launch (its POISON_OUTPUTS, read per call)
   PyObject* poison_name = nullptr;    // "POISON_OUTPUTS"
   const int64_t* flags = nullptr;  // index_check.FLAGS once pinned (one word per device)
@@ -259,6 +266,75 @@ bool launch_check(const CheckEntry& pass, int64_t indices, int64_t n, int64_t nu
   return launch(pass.function, grid, pass.block, buffer, sizeof(buffer), stream);
 }
 
+
+// The autograd node of a call with a gradient: _ops.host_path_backward (the Python path's
+// _backward_bag) on what the Python path's EmbeddingBagFunction saves.
+using NodePtr = decltype(torch::autograd::Edge::function);
+
+template <typename Ptr>
+struct NodeMaker;
+template <typename T>
+struct NodeMaker<std::shared_ptr<T>> {
+  template <typename U>
+  static std::shared_ptr<U> make() { return std::make_shared<U>(); }
+};
+template <typename T>
+struct NodeMaker<c10::intrusive_ptr<T>> {
+  template <typename U>
+  static c10::intrusive_ptr<U> make() { return c10::make_intrusive<U>(); }
+};
+
+struct BagBackward : public torch::autograd::Node {
+  torch::autograd::SavedVariable weight, indices, offsets, per_sample_weights, argmax;
+  int mode = 0;
+  int64_t padding_idx = -1, num_weights = 0;
+  bool include_last_offset = false, psw_needs_grad = false;
+
+  std::string name() const override { return "ReferenceKernelsEmbeddingBagBackward"; }
+
+  void release_variables() override {
+    for (auto* saved : {&weight, &indices, &offsets, &per_sample_weights, &argmax}) saved->reset_data();
+  }
+
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    pybind11::gil_scoped_acquire gil;
+    const at::Tensor& grad_out = grads[0];
+    if (!grad_out.defined()) return {at::Tensor(), at::Tensor()};
+    PyObject* result = PyObject_CallFunction(
+        state.backward, "NNNNNNOLOLO", THPVariable_Wrap(grad_out), THPVariable_Wrap(weight.unpack()),
+        THPVariable_Wrap(indices.unpack()), THPVariable_Wrap(offsets.unpack()),
+        THPVariable_Wrap(per_sample_weights.unpack()), THPVariable_Wrap(argmax.unpack()), state.mode_names[mode],
+        static_cast<long long>(padding_idx), include_last_offset ? Py_True : Py_False,
+        static_cast<long long>(num_weights), psw_needs_grad ? Py_True : Py_False);
+    if (result == nullptr) throw python_error();
+    torch::autograd::variable_list out(2);
+    for (int i = 0; i < 2; ++i) {
+      PyObject* item = PyTuple_Check(result) && PyTuple_GET_SIZE(result) == 2 ? PyTuple_GET_ITEM(result, i) : nullptr;
+      if (item != nullptr && THPVariable_Check(item)) out[i] = THPVariable_Unpack(item);
+    }
+    Py_DECREF(result);
+    return out;
+  }
+};
+
+void attach_backward(const at::Tensor& out, const at::Tensor& weight, const at::Tensor& indices,
+                     const at::Tensor& offsets, const at::Tensor& psw, const at::Tensor& argmax, int mode,
+                     int64_t padding_idx, bool include_last_offset) {
+  auto node = NodeMaker<NodePtr>::make<BagBackward>();
+  node->set_next_edges(torch::autograd::collect_next_edges(weight, psw));
+  node->psw_needs_grad = psw.defined() && psw.requires_grad();
+  node->weight = torch::autograd::SavedVariable(node->psw_needs_grad ? weight : at::Tensor(), false);
+  node->indices = torch::autograd::SavedVariable(indices, false);
+  node->offsets = torch::autograd::SavedVariable(offsets, false);
+  node->per_sample_weights = torch::autograd::SavedVariable(psw, false);
+  node->argmax = torch::autograd::SavedVariable(argmax, false);
+  node->mode = mode;
+  node->padding_idx = padding_idx;
+  node->num_weights = weight.size(0);
+  node->include_last_offset = include_last_offset;
+  torch::autograd::set_history(out, node);
+}
+
 // bag(input, weight, offsets, max_norm, scale_grad_by_freq, mode, sparse, per_sample_weights,
 //     include_last_offset, padding_idx, check_indices) -> Tensor, or None: not served here.
 PyObject* bag(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -322,9 +398,16 @@ PyObject* bag(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     if (overflow != 0 || p < -num_rows || p >= num_rows) return not_served();
     pad = p < 0 ? p + num_rows : p;
   }
-  if (num_bags <= 0 || dim == 0 || (c10::GradMode::is_enabled() && (weight.requires_grad() || psw_grad))) {
-    return not_served();
+  if (num_bags <= 0 || dim == 0) return not_served();
+  const bool grad = c10::GradMode::is_enabled() && (weight.requires_grad() || psw_grad);
+  if (grad) {  // functorch transforms (vmap, grad) wrap tensors: the Python path's autograd.Function
+    PyObject* active = PyObject_CallNoArgs(state.transforms_active);
+    if (active == nullptr) return nullptr;
+    const bool transformed = active != Py_False;
+    Py_DECREF(active);
+    if (transformed) return not_served();
   }
+  const bool need_argmax = grad && mode == 2 && weight.requires_grad();
   const int check = check_code(args[10]);
   if (check == -2) return nullptr;
   if (check < 0 || check == 3 || (check > 0 && num_rows == 0)) return not_served();
@@ -339,15 +422,24 @@ PyObject* bag(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const int64_t weight_ptr = reinterpret_cast<int64_t>(weight.data_ptr());
   // the key of an aligned output (torch's CUDA allocator hands out blocks aligned far beyond 16 bytes;
   // checked below)
+  // a call with a gradient checks in the pass (its backward reads the clean copies), as the
+  // Python path does
   const Key key{scalar_code(wtype), num_rows, dim, weight_ptr % 16, 1, scalar_code(itype), bag_size,
-                input.numel(), num_bags, mode, psw_obj != Py_None, pad >= 0, check > 0, device};
-  const Entry* entry = find_plan(key);
-  if (entry == nullptr) return not_served();
-  // a checked call whose kernel cannot check (function 0): the check pass first, as the Python
-  // path's run_check does, then the unchecked lookup of its clean copies
+                input.numel(), num_bags, mode, psw_obj != Py_None, need_argmax, pad >= 0, check > 0 && !grad,
+                device};
+  // a checked call whose kernel cannot check (its plan's function 0), or any checked call with a
+  // gradient: the check pass first, as the Python path's run_check does, then the unchecked
+  // lookup of its clean copies
+  bool use_pass = check > 0 && grad;
+  const Entry* entry = nullptr;
+  if (!use_pass) {
+    entry = find_plan(key);
+    if (entry == nullptr) return not_served();
+    use_pass = entry->function == 0;
+  }
   const CheckEntry* pass = nullptr;
   at::ScalarType clean_type = itype;
-  if (entry->function == 0) {
+  if (use_pass) {
     const int64_t n = input.numel();
     clean_type = n <= kInt32Limit && num_rows <= kInt32Limit + 1 ? at::kInt : itype;
     pass = find_check(device, itype, clean_type);
@@ -374,6 +466,11 @@ PyObject* bag(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   values[kPerSampleWeights] = psw_ptr;
   values[kPadding] = pad;
   values[kOut] = out_ptr;
+  at::Tensor argmax;
+  if (need_argmax) {
+    argmax = at::empty({num_bags, dim}, weight.options().dtype(at::kLong));
+    values[kArgmax] = reinterpret_cast<int64_t>(argmax.data_ptr());
+  }
   at::Tensor clean, clean_offsets;
   if (ledger != nullptr) {
     PyObject* token_obj = PyIter_Next(state.tokens);
@@ -404,6 +501,13 @@ PyObject* bag(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   if (poison) out.fill_(std::nan(""));
   if (!launch_entry(*entry, values, stream)) return nullptr;
+  if (grad) {
+    const at::Tensor none;
+    const at::Tensor& offsets = offsets_obj == Py_None ? none : THPVariable_Unpack(offsets_obj);
+    const at::Tensor& psw = psw_obj == Py_None ? none : THPVariable_Unpack(psw_obj);
+    attach_backward(out, weight, clean.defined() ? clean : input, clean_offsets.defined() ? clean_offsets : offsets,
+                    psw, argmax, mode, pad, last);
+  }
   ++state.served;
   return THPVariable_Wrap(std::move(out));
   END_HANDLE_TH_ERRORS
@@ -480,9 +584,9 @@ PyObject* offer(PyObject*, PyObject* args) {
   }
   // BagKey: dtype, num_rows, dim, weight_align, out_aligned, index_dtype, bag_size, num_indices, num_bags,
   //         tables, table_batched, mode, has_psw, need_argmax, has_padding, checked
-  if (fields[9] != 1 || fields[10] != 0 || fields[13] != 0 || fields[11] < 0) Py_RETURN_FALSE;
+  if (fields[9] != 1 || fields[10] != 0 || fields[11] < 0) Py_RETURN_FALSE;
   const Key key{fields[0], fields[1], fields[2], fields[3], fields[4], fields[5], fields[6], fields[7], fields[8],
-                fields[11], fields[12], fields[14], fields[15], device};
+                fields[11], fields[12], fields[13], fields[14], fields[15], device};
   if (state.plans.size() >= kMaxPlans) state.plans.clear();
   state.plans[key] = std::move(entry);
   Py_RETURN_TRUE;
@@ -542,14 +646,16 @@ PyObject* keep(PyObject* obj) {
 }
 
 // init(launch_address, current_device, raw_stream, default_mode, tokens, tuning_module, on_launch_error,
-//      launch_module)
+//      launch_module, transforms_active, backward)
 PyObject* init(PyObject*, PyObject* args) {
   long long launch;
-  PyObject *current, *stream, *mode, *tokens, *tuning, *on_error, *launch_module;
-  if (!PyArg_ParseTuple(args, "LOOOOOOO", &launch, &current, &stream, &mode, &tokens, &tuning, &on_error,
-                        &launch_module)) {
+  PyObject *current, *stream, *mode, *tokens, *tuning, *on_error, *launch_module, *transforms, *backward;
+  if (!PyArg_ParseTuple(args, "LOOOOOOOOO", &launch, &current, &stream, &mode, &tokens, &tuning, &on_error,
+                        &launch_module, &transforms, &backward)) {
     return nullptr;
   }
+  state.transforms_active = keep(transforms);
+  state.backward = keep(backward);
   state.launch = reinterpret_cast<LaunchFn>(launch);
   state.current_device = keep(current);
   state.raw_stream = keep(stream);

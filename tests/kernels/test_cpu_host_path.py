@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from reference_kernels import _host, _launch  # noqa: E402
+from reference_kernels import _host, _launch, _ops  # noqa: E402
 
 
 class _Tensor:
@@ -107,7 +107,8 @@ def _bind_on_cpu(library: Any) -> None:
     from reference_kernels import index_check, tuning
 
     library.init(ctypes.cast(_FAKE_LAUNCH, ctypes.c_void_p).value, lambda: 0, lambda index: 0,
-                 index_check.default_mode, index_check._TOKENS, tuning, _host.raise_launch_error, _launch)
+                 index_check.default_mode, index_check._TOKENS, tuning, _host.raise_launch_error, _launch,
+                 lambda: False, _ops.host_path_backward)
 
 
 def test_the_library_builds_loads_and_leaves_cpu_calls_to_python(library: Any) -> None:

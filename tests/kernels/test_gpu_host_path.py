@@ -114,6 +114,55 @@ def test_served_calls_equal_the_python_path_and_torch(case: int, library: Any, g
     assert rk.check_index_errors() is None
 
 
+@pytest.mark.parametrize("case", range(24))
+def test_served_calls_with_a_gradient_equal_the_python_path_and_torch(case: int, library: Any,
+                                                                     gen: torch.Generator) -> None:
+    """With a gradient (the weight's, the per-sample weights' or both): the library launches the
+    forward and attaches its backward node; outputs and gradients equal the Python path's and
+    torch's in float64 (max mode's gradient adds with atomics: equal within rounding)."""
+    rng = random.Random(gen.initial_seed() + 1000 + case)
+    dtype = rng.choice([torch.float32, torch.float32, torch.float16])
+    dim = rng.choice([3, 32, 64, 128, 256])
+    layout = rng.choice(["fixed", "csr", "csr_last"])
+    mode = rng.choice(["sum", "mean", "max", "psw"])
+    check = rng.choice([False, None, "warn"])
+    rows = rng.randrange(1, 20_000)
+    idx, offsets = _inputs(gen, rows, rng.randrange(1, 2000), rng.choice([1, 4, 20]), layout,
+                           rng.choice([torch.int32, torch.int64]))
+    weight = torch.randn(rows, dim, generator=gen, device="cuda").to(dtype)
+    psw = torch.rand(idx.shape, generator=gen, device="cuda").to(dtype) if mode == "psw" else None
+    weight_grad = psw is None or rng.random() < 0.7
+    padding_idx = rng.choice([None, rng.randrange(rows)])
+    bag_mode = "sum" if mode == "psw" else mode
+    grad_out = torch.randn(idx.shape[0] if offsets is None else offsets.numel() - (layout == "csr_last"), dim,
+                           generator=gen, device="cuda").to(dtype)
+
+    def run() -> tuple[torch.Tensor, ...]:
+        w = weight.detach().clone().requires_grad_(weight_grad)
+        p = None if psw is None else psw.detach().clone().requires_grad_(True)
+        out = rk.embedding_bag(idx, w, offsets, mode=bag_mode, per_sample_weights=p,
+                               include_last_offset=layout == "csr_last", padding_idx=padding_idx, check_indices=check)
+        wanted = [t for t in (w, p) if t is not None and t.requires_grad]
+        return (out.detach(), *torch.autograd.grad(out, wanted, grad_out))
+
+    run()  # the library misses; the Python path plans, registers the plans and the check pass
+    expected = _python_path(run)
+    results, served = _served(library, run)
+    assert served, (dtype, dim, layout, mode, check, weight_grad)
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    for got, want in zip(results, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=tolerance, atol=tolerance, equal_nan=True)
+    double_weight = weight.double().requires_grad_(weight_grad)
+    double_psw = None if psw is None else psw.double().requires_grad_(True)
+    reference = F.embedding_bag(idx.long(), double_weight, None if offsets is None else offsets.long(), mode=bag_mode,
+                                per_sample_weights=double_psw, include_last_offset=layout == "csr_last",
+                                padding_idx=padding_idx)
+    wanted = [t for t in (double_weight, double_psw) if t is not None and t.requires_grad]
+    reference_results = (reference.detach(), *torch.autograd.grad(reference, wanted, grad_out.double()))
+    for got, want in zip(results, reference_results, strict=True):
+        torch.testing.assert_close(got.double(), want, rtol=tolerance, atol=tolerance)
+
+
 def test_a_bad_index_in_a_served_call_surfaces_at_the_next_call(library: Any, gen: torch.Generator) -> None:
     rows = 5000  # bags of 20 rows of 128 floats: a shape whose lookup checks its own indices
     weight = torch.randn(rows, 128, generator=gen, device="cuda")
@@ -180,14 +229,13 @@ def test_warn_mode_in_a_served_call_warns_at_the_next_call(library: Any, gen: to
 
 
 def test_calls_it_must_not_serve_take_the_python_path(library: Any, gen: torch.Generator) -> None:
-    """A gradient, max_norm, a sync check, a non-contiguous or mixed-dtype layout, a tensor
-    subclass: the Python path runs (and is right)."""
+    """max_norm, a sync check, non-contiguous tensors, a tensor subclass, a functorch transform:
+    the Python path runs (and is right)."""
     weight = torch.randn(1000, 32, generator=gen, device="cuda")
     idx = torch.randint(0, 1000, (256, 4), generator=gen, device="cuda")
     rk.embedding_bag(idx, weight, mode="sum", check_indices=False)  # registered
     rk.embedding_bag(idx, weight, mode="sum", check_indices=False)
     calls = {
-        "gradient": lambda: rk.embedding_bag(idx, weight.detach().requires_grad_(True), mode="sum"),
         "max_norm": lambda: rk.embedding_bag(idx, weight.clone(), mode="sum", max_norm=1.0),
         "sync": lambda: rk.embedding_bag(idx, weight, mode="sum", check_indices="sync"),
         "strided indices": lambda: rk.embedding_bag(idx.t().contiguous().t(), weight, mode="sum"),
@@ -200,6 +248,10 @@ def test_calls_it_must_not_serve_take_the_python_path(library: Any, gen: torch.G
         torch.testing.assert_close(out.detach().as_subclass(torch.Tensor),
                                    F.embedding_bag(idx, weight, mode="sum", max_norm=1.0 if name == "max_norm"
                                                    else None), msg=name)
+    before = library.served_count()
+    grads = torch.func.grad(lambda w: rk.embedding_bag(idx, w, mode="sum", check_indices=False).sum())(weight)
+    assert library.served_count() == before
+    torch.testing.assert_close(grads, torch.func.grad(lambda w: F.embedding_bag(idx, w, mode="sum").sum())(weight))
     with torch.no_grad():  # no gradient can flow: served
         _, served = _served(library, lambda: rk.embedding_bag(idx, weight.detach().requires_grad_(True), mode="sum",
                                                               check_indices=False))
@@ -257,3 +309,29 @@ def test_a_served_call_captures_in_a_cuda_graph(library: Any, gen: torch.Generat
     graph.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(out, F.embedding_bag(idx, weight, offsets, mode="sum"))
+
+
+def test_a_served_forward_and_backward_capture_in_a_cuda_graph(library: Any, gen: torch.Generator) -> None:
+    """With a gradient and the default check: the library's pass, lookup and backward node, captured."""
+    weight = torch.randn(8000, 64, generator=gen, device="cuda").requires_grad_(True)
+    idx = torch.randint(0, 8000, (8192,), generator=gen, device="cuda")
+    offsets = torch.arange(0, 8192, 16, device="cuda")
+    grad_out = torch.randn(512, 64, generator=gen, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            torch.autograd.grad(rk.embedding_bag(idx, weight, offsets, mode="mean"), weight, grad_out)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    before = library.served_count()
+    with torch.cuda.graph(graph):
+        (grad,) = torch.autograd.grad(rk.embedding_bag(idx, weight, offsets, mode="mean"), weight, grad_out)
+    assert library.served_count() == before + 1
+    idx.copy_(torch.randint(0, 8000, (8192,), generator=gen, device="cuda"))
+    graph.replay()
+    torch.cuda.synchronize()
+    reference = weight.detach().clone().requires_grad_(True)
+    (expected,) = torch.autograd.grad(F.embedding_bag(idx, reference, offsets, mode="mean"), reference, grad_out)
+    torch.testing.assert_close(grad, expected, rtol=1e-5, atol=1e-5)
+    assert rk.check_index_errors() is None
