@@ -27,6 +27,7 @@ import subprocess
 import sys
 import sysconfig
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -228,6 +229,9 @@ def _build_and_load() -> None:
         library = bind(load_library(path))
     except (HostPathError, ImportError, OSError) as exc:
         _STATE.update(state="failed", reason=str(exc)[-2000:])
+        warnings.warn(f"reference_kernels: the compiled host path could not be built or loaded, so every call takes "
+                      f"the Python path (more host time per call; {ENV}=off silences this): {str(exc)[:500]}",
+                      RuntimeWarning, stacklevel=2)
         return
     import torch
 

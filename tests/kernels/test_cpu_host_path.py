@@ -6,6 +6,7 @@ tensors being on the CPU). Launches through it are tested on the GPU (test_gpu_h
 from __future__ import annotations
 
 import ctypes
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -141,3 +142,21 @@ def test_offer_rejects_what_it_cannot_register(library: Any) -> None:
     assert library.plan_count() == 1
     library.clear()
     assert library.plan_count() == 0
+
+
+def test_a_failed_build_warns_once_and_leaves_the_python_path(monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Path) -> None:
+    monkeypatch.setenv(_host.ENV, "wait")
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setenv("REFERENCE_KERNELS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(_host, "_STATE", {"state": "not started", "library": "", "reason": ""})
+    with pytest.warns(RuntimeWarning, match="compiled host path could not be built"):
+        _host.start()
+    status = _host.status()
+    assert status.state == "failed" and "no C++ compiler" in status.reason
+    assert _host.LOADED == []
+    with warnings.catch_warnings(record=True) as again:
+        warnings.simplefilter("always")
+        _host.start()  # once per process: no second attempt, no second warning
+    assert again == []
+    assert not list((tmp_path / "cache").glob("**/*.so"))
