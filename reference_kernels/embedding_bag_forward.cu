@@ -197,7 +197,9 @@ __device__ __forceinline__ void add_row(Acc& acc, const Vec (&x)[CHUNKS], float 
 
 // The output row of a team (lanes of the first row group only): finished values, and the
 // winning rows when argmax is written. Columns past ``dim`` (the last tile) are skipped.
-__device__ __forceinline__ void store_result(const Acc& acc, i64 col0, int row_lane, weight_t* __restrict__ out,
+// ONE_ROW: mean of a bag of one pooled row, that row (the division would return it exactly).
+template <bool ONE_ROW>
+__device__ __forceinline__ void store_values(const Acc& acc, i64 col0, int row_lane, weight_t* __restrict__ out,
                                              i64* __restrict__ argmax, i64 out_row, i64 dim) {
   const CountDivisor mean = count_divisor(acc.count > 0 ? acc.count : 1);  // dead code but in mean mode
 #pragma unroll
@@ -206,12 +208,23 @@ __device__ __forceinline__ void store_result(const Acc& acc, i64 col0, int row_l
     if (col >= dim) continue;
     Vec y;
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) y.v[e] = from_float(acc_finish(acc, acc.v[c][e], mean));
+    for (int e = 0; e < VEC; ++e) y.v[e] = from_float(ONE_ROW ? acc.v[c][e] : acc_finish(acc, acc.v[c][e], mean));
     store_pack<weight_t, VEC>(out + out_row + col, y);
 #if WRITE_ARGMAX
 #pragma unroll
     for (int e = 0; e < VEC; ++e) argmax[out_row + col + e] = acc.arg[c][e];
 #endif
+  }
+}
+
+__device__ __forceinline__ void store_result(const Acc& acc, i64 col0, int row_lane, weight_t* __restrict__ out,
+                                             i64* __restrict__ argmax, i64 out_row, i64 dim) {
+  // A mean of one pooled row is that row: no division, where a team is a whole warp (teams of a
+  // half warp diverge on the branch and lost more than it saves: docs/perf/change-51.md)
+  if (TEAM == 32 && MODE == 1 && acc.count == 1) {
+    store_values<true>(acc, col0, row_lane, out, argmax, out_row, dim);
+  } else {
+    store_values<false>(acc, col0, row_lane, out, argmax, out_row, dim);
   }
 }
 
@@ -320,6 +333,12 @@ __device__ __forceinline__ void bag_bounds(i64 bag, const INDEX_T* __restrict__ 
   }
 }
 
+// The bag of a unit of work (a bag and a column tile): calls of one column tile, most of them,
+// divide by nothing (an integer division is a dozen instructions or more, per bag).
+__device__ __forceinline__ pos_t unit_bag(pos_t work, int col_tiles) {
+  return col_tiles == 1 ? work : work / col_tiles;
+}
+
 // The team's batch of indices (and per-sample weights) from ``base``: one per lane, -1 past ``end``.
 __device__ __forceinline__ void load_batch(pos_t base, pos_t end, int team_lane, const INDEX_T* __restrict__ indices,
                                            const weight_t* __restrict__ per_sample_weights, pos_t& index,
@@ -375,19 +394,20 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
   const pos_t pad = (pos_t)padding_idx;                     // -1, or a row below 2^31
 #endif
   pos_t start, end;
-  bag_bounds(work / col_tiles, offsets, num_offsets, num_indices, bag_size, start, end, ck, indices, team_lane);
+  bag_bounds(unit_bag(work, col_tiles), offsets, num_offsets, num_indices, bag_size, start, end, ck, indices,
+             team_lane);
   pos_t next_index;
   float next_weight = 1.0f;
   load_batch(start, end, team_lane, indices, per_sample_weights, next_index, next_weight, ck);
   for (;;) {
-    const pos_t bag = work / col_tiles;
-    const pos_t col0 = (work % col_tiles) * (pos_t)TILE_COLS;
-    const pos_t row_base = table_rows != 0 ? (pos_t)table_rows[bag / bags_per_table] : 0;
+    const pos_t bag = unit_bag(work, col_tiles);
+    const pos_t col0 = col_tiles == 1 ? 0 : (work - bag * col_tiles) * (pos_t)TILE_COLS;
+    const pos_t row_base = table_rows != 0 ? (pos_t)table_rows[bag / (pos_t)bags_per_table] : 0;
     const pos_t next_work = work + (pos_t)teams;
     pos_t next_start = 0, next_end = 0;  // past the last unit: an empty bag, nothing loaded
     if (PERSISTENT && next_work < units)
-      bag_bounds(next_work / col_tiles, offsets, num_offsets, num_indices, bag_size, next_start, next_end, ck,
-                 indices, team_lane);
+      bag_bounds(unit_bag(next_work, col_tiles), offsets, num_offsets, num_indices, bag_size, next_start, next_end,
+                 ck, indices, team_lane);
 
 #if LEAN_ROWS
     // this lane's first element of the table's row 0 in the column tile, and of zero_tile (bytes)
@@ -476,8 +496,10 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
 
     acc_team_reduce(acc, mask);
     if (group == 0) {  // the output row's 64-bit offset made here: nothing 64-bit stays live across the rows
-      const i64 table = bag / bags_per_table;
-      store_result(acc, col0, row_lane, out, argmax, (bag % bags_per_table) * out_row_stride + table * dim, dim);
+      // one table: the bag is the output row (bags_per_table = num_bags); several: one division
+      const pos_t table = table_rows != 0 ? bag / (pos_t)bags_per_table : 0;
+      const i64 out_row = (i64)(bag - table * (pos_t)bags_per_table) * out_row_stride + (i64)table * dim;
+      store_result(acc, col0, row_lane, out, argmax, out_row, dim);
     }
     work = next_work;
     if (!PERSISTENT || work >= units) {
