@@ -405,7 +405,7 @@ def forward_defines(variant: Variant, *, avg_len: int, many_bags: bool = True, p
                                              tuning.lean_long_bag_rows, tuning)
         reasons.append(f"lean_long_bag_rows: {unroll} rows in flight at {min_blocks} blocks per SM")
     return _bag_defines(variant, min_blocks, tuning, TEAM=tiling.row_lanes * rows_at_once, UNROLL=unroll,
-                        PERSISTENT=int(persistent), POS32=int(pos32))
+                        PERSISTENT=int(persistent), POS32=int(pos32), ONE_TILE=int(tiling.col_tiles == 1))
 
 
 # Short bags of 64- and 128-column rows in lean rows, 4 rows in flight: the most blocks per SM
@@ -418,9 +418,8 @@ SHORT_LEAN_BLOCKS: dict[tuple[bool, int, str], int] = {
     (True, 128, "sum"): 5, (True, 128, "mean"): 5,
     (False, 64, "sum"): 5, (False, 64, "mean"): 5, (True, 64, "sum"): 5, (True, 64, "mean"): 5}
 # float32 d128 bags of at most segment_max_avg rows on average (DCNv2's tables): (rows in flight,
-# blocks per SM). One row at 8 blocks (30-32 registers). With per-sample weights that spills 8
-# bytes and still beat 2 rows at 6 blocks by 10-14 % (docs/perf/change-51.md): the one pick
-# tests/kernels/test_cpu_kernels.py allows a spill.
+# blocks per SM). One row at 8 blocks: 28-32 registers with one column tile known at compile time
+# (ONE_TILE), per-sample weights included (docs/perf/change-51.md).
 SHORT_F32_FEW_ROWS: dict[str, tuple[int, int]] = {"plain": (1, 8), "weighted": (1, 8)}
 
 

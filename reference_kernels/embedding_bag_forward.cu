@@ -333,11 +333,14 @@ __device__ __forceinline__ void bag_bounds(i64 bag, const INDEX_T* __restrict__ 
   }
 }
 
-// The bag of a unit of work (a bag and a column tile): calls of one column tile, most of them,
-// divide by nothing (an integer division is a dozen instructions or more, per bag).
-__device__ __forceinline__ pos_t unit_bag(pos_t work, int col_tiles) {
-  return col_tiles == 1 ? work : work / col_tiles;
-}
+#ifndef ONE_TILE  // 1: the launcher's call has one column tile (col_tiles == 1)
+#define ONE_TILE 0
+#endif
+
+// The bag of a unit of work (a bag and a column tile): with one column tile, the unit (an
+// integer division is a dozen instructions or more, per bag; known at compile time, it costs no
+// register either).
+__device__ __forceinline__ pos_t unit_bag(pos_t work, int col_tiles) { return ONE_TILE ? work : work / col_tiles; }
 
 // The team's batch of indices (and per-sample weights) from ``base``: one per lane, -1 past ``end``.
 __device__ __forceinline__ void load_batch(pos_t base, pos_t end, int team_lane, const INDEX_T* __restrict__ indices,
@@ -401,7 +404,9 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
   load_batch(start, end, team_lane, indices, per_sample_weights, next_index, next_weight, ck);
   for (;;) {
     const pos_t bag = unit_bag(work, col_tiles);
-    const pos_t col0 = col_tiles == 1 ? 0 : (work - bag * col_tiles) * (pos_t)TILE_COLS;
+    const pos_t col0 = ONE_TILE ? 0 : (work % col_tiles) * (pos_t)TILE_COLS;
+    // table-batched: the bag's table by a 32-bit division where positions are 32-bit (a 64-bit
+    // division is a long subroutine per bag); one table: none
     const pos_t row_base = table_rows != 0 ? (pos_t)table_rows[bag / (pos_t)bags_per_table] : 0;
     const pos_t next_work = work + (pos_t)teams;
     pos_t next_start = 0, next_end = 0;  // past the last unit: an empty bag, nothing loaded
