@@ -485,12 +485,21 @@ PyObject* bag(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       values[kOp] = kOpEmbeddingBag;
       values[kNumRows] = num_rows;
     } else {
-      clean = at::empty_like(input, input.options().dtype(clean_type));
-      if (offsets_obj != Py_None) {
-        clean_offsets = at::empty_like(THPVariable_Unpack(offsets_obj), input.options().dtype(clean_type));
+      int64_t clean_ptr = 0, clean_offsets_ptr = 0;
+      if (grad) {  // the backward keeps the copies: tensors of their own
+        clean = at::empty_like(input, input.options().dtype(clean_type));
+        if (offsets_obj != Py_None) {
+          clean_offsets = at::empty_like(THPVariable_Unpack(offsets_obj), input.options().dtype(clean_type));
+        }
+        clean_ptr = reinterpret_cast<int64_t>(clean.data_ptr());
+        clean_offsets_ptr = clean_offsets.defined() ? reinterpret_cast<int64_t>(clean_offsets.data_ptr()) : 0;
+      } else {  // both copies in one allocation (freed after the launches, as the stream orders them)
+        const int64_t per_16_bytes = 16 / at::elementSize(clean_type);
+        const int64_t head = (input.numel() + per_16_bytes - 1) / per_16_bytes * per_16_bytes;
+        clean = at::empty({head + offsets_numel}, input.options().dtype(clean_type));
+        clean_ptr = reinterpret_cast<int64_t>(clean.data_ptr());
+        if (offsets_obj != Py_None) clean_offsets_ptr = clean_ptr + head * at::elementSize(clean_type);
       }
-      const int64_t clean_ptr = reinterpret_cast<int64_t>(clean.data_ptr());
-      const int64_t clean_offsets_ptr = clean_offsets.defined() ? reinterpret_cast<int64_t>(clean_offsets.data_ptr()) : 0;
       if (!launch_check(*pass, values[kIndices], input.numel(), num_rows, offsets_ptr, offsets_numel, clean_ptr,
                         clean_offsets_ptr, ledger, token, stream)) {
         return nullptr;
