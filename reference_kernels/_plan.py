@@ -371,11 +371,18 @@ def forward_defines(variant: Variant, *, avg_len: int, many_bags: bool = True, p
         reasons.append(f"short_lean: one team per bag, {unroll} rows in flight at {min_blocks} blocks per SM")
     f32_rows = variant.weight_dtype == 0 and not variant.need_argmax
     if tuning.wide_f32_fewer_rows and f32_rows and tiling.chunks == 3 and unroll == 4:
-        # 192 columns: 2 rows in flight, more blocks, one team per bag (striding spills there;
-        # per-sample weights spill at 4 blocks)
-        min_blocks = 3 if variant.has_psw else blocks
-        unroll, persistent = 2, False
-        reasons.append(f"wide_f32_fewer_rows: 2 rows in flight at {min_blocks} blocks per SM, one team per bag")
+        # three vectors per lane, one team per bag (striding spills there): 2 rows in flight at 4
+        # blocks, 3 with per-sample weights. 192 columns, sum and mean, 32-bit positions (measured,
+        # docs/perf/change-51.md; ONE_TILE's registers): one row at 5 blocks (48 registers), per-
+        # sample weights 2 rows at 4 (64); 64-bit positions spill there.
+        measured = pos32 and tiling.row_lanes * tiling.chunks * tiling.vec == 192 and variant.mode != "max"
+        if measured:
+            unroll, min_blocks = (2, 4) if variant.has_psw else (1, 5)
+        else:
+            unroll, min_blocks = 2, 3 if variant.has_psw else blocks
+        persistent = False
+        reasons.append(f"wide_f32_fewer_rows: {unroll} row(s) in flight at {min_blocks} blocks per SM, one team "
+                       "per bag")
     if (tuning.wide_16bit_fewer_rows and pos32 and variant.weight_dtype != 0 and variant.mode != "max"
             and rows_at_once == 1 and tiling.vec == 8 and tiling.row_lanes * tiling.chunks * tiling.vec == 192
             and unroll == 4):
@@ -538,6 +545,8 @@ def segmented_defines(variant: Variant, *, avg_len: int, tuning: Tuning) -> Defi
     min_blocks = min(3, _rows_in_flight(tiling, variant.has_psw, variant.need_argmax, unroll, tuning)[1])
     if (variant.has_psw or variant.mode == "mean") and tiling.vec <= 4:
         min_blocks = 2
+    elif variant.has_psw and variant.weight_dtype != 0 and tiling.row_lanes * tiling.vec == 128:
+        min_blocks = 4  # 16-bit d128 with per-sample weights: 4 spill 80 bytes and were faster (DCNv2, change 51)
     return _bag_defines(variant, min_blocks, tuning, TEAM=tiling.row_lanes, UNROLL=unroll,
                         SEGMENT_BAGS=segment_capacity(tiling.row_lanes, tuning),
                         SEGMENT_ROWS=segment_rows(variant.weight_dtype, tuning),

@@ -166,8 +166,25 @@ def test_high_occupancy_variants_the_launcher_picks_do_not_spill(tmp_path: Path)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         results = list(pool.map(lambda flags: _compile("embedding_bag_forward.cu", flags, "sm_90", tmp_path), picks))
     failures = [f"{flags}: {_ptxas_report(proc.stderr)}" for _, flags, _, proc in results
-                if proc.returncode != 0 or re.search(r"[1-9]\d* bytes spill (stores|loads)", proc.stderr)]
+                if proc.returncode != 0 or (re.search(r"[1-9]\d* bytes spill (stores|loads)", proc.stderr)
+                                            and not _measured_spill(flags, proc.stderr))]
     assert not failures, "\n".join(failures)
+
+
+# Picks that spill and were measured faster than the spill-free pick they replaced
+# (docs/perf/change-51.md): (the defines that identify the pick, the most spill bytes allowed).
+MEASURED_SPILLS: list[tuple[frozenset[str], int]] = [
+    # the segmented kernel over 16-bit rows with per-sample weights at 4 blocks per SM: DCNv2
+    # 1.02-1.24x FBGEMM at 3 blocks, 1.03-1.28x at 4 (Zipf 1.2: 0.93 -> 1.03)
+    (frozenset({"-DSEGMENT_BAGS", "-DHAS_PSW=1", "-DMIN_BLOCKS=4"}), 96),
+]
+
+
+def _measured_spill(flags: str, ptxas: str) -> bool:
+    spilled = max((int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", ptxas)), default=0)
+    defines = {flag.split("=")[0] if flag.startswith("-DSEGMENT_BAGS") else flag for flag in flags.split()}
+    weight16 = "-DWEIGHT_DTYPE=0" not in defines
+    return any(required <= defines and weight16 and spilled <= limit for required, limit in MEASURED_SPILLS)
 
 
 
@@ -325,7 +342,8 @@ def test_segmented_kernel_holds_every_offset_of_a_segment_in_one_team() -> None:
 
 def test_segmented_kernel_occupancy_by_mode_and_row_type() -> None:
     """3 blocks per SM for every mode of 16-bit rows (DCNv2's mean and per-sample weights ran
-    21-22 % faster than at 2, change 37); float32 mean and per-sample weights keep 2."""
+    21-22 % faster than at 2, change 37), 4 for 128-column rows with per-sample weights (they
+    spill there and were faster anyway, change 51); float32 mean and per-sample weights keep 2."""
     from reference_kernels._plan import RowTiling, segmented_defines
 
     def blocks(code: int, mode: str, psw: bool, elem_bytes: int) -> object:
@@ -335,7 +353,7 @@ def test_segmented_kernel_occupancy_by_mode_and_row_type() -> None:
 
     for code in (1, 2):  # float16, bfloat16
         assert [blocks(code, m, p, 2) for m, p in (("sum", False), ("sum", True), ("mean", False), ("max", False))] \
-            == [3, 3, 3, 3]
+            == [3, 4, 3, 3]
     assert [blocks(0, m, p, 4) for m, p in (("sum", False), ("sum", True), ("mean", False), ("max", False))] \
         == [3, 2, 2, 3]
 
@@ -372,7 +390,8 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group() -> N
     # 16-bit d128 and d192 rows (16 and 8 lanes), bags of up to 32 rows: a team one row wide per bag
     # (narrow_one_row, change 47); longer ones keep two rows at once, 16 rows per lane group
     assert persistent(128, 32, 2) == (0, 3, 8)
-    assert persistent(192, 32) == (0, 4, 2)  # suite 3's float32 rows: 3 vectors per lane, one team per bag (41, 43)
+    # suite 3's float32 rows: 3 vectors per lane, one team per bag (41, 43), one row at 5 blocks (51)
+    assert persistent(192, 32) == (0, 5, 1)
     assert persistent(192, 32, pos32=False) == (0, 3, 2)
     # 16-bit 192: 8 lanes x 3 vectors, one row at once: 2 rows in flight at 3 blocks (change 50);
     # 64-bit positions spill there and keep 4 rows at 2 blocks
@@ -381,7 +400,7 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group() -> N
     assert persistent(192, 32, 2) == (0, 2, 4)
     knobs = base
     weighted = forward_defines(_variant(0, "sum", True, False, RowTiling.for_row(192, 4)), avg_len=32, tuning=base)
-    assert (weighted["PERSISTENT"], weighted["MIN_BLOCKS"], weighted["UNROLL"]) == (0, 3, 2)  # spills at 4 (change 50)
+    assert (weighted["PERSISTENT"], weighted["MIN_BLOCKS"], weighted["UNROLL"]) == (0, 4, 2)  # 3 before ONE_TILE (51)
     knobs = replace(base, narrow_one_row_max_avg=0)
     assert persistent(128, 32, 2) == (1, 2, 16) and persistent(192, 32, 2) == (1, 2, 4)  # two / four rows at once
     knobs = base
