@@ -32,10 +32,12 @@ the most any kernel moving those bytes could show (the summary's ``targets``
 splits the missed cases by it). Speedup is torch's
 median over ours, measured side by side on the same inputs. ``ours`` skips the
 index check (inputs are generated in range); ``ours+check`` includes the default
-check (``check_indices="deferred"``: one pass that validates the indices and writes the copy the
-lookup reads, no host synchronisation; docs/kernels.md). Host time per call is measured for
-ours without the check (``ours_host_us``), with the default check (``ours_check_host_us``),
-torch and FBGEMM.
+check (``check_indices="deferred"``: the lookup checks its own indices where its kernel can, else
+one pass validates them and writes the copy the lookup reads; no host synchronisation;
+docs/kernels.md). Host time per call is measured for ours without the check (``ours_host_us``),
+with the default check (``ours_check_host_us``), torch and FBGEMM; ours through the compiled
+host path (``python3 -m benchmarks`` builds it before the first call:
+REFERENCE_KERNELS_HOST_PATH=wait unless set).
 
 FBGEMM (``benchmarks/fbgemm_peer.py``): where its table-batched forward op is available (the
 ``fbgemm_gpu`` package, or its library's directory: ``--fbgemm DIR`` or $FBGEMM_FORWARD_DIR),
