@@ -237,6 +237,10 @@ def _build_and_load() -> None:
 
     _STATE.update(state="loaded", library=str(path))
     LOADED[:] = [library.bag, torch.compiler.is_compiling, library]
+    from . import index_check
+
+    for book in list(index_check._LEDGERS.values()):  # again: one made while binding saw LOADED empty
+        offer_ledger(library, book)
 
 
 def status() -> HostPathStatus:
