@@ -400,6 +400,7 @@ PyObject* bag(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   if (num_bags <= 0 || dim == 0) return not_served();
   const bool grad = c10::GradMode::is_enabled() && (weight.requires_grad() || psw_grad);
+  if (grad && args[6] != Py_False) return not_served();  // sparse=True: the Python path's sparse gradient
   if (grad) {  // functorch transforms (vmap, grad) wrap tensors: the Python path's autograd.Function
     PyObject* active = PyObject_CallNoArgs(state.transforms_active);
     if (active == nullptr) return nullptr;

@@ -236,8 +236,8 @@ def test_warn_mode_in_a_served_call_warns_at_the_next_call(library: Any, gen: to
 
 
 def test_calls_it_must_not_serve_take_the_python_path(library: Any, gen: torch.Generator) -> None:
-    """max_norm, a sync check, non-contiguous tensors, a tensor subclass, a functorch transform:
-    the Python path runs (and is right)."""
+    """max_norm, a sync check, non-contiguous tensors, a tensor subclass, sparse=True with a
+    gradient, a functorch transform: the Python path runs (and is right)."""
     weight = torch.randn(1000, 32, generator=gen, device="cuda")
     idx = torch.randint(0, 1000, (256, 4), generator=gen, device="cuda")
     rk.embedding_bag(idx, weight, mode="sum", check_indices=False)  # registered
@@ -255,6 +255,13 @@ def test_calls_it_must_not_serve_take_the_python_path(library: Any, gen: torch.G
         torch.testing.assert_close(out.detach().as_subclass(torch.Tensor),
                                    F.embedding_bag(idx, weight, mode="sum", max_norm=1.0 if name == "max_norm"
                                                    else None), msg=name)
+    sparse_weight = weight.detach().clone().requires_grad_(True)
+    rk.embedding_bag(idx, sparse_weight, mode="sum", check_indices=False)  # the dense call's plan, registered
+    out, served = _served(library, lambda: rk.embedding_bag(idx, sparse_weight, mode="sum", sparse=True,
+                                                            check_indices=False))
+    assert not served
+    (grad,) = torch.autograd.grad(out.sum(), sparse_weight)
+    assert grad.is_sparse  # torch's sparse COO gradient, as sparse=True asks
     before = library.served_count()
     with pytest.raises(RuntimeError, match="functorch transforms"):  # the Python path's Function (no setup_context)
         torch.func.grad(lambda w: rk.embedding_bag(idx, w, mode="sum", check_indices=False).sum())(weight)
