@@ -421,10 +421,9 @@ PyObject* bag(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (current != device) return not_served();  // the Python path launches under a device guard
   follow_knobs();
   const int64_t weight_ptr = reinterpret_cast<int64_t>(weight.data_ptr());
-  // the key of an aligned output (torch's CUDA allocator hands out blocks aligned far beyond 16 bytes;
-  // checked below)
-  // a call with a gradient checks in the pass (its backward reads the clean copies), as the
-  // Python path does
+  // The key of an aligned output (torch's CUDA allocator hands out blocks aligned far beyond 16
+  // bytes; checked below). A call with a gradient checks in the pass (its backward reads the
+  // clean copies), as the Python path does: its key is the unchecked one.
   const Key key{scalar_code(wtype), num_rows, dim, weight_ptr % 16, 1, scalar_code(itype), bag_size,
                 input.numel(), num_bags, mode, psw_obj != Py_None, need_argmax, pad >= 0, check > 0 && !grad,
                 device};
