@@ -107,6 +107,7 @@ struct State {
   std::unordered_map<int64_t, CheckEntry> checks;  // check_key(device, index dtype, clean dtype)
   bool pending = false;  // a call missed since the last offer: the Python path should offer its plan
   uint64_t served = 0;   // calls launched here (tests and diagnostics read it)
+  bool cpu_as_device0 = false;  // tests without a GPU only (test_cpu_host_path.py): CPU tensors as device 0
 };
 
 State state;
@@ -180,6 +181,13 @@ int64_t call_int(PyObject* fn, PyObject* arg, bool* ok) {
 
 PyObject* not_served() { Py_RETURN_NONE; }
 
+// A tensor's CUDA device; -1 for any other tensor (CPU tensors count as device 0 only under
+// cpu_as_device0, so that the CPU tests reach every step with a stand-in launcher).
+int64_t cuda_index(const at::Tensor& t) {
+  if (t.is_cuda()) return t.get_device();
+  return state.cpu_as_device0 && t.is_cpu() ? 0 : -1;
+}
+
 // _launch.POISON_OUTPUTS (the tests set it per test): fill the output with NaN before the kernel.
 bool poison_outputs() {
   PyObject* value = PyObject_GetAttr(state.launch_module, state.poison_name);
@@ -233,6 +241,7 @@ bool launch(uintptr_t function, unsigned grid, unsigned block, void* buffer, siz
 // One registered lookup, its arguments packed from the call's values and its constants.
 bool launch_entry(const Entry& entry, const int64_t* values, int64_t stream) {
   alignas(16) unsigned char buffer[kMaxParamBytes];
+  std::memset(buffer, 0, entry.param_bytes);  // the gaps between parameters as struct.pack leaves them
   for (const Slot& slot : entry.slots) {
     if (slot.is_float) {
       const float f = static_cast<float>(slot.constant_f);
@@ -354,13 +363,13 @@ PyObject* bag(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (mode < 0 || (mode == 2 && args[6] != Py_False) || (psw_obj != Py_None && mode != 0)) return not_served();
   const at::Tensor& weight = THPVariable_Unpack(weight_obj);
   const at::Tensor& input = THPVariable_Unpack(input_obj);
-  if (!weight.is_cuda() || weight.dim() != 2 || !weight.is_contiguous()) return not_served();
+  if (weight.dim() != 2 || !weight.is_contiguous()) return not_served();
   const auto wtype = weight.scalar_type();
   if (wtype != at::kFloat && wtype != at::kHalf && wtype != at::kBFloat16) return not_served();
   const auto itype = input.scalar_type();
   if ((itype != at::kInt && itype != at::kLong) || !input.is_contiguous()) return not_served();
-  const int64_t device = weight.get_device();
-  if (device < 0 || device >= kMaxDevices || input.get_device() != device) return not_served();
+  const int64_t device = cuda_index(weight);  // -1: not a CUDA tensor
+  if (device < 0 || device >= kMaxDevices || cuda_index(input) != device) return not_served();
   const bool last = args[8] == Py_True;
   int64_t num_bags, bag_size = 0, offsets_numel = 0, offsets_ptr = 0;
   if (offsets_obj == Py_None) {
@@ -370,7 +379,7 @@ PyObject* bag(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   } else {
     const at::Tensor& offsets = THPVariable_Unpack(offsets_obj);
     if (input.dim() != 1 || offsets.dim() != 1 || offsets.scalar_type() != itype || !offsets.is_contiguous() ||
-        offsets.get_device() != device) {
+        cuda_index(offsets) != device) {
       return not_served();
     }
     offsets_numel = offsets.numel();
@@ -382,7 +391,7 @@ PyObject* bag(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   bool psw_grad = false;
   if (psw_obj != Py_None) {
     const at::Tensor& psw = THPVariable_Unpack(psw_obj);
-    if (psw.scalar_type() != wtype || !psw.is_contiguous() || psw.get_device() != device ||
+    if (psw.scalar_type() != wtype || !psw.is_contiguous() || cuda_index(psw) != device ||
         psw.sizes() != input.sizes()) {
       return not_served();
     }
@@ -631,6 +640,14 @@ PyObject* clear(PyObject*, PyObject*) {
 
 PyObject* plan_count(PyObject*, PyObject*) { return PyLong_FromSize_t(state.plans.size()); }
 
+// For tests without a GPU: CPU tensors count as device 0 (the launcher given to init is then a stand-in).
+PyObject* cpu_as_device0(PyObject*, PyObject* flag) {
+  const int truth = PyObject_IsTrue(flag);
+  if (truth < 0) return nullptr;
+  state.cpu_as_device0 = truth == 1;
+  Py_RETURN_NONE;
+}
+
 PyObject* served_count(PyObject*, PyObject*) { return PyLong_FromUnsignedLongLong(state.served); }
 
 // set_ledger(device, flags_address, deferred (lock, record, flag), warn (lock, record, flag))
@@ -690,6 +707,7 @@ PyMethodDef methods[] = {
     {"pending", pending, METH_NOARGS, "Whether a call missed since the last offer."},
     {"clear", clear, METH_NOARGS, "Forget every registered plan."},
     {"plan_count", plan_count, METH_NOARGS, "How many plans are registered."},
+    {"cpu_as_device0", cpu_as_device0, METH_O, "Tests without a GPU: CPU tensors as device 0."},
     {"served_count", served_count, METH_NOARGS, "How many calls this library launched."},
     {"set_ledger", set_ledger, METH_VARARGS, "The index check's ledger pointers of one device."},
     {"init", init, METH_VARARGS, "Bind the launch entry point and the Python callbacks."},

@@ -6,6 +6,7 @@ tensors being on the CPU). Launches through it are tested on the GPU (test_gpu_h
 from __future__ import annotations
 
 import ctypes
+import struct
 import warnings
 from pathlib import Path
 from typing import Any
@@ -160,3 +161,238 @@ def test_a_failed_build_warns_once_and_leaves_the_python_path(monkeypatch: pytes
         _host.start()  # once per process: no second attempt, no second warning
     assert again == []
     assert not list((tmp_path / "cache").glob("**/*.so"))
+
+
+# ---------------------------------------------------------------------------------------------
+# The library's whole path without a GPU: CPU tensors as device 0 (cpu_as_device0), a launcher
+# that records each launch's function, grid, block and parameter bytes, plans made by _plan for a
+# described device and registered as the Python path registers them.
+
+_RECORDED: list[tuple[int, int, int, bytes]] = []
+
+
+def _record_launch(function: int, grid: int, _gy: int, _gz: int, block: int, _by: int, _bz: int, _smem: int,
+                   _stream: int, _params: int, extra: Any) -> int:
+    buffer, size = extra[1], ctypes.cast(extra[3], ctypes.POINTER(ctypes.c_size_t))[0]
+    _RECORDED.append((function, grid, block, ctypes.string_at(buffer, size)))
+    return 0
+
+
+_RECORD_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *([ctypes.c_uint] * 7), ctypes.c_void_p,
+                                  ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))(_record_launch)
+_BACKWARD_CALLS: list[tuple[Any, ...]] = []
+_FLAGS = (ctypes.c_int64 * 64)()  # the host flag words (all clear unless a test sets one)
+LEDGERS = {"deferred": (11, 12, 13), "warn": (21, 22, 23)}  # stand-in lock, record and flag pointers
+
+
+def _fake_backward(grad_out: Any, weight: Any, indices: Any, offsets: Any, psw: Any, argmax: Any, mode: str,
+                   padding_idx: int, last: bool, num_weights: int, psw_needs_grad: bool) -> tuple[Any, Any]:
+    _BACKWARD_CALLS.append((grad_out, weight, indices, offsets, psw, argmax, mode, padding_idx, last, num_weights,
+                            psw_needs_grad))
+    return torch.full((num_weights, grad_out.shape[1]), 7.0), None
+
+
+@pytest.fixture
+def on_cpu(library: Any) -> Any:
+    """The library bound to the recording launcher, CPU tensors as device 0; unbound after."""
+    from reference_kernels import index_check, tuning
+
+    library.init(ctypes.cast(_RECORD_LAUNCH, ctypes.c_void_p).value, lambda: 0, lambda index: 0,
+                 index_check.default_mode, index_check._TOKENS, tuning, _host.raise_launch_error, _launch,
+                 lambda: False, _fake_backward)
+    library.cpu_as_device0(True)
+    library.set_ledger(0, ctypes.addressof(_FLAGS), LEDGERS["deferred"], LEDGERS["warn"])
+    library.clear()
+    _RECORDED.clear()
+    _BACKWARD_CALLS.clear()
+    yield library
+    library.cpu_as_device0(False)
+    library.set_ledger(0, 0, (0, 0, 0), (0, 0, 0))
+    library.clear()
+
+
+def _key(weight: Any, indices: Any, offsets: Any, mode: str, psw: Any, pad: int, checked: bool,
+         need_argmax: bool = False) -> tuple[Any, ...]:
+    """The Python path's BagKey of a one-table call (the output's alignment taken as 16 bytes)."""
+    num_bags = indices.shape[0] if offsets is None else offsets.numel()
+    return (weight.dtype, weight.shape[0], weight.shape[1], weight.data_ptr() % 16, True, indices.dtype,
+            indices.shape[1] if offsets is None else 0, indices.numel(), num_bags, 1, False, mode, psw is not None,
+            need_argmax, pad >= 0, checked)
+
+
+def _register(library: Any, key: tuple[Any, ...], select: Any = None) -> tuple[Any, Any]:
+    """Plan the call of ``key`` for the described device and register it as the Python path does."""
+    from reference_kernels import tuning
+    from reference_kernels._plan import plan_bag_forward
+    from tests.kernels.golden_picks import DEVICE
+
+    call = _launch._bag_call(key)
+    plan = (select or plan_bag_forward)(call, DEVICE, tuning.current())
+    if plan is None:
+        library.offer(key, 0, 0, 0, 0, "", ())
+        return None, None
+    pack = _launch._forward_packer(plan, call)
+    library.offer(key, 0, 0xF00D, _grid(plan), plan.block, _launch.FORWARD_KINDS[plan.entry],
+                  _host.argument_sources(pack))
+    return plan, pack
+
+
+def _grid(plan: Any) -> int:
+    """The plan's grid as _launch._prepared makes it (resident blocks: the variant's floor here)."""
+    from tests.kernels.golden_picks import DEVICE
+
+    resident = dict(plan.defines).get("MIN_BLOCKS", 0) if plan.resident_waves is not None else 0
+    return int(plan.grid(DEVICE.sms, resident))
+
+
+def _csr(n_bags: int, length: int, rows: int, dtype: Any = torch.int64) -> tuple[Any, Any]:
+    idx = torch.randint(0, rows, (n_bags * length,), dtype=dtype)
+    return idx, torch.arange(0, n_bags * length, length, dtype=dtype)
+
+
+SHAPES = [  # (dtype, dim, layout, bags, length, mode, per-sample weights, padding_idx): every forward entry
+    (torch.float32, 128, "csr", 4096, 20, "sum", False, 17),
+    (torch.float32, 128, "csr", 4096, 20, "mean", False, -1),
+    (torch.float16, 64, "fixed", 4096, 2, "sum", True, 17),
+    (torch.float16, 128, "csr", 65536, 4, "sum", True, -1),
+    (torch.float32, 256, "csr", 2048, 1, "sum", False, -1),
+    (torch.float32, 128, "fixed", 8192, 1, "sum", False, -1),
+    (torch.float32, 192, "fixed", 1024, 32, "max", False, 17),
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_the_library_packs_what_the_python_packer_packs(on_cpu: Any, shape: tuple[Any, ...]) -> None:
+    """For each forward entry: a registered plan is launched with the Python packer's bytes
+    (the packer run on the same tensors and the library's output), its grid and block."""
+    dtype, dim, layout, bags, length, mode, with_psw, pad = shape
+    rows = 5000
+    weight = torch.randn(rows, dim).to(dtype)
+    if layout == "fixed":
+        idx, offsets = torch.randint(0, rows, (bags, length)), None
+    else:
+        idx, offsets = _csr(bags, length, rows)
+    psw = torch.rand(idx.shape).to(dtype) if with_psw else None
+    arguments = (idx, weight, offsets, None, False, mode, False, psw, False, None if pad < 0 else pad, False)
+    key = _key(weight, idx, offsets, mode, psw, pad, False)
+    assert on_cpu.bag(*arguments) is None and on_cpu.pending()  # not registered yet: a miss
+    plan, pack = _register(on_cpu, key)
+    out = on_cpu.bag(*arguments)
+    assert out is not None and out.shape == (bags, dim) and out.dtype == dtype
+    assert on_cpu.pending() is False
+    (function, grid, block, params), = _RECORDED
+    values = pack(weight.data_ptr(), idx, offsets, psw, pad, None, out.data_ptr(), None, _launch._NO_CHECK)
+    assert (function, grid, block) == (0xF00D, _grid(plan), plan.block)
+    assert params == _host_params(plan.entry).layout.pack(*values), plan.entry
+
+
+def _host_params(entry: str) -> Any:
+    from reference_kernels import _nvrtc
+
+    return _nvrtc.params(_launch.FORWARD_KINDS[entry])
+
+
+def test_the_shapes_cover_every_one_table_forward_entry() -> None:
+    from reference_kernels import tuning
+    from reference_kernels._plan import plan_bag_forward
+    from tests.kernels.golden_picks import DEVICE
+
+    entries = set()
+    for dtype, dim, layout, bags, length, mode, with_psw, pad in SHAPES:
+        weight = torch.empty(5000, dim, dtype=dtype)
+        idx = torch.empty((bags, length) if layout == "fixed" else (bags * length,), dtype=torch.int64)
+        offsets = None if layout == "fixed" else torch.empty(bags, dtype=torch.int64)
+        call = _launch._bag_call(_key(weight, idx, offsets, mode, weight if with_psw else None, pad, False))
+        entries.add(plan_bag_forward(call, DEVICE, tuning.current()).entry)
+    assert entries == set(_launch.FORWARD_KINDS), entries
+
+
+@pytest.mark.parametrize("mode", ["deferred", "warn"])
+def test_a_checked_lookup_gets_the_ledger_and_a_fresh_token(on_cpu: Any, mode: str) -> None:
+    from reference_kernels import index_check
+    from reference_kernels._plan import plan_checked_bag_forward
+
+    weight = torch.randn(3000, 128)
+    idx, offsets = _csr(512, 20, 3000)
+    arguments = (idx, weight, offsets, None, False, "sum", False, None, False, None, mode)
+    plan, pack = _register(on_cpu, _key(weight, idx, offsets, "sum", None, -1, True), plan_checked_bag_forward)
+    assert plan is not None and plan.define("CHECK") == 1
+    token = next(index_check._TOKENS) + 1  # the library takes the next one
+    out = on_cpu.bag(*arguments)
+    (_, _, _, params), = _RECORDED
+    ledger = (*LEDGERS[mode], token, 1, 3000)
+    assert params == _host_params(plan.entry).layout.pack(
+        *pack(weight.data_ptr(), idx, offsets, None, -1, None, out.data_ptr(), None, ledger))
+    _FLAGS[0] = 1  # a failed check waits to be reported: the Python path takes the next call
+    try:
+        assert on_cpu.bag(*arguments) is None and len(_RECORDED) == 1
+    finally:
+        _FLAGS[0] = 0
+
+
+def test_a_checked_call_whose_kernel_cannot_check_runs_the_pass_first(on_cpu: Any) -> None:
+    """Max mode keeps the pass: the check kernel on the clean copies' one buffer (the offsets'
+    copy 16-byte aligned after the indices'), then the unchecked lookup of the copies."""
+    from reference_kernels import index_check
+
+    weight = torch.randn(3000, 64)
+    idx, offsets = _csr(300, 7, 3000)  # 2100 indices: the offsets' copy starts at 2100 * 4 bytes
+    arguments = (idx, weight, offsets, None, False, "max", False, None, False, None, "deferred")
+    key = _key(weight, idx, offsets, "max", None, -1, True)
+    from reference_kernels._plan import plan_checked_bag_forward
+
+    assert _register(on_cpu, key, plan_checked_bag_forward) == (None, None)  # the Python path said: the pass
+    assert on_cpu.bag(*arguments) is None  # no check kernel registered yet
+    on_cpu.offer_check(0, torch.int64, torch.int32, 0xC4EC, 256, 132 * 8)
+    clean_key = (*key[:5], torch.int32, *key[6:15], False)
+    plan, pack = _register(on_cpu, clean_key)
+    token = next(index_check._TOKENS) + 1
+    out = on_cpu.bag(*arguments)
+    assert out is not None
+    (check_fn, check_grid, check_block, check_params), (lookup_fn, _, _, lookup_params) = _RECORDED
+    words = struct.unpack("16q", check_params)
+    clean = words[9]
+    assert (check_fn, check_grid, check_block) == (0xC4EC, 9, 256)  # ceil(2100 / 256)
+    assert words[:9] == (idx.data_ptr(), 2100, 3000, offsets.data_ptr(), 300, 0, 0, 1, 0)
+    assert words[10:] == (clean + 2100 * 4, *LEDGERS["deferred"], token, 1)
+    fake = {"indices": _Tensor(clean, 2100), "offsets": _Tensor(clean + 2100 * 4, 300)}
+    assert lookup_fn == 0xF00D and lookup_params == _host_params(plan.entry).layout.pack(
+        *pack(weight.data_ptr(), fake["indices"], fake["offsets"], None, -1, None, out.data_ptr(), None,
+              _launch._NO_CHECK))
+
+
+def test_a_call_with_a_gradient_gets_the_backward_node(on_cpu: Any) -> None:
+    weight = torch.randn(2000, 32).requires_grad_(True)
+    idx, offsets = _csr(256, 4, 2000)
+    key = _key(weight, idx, offsets, "mean", None, 5, False)
+    offsets_last = torch.cat([offsets, torch.tensor([idx.numel()])])
+    arguments = (idx, weight, offsets_last, None, False, "mean", False, None, True, 5, False)
+    _register(on_cpu, key)
+    out = on_cpu.bag(*arguments)
+    assert out is not None and out.requires_grad and out.grad_fn.name() == "ReferenceKernelsEmbeddingBagBackward"
+    out.backward(torch.ones_like(out))
+    (grad_out, saved_weight, saved_idx, saved_offsets, psw, argmax, mode, pad, last, rows, psw_grad), = \
+        _BACKWARD_CALLS
+    assert saved_weight is None and psw is None and argmax is None and not psw_grad  # as _save_bag saves
+    assert saved_idx.data_ptr() == idx.data_ptr() and saved_offsets.data_ptr() == offsets_last.data_ptr()
+    assert (mode, pad, last, rows) == ("mean", 5, True, 2000) and torch.equal(grad_out, torch.ones_like(out))
+    assert torch.equal(weight.grad, torch.full((2000, 32), 7.0))  # the backward's gradient reaches the weight
+    sparse = (*arguments[:6], True, *arguments[7:])
+    assert on_cpu.bag(*sparse) is None  # sparse=True: the Python path's sparse gradient
+    with torch.no_grad():
+        assert on_cpu.bag(*sparse) is not None  # no gradient: served (sparse changes nothing then)
+
+
+def test_a_knob_change_forgets_the_plans(on_cpu: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    from reference_kernels import tuning
+
+    weight = torch.randn(1000, 128)
+    idx, offsets = _csr(128, 8, 1000)
+    arguments = (idx, weight, offsets, None, False, "sum", False, None, False, None, False)
+    on_cpu.bag(*arguments)  # binds the current knobs
+    _register(on_cpu, _key(weight, idx, offsets, "sum", None, -1, False))
+    assert on_cpu.bag(*arguments) is not None and on_cpu.plan_count() == 1
+    monkeypatch.setattr(tuning, "_CURRENT", replace(tuning.current()))
+    assert on_cpu.bag(*arguments) is None and on_cpu.plan_count() == 0
