@@ -344,6 +344,140 @@ void attach_backward(const at::Tensor& out, const at::Tensor& weight, const at::
   torch::autograd::set_history(out, node);
 }
 
+// The usual call's tensors and scalars, as read_call found them.
+struct Call {
+  const at::Tensor* input = nullptr;
+  const at::Tensor* weight = nullptr;
+  const at::Tensor* offsets = nullptr;  // nullptr: the fixed [B, L] layout
+  const at::Tensor* psw = nullptr;      // per-sample weights, or nullptr
+  int mode = 0;                         // 0 sum, 1 mean, 2 max
+  bool last = false;                    // include_last_offset
+  int64_t device = 0, num_bags = 0, bag_size = 0, offsets_numel = 0, num_rows = 0, dim = 0, pad = -1;
+};
+
+// The arguments of embedding_bag, tested: false where the call is not the usual one (the Python
+// path then validates it, and raises where it must).
+bool read_call(PyObject* const* args, Call& c) {
+  PyObject *input_obj = args[0], *weight_obj = args[1], *offsets_obj = args[2], *psw_obj = args[7];
+  if (state.launch == nullptr || args[3] != Py_None || args[4] != Py_False || !plain_tensor(input_obj) ||
+      !plain_tensor(weight_obj) || (offsets_obj != Py_None && !plain_tensor(offsets_obj)) ||
+      (psw_obj != Py_None && !plain_tensor(psw_obj)) || (args[8] != Py_True && args[8] != Py_False)) {
+    return false;
+  }
+  c.mode = mode_code(args[5]);
+  if (c.mode < 0 || (c.mode == 2 && args[6] != Py_False) || (psw_obj != Py_None && c.mode != 0)) return false;
+  const at::Tensor& weight = THPVariable_Unpack(weight_obj);
+  const at::Tensor& input = THPVariable_Unpack(input_obj);
+  c.weight = &weight;
+  c.input = &input;
+  if (weight.dim() != 2 || !weight.is_contiguous()) return false;
+  const auto wtype = weight.scalar_type();
+  if (wtype != at::kFloat && wtype != at::kHalf && wtype != at::kBFloat16) return false;
+  const auto itype = input.scalar_type();
+  if ((itype != at::kInt && itype != at::kLong) || !input.is_contiguous()) return false;
+  c.device = cuda_index(weight);  // -1: not a CUDA tensor
+  if (c.device < 0 || c.device >= kMaxDevices || cuda_index(input) != c.device) return false;
+  c.last = args[8] == Py_True;
+  if (offsets_obj == Py_None) {
+    if (input.dim() != 2) return false;
+    c.num_bags = input.size(0);
+    c.bag_size = input.size(1);
+  } else {
+    const at::Tensor& offsets = THPVariable_Unpack(offsets_obj);
+    if (input.dim() != 1 || offsets.dim() != 1 || offsets.scalar_type() != itype || !offsets.is_contiguous() ||
+        cuda_index(offsets) != c.device) {
+      return false;
+    }
+    c.offsets = &offsets;
+    c.offsets_numel = offsets.numel();
+    if (c.last && c.offsets_numel == 0) return false;
+    c.num_bags = c.offsets_numel - (c.last ? 1 : 0);
+  }
+  if (psw_obj != Py_None) {
+    const at::Tensor& psw = THPVariable_Unpack(psw_obj);
+    if (psw.scalar_type() != wtype || !psw.is_contiguous() || cuda_index(psw) != c.device ||
+        psw.sizes() != input.sizes()) {
+      return false;
+    }
+    c.psw = &psw;
+  }
+  c.num_rows = weight.size(0);
+  c.dim = weight.size(1);
+  if (args[9] != Py_None) {
+    if (!PyLong_Check(args[9])) return false;
+    int overflow = 0;
+    const long long p = PyLong_AsLongLongAndOverflow(args[9], &overflow);
+    if (overflow != 0 || p < -c.num_rows || p >= c.num_rows) return false;
+    c.pad = p < 0 ? p + c.num_rows : p;
+  }
+  return c.num_bags > 0 && c.dim > 0;
+}
+
+// 1: functorch transforms are active (they wrap tensors: the Python path's autograd.Function);
+// 0: not; -1: a Python error is set.
+int transforms_active() {
+  PyObject* active = PyObject_CallNoArgs(state.transforms_active);
+  if (active == nullptr) return -1;
+  const int result = active != Py_False ? 1 : 0;
+  Py_DECREF(active);
+  return result;
+}
+
+// The clean copies of a check pass: with a gradient, tensors of their own (the backward keeps
+// them); without, one allocation for both (freed after the launches, which the stream orders),
+// the offsets' copy 16-byte aligned after the indices'.
+struct CleanCopies {
+  at::Tensor indices, offsets;  // offsets: defined with a gradient only
+  int64_t indices_ptr = 0, offsets_ptr = 0;
+};
+
+CleanCopies clean_copies(const Call& c, at::ScalarType type, bool grad) {
+  CleanCopies copies;
+  const auto options = c.input->options().dtype(type);
+  if (grad) {
+    copies.indices = at::empty_like(*c.input, options);
+    if (c.offsets != nullptr) copies.offsets = at::empty_like(*c.offsets, options);
+    copies.indices_ptr = reinterpret_cast<int64_t>(copies.indices.data_ptr());
+    copies.offsets_ptr = copies.offsets.defined() ? reinterpret_cast<int64_t>(copies.offsets.data_ptr()) : 0;
+    return copies;
+  }
+  const int64_t per_16_bytes = 16 / at::elementSize(type);
+  const int64_t head = (c.input->numel() + per_16_bytes - 1) / per_16_bytes * per_16_bytes;
+  copies.indices = at::empty({head + c.offsets_numel}, options);
+  copies.indices_ptr = reinterpret_cast<int64_t>(copies.indices.data_ptr());
+  if (c.offsets != nullptr) copies.offsets_ptr = copies.indices_ptr + head * at::elementSize(type);
+  return copies;
+}
+
+// The plans of a call: its lookup, and the check pass's kernel when the lookup cannot check (its
+// registered plan's function is 0) or the call has a gradient. nullptr lookup: not served (a miss
+// asks the Python path to register what it uses).
+struct Plans {
+  const Entry* lookup = nullptr;
+  const CheckEntry* pass = nullptr;
+  at::ScalarType clean_type = at::kInt;
+};
+
+Plans find_plans(const Key& key, const Call& c, int check, bool grad) {
+  Plans plans;
+  bool use_pass = check > 0 && grad;  // the backward reads the pass's clean copies, as on the Python path
+  if (!use_pass) {
+    plans.lookup = find_plan(key);
+    if (plans.lookup == nullptr) return plans;
+    use_pass = plans.lookup->function == 0;
+  }
+  if (!use_pass) return plans;
+  const at::ScalarType itype = c.input->scalar_type();
+  plans.clean_type = c.input->numel() <= kInt32Limit && c.num_rows <= kInt32Limit + 1 ? at::kInt : itype;
+  plans.pass = find_check(c.device, itype, plans.clean_type);
+  Key clean_key = key;
+  clean_key.index_dtype = scalar_code(plans.clean_type);
+  clean_key.checked = 0;
+  plans.lookup = plans.pass == nullptr ? nullptr : find_plan(clean_key);
+  if (plans.lookup != nullptr && plans.lookup->function == 0) plans.lookup = nullptr;
+  return plans;
+}
+
 // bag(input, weight, offsets, max_norm, scale_grad_by_freq, mode, sparse, per_sample_weights,
 //     include_last_offset, padding_idx, check_indices) -> Tensor, or None: not served here.
 PyObject* bag(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -353,116 +487,40 @@ PyObject* bag(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     return nullptr;
   }
   state.pending = false;  // set again below if this call misses a registered plan
-  PyObject *input_obj = args[0], *weight_obj = args[1], *offsets_obj = args[2], *psw_obj = args[7];
-  if (state.launch == nullptr || args[3] != Py_None || args[4] != Py_False || !plain_tensor(input_obj) ||
-      !plain_tensor(weight_obj) || (offsets_obj != Py_None && !plain_tensor(offsets_obj)) ||
-      (psw_obj != Py_None && !plain_tensor(psw_obj)) || (args[8] != Py_True && args[8] != Py_False)) {
-    return not_served();
-  }
-  const int mode = mode_code(args[5]);
-  if (mode < 0 || (mode == 2 && args[6] != Py_False) || (psw_obj != Py_None && mode != 0)) return not_served();
-  const at::Tensor& weight = THPVariable_Unpack(weight_obj);
-  const at::Tensor& input = THPVariable_Unpack(input_obj);
-  if (weight.dim() != 2 || !weight.is_contiguous()) return not_served();
-  const auto wtype = weight.scalar_type();
-  if (wtype != at::kFloat && wtype != at::kHalf && wtype != at::kBFloat16) return not_served();
-  const auto itype = input.scalar_type();
-  if ((itype != at::kInt && itype != at::kLong) || !input.is_contiguous()) return not_served();
-  const int64_t device = cuda_index(weight);  // -1: not a CUDA tensor
-  if (device < 0 || device >= kMaxDevices || cuda_index(input) != device) return not_served();
-  const bool last = args[8] == Py_True;
-  int64_t num_bags, bag_size = 0, offsets_numel = 0, offsets_ptr = 0;
-  if (offsets_obj == Py_None) {
-    if (input.dim() != 2) return not_served();
-    num_bags = input.size(0);
-    bag_size = input.size(1);
-  } else {
-    const at::Tensor& offsets = THPVariable_Unpack(offsets_obj);
-    if (input.dim() != 1 || offsets.dim() != 1 || offsets.scalar_type() != itype || !offsets.is_contiguous() ||
-        cuda_index(offsets) != device) {
-      return not_served();
-    }
-    offsets_numel = offsets.numel();
-    if (last && offsets_numel == 0) return not_served();
-    num_bags = offsets_numel - (last ? 1 : 0);
-    offsets_ptr = reinterpret_cast<int64_t>(offsets.data_ptr());
-  }
-  int64_t psw_ptr = 0;
-  bool psw_grad = false;
-  if (psw_obj != Py_None) {
-    const at::Tensor& psw = THPVariable_Unpack(psw_obj);
-    if (psw.scalar_type() != wtype || !psw.is_contiguous() || cuda_index(psw) != device ||
-        psw.sizes() != input.sizes()) {
-      return not_served();
-    }
-    psw_ptr = reinterpret_cast<int64_t>(psw.data_ptr());
-    psw_grad = psw.requires_grad();
-  }
-  const int64_t num_rows = weight.size(0), dim = weight.size(1);
-  int64_t pad = -1;
-  if (args[9] != Py_None) {
-    if (!PyLong_Check(args[9])) return not_served();
-    int overflow = 0;
-    const long long p = PyLong_AsLongLongAndOverflow(args[9], &overflow);
-    if (overflow != 0 || p < -num_rows || p >= num_rows) return not_served();
-    pad = p < 0 ? p + num_rows : p;
-  }
-  if (num_bags <= 0 || dim == 0) return not_served();
-  const bool grad = c10::GradMode::is_enabled() && (weight.requires_grad() || psw_grad);
+  Call c;
+  if (!read_call(args, c)) return not_served();
+  const at::Tensor &weight = *c.weight, &input = *c.input;
+  const bool grad = c10::GradMode::is_enabled() && (weight.requires_grad() || (c.psw && c.psw->requires_grad()));
   if (grad && args[6] != Py_False) return not_served();  // sparse=True: the Python path's sparse gradient
-  if (grad) {  // functorch transforms (vmap, grad) wrap tensors: the Python path's autograd.Function
-    PyObject* active = PyObject_CallNoArgs(state.transforms_active);
-    if (active == nullptr) return nullptr;
-    const bool transformed = active != Py_False;
-    Py_DECREF(active);
-    if (transformed) return not_served();
+  if (grad) {
+    const int transformed = transforms_active();
+    if (transformed != 0) return transformed < 0 ? nullptr : not_served();
   }
-  const bool need_argmax = grad && mode == 2 && weight.requires_grad();
+  const bool need_argmax = grad && c.mode == 2 && weight.requires_grad();
   const int check = check_code(args[10]);
   if (check == -2) return nullptr;
-  if (check < 0 || check == 3 || (check > 0 && num_rows == 0)) return not_served();
-  if (state.flags != nullptr && state.flags[device] != 0) return not_served();  // an earlier check failed
-  const int64_t* ledger = check > 0 ? state.ledgers[device][check - 1] : nullptr;
+  if (check < 0 || check == 3 || (check > 0 && c.num_rows == 0)) return not_served();
+  if (state.flags != nullptr && state.flags[c.device] != 0) return not_served();  // an earlier check failed
+  const int64_t* ledger = check > 0 ? state.ledgers[c.device][check - 1] : nullptr;
   if (ledger != nullptr && ledger[0] == 0) return not_served();  // the Python path makes the ledger
   bool ok = true;
   const int64_t current = call_int(state.current_device, nullptr, &ok);
   if (!ok) return nullptr;
-  if (current != device) return not_served();  // the Python path launches under a device guard
+  if (current != c.device) return not_served();  // the Python path launches under a device guard
   follow_knobs();
   const int64_t weight_ptr = reinterpret_cast<int64_t>(weight.data_ptr());
   // The key of an aligned output (torch's CUDA allocator hands out blocks aligned far beyond 16
-  // bytes; checked below). A call with a gradient checks in the pass (its backward reads the
-  // clean copies), as the Python path does: its key is the unchecked one.
-  const Key key{scalar_code(wtype), num_rows, dim, weight_ptr % 16, 1, scalar_code(itype), bag_size,
-                input.numel(), num_bags, mode, psw_obj != Py_None, need_argmax, pad >= 0, check > 0 && !grad,
-                device};
-  // a checked call whose kernel cannot check (its plan's function 0), or any checked call with a
-  // gradient: the check pass first, as the Python path's run_check does, then the unchecked
-  // lookup of its clean copies
-  bool use_pass = check > 0 && grad;
-  const Entry* entry = nullptr;
-  if (!use_pass) {
-    entry = find_plan(key);
-    if (entry == nullptr) return not_served();
-    use_pass = entry->function == 0;
-  }
-  const CheckEntry* pass = nullptr;
-  at::ScalarType clean_type = itype;
-  if (use_pass) {
-    const int64_t n = input.numel();
-    clean_type = n <= kInt32Limit && num_rows <= kInt32Limit + 1 ? at::kInt : itype;
-    pass = find_check(device, itype, clean_type);
-    Key clean_key = key;
-    clean_key.index_dtype = scalar_code(clean_type);
-    clean_key.checked = 0;
-    entry = pass == nullptr ? nullptr : find_plan(clean_key);
-    if (entry == nullptr || entry->function == 0) return not_served();
-  }
+  // bytes; checked below). A call with a gradient checks in the pass: its key is the unchecked one.
+  const Key key{scalar_code(weight.scalar_type()), c.num_rows, c.dim, weight_ptr % 16, 1,
+                scalar_code(input.scalar_type()), c.bag_size, input.numel(), c.num_bags, c.mode, c.psw != nullptr,
+                need_argmax, c.pad >= 0, check > 0 && !grad, c.device};
+  const Plans plans = find_plans(key, c, check, grad);
+  if (plans.lookup == nullptr) return not_served();
   const bool poison = poison_outputs();
-  at::Tensor out = at::empty({num_bags, dim}, weight.options());
+  at::Tensor out = at::empty({c.num_bags, c.dim}, weight.options());
   const int64_t out_ptr = reinterpret_cast<int64_t>(out.data_ptr());
   if (out_ptr % 16 != 0) return not_served();
-  PyObject* device_obj = PyLong_FromLongLong(device);
+  PyObject* device_obj = PyLong_FromLongLong(c.device);
   if (device_obj == nullptr) return nullptr;
   const int64_t stream = call_int(state.raw_stream, device_obj, &ok);
   Py_DECREF(device_obj);
@@ -470,61 +528,44 @@ PyObject* bag(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   int64_t values[kSources] = {};
   values[kWeight] = weight_ptr;
   values[kIndices] = reinterpret_cast<int64_t>(input.data_ptr());
-  values[kOffsets] = offsets_ptr;
-  values[kOffsetsNumel] = offsets_numel;
-  values[kPerSampleWeights] = psw_ptr;
-  values[kPadding] = pad;
+  values[kOffsets] = c.offsets ? reinterpret_cast<int64_t>(c.offsets->data_ptr()) : 0;
+  values[kOffsetsNumel] = c.offsets_numel;
+  values[kPerSampleWeights] = c.psw ? reinterpret_cast<int64_t>(c.psw->data_ptr()) : 0;
+  values[kPadding] = c.pad;
   values[kOut] = out_ptr;
   at::Tensor argmax;
   if (need_argmax) {
-    argmax = at::empty({num_bags, dim}, weight.options().dtype(at::kLong));
+    argmax = at::empty({c.num_bags, c.dim}, weight.options().dtype(at::kLong));
     values[kArgmax] = reinterpret_cast<int64_t>(argmax.data_ptr());
   }
-  at::Tensor clean, clean_offsets;
+  CleanCopies clean;
   if (ledger != nullptr) {
     PyObject* token_obj = PyIter_Next(state.tokens);
     if (token_obj == nullptr) return nullptr;
     const int64_t token = PyLong_AsLongLong(token_obj);
     Py_DECREF(token_obj);
-    if (pass == nullptr) {  // the lookup checks its own indices (CHECK)
-      values[kLock] = ledger[0];
-      values[kRecord] = ledger[1];
-      values[kFlag] = ledger[2];
-      values[kToken] = token;
-      values[kOp] = kOpEmbeddingBag;
-      values[kNumRows] = num_rows;
+    if (plans.pass == nullptr) {  // the lookup checks its own indices (CHECK)
+      static_assert(kRecord == kLock + 1 && kFlag == kLock + 2 && kToken == kLock + 3 && kOp == kLock + 4 &&
+                    kNumRows == kLock + 5, "the ledger's sources in the kernel's parameter order");
+      const int64_t checked[6] = {ledger[0], ledger[1], ledger[2], token, kOpEmbeddingBag, c.num_rows};
+      std::memcpy(values + kLock, checked, sizeof(checked));  // kLock .. kNumRows, in that order
     } else {
-      int64_t clean_ptr = 0, clean_offsets_ptr = 0;
-      if (grad) {  // the backward keeps the copies: tensors of their own
-        clean = at::empty_like(input, input.options().dtype(clean_type));
-        if (offsets_obj != Py_None) {
-          clean_offsets = at::empty_like(THPVariable_Unpack(offsets_obj), input.options().dtype(clean_type));
-        }
-        clean_ptr = reinterpret_cast<int64_t>(clean.data_ptr());
-        clean_offsets_ptr = clean_offsets.defined() ? reinterpret_cast<int64_t>(clean_offsets.data_ptr()) : 0;
-      } else {  // both copies in one allocation (freed after the launches, as the stream orders them)
-        const int64_t per_16_bytes = 16 / at::elementSize(clean_type);
-        const int64_t head = (input.numel() + per_16_bytes - 1) / per_16_bytes * per_16_bytes;
-        clean = at::empty({head + offsets_numel}, input.options().dtype(clean_type));
-        clean_ptr = reinterpret_cast<int64_t>(clean.data_ptr());
-        if (offsets_obj != Py_None) clean_offsets_ptr = clean_ptr + head * at::elementSize(clean_type);
-      }
-      if (!launch_check(*pass, values[kIndices], input.numel(), num_rows, offsets_ptr, offsets_numel, clean_ptr,
-                        clean_offsets_ptr, ledger, token, stream)) {
+      clean = clean_copies(c, plans.clean_type, grad);
+      if (!launch_check(*plans.pass, values[kIndices], input.numel(), c.num_rows, values[kOffsets], c.offsets_numel,
+                        clean.indices_ptr, clean.offsets_ptr, ledger, token, stream)) {
         return nullptr;
       }
-      values[kIndices] = clean_ptr;
-      values[kOffsets] = clean_offsets_ptr;
+      values[kIndices] = clean.indices_ptr;
+      values[kOffsets] = clean.offsets_ptr;
     }
   }
   if (poison) out.fill_(std::nan(""));
-  if (!launch_entry(*entry, values, stream)) return nullptr;
+  if (!launch_entry(*plans.lookup, values, stream)) return nullptr;
   if (grad) {
     const at::Tensor none;
-    const at::Tensor& offsets = offsets_obj == Py_None ? none : THPVariable_Unpack(offsets_obj);
-    const at::Tensor& psw = psw_obj == Py_None ? none : THPVariable_Unpack(psw_obj);
-    attach_backward(out, weight, clean.defined() ? clean : input, clean_offsets.defined() ? clean_offsets : offsets,
-                    psw, argmax, mode, pad, last);
+    attach_backward(out, weight, clean.indices.defined() ? clean.indices : input,
+                    clean.offsets.defined() ? clean.offsets : (c.offsets ? *c.offsets : none), c.psw ? *c.psw : none,
+                    argmax, c.mode, c.pad, c.last);
   }
   ++state.served;
   return THPVariable_Wrap(std::move(out));

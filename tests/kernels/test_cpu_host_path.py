@@ -396,3 +396,29 @@ def test_a_knob_change_forgets_the_plans(on_cpu: Any, monkeypatch: pytest.Monkey
     assert on_cpu.bag(*arguments) is not None and on_cpu.plan_count() == 1
     monkeypatch.setattr(tuning, "_CURRENT", replace(tuning.current()))
     assert on_cpu.bag(*arguments) is None and on_cpu.plan_count() == 0
+
+
+def test_a_checked_call_with_a_gradient_saves_the_pass_copies(on_cpu: Any) -> None:
+    """With a gradient the check always takes the pass (the backward reads its copies, as on the
+    Python path), and the copies are tensors of their own, which the backward node keeps."""
+    from reference_kernels import index_check
+
+    weight = torch.randn(1500, 64).requires_grad_(True)
+    idx, offsets = _csr(200, 5, 1500)
+    arguments = (idx, weight, offsets, None, False, "sum", False, None, False, None, "warn")
+    on_cpu.offer_check(0, torch.int64, torch.int32, 0xC4EC, 256, 132 * 8)
+    assert on_cpu.bag(*arguments) is None  # the clean lookup is not registered yet
+    plan, pack = _register(on_cpu, (*_key(weight, idx, offsets, "sum", None, -1, False)[:5], torch.int32,
+                                    *_key(weight, idx, offsets, "sum", None, -1, False)[6:]))
+    token = next(index_check._TOKENS) + 1
+    out = on_cpu.bag(*arguments)
+    assert out is not None and out.requires_grad
+    (check_fn, _, _, check_params), (lookup_fn, _, _, lookup_params) = _RECORDED
+    words = struct.unpack("16q", check_params)
+    assert check_fn == 0xC4EC and words[11:] == (*LEDGERS["warn"], token, 1)
+    out.backward(torch.ones_like(out))
+    (_, _, saved_idx, saved_offsets, *_rest), = _BACKWARD_CALLS
+    assert saved_idx.dtype == torch.int32 and saved_idx.shape == idx.shape and saved_idx.data_ptr() == words[9]
+    assert saved_offsets.dtype == torch.int32 and saved_offsets.data_ptr() == words[10]
+    assert lookup_params == _host_params(plan.entry).layout.pack(
+        *pack(weight.data_ptr(), saved_idx, saved_offsets, None, -1, None, out.data_ptr(), None, _launch._NO_CHECK))
