@@ -174,7 +174,8 @@ def raise_launch_error(err: int, grid: int, block: int) -> None:
 
 
 def bind(library: Any) -> Any:
-    """Give a freshly loaded library its entry points and callbacks, and the ledgers made so far."""
+    """Give a freshly loaded library its entry points and callbacks (the ledgers follow once it is
+    published: _build_and_load)."""
     import torch
 
     from . import _launch, _ops, index_check, tuning
@@ -182,8 +183,6 @@ def bind(library: Any) -> Any:
     library.init(_launch_address(), torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream,
                  index_check.default_mode, index_check._TOKENS, tuning, raise_launch_error, _launch,
                  _transforms_active(), _ops.host_path_backward)
-    for book in list(index_check._LEDGERS.values()):
-        offer_ledger(library, book)
     return library
 
 
@@ -239,7 +238,8 @@ def _build_and_load() -> None:
     LOADED[:] = [library.bag, torch.compiler.is_compiling, library]
     from . import index_check
 
-    for book in list(index_check._LEDGERS.values()):  # again: one made while binding saw LOADED empty
+    # the ledgers made so far; index_check.ledger offers those made from now on (it reads LOADED)
+    for book in list(index_check._LEDGERS.values()):
         offer_ledger(library, book)
 
 

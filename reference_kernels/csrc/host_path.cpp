@@ -2,8 +2,8 @@
 // builds and loads it; docs/kernels.md, "Host overhead per call").
 //
 // It serves only the usual call, and only once the Python path has planned it: plain CUDA tensors
-// (torch.Tensor or Parameter) on the current device, contiguous, no gradient, no max_norm, no
-// sync-mode check, and a plan registered for the call's key by the Python path (offer). For every
+// (torch.Tensor or Parameter) on the current device, contiguous, no max_norm, no sync-mode check,
+// no sparse gradient, and a plan registered for the call's key by the Python path (offer). For every
 // other call `bag` returns None and the caller runs the Python path, which validates, raises,
 // plans and registers. A registered plan is the Python path's own: the same function, grid, block
 // and argument layout (each kernel argument is a constant of the call or one of the call's values:
@@ -61,7 +61,7 @@ struct CheckEntry {
   unsigned max_blocks;
 };
 
-// What the Python path's plan depends on (its BagKey, one table, no argmax), plus the device.
+// What the Python path's plan depends on (its BagKey, one table), plus the device.
 struct Key {
   int64_t weight_dtype, num_rows, dim, weight_align, out_aligned, index_dtype, bag_size, num_indices, num_bags,
       mode, has_psw, need_argmax, has_padding, checked, device;
@@ -105,7 +105,7 @@ struct State {
   int64_t ledgers[kMaxDevices][kCheckModes][3] = {};  // lock, record, flag per device and mode; 0: none yet
   std::unordered_map<Key, Entry, KeyHash> plans;
   std::unordered_map<int64_t, CheckEntry> checks;  // check_key(device, index dtype, clean dtype)
-  bool pending = false;  // a call missed since the last offer: the Python path should offer its plan
+  bool pending = false;  // the last call missed a plan: the Python path offers the plans it uses
   uint64_t served = 0;   // calls launched here (tests and diagnostics read it)
   bool cpu_as_device0 = false;  // tests without a GPU only (test_cpu_host_path.py): CPU tensors as device 0
 };

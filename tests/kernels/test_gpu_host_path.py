@@ -24,6 +24,7 @@ import torch.nn.functional as F  # noqa: E402
 import reference_kernels as rk  # noqa: E402
 from reference_kernels import _host, diagnostics  # noqa: E402
 from reference_kernels import index_check as ic  # noqa: E402
+from tests.kernels.test_gpu_index_check import _bags as _inputs  # noqa: E402  (random fixed / CSR bags)
 
 pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("poison_outputs")]
 
@@ -61,16 +62,6 @@ def _served(library: Any, call: Any) -> tuple[Any, bool]:
     before = library.served_count()
     out = call()
     return out, library.served_count() == before + 1
-
-
-def _inputs(gen: torch.Generator, rows: int, batch: int, pooling: int, layout: str,
-            index_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
-    if layout == "fixed":
-        return torch.randint(0, rows, (batch, pooling), generator=gen, device="cuda", dtype=index_dtype), None
-    lengths = torch.randint(0, 2 * pooling + 1, (batch,), generator=gen, device="cuda")
-    offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
-    idx = torch.randint(0, rows, (int(offsets[-1]),), generator=gen, device="cuda", dtype=index_dtype)
-    return idx, (offsets if layout == "csr_last" else offsets[:-1]).to(index_dtype)
 
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
