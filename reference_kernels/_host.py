@@ -178,11 +178,11 @@ def bind(library: Any) -> Any:
     published: _build_and_load)."""
     import torch
 
-    from . import _launch, _ops, index_check, tuning
+    from . import _launch, _ops, index_check, tbe, tuning
 
     library.init(_launch_address(), torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream,
                  index_check.default_mode, index_check._TOKENS, tuning, raise_launch_error, _launch,
-                 _transforms_active(), _ops.host_path_backward)
+                 _transforms_active(), _ops.host_path_backward, tbe.host_path_backward)
     return library
 
 
@@ -197,8 +197,8 @@ def offer_ledger(library: Any, book: Any) -> None:
 # ---------------------------------------------------------------------------------------------
 # The process's library: built once, in the background (auto) or at once (wait)
 
-# Once loaded: [the library's bag, torch.compiler.is_compiling, the library] (read per call by
-# reference_kernels.embedding_bag: empty until then)
+# Once loaded: [the library's bag, torch.compiler.is_compiling, the library, the library's tbe] (read
+# per call by reference_kernels.embedding_bag and TableBatchedEmbeddingBag: empty until then)
 LOADED: list[Any] = []
 _STATE: dict[str, str] = {"state": "not started", "library": "", "reason": ""}
 _START = threading.Lock()
@@ -235,7 +235,7 @@ def _build_and_load() -> None:
     import torch
 
     _STATE.update(state="loaded", library=str(path))
-    LOADED[:] = [library.bag, torch.compiler.is_compiling, library]
+    LOADED[:] = [library.bag, torch.compiler.is_compiling, library, library.tbe]
     from . import index_check
 
     # the ledgers made so far; index_check.ledger offers those made from now on (it reads LOADED)
@@ -286,12 +286,13 @@ def argument_sources(pack: Callable[..., Sequence[object]]) -> tuple[tuple[int, 
     return tuple((markers[v], 0) if isinstance(v, int) and v in markers else (0, v) for v in values)
 
 
-def offer_check(device_index: int, index_dtype: Any, clean_dtype: Any, fn: Any, sms: int) -> None:
-    """After the Python path ran a one-table check pass the library missed: register its kernel
-    (index_check.run_check's launch: BLOCK threads, at most 8 blocks per SM)."""
+def offer_check(device_index: int, index_dtype: Any, clean_dtype: Any, fn: Any, sms: int, cap: int = 0) -> None:
+    """After the Python path ran a check pass the library missed: register its kernel
+    (index_check.run_check's launch: BLOCK threads, at most 8 blocks per SM; ``cap``: the
+    table-batched variant's TABLE_CAP, 0 for one table)."""
     from ._plan import BLOCK
 
-    LOADED[2].offer_check(device_index, index_dtype, clean_dtype, int(fn), BLOCK, sms * CHECK_BLOCKS_PER_SM)
+    LOADED[2].offer_check(device_index, index_dtype, clean_dtype, int(fn), BLOCK, sms * CHECK_BLOCKS_PER_SM, cap)
 
 
 def offer(key: tuple[Any, ...], device_index: int, prepared: Any) -> None:

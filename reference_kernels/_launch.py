@@ -281,7 +281,7 @@ def bag_forward(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tens
             indices, offsets = _check_pass(indices, offsets, num_rows, check)
             return bag_forward(weight, indices, offsets, num_bags=num_bags, per_sample_weights=per_sample_weights,
                                mode=mode, padding_idx=padding_idx, need_argmax=need_argmax)
-    if _HOST_PATH and _HOST_PATH[2].pending() and table_rows is None:
+    if _HOST_PATH and _HOST_PATH[2].pending():
         _host.offer(key, index, prepared)  # the compiled path missed this call: it launches its next ones
     plan, fn, grid, signature, pack = prepared
     ledger = _NO_CHECK if check is None else _index_check().lookup_ledger(index, check, "embedding_bag", num_rows)

@@ -361,8 +361,8 @@ def run_check(indices: torch.Tensor, offsets: torch.Tensor | None, *, num_rows: 
     found = _FUNCTIONS.get((device_index, indices.dtype, out_dtype, cap))
     fn, sms = found if found is not None else _function(device_index, indices.dtype, out_dtype, cap)
     lock, record, flag = book.pointers[mode]
-    if _HOST_PATH and cap == 0 and _HOST_PATH[2].pending():  # the compiled host path missed this pass
-        _host.offer_check(device_index, indices.dtype, out_dtype, fn, sms)
+    if _HOST_PATH and spans is None and _HOST_PATH[2].pending():  # the compiled host path missed this pass
+        _host.offer_check(device_index, indices.dtype, out_dtype, fn, sms, cap)
     _launch._launch_packed(device_index, fn, grid_stride_blocks(max(n, n_off), sms, _host.CHECK_BLOCKS_PER_SM),
                            BLOCK, CHECK_PARAMS, (
         indices.data_ptr(), n, num_rows, _launch._ptr(offsets), n_off, _launch._ptr(table_sizes), tables,

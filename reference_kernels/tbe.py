@@ -17,6 +17,7 @@ from torch import Tensor
 
 from . import _api, _launch, _ops, _sparse
 from ._api import MODES
+from ._host import LOADED as _HOST_PATH
 from .index_check import resolve_mode
 from .optim import OptimizerSpec, check_spec
 
@@ -87,6 +88,24 @@ def _backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], ...]:
     grad_weight = _ops.embedding_bag_backward_op(grad_out.contiguous().view(-1, dim), lk.rows, lk.bag_of, 0,
                                                  ctx.num_weights, psw, lk.bag_scale, -1)
     return grad_weight, None, None, None, None, None, None
+
+
+class _SavedTables:
+    """What ``_setup`` saves on an autograd context, for ``_backward`` outside one."""
+
+    mode: str
+    num_weights: int
+    saved_tensors: tuple[Optional[Tensor], ...]
+
+
+def host_path_backward(grad_out: Tensor, table_rows: Tensor, indices: Tensor, offsets: Tensor,
+                       per_sample_weights: Optional[Tensor], mode: str, num_weights: int) -> tuple[Optional[Tensor]]:
+    """The backward of a call the compiled host path served (csrc/host_path.cpp,
+    TableBatchedBackward): ``_backward`` on what ``_setup`` would have saved; (weight's gradient,)."""
+    ctx = _SavedTables()
+    ctx.mode, ctx.num_weights = mode, num_weights
+    ctx.saved_tensors = (table_rows, indices, offsets, per_sample_weights)
+    return (_backward(ctx, grad_out)[0],)
 
 
 class SparseTBE(torch.autograd.Function):
@@ -170,6 +189,12 @@ class TableBatchedEmbeddingBag(_sparse.FusedOptimizerMixin, torch.nn.Module):
         return self.weight[start:start + int(self.table_sizes[t])]
 
     def forward(self, indices: Tensor, offsets: Tensor, per_sample_weights: Optional[Tensor] = None) -> Tensor:
+        if _HOST_PATH and not _HOST_PATH[1]():  # the compiled host path (_host.py): the usual call, or None
+            served: Tensor | None = _HOST_PATH[3](
+                self.weight, self.table_rows, self.table_sizes, indices, offsets, per_sample_weights, self.mode,
+                self.check_indices, self.max_rows, self.sparse or self.optimizer is not None)
+            if served is not None:
+                return served
         tables = self.table_rows.numel()
         if offsets.dim() != 1 or (offsets.numel() - 1) % tables:
             raise ValueError(f"offsets must be 1-D with T * B + 1 entries (T = {tables}), got {tuple(offsets.shape)}")

@@ -185,8 +185,10 @@ def host_overhead(seed: int) -> dict[str, float]:
     peer = fbgemm_peer.FbgemmForward(weight, [0], idx, offsets, "sum")
     tbe = TableBatchedEmbeddingBag([1_000_000], 128, "sum", torch.float32, DEV)  # one table: FBGEMM's module shape
     tbe.check_indices = False
+    checked_tbe = TableBatchedEmbeddingBag([1_000_000], 128, "sum", torch.float32, DEV)  # the default check
     calls: dict[str, Callable[[], object]] = {
         "ours TBE module (no check)": lambda: tbe(idx, offsets),
+        "ours TBE module (default check)": lambda: checked_tbe(idx, offsets),
         "ours (no check)": lambda: rk.embedding_bag(idx, weight, offsets, mode="sum", include_last_offset=True,
                                                     check_indices=False),
         "ours (default check)": lambda: rk.embedding_bag(idx, weight, offsets, mode="sum",
@@ -196,7 +198,8 @@ def host_overhead(seed: int) -> dict[str, float]:
     }
     calls["ours (no check)"]()  # plans the calls; with REFERENCE_KERNELS_HOST_PATH=wait, builds the host path
     print(f"compiled host path: {diagnostics.host_path_status()}", flush=True)
-    python_path = {f"{name}, Python path": calls[name] for name in ("ours (no check)", "ours (default check)")}
+    python_path = {f"{name}, Python path": calls[name] for name in (
+        "ours (no check)", "ours (default check)", "ours TBE module (no check)", "ours TBE module (default check)")}
     if diagnostics.host_path_status().state == "loaded":  # the same calls without it: what it saves
         calls.update(python_path)
     result = {}

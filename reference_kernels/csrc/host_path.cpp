@@ -1,10 +1,10 @@
-// The compiled host path of the eager one-table embedding_bag forward (reference_kernels/_host.py
-// builds and loads it; docs/kernels.md, "Host overhead per call").
+// The compiled host path of the eager embedding_bag forward and of the table-batched module's
+// (reference_kernels/_host.py builds and loads it; docs/kernels.md, "Host overhead per call").
 //
 // It serves only the usual call, and only once the Python path has planned it: plain CUDA tensors
 // (torch.Tensor or Parameter) on the current device, contiguous, no max_norm, no sync-mode check,
-// no sparse gradient, and a plan registered for the call's key by the Python path (offer). For every
-// other call `bag` returns None and the caller runs the Python path, which validates, raises,
+// no sparse gradient or fused optimizer, and a plan registered for the call's key by the Python path
+// (offer). For every other call `bag` (and `tbe`) returns None and the caller runs the Python path, which validates, raises,
 // plans and registers. A registered plan is the Python path's own: the same function, grid, block
 // and argument layout (each kernel argument is a constant of the call or one of the call's values:
 // the slots the Python packer was seen to use). Nothing is chosen here.
@@ -53,18 +53,18 @@ struct Entry {
   std::vector<Slot> slots;
 };
 
-// The check pass's compiled kernel for one (device, index dtype, clean dtype): its block, and the
-// most blocks of its grid-stride launch (index_check.run_check's grid_stride_blocks cap).
+// The check pass's compiled kernel for one (device, index dtype, clean dtype, table cap): its block,
+// and the most blocks of its grid-stride launch (index_check.run_check's grid_stride_blocks cap).
 struct CheckEntry {
   uintptr_t function;
   unsigned block;
   unsigned max_blocks;
 };
 
-// What the Python path's plan depends on (its BagKey, one table), plus the device.
+// What the Python path's plan depends on (its BagKey), plus the device.
 struct Key {
   int64_t weight_dtype, num_rows, dim, weight_align, out_aligned, index_dtype, bag_size, num_indices, num_bags,
-      mode, has_psw, need_argmax, has_padding, checked, device;
+      tables, table_batched, mode, has_psw, need_argmax, has_padding, checked, device;
   bool operator==(const Key& o) const { return std::memcmp(this, &o, sizeof(Key)) == 0; }
 };
 
@@ -99,12 +99,13 @@ struct State {
   PyObject* check_names[4] = {nullptr, nullptr, nullptr, nullptr};  // "ignore", "deferred", "warn", "sync"
   PyObject* transforms_active = nullptr;  // torch._C._are_functorch_transforms_active
   PyObject* backward = nullptr;           // _ops.host_path_backward
+  PyObject* tbe_backward = nullptr;       // tbe.host_path_backward
   PyObject* launch_module = nullptr;  // reference_kernels._launch (its POISON_OUTPUTS, read per call)
   PyObject* poison_name = nullptr;    // "POISON_OUTPUTS"
   const int64_t* flags = nullptr;  // index_check.FLAGS once pinned (one word per device)
   int64_t ledgers[kMaxDevices][kCheckModes][3] = {};  // lock, record, flag per device and mode; 0: none yet
   std::unordered_map<Key, Entry, KeyHash> plans;
-  std::unordered_map<int64_t, CheckEntry> checks;  // check_key(device, index dtype, clean dtype)
+  std::unordered_map<int64_t, CheckEntry> checks;  // check_key(device, index dtype, clean dtype, table cap)
   bool pending = false;  // the last call missed a plan: the Python path offers the plans it uses
   uint64_t served = 0;   // calls launched here (tests and diagnostics read it)
   bool cpu_as_device0 = false;  // tests without a GPU only (test_cpu_host_path.py): CPU tensors as device 0
@@ -204,6 +205,17 @@ bool poison_outputs() {
 
 constexpr int64_t kInt32Limit = 2147483647;
 constexpr int64_t kOpEmbeddingBag = 1;  // index_check.OPS: embedding_bag
+constexpr int64_t kOpTableBatched = 3;  // index_check.OPS: TableBatchedEmbeddingBag
+constexpr int64_t kTableCaps[3] = {64, 512, 4096};  // index_check.TABLE_CAPS
+
+// index_check.table_cap: the check pass's TABLE_CAP for a table-batched call; -1 past the largest
+// (the Python path then has torch compute the tables' spans).
+int64_t table_cap(int64_t tables) {
+  for (const int64_t cap : kTableCaps) {
+    if (tables < cap) return cap;
+  }
+  return -1;
+}
 
 // A registered plan of the key; nullptr (and the Python path asked to offer one) when none is.
 const Entry* find_plan(const Key& key) {
@@ -215,12 +227,12 @@ const Entry* find_plan(const Key& key) {
   return &found->second;
 }
 
-int64_t check_key(int64_t device, at::ScalarType index_type, at::ScalarType clean_type) {
-  return (device << 16) | (scalar_code(index_type) << 8) | scalar_code(clean_type);
+int64_t check_key(int64_t device, at::ScalarType index_type, at::ScalarType clean_type, int64_t cap) {
+  return (device << 32) | (cap << 16) | (scalar_code(index_type) << 8) | scalar_code(clean_type);
 }
 
-const CheckEntry* find_check(int64_t device, at::ScalarType index_type, at::ScalarType clean_type) {
-  const auto found = state.checks.find(check_key(device, index_type, clean_type));
+const CheckEntry* find_check(int64_t device, at::ScalarType index_type, at::ScalarType clean_type, int64_t cap) {
+  const auto found = state.checks.find(check_key(device, index_type, clean_type, cap));
   if (found == state.checks.end()) {
     state.pending = true;
     return nullptr;
@@ -259,14 +271,20 @@ bool launch_entry(const Entry& entry, const int64_t* values, int64_t stream) {
   return launch(entry.function, entry.grid, entry.block, buffer, entry.param_bytes, stream);
 }
 
-// The check pass of one table (index_check.cu's index_check, as index_check.run_check launches it).
+// A check pass's tables: none (one table, embedding_bag's), or a table-batched call's sizes
+// (spans scanned by the pass itself: a table cap, no spans from torch).
+struct PassTables {
+  int64_t sizes = 0, count = 0, bags_per_table = 1, op = kOpEmbeddingBag;
+};
+
+// The check pass (index_check.cu's index_check, as index_check.run_check launches it).
 bool launch_check(const CheckEntry& pass, int64_t indices, int64_t n, int64_t num_rows, int64_t offsets,
                   int64_t n_off, int64_t clean, int64_t clean_offsets, const int64_t* ledger, int64_t token,
-                  int64_t stream) {
+                  const PassTables& tables, int64_t stream) {
   // indices, n, num_rows, offsets, n_off, table_sizes, tables, bags_per_table, spans, clean,
   // clean_offsets, lock, record, flag, token, op: sixteen 8-byte parameters
-  const int64_t args[16] = {indices, n, num_rows, offsets, n_off, 0, 0, 1, 0, clean, clean_offsets,
-                            ledger[0], ledger[1], ledger[2], token, kOpEmbeddingBag};
+  const int64_t args[16] = {indices, n, num_rows, offsets, n_off, tables.sizes, tables.count, tables.bags_per_table,
+                            0, clean, clean_offsets, ledger[0], ledger[1], ledger[2], token, tables.op};
   const int64_t threads = n > n_off ? n : n_off;
   const int64_t wanted = (threads + pass.block - 1) / pass.block;
   const unsigned grid = static_cast<unsigned>(wanted < 1 ? 1 : (wanted > pass.max_blocks ? pass.max_blocks : wanted));
@@ -276,8 +294,8 @@ bool launch_check(const CheckEntry& pass, int64_t indices, int64_t n, int64_t nu
 }
 
 
-// The autograd node of a call with a gradient: _ops.host_path_backward (the Python path's
-// _backward_bag) on what the Python path's EmbeddingBagFunction saves.
+// The autograd nodes of calls with a gradient: the Python path's backward (_ops.host_path_backward,
+// tbe.host_path_backward) on what the Python path's autograd Function saves.
 using NodePtr = decltype(torch::autograd::Edge::function);
 
 template <typename Ptr>
@@ -292,6 +310,19 @@ struct NodeMaker<c10::intrusive_ptr<T>> {
   template <typename U>
   static c10::intrusive_ptr<U> make() { return c10::make_intrusive<U>(); }
 };
+
+// A Python backward's result, a tuple of ``count`` gradients (None or a tensor), as the node's
+// outputs; the reference is stolen.
+torch::autograd::variable_list gradients(PyObject* result, Py_ssize_t count) {
+  if (result == nullptr) throw python_error();
+  torch::autograd::variable_list out(static_cast<size_t>(count));
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject* item = PyTuple_Check(result) && PyTuple_GET_SIZE(result) == count ? PyTuple_GET_ITEM(result, i) : nullptr;
+    if (item != nullptr && THPVariable_Check(item)) out[static_cast<size_t>(i)] = THPVariable_Unpack(item);
+  }
+  Py_DECREF(result);
+  return out;
+}
 
 struct BagBackward : public torch::autograd::Node {
   torch::autograd::SavedVariable weight, indices, offsets, per_sample_weights, argmax;
@@ -309,22 +340,52 @@ struct BagBackward : public torch::autograd::Node {
     pybind11::gil_scoped_acquire gil;
     const at::Tensor& grad_out = grads[0];
     if (!grad_out.defined()) return {at::Tensor(), at::Tensor()};
-    PyObject* result = PyObject_CallFunction(
+    return gradients(PyObject_CallFunction(
         state.backward, "NNNNNNOLOLO", THPVariable_Wrap(grad_out), THPVariable_Wrap(weight.unpack()),
         THPVariable_Wrap(indices.unpack()), THPVariable_Wrap(offsets.unpack()),
         THPVariable_Wrap(per_sample_weights.unpack()), THPVariable_Wrap(argmax.unpack()), state.mode_names[mode],
         static_cast<long long>(padding_idx), include_last_offset ? Py_True : Py_False,
-        static_cast<long long>(num_weights), psw_needs_grad ? Py_True : Py_False);
-    if (result == nullptr) throw python_error();
-    torch::autograd::variable_list out(2);
-    for (int i = 0; i < 2; ++i) {
-      PyObject* item = PyTuple_Check(result) && PyTuple_GET_SIZE(result) == 2 ? PyTuple_GET_ITEM(result, i) : nullptr;
-      if (item != nullptr && THPVariable_Check(item)) out[i] = THPVariable_Unpack(item);
-    }
-    Py_DECREF(result);
-    return out;
+        static_cast<long long>(num_weights), psw_needs_grad ? Py_True : Py_False), 2);
   }
 };
+
+// The backward of a table-batched call: the weight's gradient only (the op gives per-sample weights
+// none, as the Python path's TBEFunction does).
+struct TableBatchedBackward : public torch::autograd::Node {
+  torch::autograd::SavedVariable table_rows, indices, offsets, per_sample_weights;
+  int mode = 0;
+  int64_t num_weights = 0;
+
+  std::string name() const override { return "ReferenceKernelsTableBatchedBackward"; }
+
+  void release_variables() override {
+    for (auto* saved : {&table_rows, &indices, &offsets, &per_sample_weights}) saved->reset_data();
+  }
+
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    pybind11::gil_scoped_acquire gil;
+    const at::Tensor& grad_out = grads[0];
+    if (!grad_out.defined()) return {at::Tensor()};
+    return gradients(PyObject_CallFunction(
+        state.tbe_backward, "NNNNNOL", THPVariable_Wrap(grad_out), THPVariable_Wrap(table_rows.unpack()),
+        THPVariable_Wrap(indices.unpack()), THPVariable_Wrap(offsets.unpack()),
+        THPVariable_Wrap(per_sample_weights.unpack()), state.mode_names[mode], static_cast<long long>(num_weights)), 1);
+  }
+};
+
+void attach_table_batched_backward(const at::Tensor& out, const at::Tensor& weight, const at::Tensor& table_rows,
+                                   const at::Tensor& indices, const at::Tensor& offsets, const at::Tensor& psw,
+                                   int mode) {
+  auto node = NodeMaker<NodePtr>::make<TableBatchedBackward>();
+  node->set_next_edges(torch::autograd::collect_next_edges(weight));
+  node->table_rows = torch::autograd::SavedVariable(table_rows, false);
+  node->indices = torch::autograd::SavedVariable(indices, false);
+  node->offsets = torch::autograd::SavedVariable(offsets, false);
+  node->per_sample_weights = torch::autograd::SavedVariable(psw, false);
+  node->mode = mode;
+  node->num_weights = weight.size(0);
+  torch::autograd::set_history(out, node);
+}
 
 void attach_backward(const at::Tensor& out, const at::Tensor& weight, const at::Tensor& indices,
                      const at::Tensor& offsets, const at::Tensor& psw, const at::Tensor& argmax, int mode,
@@ -423,6 +484,44 @@ int transforms_active() {
   return result;
 }
 
+// Whether a call with check code ``check`` on ``device`` may be served, and its ledger when it
+// checks: 1 served; 0 the Python path's (sync mode, an earlier failed check to report first, no
+// ledger yet, another current device); -1 a Python error is set.
+int serve_on(int64_t device, int check, const int64_t** ledger) {
+  *ledger = nullptr;
+  if (check < 0 || check == 3) return 0;
+  if (state.flags != nullptr && state.flags[device] != 0) return 0;  // an earlier check failed
+  if (check > 0) {
+    *ledger = state.ledgers[device][check - 1];
+    if ((*ledger)[0] == 0) return 0;  // the Python path makes the ledger
+  }
+  bool ok = true;
+  const int64_t current = call_int(state.current_device, nullptr, &ok);
+  if (!ok) return -1;
+  if (current != device) return 0;  // the Python path launches under a device guard
+  follow_knobs();
+  return 1;
+}
+
+// The device's current stream (false: a Python error is set).
+bool current_stream(int64_t device, int64_t* stream) {
+  PyObject* device_obj = PyLong_FromLongLong(device);
+  if (device_obj == nullptr) return false;
+  bool ok = true;
+  *stream = call_int(state.raw_stream, device_obj, &ok);
+  Py_DECREF(device_obj);
+  return ok;
+}
+
+// The next check token (index_check._TOKENS; false: a Python error is set).
+bool next_token(int64_t* token) {
+  PyObject* token_obj = PyIter_Next(state.tokens);
+  if (token_obj == nullptr) return false;
+  *token = PyLong_AsLongLong(token_obj);
+  Py_DECREF(token_obj);
+  return !(*token == -1 && PyErr_Occurred());
+}
+
 // The clean copies of a check pass: with a gradient, tensors of their own (the backward keeps
 // them); without, one allocation for both (freed after the launches, which the stream orders),
 // the offsets' copy 16-byte aligned after the indices'.
@@ -469,7 +568,7 @@ Plans find_plans(const Key& key, const Call& c, int check, bool grad) {
   if (!use_pass) return plans;
   const at::ScalarType itype = c.input->scalar_type();
   plans.clean_type = c.input->numel() <= kInt32Limit && c.num_rows <= kInt32Limit + 1 ? at::kInt : itype;
-  plans.pass = find_check(c.device, itype, plans.clean_type);
+  plans.pass = find_check(c.device, itype, plans.clean_type, 0);
   Key clean_key = key;
   clean_key.index_dtype = scalar_code(plans.clean_type);
   clean_key.checked = 0;
@@ -499,32 +598,24 @@ PyObject* bag(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const bool need_argmax = grad && c.mode == 2 && weight.requires_grad();
   const int check = check_code(args[10]);
   if (check == -2) return nullptr;
-  if (check < 0 || check == 3 || (check > 0 && c.num_rows == 0)) return not_served();
-  if (state.flags != nullptr && state.flags[c.device] != 0) return not_served();  // an earlier check failed
-  const int64_t* ledger = check > 0 ? state.ledgers[c.device][check - 1] : nullptr;
-  if (ledger != nullptr && ledger[0] == 0) return not_served();  // the Python path makes the ledger
-  bool ok = true;
-  const int64_t current = call_int(state.current_device, nullptr, &ok);
-  if (!ok) return nullptr;
-  if (current != c.device) return not_served();  // the Python path launches under a device guard
-  follow_knobs();
+  if (check > 0 && c.num_rows == 0) return not_served();
+  const int64_t* ledger = nullptr;
+  const int served = serve_on(c.device, check, &ledger);
+  if (served <= 0) return served < 0 ? nullptr : not_served();
   const int64_t weight_ptr = reinterpret_cast<int64_t>(weight.data_ptr());
   // The key of an aligned output (torch's CUDA allocator hands out blocks aligned far beyond 16
   // bytes; checked below). A call with a gradient checks in the pass: its key is the unchecked one.
   const Key key{scalar_code(weight.scalar_type()), c.num_rows, c.dim, weight_ptr % 16, 1,
-                scalar_code(input.scalar_type()), c.bag_size, input.numel(), c.num_bags, c.mode, c.psw != nullptr,
-                need_argmax, c.pad >= 0, check > 0 && !grad, c.device};
+                scalar_code(input.scalar_type()), c.bag_size, input.numel(), c.num_bags, 1, 0, c.mode,
+                c.psw != nullptr, need_argmax, c.pad >= 0, check > 0 && !grad, c.device};
   const Plans plans = find_plans(key, c, check, grad);
   if (plans.lookup == nullptr) return not_served();
   const bool poison = poison_outputs();
   at::Tensor out = at::empty({c.num_bags, c.dim}, weight.options());
   const int64_t out_ptr = reinterpret_cast<int64_t>(out.data_ptr());
   if (out_ptr % 16 != 0) return not_served();
-  PyObject* device_obj = PyLong_FromLongLong(c.device);
-  if (device_obj == nullptr) return nullptr;
-  const int64_t stream = call_int(state.raw_stream, device_obj, &ok);
-  Py_DECREF(device_obj);
-  if (!ok) return nullptr;
+  int64_t stream = 0;
+  if (!current_stream(c.device, &stream)) return nullptr;
   int64_t values[kSources] = {};
   values[kWeight] = weight_ptr;
   values[kIndices] = reinterpret_cast<int64_t>(input.data_ptr());
@@ -540,10 +631,8 @@ PyObject* bag(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   CleanCopies clean;
   if (ledger != nullptr) {
-    PyObject* token_obj = PyIter_Next(state.tokens);
-    if (token_obj == nullptr) return nullptr;
-    const int64_t token = PyLong_AsLongLong(token_obj);
-    Py_DECREF(token_obj);
+    int64_t token = 0;
+    if (!next_token(&token)) return nullptr;
     if (plans.pass == nullptr) {  // the lookup checks its own indices (CHECK)
       static_assert(kRecord == kLock + 1 && kFlag == kLock + 2 && kToken == kLock + 3 && kOp == kLock + 4 &&
                     kNumRows == kLock + 5, "the ledger's sources in the kernel's parameter order");
@@ -552,7 +641,7 @@ PyObject* bag(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     } else {
       clean = clean_copies(c, plans.clean_type, grad);
       if (!launch_check(*plans.pass, values[kIndices], input.numel(), c.num_rows, values[kOffsets], c.offsets_numel,
-                        clean.indices_ptr, clean.offsets_ptr, ledger, token, stream)) {
+                        clean.indices_ptr, clean.offsets_ptr, ledger, token, PassTables{}, stream)) {
         return nullptr;
       }
       values[kIndices] = clean.indices_ptr;
@@ -566,6 +655,154 @@ PyObject* bag(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     attach_backward(out, weight, clean.indices.defined() ? clean.indices : input,
                     clean.offsets.defined() ? clean.offsets : (c.offsets ? *c.offsets : none), c.psw ? *c.psw : none,
                     argmax, c.mode, c.pad, c.last);
+  }
+  ++state.served;
+  return THPVariable_Wrap(std::move(out));
+  END_HANDLE_TH_ERRORS
+}
+
+// A table-batched call's tables: the first row of each in the weight, their sizes (the check's),
+// and the largest size (the check's copy dtype and its bound, as the module's max_rows).
+struct Tables {
+  const at::Tensor* rows = nullptr;
+  const at::Tensor* sizes = nullptr;
+  int64_t count = 0, max_rows = 0;
+};
+
+// A tensor of one dimension, contiguous, of ``type``, on ``device``.
+bool vector_of(const at::Tensor& t, at::ScalarType type, int64_t device) {
+  return t.dim() == 1 && t.scalar_type() == type && t.is_contiguous() && cuda_index(t) == device;
+}
+
+// The arguments of TableBatchedEmbeddingBag.forward (and the module's state), tested as read_call
+// tests embedding_bag's: false where the call is not the usual one.
+bool read_table_batched_call(PyObject* const* args, Call& c, Tables& t) {
+  PyObject *weight_obj = args[0], *rows_obj = args[1], *sizes_obj = args[2], *input_obj = args[3],
+           *offsets_obj = args[4], *psw_obj = args[5];
+  if (state.launch == nullptr || !plain_tensor(weight_obj) || !plain_tensor(rows_obj) || !plain_tensor(sizes_obj) ||
+      !plain_tensor(input_obj) || !plain_tensor(offsets_obj) || (psw_obj != Py_None && !plain_tensor(psw_obj)) ||
+      !PyLong_Check(args[8])) {
+    return false;
+  }
+  c.mode = mode_code(args[6]);
+  if (c.mode < 0 || (psw_obj != Py_None && c.mode != 0)) return false;
+  const at::Tensor& weight = THPVariable_Unpack(weight_obj);
+  const at::Tensor& input = THPVariable_Unpack(input_obj);
+  const at::Tensor& offsets = THPVariable_Unpack(offsets_obj);
+  const at::Tensor& rows = THPVariable_Unpack(rows_obj);
+  const at::Tensor& sizes = THPVariable_Unpack(sizes_obj);
+  c.weight = &weight;
+  c.input = &input;
+  c.offsets = &offsets;
+  t.rows = &rows;
+  t.sizes = &sizes;
+  if (weight.dim() != 2 || !weight.is_contiguous()) return false;
+  const auto wtype = weight.scalar_type();
+  if (wtype != at::kFloat && wtype != at::kHalf && wtype != at::kBFloat16) return false;
+  c.device = cuda_index(weight);
+  const auto itype = input.scalar_type();
+  if (c.device < 0 || c.device >= kMaxDevices || (itype != at::kInt && itype != at::kLong) ||
+      !vector_of(input, itype, c.device) || !vector_of(offsets, itype, c.device) ||
+      !vector_of(rows, at::kLong, c.device) || !vector_of(sizes, at::kLong, c.device)) {
+    return false;
+  }
+  t.count = rows.numel();
+  c.offsets_numel = offsets.numel();
+  if (t.count == 0 || sizes.numel() != t.count || c.offsets_numel < 1 || (c.offsets_numel - 1) % t.count != 0) {
+    return false;
+  }
+  if (psw_obj != Py_None) {
+    const at::Tensor& psw = THPVariable_Unpack(psw_obj);
+    if (!vector_of(psw, wtype, c.device) || psw.numel() != input.numel()) return false;
+    c.psw = &psw;
+  }
+  int overflow = 0;
+  t.max_rows = PyLong_AsLongLongAndOverflow(args[8], &overflow);
+  if (overflow != 0 || t.max_rows < 1) return false;
+  c.last = true;
+  c.num_bags = c.offsets_numel - 1;
+  c.num_rows = weight.size(0);
+  c.dim = weight.size(1);
+  return c.num_bags > 0 && c.dim > 0;
+}
+
+// tbe(weight, table_rows, table_sizes, indices, offsets, per_sample_weights, mode, check_indices,
+//     max_rows, custom_backward) -> Tensor, or None: not served here. custom_backward: the module
+// has a sparse gradient or a fused optimizer (calls with a gradient then take its own Function).
+PyObject* tbe(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  if (nargs != 10) {
+    PyErr_SetString(PyExc_TypeError, "tbe takes 10 positional arguments");
+    return nullptr;
+  }
+  state.pending = false;  // set again below if this call misses a registered plan
+  Call c;
+  Tables t;
+  if (!read_table_batched_call(args, c, t)) return not_served();
+  const at::Tensor &weight = *c.weight, &input = *c.input;
+  const bool grad = c10::GradMode::is_enabled() && (weight.requires_grad() || (c.psw && c.psw->requires_grad()));
+  // a gradient for the per-sample weights alone, or the module's own backward: the Python path
+  if (grad && (!weight.requires_grad() || args[9] != Py_False)) return not_served();
+  if (grad) {
+    const int transformed = transforms_active();
+    if (transformed != 0) return transformed < 0 ? nullptr : not_served();
+  }
+  const int check = check_code(args[7]);
+  if (check == -2) return nullptr;
+  const int64_t* ledger = nullptr;
+  const int served = serve_on(c.device, check, &ledger);
+  if (served <= 0) return served < 0 ? nullptr : not_served();
+  // the check pass (the lookup reads its copies), then the unchecked lookup, as check_tables runs them
+  const at::ScalarType itype = input.scalar_type();
+  at::ScalarType lookup_type = itype;
+  const CheckEntry* pass = nullptr;
+  if (check > 0) {
+    const int64_t cap = table_cap(t.count);
+    if (cap < 0) return not_served();  // spans from torch: the Python path
+    lookup_type = input.numel() <= kInt32Limit && t.max_rows <= kInt32Limit + 1 ? at::kInt : itype;
+    pass = find_check(c.device, itype, lookup_type, cap);
+    if (pass == nullptr) return not_served();
+  }
+  const int64_t weight_ptr = reinterpret_cast<int64_t>(weight.data_ptr());
+  const Key key{scalar_code(weight.scalar_type()), c.num_rows, c.dim, weight_ptr % 16, 1, scalar_code(lookup_type), 0,
+                input.numel(), c.num_bags, t.count, 1, c.mode, c.psw != nullptr, 0, 0, 0, c.device};
+  const Entry* lookup = find_plan(key);
+  if (lookup == nullptr || lookup->function == 0) return not_served();
+  const bool poison = poison_outputs();
+  at::Tensor out = at::empty({c.num_bags / t.count, t.count * c.dim}, weight.options());
+  const int64_t out_ptr = reinterpret_cast<int64_t>(out.data_ptr());
+  if (out_ptr % 16 != 0) return not_served();
+  int64_t stream = 0;
+  if (!current_stream(c.device, &stream)) return nullptr;
+  int64_t values[kSources] = {};
+  values[kWeight] = weight_ptr;
+  values[kIndices] = reinterpret_cast<int64_t>(input.data_ptr());
+  values[kOffsets] = reinterpret_cast<int64_t>(c.offsets->data_ptr());
+  values[kOffsetsNumel] = c.offsets_numel;
+  values[kPerSampleWeights] = c.psw ? reinterpret_cast<int64_t>(c.psw->data_ptr()) : 0;
+  values[kPadding] = -1;
+  values[kOut] = out_ptr;
+  values[kTableRows] = reinterpret_cast<int64_t>(t.rows->data_ptr());
+  CleanCopies clean;
+  if (pass != nullptr) {
+    int64_t token = 0;
+    if (!next_token(&token)) return nullptr;
+    clean = clean_copies(c, lookup_type, grad);
+    const PassTables tables{reinterpret_cast<int64_t>(t.sizes->data_ptr()), t.count, c.num_bags / t.count,
+                            kOpTableBatched};
+    if (!launch_check(*pass, values[kIndices], input.numel(), t.max_rows, values[kOffsets], c.offsets_numel,
+                      clean.indices_ptr, clean.offsets_ptr, ledger, token, tables, stream)) {
+      return nullptr;
+    }
+    values[kIndices] = clean.indices_ptr;
+    values[kOffsets] = clean.offsets_ptr;
+  }
+  if (poison) out.fill_(std::nan(""));
+  if (!launch_entry(*lookup, values, stream)) return nullptr;
+  if (grad) {
+    attach_table_batched_backward(out, weight, *t.rows, clean.indices.defined() ? clean.indices : input,
+                                  clean.offsets.defined() ? clean.offsets : *c.offsets, c.psw ? *c.psw : at::Tensor(),
+                                  c.mode);
   }
   ++state.served;
   return THPVariable_Wrap(std::move(out));
@@ -643,30 +880,35 @@ PyObject* offer(PyObject*, PyObject* args) {
   }
   // BagKey: dtype, num_rows, dim, weight_align, out_aligned, index_dtype, bag_size, num_indices, num_bags,
   //         tables, table_batched, mode, has_psw, need_argmax, has_padding, checked
-  if (fields[9] != 1 || fields[10] != 0 || fields[11] < 0) Py_RETURN_FALSE;
+  if (fields[11] < 0) Py_RETURN_FALSE;  // not a mode the library knows
   const Key key{fields[0], fields[1], fields[2], fields[3], fields[4], fields[5], fields[6], fields[7], fields[8],
-                fields[11], fields[12], fields[13], fields[14], fields[15], device};
+                fields[9], fields[10], fields[11], fields[12], fields[13], fields[14], fields[15], device};
   if (state.plans.size() >= kMaxPlans) state.plans.clear();
   state.plans[key] = std::move(entry);
   Py_RETURN_TRUE;
 }
 
-// offer_check(device, index dtype, clean dtype, function, block, max_blocks): the check pass's kernel.
+// offer_check(device, index dtype, clean dtype, function, block, max_blocks[, table cap]): the check
+// pass's kernel (table cap 0: one table's; else a table-batched call's TABLE_CAP variant).
 PyObject* offer_check(PyObject*, PyObject* args) {
-  long long device, function;
+  long long device, function, cap = 0;
   PyObject *index_obj, *clean_obj;
   unsigned int block, max_blocks;
-  if (!PyArg_ParseTuple(args, "LOOLII", &device, &index_obj, &clean_obj, &function, &block, &max_blocks)) {
+  if (!PyArg_ParseTuple(args, "LOOLII|L", &device, &index_obj, &clean_obj, &function, &block, &max_blocks, &cap)) {
     return nullptr;
   }
   if (!THPDtype_Check(index_obj) || !THPDtype_Check(clean_obj) || block == 0 || max_blocks == 0) {
     PyErr_SetString(PyExc_TypeError, "offer_check: dtypes must be torch.dtype, block and max_blocks positive");
     return nullptr;
   }
+  if (cap != 0 && table_cap(cap - 1) != cap) {
+    PyErr_SetString(PyExc_ValueError, "offer_check: the table cap must be 0 or one of index_check.TABLE_CAPS");
+    return nullptr;
+  }
   follow_knobs();
   state.checks[check_key(device, reinterpret_cast<THPDtype*>(index_obj)->scalar_type,
-                         reinterpret_cast<THPDtype*>(clean_obj)->scalar_type)] = {static_cast<uintptr_t>(function),
-                                                                                   block, max_blocks};
+                         reinterpret_cast<THPDtype*>(clean_obj)->scalar_type, cap)] = {
+      static_cast<uintptr_t>(function), block, max_blocks};
   Py_RETURN_NONE;
 }
 
@@ -713,16 +955,17 @@ PyObject* keep(PyObject* obj) {
 }
 
 // init(launch_address, current_device, raw_stream, default_mode, tokens, tuning_module, on_launch_error,
-//      launch_module, transforms_active, backward)
+//      launch_module, transforms_active, backward, tbe_backward)
 PyObject* init(PyObject*, PyObject* args) {
   long long launch;
-  PyObject *current, *stream, *mode, *tokens, *tuning, *on_error, *launch_module, *transforms, *backward;
-  if (!PyArg_ParseTuple(args, "LOOOOOOOOO", &launch, &current, &stream, &mode, &tokens, &tuning, &on_error,
-                        &launch_module, &transforms, &backward)) {
+  PyObject *current, *stream, *mode, *tokens, *tuning, *on_error, *launch_module, *transforms, *backward, *tbe_backward;
+  if (!PyArg_ParseTuple(args, "LOOOOOOOOOO", &launch, &current, &stream, &mode, &tokens, &tuning, &on_error,
+                        &launch_module, &transforms, &backward, &tbe_backward)) {
     return nullptr;
   }
   state.transforms_active = keep(transforms);
   state.backward = keep(backward);
+  state.tbe_backward = keep(tbe_backward);
   state.launch = reinterpret_cast<LaunchFn>(launch);
   state.current_device = keep(current);
   state.raw_stream = keep(stream);
@@ -743,6 +986,8 @@ PyObject* init(PyObject*, PyObject* args) {
 PyMethodDef methods[] = {
     {"bag", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(bag)), METH_FASTCALL,
      "The usual eager embedding_bag forward call, or None where the Python path must run."},
+    {"tbe", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(tbe)), METH_FASTCALL,
+     "The usual eager TableBatchedEmbeddingBag forward call, or None where the Python path must run."},
     {"offer", offer, METH_VARARGS, "Register the Python path's plan of the call that last missed."},
     {"offer_check", offer_check, METH_VARARGS, "Register the check pass's kernel of one dtype pair."},
     {"pending", pending, METH_NOARGS, "Whether a call missed since the last offer."},

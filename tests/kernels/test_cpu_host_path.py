@@ -95,11 +95,11 @@ _FAKE_LAUNCH = _LAUNCH_TYPE(lambda *args: _LAUNCHES.append(1) or 0)
 
 
 def _bind_on_cpu(library: Any) -> None:
-    from reference_kernels import index_check, tuning
+    from reference_kernels import index_check, tbe, tuning
 
     library.init(ctypes.cast(_FAKE_LAUNCH, ctypes.c_void_p).value, lambda: 0, lambda index: 0,
                  index_check.default_mode, index_check._TOKENS, tuning, _host.raise_launch_error, _launch,
-                 lambda: False, _ops.host_path_backward)
+                 lambda: False, _ops.host_path_backward, tbe.host_path_backward)
 
 
 def test_the_library_builds_loads_and_leaves_cpu_calls_to_python(library: Any) -> None:
@@ -128,8 +128,11 @@ def test_offer_rejects_what_it_cannot_register(library: Any) -> None:
         library.offer(key, 0, 1, 1, 256, "P", ((len(_host.SOURCES), 0),))
     assert library.offer(key, 0, 1, 1, 256, "Pqi", ((1, 0), (0, 5), (0, 6))) is True
     batched = key[:9] + (4, True) + key[11:]
-    assert library.offer(batched, 0, 1, 1, 256, "P", ((1, 0),)) is False  # the table-batched path stays Python's
-    assert library.plan_count() == 1
+    assert library.offer(batched, 0, 1, 1, 256, "P", ((1, 0),)) is True  # a table-batched call's: its own key
+    assert library.offer(key[:11] + ("median",) + key[12:], 0, 1, 1, 256, "P", ((1, 0),)) is False
+    assert library.plan_count() == 2
+    with pytest.raises(ValueError, match="table cap must be 0 or one of"):
+        library.offer_check(0, torch.int64, torch.int32, 1, 256, 1056, 100)
     library.clear()
     assert library.plan_count() == 0
 
@@ -181,6 +184,12 @@ def _fake_backward(grad_out: Any, weight: Any, indices: Any, offsets: Any, psw: 
     return torch.full((num_weights, grad_out.shape[1]), 7.0), None
 
 
+def _fake_tbe_backward(grad_out: Any, table_rows: Any, indices: Any, offsets: Any, psw: Any, mode: str,
+                       num_weights: int) -> tuple[Any]:
+    _BACKWARD_CALLS.append((grad_out, table_rows, indices, offsets, psw, mode, num_weights))
+    return (torch.full((num_weights, grad_out.shape[1] // table_rows.numel()), 5.0),)
+
+
 @pytest.fixture
 def on_cpu(library: Any) -> Any:
     """The library bound to the recording launcher, CPU tensors as device 0; unbound after."""
@@ -188,7 +197,7 @@ def on_cpu(library: Any) -> Any:
 
     library.init(ctypes.cast(_RECORD_LAUNCH, ctypes.c_void_p).value, lambda: 0, lambda index: 0,
                  index_check.default_mode, index_check._TOKENS, tuning, _host.raise_launch_error, _launch,
-                 lambda: False, _fake_backward)
+                 lambda: False, _fake_backward, _fake_tbe_backward)
     library.cpu_as_device0(True)
     library.set_ledger(0, ctypes.addressof(_FLAGS), LEDGERS["deferred"], LEDGERS["warn"])
     library.clear()
@@ -411,3 +420,146 @@ def test_a_checked_call_with_a_gradient_saves_the_pass_copies(on_cpu: Any) -> No
     assert saved_offsets.dtype == torch.int32 and saved_offsets.data_ptr() == words[10]
     assert lookup_params == _host_params(plan.entry).layout.pack(
         *pack(weight.data_ptr(), saved_idx, saved_offsets, None, -1, None, out.data_ptr(), None, _launch._NO_CHECK))
+
+
+# ---------------------------------------------------------------------------------------------
+# The table-batched module's calls (tbe): the same launches as the Python path's tbe_forward_impl
+# and check_tables.
+
+class _Tables:
+    """A table-batched call's tensors on the CPU, as TableBatchedEmbeddingBag holds and takes them."""
+
+    def __init__(self, sizes: list[int], dim: int, bags: int, length: int, dtype: Any = torch.float32,
+                 index_dtype: Any = torch.int64, psw: bool = False) -> None:
+        self.sizes = torch.tensor(sizes)
+        self.rows = torch.cumsum(self.sizes, 0) - self.sizes
+        self.max_rows = max(sizes)
+        self.weight = torch.randn(sum(sizes), dim).to(dtype)
+        self.indices = torch.cat([torch.randint(0, s, (bags * length,)) for s in sizes]).to(index_dtype)
+        self.offsets = torch.arange(0, len(sizes) * bags * length + 1, length, dtype=index_dtype)
+        self.psw = torch.rand(self.indices.shape).to(dtype) if psw else None
+        self.bags = bags
+
+    def arguments(self, mode: str = "sum", check: Any = False, custom_backward: bool = False) -> tuple[Any, ...]:
+        return (self.weight, self.rows, self.sizes, self.indices, self.offsets, self.psw, mode, check,
+                self.max_rows, custom_backward)
+
+    def key(self, mode: str, index_dtype: Any = None) -> tuple[Any, ...]:
+        """The Python path's BagKey of the lookup (tbe_forward_impl's bag_forward call)."""
+        tables = self.sizes.numel()
+        return (self.weight.dtype, self.weight.shape[0], self.weight.shape[1], self.weight.data_ptr() % 16, True,
+                index_dtype or self.indices.dtype, 0, self.indices.numel(), tables * self.bags, tables, True, mode,
+                self.psw is not None, False, False, False)
+
+
+@pytest.mark.parametrize("mode, psw, dtype", [("sum", False, torch.float32), ("mean", False, torch.float16),
+                                              ("sum", True, torch.bfloat16), ("max", False, torch.float32)])
+def test_a_table_batched_call_packs_what_the_python_packer_packs(on_cpu: Any, mode: str, psw: bool,
+                                                                 dtype: Any) -> None:
+    t = _Tables([300, 1000, 7, 2500], 64, 512, 6, dtype, psw=psw)
+    assert on_cpu.tbe(*t.arguments(mode)) is None and on_cpu.pending()  # not registered yet: a miss
+    plan, pack = _register(on_cpu, t.key(mode))
+    out = on_cpu.tbe(*t.arguments(mode))
+    assert out is not None and out.shape == (512, 4 * 64) and out.dtype == dtype and not on_cpu.pending()
+    (function, grid, block, params), = _RECORDED
+    values = pack(t.weight.data_ptr(), t.indices, t.offsets, t.psw, -1, t.rows, out.data_ptr(), None,
+                  _launch._NO_CHECK)
+    assert (function, grid, block) == (0xF00D, _grid(plan), plan.block)
+    assert params == _host_params(plan.entry).layout.pack(*values), plan.entry
+
+
+@pytest.mark.parametrize("mode", ["deferred", "warn"])
+def test_a_checked_table_batched_call_runs_the_table_pass_then_the_lookup(on_cpu: Any, mode: str) -> None:
+    """As check_tables: the pass with the tables' sizes (its TABLE_CAP variant, the largest table's
+    rows as its bound, the module's op code) into the clean copies, then the lookup of the copies."""
+    from reference_kernels import index_check
+
+    t = _Tables([3000, 20, 900], 32, 100, 7)  # 2100 indices: the offsets' copy starts at 2100 * 4 bytes
+    _register(on_cpu, t.key("sum"))  # the unchecked lookup only: a checked call still misses
+    assert on_cpu.tbe(*t.arguments("sum", mode)) is None
+    on_cpu.offer_check(0, torch.int64, torch.int32, 0xC4EC, 256, 132 * 8, 512)  # another cap: still a miss
+    assert on_cpu.tbe(*t.arguments("sum", mode)) is None
+    on_cpu.offer_check(0, torch.int64, torch.int32, 0xC4EC, 256, 132 * 8, index_check.table_cap(3))
+    assert on_cpu.tbe(*t.arguments("sum", mode)) is None  # the lookup of the int32 copies is not registered
+    plan, pack = _register(on_cpu, t.key("sum", torch.int32))
+    token = next(index_check._TOKENS) + 1
+    out = on_cpu.tbe(*t.arguments("sum", mode))
+    assert out is not None and out.shape == (100, 96)
+    (check_fn, check_grid, check_block, check_params), (lookup_fn, _, _, lookup_params) = _RECORDED
+    words = struct.unpack("16q", check_params)
+    clean = words[9]
+    assert (check_fn, check_grid, check_block) == (0xC4EC, 9, 256)  # ceil(2100 / 256)
+    assert words[:9] == (t.indices.data_ptr(), 2100, 3000, t.offsets.data_ptr(), 301, t.sizes.data_ptr(), 3, 100, 0)
+    assert words[10:] == (clean + 2100 * 4, *LEDGERS[mode], token, index_check._OP_CODES["TableBatchedEmbeddingBag"])
+    fake = {"indices": _Tensor(clean, 2100), "offsets": _Tensor(clean + 2100 * 4, 301)}
+    assert lookup_fn == 0xF00D and lookup_params == _host_params(plan.entry).layout.pack(
+        *pack(t.weight.data_ptr(), fake["indices"], fake["offsets"], None, -1, t.rows, out.data_ptr(), None,
+              _launch._NO_CHECK))
+
+
+def test_a_table_batched_call_with_a_gradient_gets_its_node(on_cpu: Any) -> None:
+    """The weight's gradient through the module's backward on what its Function saves (the pass's
+    own copies when it checks); per-sample weights get none, as from the op."""
+    t = _Tables([50, 60], 16, 40, 3, psw=True)
+    t.weight.requires_grad_(True)
+    t.psw.requires_grad_(True)
+    on_cpu.offer_check(0, torch.int64, torch.int32, 0xC4EC, 256, 132 * 8, 64)
+    _register(on_cpu, t.key("sum", torch.int32))
+    out = on_cpu.tbe(*t.arguments("sum", "warn"))
+    assert out is not None and out.requires_grad and out.grad_fn.name() == "ReferenceKernelsTableBatchedBackward"
+    out.backward(torch.ones_like(out))
+    (grad_out, rows, saved_idx, saved_offsets, psw, mode, num_weights), = _BACKWARD_CALLS
+    words = struct.unpack("16q", _RECORDED[0][3])
+    assert saved_idx.dtype == torch.int32 and saved_idx.data_ptr() == words[9]  # the pass's copies
+    assert saved_offsets.dtype == torch.int32 and saved_offsets.data_ptr() == words[10]
+    assert rows is t.rows or rows.data_ptr() == t.rows.data_ptr()
+    assert psw.data_ptr() == t.psw.data_ptr() and (mode, num_weights) == ("sum", 110)
+    assert torch.equal(grad_out, torch.ones_like(out))
+    assert torch.equal(t.weight.grad, torch.full((110, 16), 5.0)) and t.psw.grad is None
+    assert on_cpu.tbe(*t.arguments("sum", "warn", custom_backward=True)) is None  # sparse / fused: the module's own
+    t.weight.requires_grad_(False)
+    assert on_cpu.tbe(*t.arguments("sum", "warn")) is None  # a gradient for the per-sample weights alone
+    with torch.no_grad():
+        assert on_cpu.tbe(*t.arguments("sum", "warn", custom_backward=True)) is not None
+
+
+def test_table_batched_calls_it_must_not_serve_are_left_to_python(on_cpu: Any) -> None:
+    from reference_kernels import index_check
+
+    t = _Tables([40, 40, 40], 8, 16, 2)
+    _register(on_cpu, t.key("sum"))
+    on_cpu.offer_check(0, torch.int64, torch.int32, 0xC4EC, 256, 132 * 8, 64)
+    _register(on_cpu, t.key("sum", torch.int32))
+    assert on_cpu.tbe(*t.arguments("sum")) is not None and on_cpu.tbe(*t.arguments("sum", None)) is not None
+    odd = (*t.arguments()[:4], t.offsets[:-1], *t.arguments()[5:])  # T * B entries: no last offset
+    mixed = (*t.arguments()[:4], t.offsets.int(), *t.arguments()[5:])  # offsets of another dtype
+    weights = (*t.arguments()[:5], torch.rand(t.indices.numel()), "mean", *t.arguments()[7:])  # psw with mean
+    for name, arguments in {"sync": t.arguments("sum", "sync"), "sync (True)": t.arguments("sum", True),
+                            "odd offsets": odd, "mixed dtypes": mixed, "psw with mean": weights}.items():
+        assert on_cpu.tbe(*arguments) is None, name
+    many = _Tables([2] * 4096, 8, 1, 1)  # past the largest table cap the pass needs spans from torch
+    _register(on_cpu, many.key("sum", torch.int32))
+    on_cpu.offer_check(0, torch.int64, torch.int32, 0xC4EC, 256, 132 * 8, 4096)
+    assert index_check.table_cap(4096) == -1 and on_cpu.tbe(*many.arguments("sum", "deferred")) is None
+    with pytest.raises(TypeError, match="10 positional arguments"):
+        on_cpu.tbe(*t.arguments()[:9])
+
+
+def test_the_module_hands_the_library_its_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TableBatchedEmbeddingBag.forward gives the library its tensors and state (the check mode,
+    the largest table, whether it has a backward of its own) and returns what the library returns."""
+    from reference_kernels import optim
+    from reference_kernels.tbe import TableBatchedEmbeddingBag
+
+    seen: list[tuple[Any, ...]] = []
+    answer = torch.zeros(2, 8)
+    monkeypatch.setattr(_host, "LOADED", [None, lambda: False, None, lambda *a: seen.append(a) or answer])
+    monkeypatch.setattr("reference_kernels.tbe._HOST_PATH", _host.LOADED)
+    module = TableBatchedEmbeddingBag([5, 9], 4, "mean", optimizer=optim.SGD(lr=0.1))
+    module.check_indices = "warn"
+    idx, offsets = torch.tensor([1, 2, 3]), torch.tensor([0, 1, 2, 3, 3])
+    assert module(idx, offsets) is answer
+    (weight, rows, sizes, indices, offs, psw, mode, check, max_rows, custom), = seen
+    assert weight is module.weight and rows is module.table_rows and sizes is module.table_sizes
+    assert indices is idx and offs is offsets and psw is None
+    assert (mode, check, max_rows, custom) == ("mean", "warn", 9, True)

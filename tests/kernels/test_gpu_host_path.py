@@ -340,3 +340,141 @@ def test_a_served_forward_and_backward_capture_in_a_cuda_graph(library: Any, gen
     (expected,) = torch.autograd.grad(F.embedding_bag(idx, reference, offsets, mode="mean"), reference, grad_out)
     torch.testing.assert_close(grad, expected, rtol=1e-5, atol=1e-5)
     assert rk.check_index_errors() is None
+
+
+# ---------------------------------------------------------------------------------------------
+# The table-batched module (TableBatchedEmbeddingBag): served by the library's tbe
+
+def _table_batch(gen: torch.Generator, sizes: list[int], bags: int, longest: int,
+                 index_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """CSR bags of 0..longest rows per table, table-major, each index in its own table's range;
+    and each position's table size (for new indices under the same offsets)."""
+    lengths = torch.randint(0, longest + 1, (len(sizes) * bags,), generator=gen, device="cuda")
+    offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
+    bound = torch.tensor(sizes, device="cuda").repeat_interleave(bags).repeat_interleave(lengths)
+    indices = (torch.rand(int(offsets[-1]), generator=gen, device="cuda") * bound).long()
+    return indices.to(index_dtype), offsets.to(index_dtype), bound
+
+
+def _per_table_reference(module: Any, indices: torch.Tensor, offsets: torch.Tensor, psw: torch.Tensor | None,
+                         mode: str, bags: int) -> torch.Tensor:
+    """torch's embedding_bag per table, in float64, side by side as the module's [B, T * dim]."""
+    parts = []
+    for t in range(module.table_rows.numel()):
+        lo, hi = int(offsets[t * bags]), int(offsets[(t + 1) * bags])
+        table_offsets = (offsets[t * bags:(t + 1) * bags + 1] - lo).long()
+        parts.append(F.embedding_bag(indices[lo:hi].long(), module.table(t).detach().double(), table_offsets,
+                                     mode=mode, include_last_offset=True,
+                                     per_sample_weights=None if psw is None else psw[lo:hi].double()))
+    return torch.cat(parts, dim=1)
+
+
+@pytest.mark.parametrize("case", range(24))
+def test_served_table_batched_calls_equal_the_python_path_and_torch(case: int, library: Any,
+                                                                     gen: torch.Generator) -> None:
+    """A random table-batched call per case (tables, dtype, width, mode, per-sample weights, check
+    mode, index dtype, with or without the weight's gradient): the library's launches equal the
+    Python path's bit for bit (forward and gradient) and torch's per table in float64."""
+    from reference_kernels.tbe import TableBatchedEmbeddingBag
+
+    rng = random.Random(gen.initial_seed() + 2000 + case)
+    dtype = DTYPES[rng.choice(list(DTYPES))]
+    dim = rng.choice([4, 32, 64, 128, 192])
+    tables = rng.choice([1, 3, 12, 70])
+    sizes = [rng.randrange(1, 30_000 if tables <= 12 else 3000) for _ in range(tables)]
+    mode = rng.choice(["sum", "mean", "max", "psw"])
+    bag_mode = "sum" if mode == "psw" else mode
+    grad = mode != "max" and rng.random() < 0.5
+    bags = rng.randrange(1, 600)
+    module = TableBatchedEmbeddingBag(sizes, dim, bag_mode, dtype, "cuda")
+    module.check_indices = rng.choice([False, None, "deferred", "warn"])
+    indices, offsets, _ = _table_batch(gen, sizes, bags, rng.choice([1, 4, 30]),
+                                       rng.choice([torch.int32, torch.int64]))
+    psw = torch.rand(indices.shape, generator=gen, device="cuda").to(dtype) if mode == "psw" else None
+    grad_out = torch.randn(bags, len(sizes) * dim, generator=gen, device="cuda").to(dtype)
+
+    def run() -> tuple[torch.Tensor, ...]:
+        module.weight.grad = None
+        with torch.set_grad_enabled(grad):
+            out = module(indices, offsets, psw)
+        if not grad:
+            return (out,)
+        out.backward(grad_out)
+        return out.detach(), module.weight.grad
+
+    run()  # the library misses; the Python path plans, registers the lookup and the table pass
+    expected = _python_path(run)
+    results, served = _served(library, run)
+    assert served, (dtype, dim, len(sizes), mode, module.check_indices, grad)
+    for got, want in zip(results, expected, strict=True):
+        assert torch.equal(got, want)  # the same kernels on the same inputs, a deterministic backward
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    reference = _per_table_reference(module, indices, offsets, psw, bag_mode, bags)
+    torch.testing.assert_close(results[0].double(), reference, rtol=tolerance, atol=tolerance)
+    assert rk.check_index_errors() is None
+
+
+@pytest.mark.parametrize("mode", ["deferred", "warn"])
+def test_a_served_table_batched_check_reports_as_the_python_path(mode: str, library: Any,
+                                                                gen: torch.Generator) -> None:
+    """Bad indices (past their own table's rows, negative) in a served call: the same output (read
+    as row 0 of their table) and the same report, at the next check, as through the Python path."""
+    from reference_kernels.tbe import TableBatchedEmbeddingBag
+
+    sizes = [500, 40, 3000]
+    module = TableBatchedEmbeddingBag(sizes, 64, "sum", torch.float32, "cuda")
+    module.check_indices = mode
+    indices, offsets, _ = _table_batch(gen, sizes, 256, 8, torch.int64)
+    module(indices, offsets)  # planned and registered
+    rng = random.Random(gen.initial_seed())
+    bad = indices.clone()
+    for position in rng.sample(range(int(offsets[256])), 3):  # table 0's positions (500 rows)
+        bad[position] = rng.choice([500, -1, 577])  # 500, 577: inside the weight, past table 0's rows
+    reports = []
+    for through_library in (True, False):
+        with contextlib.nullcontext() if through_library else diagnostics.python_host_path():
+            out, served = _served(library, lambda: module(bad, offsets))
+        assert served == through_library
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                rk.check_index_errors()
+                reports.append((out, "; ".join(str(w.message) for w in caught)))
+            except rk.EmbeddingIndexError as error:
+                reports.append((out, str(error)))
+    (library_out, library_report), (python_out, python_report) = reports
+    assert library_report == python_report and "out of range" in library_report
+    assert torch.equal(library_out, python_out)
+
+
+def test_a_served_table_batched_forward_and_backward_capture_in_a_cuda_graph(library: Any,
+                                                                             gen: torch.Generator) -> None:
+    """The module with its default check and a gradient: the library's pass, lookup and backward
+    node, captured and replayed on new indices."""
+    from reference_kernels.tbe import TableBatchedEmbeddingBag
+
+    sizes = [4000, 300, 9000]
+    module = TableBatchedEmbeddingBag(sizes, 32, "mean", torch.float32, "cuda")
+    indices, offsets, bound = _table_batch(gen, sizes, 512, 6, torch.int64)
+    grad_out = torch.randn(512, 96, generator=gen, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            torch.autograd.grad(module(indices, offsets), module.weight, grad_out)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    before = library.served_count()
+    with torch.cuda.graph(graph):
+        (grad,) = torch.autograd.grad(module(indices, offsets), module.weight, grad_out)
+    assert library.served_count() == before + 1
+    indices.copy_((torch.rand(indices.shape, generator=gen, device="cuda") * bound).long())  # same offsets
+    graph.replay()
+    torch.cuda.synchronize()
+    reference_module = TableBatchedEmbeddingBag(sizes, 32, "mean", torch.float32, "cuda")
+    with torch.no_grad():
+        reference_module.weight.copy_(module.weight)
+    with diagnostics.python_host_path():
+        (expected,) = torch.autograd.grad(reference_module(indices, offsets), reference_module.weight, grad_out)
+    torch.testing.assert_close(grad, expected, rtol=1e-5, atol=1e-5)
+    assert rk.check_index_errors() is None
