@@ -128,8 +128,15 @@ __device__ __forceinline__ CountDivisor count_divisor(int count) {  // count > 0
   return CountDivisor{c, __frcp_rn(c)};
 }
 
+#ifndef MEAN_CLAMP_GUARD
+#define MEAN_CLAMP_GUARD 0
+#endif
 __device__ __forceinline__ float divide(float v, const CountDivisor& d) {
   const float q = v * d.inverse;
   const float rem = fmaf(-q, d.count, v);
+#if MEAN_CLAMP_GUARD
+  return fmaf(fminf(rem, 3.402823466e38f), d.inverse, q);
+#else
   return isfinite(rem) ? fmaf(rem, d.inverse, q) : q;
+#endif
 }

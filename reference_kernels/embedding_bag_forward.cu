@@ -65,6 +65,9 @@
 #ifndef CHECK  // general kernel, one table, one column tile: check the indices and offsets read
 #define CHECK 0
 #endif
+#ifndef LANE_COUNT  // general kernel, mean and max: each lane counts its own indices, the team adds once per bag
+#define LANE_COUNT 0
+#endif
 
 #define ROWS_AT_ONCE (TEAM / ROW_LANES)
 #define TILE_COLS (ROW_LANES * CHUNKS * VEC)
@@ -433,8 +436,12 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
       const pos_t my_index = next_index;
       const float my_weight = next_weight;
       if (MODE != 0) {  // rows that count: one ballot per batch, not a count per row
+#if LANE_COUNT
+        acc.count += my_index >= 0 && my_index != padding_idx;  // -1 past the bag's end
+#else
         const bool pooled = team_lane < n && my_index >= 0 && my_index != padding_idx;
         acc.count += __popc(__ballot_sync(mask, pooled));
+#endif
       }
       // prefetch the team's next batch: this bag's, or after its last the next bag's first
       if (base + TEAM < end)
@@ -500,6 +507,12 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
       load_batch(next_start, next_end, team_lane, indices, per_sample_weights, next_index, next_weight, ck);
 
     acc_team_reduce(acc, mask);
+#if LANE_COUNT
+    if (MODE != 0) {
+#pragma unroll
+      for (int off = 1; off < TEAM; off <<= 1) acc.count += __shfl_xor_sync(mask, acc.count, off, TEAM);
+    }
+#endif
     if (group == 0) {  // the output row's 64-bit offset made here: nothing 64-bit stays live across the rows
       // one table: the bag is the output row (bags_per_table = num_bags); several: one division
       const pos_t table = table_rows != 0 ? bag / (pos_t)bags_per_table : 0;
