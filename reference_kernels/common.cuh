@@ -116,7 +116,7 @@ __device__ __forceinline__ u32 team_mask(int lane) {
 // than the division operator: the reciprocal is rounded once per bag, then each value takes a
 // product and one correction from the exact remainder (fma). Markstein's theorem makes the
 // corrected quotient the correctly rounded one while nothing underflows; an infinite or NaN
-// value keeps the first product (its remainder is NaN). Against v / count in every element:
+// value keeps the first product (its remainder is NaN, clamped to a finite one). Against v / count in every element:
 // 78 registers instead of 85 in the segmented kernel's bag stores (change 37).
 struct CountDivisor {
   float count;
@@ -128,15 +128,10 @@ __device__ __forceinline__ CountDivisor count_divisor(int count) {  // count > 0
   return CountDivisor{c, __frcp_rn(c)};
 }
 
-#ifndef MEAN_CLAMP_GUARD
-#define MEAN_CLAMP_GUARD 0
-#endif
 __device__ __forceinline__ float divide(float v, const CountDivisor& d) {
   const float q = v * d.inverse;
   const float rem = fmaf(-q, d.count, v);
-#if MEAN_CLAMP_GUARD
+  // a NaN remainder (v infinite or NaN) becomes the largest float, whose correction leaves q as it
+  // is: one fminf instead of a finiteness test and a select (docs/perf/change-52.md)
   return fmaf(fminf(rem, 3.402823466e38f), d.inverse, q);
-#else
-  return isfinite(rem) ? fmaf(rem, d.inverse, q) : q;
-#endif
 }

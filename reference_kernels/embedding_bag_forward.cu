@@ -65,8 +65,12 @@
 #ifndef CHECK  // general kernel, one table, one column tile: check the indices and offsets read
 #define CHECK 0
 #endif
-#ifndef LANE_COUNT  // general kernel, mean and max: each lane counts its own indices, the team adds once per bag
-#define LANE_COUNT 0
+// General kernel, mean and max: each lane counts its own indices and the team adds the counts once
+// per bag, instead of a ballot per batch of TEAM indices. Teams narrower than a warp only: their
+// bags take several batches (a 4-lane team, 5 per bag of 20), a warp's DCNv2 bags mostly one, for
+// which the 5 shuffles of the sum cost more than the ballot (docs/perf/change-52.md).
+#ifndef LANE_COUNT
+#define LANE_COUNT (TEAM < 32)
 #endif
 
 #define ROWS_AT_ONCE (TEAM / ROW_LANES)
@@ -435,7 +439,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
       const int n = left < TEAM ? (int)left : TEAM;
       const pos_t my_index = next_index;
       const float my_weight = next_weight;
-      if (MODE != 0) {  // rows that count: one ballot per batch, not a count per row
+      if (MODE != 0) {  // rows that count: per batch (a lane's own index, or one ballot), not per row
 #if LANE_COUNT
         acc.count += my_index >= 0 && my_index != padding_idx;  // -1 past the bag's end
 #else
