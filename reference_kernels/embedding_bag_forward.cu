@@ -340,6 +340,37 @@ __device__ __forceinline__ void bag_bounds(i64 bag, const INDEX_T* __restrict__ 
   }
 }
 
+#if LEAN_ROWS
+#ifndef LEAN_TAIL  // 1: a batch whose last rows fill half a step or less issues half a step
+#define LEAN_TAIL 0
+#endif
+// K rows of the team's batch from step m (lean rows, one vector per lane): every load issued
+// first, then every add (zero_tile rows add zeros).
+template <int K>
+__device__ __forceinline__ void lean_step(Acc& acc, int m, u32 mask, pos_t my_index, float my_weight, int group,
+                                          const char* lane_row0, int lane_row_bytes, const char* lane_zero,
+                                          pos_t pad) {
+  Vec x[K];
+  float w[K];
+#pragma unroll
+  for (int u = 0; u < K; ++u) {
+    const int j = (m + u) * ROWS_AT_ONCE + group;
+    const pos_t r = __shfl_sync(mask, my_index, j, TEAM);
+    const bool real = r >= 0 && r != pad;
+    if (HAS_PSW) {  // every lane shuffles (a shuffle some lanes skip is undefined), then selects
+      const float wj = __shfl_sync(mask, my_weight, j, TEAM);
+      w[u] = real ? wj : 0.0f;
+    } else {
+      w[u] = 1.0f;
+    }
+    const char* src = row_address(lane_row0, (int)r, lane_row_bytes, real, lane_zero);
+    x[u] = load_pack<weight_t, VEC>(reinterpret_cast<const weight_t*>(src));
+  }
+#pragma unroll
+  for (int u = 0; u < K; ++u) acc_add(acc, 0, x[u], w[u], 0);
+}
+#endif
+
 #ifndef ONE_TILE  // 1: the launcher's call has one column tile (col_tiles == 1)
 #define ONE_TILE 0
 #endif
@@ -453,33 +484,15 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
       else if (PERSISTENT)
         load_batch(next_start, next_end, team_lane, indices, per_sample_weights, next_index, next_weight, ck);
 #if LEAN_ROWS
+      constexpr int HALF = UNROLL_EFF > 1 ? UNROLL_EFF / 2 : 1;
 #pragma unroll
       for (int m = 0; m < ROW_LANES; m += UNROLL_EFF) {
         if (m * ROWS_AT_ONCE >= n) break;  // same decision for the whole team
-        Vec x[UNROLL_EFF][CHUNKS];
-        float w[UNROLL_EFF];
-#pragma unroll
-        for (int u = 0; u < UNROLL_EFF; ++u) {  // issue every load first ...
-          const int j = (m + u) * ROWS_AT_ONCE + group;
-          const pos_t r = __shfl_sync(mask, my_index, j, TEAM);
-          const bool real = r >= 0 && r != pad;
-          if (HAS_PSW) {  // every lane shuffles (a shuffle some lanes skip is undefined), then selects
-            const float wj = __shfl_sync(mask, my_weight, j, TEAM);
-            w[u] = real ? wj : 0.0f;
-          } else {
-            w[u] = 1.0f;
-          }
-          const char* src = row_address(lane_row0, (int)r, lane_row_bytes, real, lane_zero);
-#pragma unroll
-          for (int c = 0; c < CHUNKS; ++c)
-            if (CHUNKS == 1 || col_ok[c])
-              x[u][c] = load_pack<weight_t, VEC>(reinterpret_cast<const weight_t*>(src) + c * ROW_LANES * VEC);
+        if (LEAN_TAIL && UNROLL_EFF > 1 && n - m * ROWS_AT_ONCE <= HALF * ROWS_AT_ONCE) {  // the batch's last rows
+          lean_step<HALF>(acc, m, mask, my_index, my_weight, group, lane_row0, lane_row_bytes, lane_zero, pad);
+          break;
         }
-#pragma unroll
-        for (int u = 0; u < UNROLL_EFF; ++u)  // ... then add them all (zero_tile rows add zeros)
-#pragma unroll
-          for (int c = 0; c < CHUNKS; ++c)
-            if (CHUNKS == 1 || col_ok[c]) acc_add(acc, c, x[u][c], w[u], 0);
+        lean_step<UNROLL_EFF>(acc, m, mask, my_index, my_weight, group, lane_row0, lane_row_bytes, lane_zero, pad);
       }
 #else
 #pragma unroll
