@@ -411,8 +411,18 @@ def forward_defines(variant: Variant, *, avg_len: int, many_bags: bool = True, p
         unroll, min_blocks = _rows_in_flight(tiling, variant.has_psw, variant.need_argmax,
                                              tuning.lean_long_bag_rows, tuning)
         reasons.append(f"lean_long_bag_rows: {unroll} rows in flight at {min_blocks} blocks per SM")
-    return _bag_defines(variant, min_blocks, tuning, TEAM=tiling.row_lanes * rows_at_once, UNROLL=unroll,
-                        PERSISTENT=int(persistent), POS32=int(pos32), ONE_TILE=int(tiling.col_tiles == 1))
+    team = tiling.row_lanes * rows_at_once
+    # Lean rows in a team narrower than a warp, bags whose length leaves a partial step (the rows
+    # one step of every lane loads): the bag's last rows take half a step when they fit one
+    # (LEAN_TAIL). Measured only where it helped: 8x1Mx32 float32 bags of 20 in 8-row steps 2-4 %
+    # faster; where no partial step is left (8x1Mx64 bags of 20 in 4-row steps) its test per
+    # step cost 1-11 % (docs/perf/change-52.md).
+    step = min(unroll, tiling.row_lanes) * rows_at_once
+    tail = tuning.lean_tail and lean and not persistent and team < 32 and avg_len % step != 0
+    if tail:
+        reasons.append(f"lean_tail: bags of {avg_len} rows in steps of {step}: half a step for the last rows")
+    return _bag_defines(variant, min_blocks, tuning, TEAM=team, UNROLL=unroll, PERSISTENT=int(persistent),
+                        POS32=int(pos32), ONE_TILE=int(tiling.col_tiles == 1), **({"LEAN_TAIL": 1} if tail else {}))
 
 
 # Short bags of 64- and 128-column rows in lean rows, 4 rows in flight: the most blocks per SM

@@ -341,12 +341,10 @@ __device__ __forceinline__ void bag_bounds(i64 bag, const INDEX_T* __restrict__ 
 }
 
 #if LEAN_ROWS
-// A batch whose last rows fill half a step or less issues half a step: teams narrower than a warp,
-// whose tails are a larger part of a bag (8x1Mx32 float32 bags of 20 in teams of 8: 24 row slots
-// for 20 rows; DCNv2's 16-bit bags in teams of 16: 268 for 214). A warp-wide team's extra test per
-// step measured slower (docs/perf/change-52.md).
+// LEAN_TAIL (the launcher's, forward_defines): a batch whose last rows fill half a step or less
+// issues half a step (8x1Mx32 float32 bags of 20 in 8-row steps: 20 row slots instead of 24).
 #ifndef LEAN_TAIL
-#define LEAN_TAIL (TEAM < 32)
+#define LEAN_TAIL 0
 #endif
 // K rows of the team's batch from step m (lean rows, one vector per lane): every load issued
 // first, then every add (zero_tile rows add zeros).

@@ -422,6 +422,24 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group() -> N
     assert persistent(128, 16) == (0, 2, 16)
 
 
+def test_a_partial_last_step_takes_half_a_step_in_narrow_teams() -> None:
+    """Change 52: LEAN_TAIL where lean rows run in a team narrower than a warp and the bags'
+    length leaves a partial step (8x1Mx32 float32: bags of 20 in 8-row steps); not where steps
+    divide the bags (bags of 20 in 4-row steps: the test per step measured slower), not in
+    warp-wide teams, not off lean rows (max), not with the knob off."""
+    from reference_kernels._plan import RowTiling, forward_defines
+
+    def tail(dim: int, avg_len: int, code: int = 0, mode: str = "sum", knobs: Tuning = KNOBS) -> int:
+        variant = _variant(code, mode, False, mode == "max", RowTiling.for_row(dim, 4 if code == 0 else 8))
+        return int(forward_defines(variant, avg_len=avg_len, tuning=knobs).get("LEAN_TAIL", 0))
+
+    assert tail(32, 20) == tail(32, 20, mode="mean") == 1  # steps of 8 rows, 20 = 2 x 8 + 4
+    assert tail(64, 20) == tail(64, 20, code=1) == tail(32, 20, code=1) == 0  # steps of 4 divide 20
+    assert tail(32, 21, code=1) == 1 and tail(32, 16) == 0
+    assert tail(128, 150) == 0  # a warp-wide team
+    assert tail(32, 20, mode="max") == 0 and tail(32, 20, knobs=replace(KNOBS, lean_tail=False)) == 0
+
+
 def test_short_float32_bags_go_lean_at_high_occupancy() -> None:
     """Change 48: d128 sum/mean bags short enough to stride (or for the segmented kernel) go one
     team per bag in lean rows, 4 rows in flight at the most blocks per SM that do not spill:
