@@ -411,6 +411,14 @@ def forward_defines(variant: Variant, *, avg_len: int, many_bags: bool = True, p
         unroll, min_blocks = _rows_in_flight(tiling, variant.has_psw, variant.need_argmax,
                                              tuning.lean_long_bag_rows, tuning)
         reasons.append(f"lean_long_bag_rows: {unroll} rows in flight at {min_blocks} blocks per SM")
+    # 16-bit 128-column rows with per-sample weights in bags too long to stride: 4 rows in flight
+    # at 4 blocks per SM (63 registers) instead of 8 at 2 (126; 8 at 3 fits 80 since ONE_TILE, and
+    # measured between): 12x500Kx128 float16 Zipf 1.05 / 1.2 1.16 / 1.05 -> 1.46 / 1.35x FBGEMM,
+    # uniform unchanged (docs/perf/change-52.md)
+    if (tuning.psw16_more_blocks and lean and variant.has_psw and variant.weight_dtype != 0 and not persistent
+            and tiling.row_lanes * tiling.vec == 128 and (unroll, min_blocks) == (8, 2)):
+        unroll, min_blocks = 4, 4
+        reasons.append("psw16_more_blocks: 4 rows in flight at 4 blocks per SM")
     team = tiling.row_lanes * rows_at_once
     # Lean rows in a team narrower than a warp, bags whose length leaves a partial step (the rows
     # one step of every lane loads): the bag's last rows take half a step when they fit one
@@ -428,11 +436,13 @@ def forward_defines(variant: Variant, *, avg_len: int, many_bags: bool = True, p
 # Short bags of 64- and 128-column rows in lean rows, 4 rows in flight: the most blocks per SM
 # that compile without spilling (nvcc -Xptxas -v, sm_90: float32 d128 40 registers for sum, 48
 # for mean, per-sample weights spill at 5; the others 46-48 at 5). 16-bit rows with per-sample
-# weights keep the segmented kernel (measured faster there); 64-column rows with per-sample
-# weights were not measured.
+# weights at 4 (63 registers; 5 spill): with ONE_TILE they beat the segmented kernel, which
+# change 48 had kept for them (DCNv2 float16 Zipf 1.05 / 1.2 1.11 / 1.02 -> 1.35 / 1.29x FBGEMM,
+# uniform 1.26 -> 1.31x; docs/perf/change-52.md); 64-column rows with per-sample weights were not
+# measured.
 SHORT_LEAN_BLOCKS: dict[tuple[bool, int, str], int] = {
     (False, 128, "sum"): 6, (False, 128, "mean"): 5, (False, 128, "weighted"): 4,
-    (True, 128, "sum"): 5, (True, 128, "mean"): 5,
+    (True, 128, "sum"): 5, (True, 128, "mean"): 5, (True, 128, "weighted"): 4,
     (False, 64, "sum"): 5, (False, 64, "mean"): 5, (True, 64, "sum"): 5, (True, 64, "mean"): 5}
 # float32 d128 bags of at most segment_max_avg rows on average (DCNv2's tables): (rows in flight,
 # blocks per SM). One row at 8 blocks: 28-32 registers with one column tile known at compile time

@@ -41,6 +41,7 @@ class Tuning:
     narrow_one_row_max_avg: int = 64  # rows of <= 16 lanes, sum/mean bags up to this long: one row at once
     short_lean: bool = True  # d64/d128 sum/mean bags short enough to stride: one team per bag, lean rows
     lean_tail: bool = True  # lean rows, teams narrower than a warp: half a step for a bag's last rows
+    psw16_more_blocks: bool = True  # 16-bit d128 long bags with per-sample weights: 4 rows at 4 blocks
     persistent_max_group_rows: int = 24  # teams stride over bags of at most this many rows per lane group
     stride_f32_half_unroll: bool = True  # d128 float32 striding: half the rows in flight, more blocks
     wide_f32_fewer_rows: bool = True  # d192 float32: 2 rows in flight, more blocks, one team per bag

@@ -68,6 +68,8 @@ def cases() -> list[Case]:
                             "mean"))
             out.append(Case(f"DCNv2 B6912 a{alpha} {tag} psw", dcn_rows, 128, 6912, DCN_POOLING, alpha, dtype,
                             psw=True))
+            out.append(Case(f"12x500Kx128 L150 a{alpha} {tag} psw", [500_000] * 12, 128, 2048, [150] * 12, alpha,
+                            dtype, psw=True))
     for alpha in (0.0, 1.15):
         for dtype in (torch.float32, torch.float16):
             tag = "f32" if dtype == torch.float32 else "f16"

@@ -252,7 +252,7 @@ SHAPES = [  # (dtype, dim, layout, bags, length, mode, per-sample weights, paddi
     (torch.float32, 128, "csr", 4096, 20, "sum", False, 17),
     (torch.float32, 128, "csr", 4096, 20, "mean", False, -1),
     (torch.float16, 64, "fixed", 4096, 2, "sum", True, 17),
-    (torch.float16, 128, "csr", 65536, 4, "sum", True, -1),
+    (torch.float16, 256, "csr", 65536, 4, "sum", True, -1),
     (torch.float32, 256, "csr", 2048, 1, "sum", False, -1),
     (torch.float32, 128, "fixed", 8192, 1, "sum", False, -1),
     (torch.float32, 192, "fixed", 1024, 32, "max", False, 17),

@@ -440,6 +440,27 @@ def test_a_partial_last_step_takes_half_a_step_in_narrow_teams() -> None:
     assert tail(32, 20, mode="max") == 0 and tail(32, 20, knobs=replace(KNOBS, lean_tail=False)) == 0
 
 
+def test_sixteen_bit_rows_with_per_sample_weights_take_more_blocks() -> None:
+    """Change 52: 16-bit 128-column rows with per-sample weights run lean rows at 4 blocks per SM:
+    short bags one team per bag (leaving the segmented kernel, DCNv2), bags too long to stride 4
+    rows in flight instead of 8 at 2 blocks (12 tables of 150); float32 and the knob off as before."""
+    from reference_kernels._plan import BagCall, RowTiling, forward_defines, plan_bag_forward
+
+    def pick(avg_len: int, code: int = 1, knobs: Tuning = KNOBS) -> tuple[object, object, object]:
+        variant = _variant(code, "sum", True, False, RowTiling.for_row(128, 8 if code else 4))
+        d = forward_defines(variant, avg_len=avg_len, tuning=knobs)
+        return d["TEAM"], d["UNROLL"], d["MIN_BLOCKS"]
+
+    assert pick(8) == pick(8, code=2) == (16, 4, 4)
+    assert pick(150) == pick(150, code=2) == (32, 4, 4)
+    assert pick(150, knobs=replace(KNOBS, psw16_more_blocks=False)) == (32, 8, 2)
+    assert pick(150, code=0) == (32, 8, 3)
+    dcn = BagCall(weight_dtype=1, elem_bytes=2, dim=128, num_rows=26_000_000, weight_align=0, out_aligned=True,
+                  index_type="int", bag_size=0, num_indices=214 * 6912, num_bags=26 * 6912, tables=26,
+                  table_batched=True, mode="sum", has_psw=True, need_argmax=False, has_padding=False)
+    assert plan_bag_forward(dcn, HOPPER, KNOBS).entry == "embedding_bag_forward"
+
+
 def test_short_float32_bags_go_lean_at_high_occupancy() -> None:
     """Change 48: d128 sum/mean bags short enough to stride (or for the segmented kernel) go one
     team per bag in lean rows, 4 rows in flight at the most blocks per SM that do not spill:
