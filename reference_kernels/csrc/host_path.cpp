@@ -522,6 +522,35 @@ bool next_token(int64_t* token) {
   return !(*token == -1 && PyErr_Occurred());
 }
 
+// Whether a gradient may flow from the call (the weight's or the per-sample weights').
+bool wants_gradient(const Call& c) {
+  return c10::GradMode::is_enabled() && (c.weight->requires_grad() || (c.psw && c.psw->requires_grad()));
+}
+
+// A call with a gradient under functorch transforms takes the Python path's Function: 1 served,
+// 0 the Python path's, -1 a Python error is set.
+int serve_gradient(bool grad) {
+  if (!grad) return 1;
+  const int transformed = transforms_active();
+  return transformed < 0 ? -1 : transformed == 0;
+}
+
+// The check pass's copy dtype: int32 where every position and valid row fits it (as run_check).
+at::ScalarType clean_type_of(int64_t num_indices, int64_t rows, at::ScalarType index_type) {
+  return num_indices <= kInt32Limit && rows <= kInt32Limit + 1 ? at::kInt : index_type;
+}
+
+// The kernel argument values every lookup of a call shares (the sources of _host.SOURCES).
+void call_values(const Call& c, int64_t weight_ptr, int64_t out_ptr, int64_t* values) {
+  values[kWeight] = weight_ptr;
+  values[kIndices] = reinterpret_cast<int64_t>(c.input->data_ptr());
+  values[kOffsets] = c.offsets ? reinterpret_cast<int64_t>(c.offsets->data_ptr()) : 0;
+  values[kOffsetsNumel] = c.offsets_numel;
+  values[kPerSampleWeights] = c.psw ? reinterpret_cast<int64_t>(c.psw->data_ptr()) : 0;
+  values[kPadding] = c.pad;
+  values[kOut] = out_ptr;
+}
+
 // The clean copies of a check pass: with a gradient, tensors of their own (the backward keeps
 // them); without, one allocation for both (freed after the launches, which the stream orders),
 // the offsets' copy 16-byte aligned after the indices'.
@@ -567,7 +596,7 @@ Plans find_plans(const Key& key, const Call& c, int check, bool grad) {
   }
   if (!use_pass) return plans;
   const at::ScalarType itype = c.input->scalar_type();
-  plans.clean_type = c.input->numel() <= kInt32Limit && c.num_rows <= kInt32Limit + 1 ? at::kInt : itype;
+  plans.clean_type = clean_type_of(c.input->numel(), c.num_rows, itype);
   plans.pass = find_check(c.device, itype, plans.clean_type, 0);
   Key clean_key = key;
   clean_key.index_dtype = scalar_code(plans.clean_type);
@@ -589,12 +618,10 @@ PyObject* bag(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Call c;
   if (!read_call(args, c)) return not_served();
   const at::Tensor &weight = *c.weight, &input = *c.input;
-  const bool grad = c10::GradMode::is_enabled() && (weight.requires_grad() || (c.psw && c.psw->requires_grad()));
+  const bool grad = wants_gradient(c);
   if (grad && args[6] != Py_False) return not_served();  // sparse=True: the Python path's sparse gradient
-  if (grad) {
-    const int transformed = transforms_active();
-    if (transformed != 0) return transformed < 0 ? nullptr : not_served();
-  }
+  const int gradient = serve_gradient(grad);
+  if (gradient <= 0) return gradient < 0 ? nullptr : not_served();
   const bool need_argmax = grad && c.mode == 2 && weight.requires_grad();
   const int check = check_code(args[10]);
   if (check == -2) return nullptr;
@@ -617,13 +644,7 @@ PyObject* bag(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   int64_t stream = 0;
   if (!current_stream(c.device, &stream)) return nullptr;
   int64_t values[kSources] = {};
-  values[kWeight] = weight_ptr;
-  values[kIndices] = reinterpret_cast<int64_t>(input.data_ptr());
-  values[kOffsets] = c.offsets ? reinterpret_cast<int64_t>(c.offsets->data_ptr()) : 0;
-  values[kOffsetsNumel] = c.offsets_numel;
-  values[kPerSampleWeights] = c.psw ? reinterpret_cast<int64_t>(c.psw->data_ptr()) : 0;
-  values[kPadding] = c.pad;
-  values[kOut] = out_ptr;
+  call_values(c, weight_ptr, out_ptr, values);
   at::Tensor argmax;
   if (need_argmax) {
     argmax = at::empty({c.num_bags, c.dim}, weight.options().dtype(at::kLong));
@@ -740,13 +761,11 @@ PyObject* tbe(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Tables t;
   if (!read_table_batched_call(args, c, t)) return not_served();
   const at::Tensor &weight = *c.weight, &input = *c.input;
-  const bool grad = c10::GradMode::is_enabled() && (weight.requires_grad() || (c.psw && c.psw->requires_grad()));
+  const bool grad = wants_gradient(c);
   // a gradient for the per-sample weights alone, or the module's own backward: the Python path
   if (grad && (!weight.requires_grad() || args[9] != Py_False)) return not_served();
-  if (grad) {
-    const int transformed = transforms_active();
-    if (transformed != 0) return transformed < 0 ? nullptr : not_served();
-  }
+  const int gradient = serve_gradient(grad);
+  if (gradient <= 0) return gradient < 0 ? nullptr : not_served();
   const int check = check_code(args[7]);
   if (check == -2) return nullptr;
   const int64_t* ledger = nullptr;
@@ -759,7 +778,7 @@ PyObject* tbe(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (check > 0) {
     const int64_t cap = table_cap(t.count);
     if (cap < 0) return not_served();  // spans from torch: the Python path
-    lookup_type = input.numel() <= kInt32Limit && t.max_rows <= kInt32Limit + 1 ? at::kInt : itype;
+    lookup_type = clean_type_of(input.numel(), t.max_rows, itype);
     pass = find_check(c.device, itype, lookup_type, cap);
     if (pass == nullptr) return not_served();
   }
@@ -775,13 +794,7 @@ PyObject* tbe(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   int64_t stream = 0;
   if (!current_stream(c.device, &stream)) return nullptr;
   int64_t values[kSources] = {};
-  values[kWeight] = weight_ptr;
-  values[kIndices] = reinterpret_cast<int64_t>(input.data_ptr());
-  values[kOffsets] = reinterpret_cast<int64_t>(c.offsets->data_ptr());
-  values[kOffsetsNumel] = c.offsets_numel;
-  values[kPerSampleWeights] = c.psw ? reinterpret_cast<int64_t>(c.psw->data_ptr()) : 0;
-  values[kPadding] = -1;
-  values[kOut] = out_ptr;
+  call_values(c, weight_ptr, out_ptr, values);  // padding -1: the module has no padding row
   values[kTableRows] = reinterpret_cast<int64_t>(t.rows->data_ptr());
   CleanCopies clean;
   if (pass != nullptr) {

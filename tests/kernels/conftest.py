@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -16,6 +17,25 @@ def poison_outputs(monkeypatch: pytest.MonkeyPatch) -> None:
     from reference_kernels import _launch
 
     monkeypatch.setattr(_launch, "POISON_OUTPUTS", True)
+
+
+@pytest.fixture
+def drained_ledger(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The default index check mode (no environment override), and no error left over for the
+    next test."""
+    import reference_kernels as rk
+    from reference_kernels import index_check as ic
+
+    monkeypatch.delenv(ic.MODE_ENV, raising=False)
+    monkeypatch.delenv(ic.SKIP_ENV, raising=False)
+    rk.check_index_errors()
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            rk.check_index_errors()
+        except rk.EmbeddingIndexError:
+            pass
 
 
 @pytest.fixture

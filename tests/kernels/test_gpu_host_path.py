@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import random
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,33 +22,23 @@ import torch.nn.functional as F  # noqa: E402
 
 import reference_kernels as rk  # noqa: E402
 from reference_kernels import _host, diagnostics  # noqa: E402
-from reference_kernels import index_check as ic  # noqa: E402
 from tests.kernels.test_gpu_index_check import _bags as _inputs  # noqa: E402  (random fixed / CSR bags)
 
 pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("poison_outputs")]
 
 
 @pytest.fixture
-def library(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def library(drained_ledger: None) -> Any:
     """The loaded library (built by the first CUDA call when the setting is wait), with the
-    default check mode and no error left over."""
+    default check mode and no error left over (drained_ledger)."""
     if _host.setting() == "off":
         pytest.skip("REFERENCE_KERNELS_HOST_PATH=off")
-    monkeypatch.delenv(ic.MODE_ENV, raising=False)
-    monkeypatch.delenv(ic.SKIP_ENV, raising=False)
     rk.embedding_bag(torch.zeros((1, 1), dtype=torch.int64, device="cuda"), torch.zeros((2, 4), device="cuda"),
                      check_indices=False)
     if _host.setting() == "auto":
         pytest.skip("REFERENCE_KERNELS_HOST_PATH=auto builds in the background; the tests need wait")
     assert _host.status().state == "loaded", _host.status()
-    rk.check_index_errors()
-    yield _host.LOADED[2]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            rk.check_index_errors()
-        except rk.EmbeddingIndexError:
-            pass
+    return _host.LOADED[2]
 
 
 def _python_path(call: Any) -> Any:
@@ -62,6 +51,24 @@ def _served(library: Any, call: Any) -> tuple[Any, bool]:
     before = library.served_count()
     out = call()
     return out, library.served_count() == before + 1
+
+
+def _reports(library: Any, call: Any) -> list[tuple[torch.Tensor, str]]:
+    """``call()`` through the library, then through the Python path: each output and what the
+    next explicit check reports (its error, or its warnings joined)."""
+    reports = []
+    for through_library in (True, False):
+        with contextlib.nullcontext() if through_library else diagnostics.python_host_path():
+            out, served = _served(library, call)
+        assert served == through_library
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                rk.check_index_errors()
+                reports.append((out, "; ".join(str(w.message) for w in caught)))
+            except rk.EmbeddingIndexError as error:
+                reports.append((out, str(error)))
+    return reports
 
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
@@ -193,19 +200,7 @@ def test_a_served_check_pass_reports_as_the_python_path(mode: str, library: Any,
         return rk.embedding_bag(indices, weight, offsets, mode="max", check_indices=mode)
 
     call(idx)  # planned and registered: the negative plan, the pass, the clean lookup
-    reports = []
-    for through_library in (True, False):
-        with contextlib.nullcontext() if through_library else diagnostics.python_host_path():
-            out, served = _served(library, lambda: call(bad))
-        assert served == through_library
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                rk.check_index_errors()
-                reports.append((out, "; ".join(str(w.message) for w in caught)))
-            except rk.EmbeddingIndexError as error:
-                reports.append((out, str(error)))
-    (library_out, library_report), (python_out, python_report) = reports
+    (library_out, library_report), (python_out, python_report) = _reports(library, lambda: call(bad))
     assert library_report == python_report and "out of range" in library_report
     assert torch.equal(library_out, python_out)
 
@@ -430,19 +425,7 @@ def test_a_served_table_batched_check_reports_as_the_python_path(mode: str, libr
     bad = indices.clone()
     for position in rng.sample(range(int(offsets[256])), 3):  # table 0's positions (500 rows)
         bad[position] = rng.choice([500, -1, 577])  # 500, 577: inside the weight, past table 0's rows
-    reports = []
-    for through_library in (True, False):
-        with contextlib.nullcontext() if through_library else diagnostics.python_host_path():
-            out, served = _served(library, lambda: module(bad, offsets))
-        assert served == through_library
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                rk.check_index_errors()
-                reports.append((out, "; ".join(str(w.message) for w in caught)))
-            except rk.EmbeddingIndexError as error:
-                reports.append((out, str(error)))
-    (library_out, library_report), (python_out, python_report) = reports
+    (library_out, library_report), (python_out, python_report) = _reports(library, lambda: module(bad, offsets))
     assert library_report == python_report and "out of range" in library_report
     assert torch.equal(library_out, python_out)
 

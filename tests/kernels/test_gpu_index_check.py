@@ -19,24 +19,8 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 import reference_kernels as rk  # noqa: E402
-from reference_kernels import index_check as ic  # noqa: E402
 
 pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("poison_outputs", "drained_ledger")]
-
-
-@pytest.fixture
-def drained_ledger(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    """The default mode (no environment override), and no error left over for the next test."""
-    monkeypatch.delenv(ic.MODE_ENV, raising=False)
-    monkeypatch.delenv(ic.SKIP_ENV, raising=False)
-    rk.check_index_errors()
-    yield
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            rk.check_index_errors()
-        except rk.EmbeddingIndexError:
-            pass
 
 
 def _bags(gen: torch.Generator, rows: int, batch: int, pooling: int, layout: str,
