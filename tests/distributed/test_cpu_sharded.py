@@ -1,0 +1,122 @@
+"""Sharded tables on the CPU: several gloo processes against one process on the same global
+batches (forward, fused SGD / row-wise Adagrad updates, state dicts, resharding N -> M).
+
+The ranks run once per world size (a module fixture: process start-up dominates), every
+scenario in one go (tests/distributed/worker.py); each test compares one part of what they saw.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from reference_kernels.distributed import ShardedTableBatchedEmbeddingBag, merge_shard_state_dicts  # noqa: E402
+from tests.distributed import scenario as sc  # noqa: E402
+from tests.distributed.launch import launch_forked  # noqa: E402
+from tests.distributed.worker import KINDS, OPTIMIZERS  # noqa: E402
+
+
+def single_process(opt: str, world: int, steps: int = sc.STEPS, first: int = 0,
+                   start: list[dict[str, Any]] | None = None) -> tuple[list[Any], dict[str, dict[str, Any]], Any]:
+    """One rank holding every table, on the global batches of ``world`` ranks."""
+    module = ShardedTableBatchedEmbeddingBag(sc.plan_for(1, "table"), world * sc.LOCAL_BATCH, sc.optimizer_for(opt))
+    if start is None:
+        module.load_tables(sc.initial_tables())
+    else:
+        module.load_shard_state_dicts(start)
+    outputs = sc.train(module, world, range(world), steps=steps, first=first)
+    return outputs, merge_shard_state_dicts([sc.snapshot(module)]), module
+
+
+def start_checkpoint(out: Path, world: int) -> None:
+    """The resharding runs' start: a one-rank run's checkpoint after STEPS steps (1 -> world)."""
+    _, _, module = single_process("adagrad", world)
+    torch.save({"checkpoints": [sc.snapshot(module)], "steps_done": sc.STEPS}, out / "start.pt")
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    out = tmp_path_factory.mktemp("gloo2")
+    start_checkpoint(out, 2)
+    return launch_forked(2, out)
+
+
+def gathered(ranks: list[dict[str, Any]], name: str) -> tuple[Any, dict[str, dict[str, Any]]]:
+    """Every step's output over the global batch (ranks in order) and the merged tables."""
+    outputs = [torch.cat(step) for step in zip(*(r[name]["outputs"] for r in ranks), strict=True)]
+    return outputs, merge_shard_state_dicts([r[name]["state"] for r in ranks])
+
+
+def assert_tables_equal(got: dict[str, dict[str, Any]], want: dict[str, dict[str, Any]]) -> None:
+    assert got.keys() == want.keys()
+    for name in want:
+        for part in ("weight", "optimizer_state"):
+            assert torch.equal(got[name][part], want[name][part]), f"{name} {part}"
+
+
+@pytest.mark.parametrize("opt", OPTIMIZERS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_two_ranks_equal_one_process(two_ranks: list[dict[str, Any]], opt: str, kind: str) -> None:
+    """After STEPS steps every table's weights and optimizer state equal the single process's bit
+    for bit (each row's gradient is summed in the same order); the forward is bit-equal for
+    table-wise plans and within float32 rounding where row-wise partial sums are added per rank."""
+    outputs, tables = gathered(two_ranks, f"{opt}-{kind}")
+    want_outputs, want_tables, _ = single_process(opt, 2)
+    assert_tables_equal(tables, want_tables)
+    for got, want in zip(outputs, want_outputs, strict=True):
+        if kind == "table":
+            assert torch.equal(got, want)
+        else:
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    # the training moved the tables (a comparison of untouched tables would prove nothing)
+    assert not torch.equal(tables["big"]["weight"], sc.initial_tables()["big"])
+
+
+def test_two_ranks_hold_their_shards(two_ranks: list[dict[str, Any]]) -> None:
+    """Row-wise tables are split in row blocks over both ranks; table-wise ones live on one."""
+    pieces = {r: {(p["table"], p["row_start"], p["row_end"]) for p in ranks["sgd-mixed"]["state"]["shards"]}
+              for r, ranks in enumerate(two_ranks)}
+    assert ("big", 0, 26) in pieces[0] and ("big", 26, 53) in pieces[1]
+    assert ("small", 0, 7) in pieces[1] and not any(p[0] == "small" for p in pieces[0])
+
+
+def test_resharded_one_to_two_ranks_continues_the_run(two_ranks: list[dict[str, Any]]) -> None:
+    """A checkpoint saved on one rank, loaded on two (row-wise and table-wise shards), trained on:
+    the same tables as one process training all the way; and the two ranks' checkpoint loaded back
+    on one process (2 -> 1) gives those tables."""
+    outputs, tables = gathered(two_ranks, "resharded")
+    _, _, first_half = single_process("adagrad", 2)
+    want_outputs, want_tables, _ = single_process("adagrad", 2, first=sc.STEPS,
+                                                  start=[sc.snapshot(first_half)])
+    assert_tables_equal(tables, want_tables)
+    for got, want in zip(outputs, want_outputs, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    back = ShardedTableBatchedEmbeddingBag(sc.plan_for(1, "table"), sc.LOCAL_BATCH, sc.optimizer_for("adagrad"))
+    back.load_shard_state_dicts([r["resharded"]["state"] for r in two_ranks])
+    assert_tables_equal(merge_shard_state_dicts([sc.snapshot(back)]), want_tables)
+
+
+@pytest.mark.slow
+def test_four_ranks_equal_one_process_and_reshard_from_two(two_ranks: list[dict[str, Any]],
+                                                           tmp_path: Path) -> None:
+    """Four gloo ranks: every scenario equals one process; the resharding run starts from the two
+    ranks' checkpoint (2 -> 4)."""
+    torch.save({"checkpoints": [r["resharded"]["state"] for r in two_ranks], "steps_done": 2 * sc.STEPS},
+               tmp_path / "start.pt")
+    four = launch_forked(4, tmp_path)
+    for opt in OPTIMIZERS:
+        for kind in KINDS:
+            outputs, tables = gathered(four, f"{opt}-{kind}")
+            want_outputs, want_tables, _ = single_process(opt, 4)
+            assert_tables_equal(tables, want_tables)
+            for got, want in zip(outputs, want_outputs, strict=True):
+                torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    _, tables = gathered(four, "resharded")
+    _, _, first = single_process("adagrad", 2)
+    _, _, second = single_process("adagrad", 2, first=sc.STEPS, start=[sc.snapshot(first)])
+    _, want_tables, _ = single_process("adagrad", 4, first=2 * sc.STEPS, start=[sc.snapshot(second)])
+    assert_tables_equal(tables, want_tables)

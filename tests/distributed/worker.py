@@ -1,0 +1,55 @@
+"""One rank of the sharded-tables tests: ``python -m tests.distributed.worker OUT DEVICE`` with
+RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set (as torchrun sets them). Runs every scenario
+(optimizer x plan kind) and the resharding runs, and saves what it saw to OUT/rank<r>.pt for the
+test process to compare with its single-process runs."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from reference_kernels.distributed import ShardedTableBatchedEmbeddingBag
+from tests.distributed import scenario as sc
+
+OPTIMIZERS = ("sgd", "adagrad")
+KINDS = ("table", "row", "mixed")
+CONTINUED = "continued.pt"  # the resharding run's checkpoint: what a larger world starts from
+
+
+def run(out: Path, device_name: str) -> None:
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    device = torch.device(device_name)
+    if device.type == "cuda":
+        torch.cuda.set_device(rank)
+        device = torch.device("cuda", rank)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    group = dist.new_group(list(range(world)))  # one embedding group for every module (each would make one)
+    mine = range(rank, rank + 1)
+    results: dict[str, Any] = {}
+    for opt in OPTIMIZERS:
+        for kind in KINDS:
+            module = ShardedTableBatchedEmbeddingBag(sc.plan_for(world, kind), sc.LOCAL_BATCH, sc.optimizer_for(opt),
+                                                     device=device, group=group)
+            module.load_tables(sc.initial_tables())
+            outputs = sc.train(module, world, mine, device=device)
+            results[f"{opt}-{kind}"] = {"outputs": outputs, "state": sc.snapshot(module)}
+    # resharding: start from a checkpoint saved on another number of ranks (START), train on
+    start = torch.load(out / "start.pt", weights_only=False)
+    module = ShardedTableBatchedEmbeddingBag(sc.plan_for(world, "mixed"), sc.LOCAL_BATCH,
+                                             sc.optimizer_for("adagrad"), device=device, group=group)
+    module.load_shard_state_dicts(start["checkpoints"])
+    outputs = sc.train(module, world, mine, first=start["steps_done"], device=device)
+    results["resharded"] = {"outputs": outputs, "state": sc.snapshot(module)}
+    results["dropped"] = int(module.dropped_lookups)
+    torch.save(results, out / f"rank{rank}.pt")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    run(Path(sys.argv[1]), sys.argv[2])
