@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import dcnv2
 from .planner import (
     ROW_WISE,
     TABLE_WISE,
@@ -22,7 +23,7 @@ from .planner import (
     row_blocks,
 )
 
-__all__ = ["ROW_WISE", "TABLE_WISE", "Placement", "PlanError", "Shard", "ShardedTableBatchedEmbeddingBag",
+__all__ = ["dcnv2", "ROW_WISE", "TABLE_WISE", "Placement", "PlanError", "Shard", "ShardedTableBatchedEmbeddingBag",
            "ShardingPlan", "TableSpec", "free_memory_per_rank", "merge_shard_state_dicts", "plan_sharding",
            "row_blocks"]
 
