@@ -109,3 +109,25 @@ def snapshot(module: Any) -> dict[str, Any]:
     state["shards"] = [{k: v.detach().cpu().clone() if isinstance(v, Tensor) else v for k, v in piece.items()}
                        for piece in state["shards"]]
     return state
+
+
+def single_process(opt: str, world: int, steps: int = STEPS, first: int = 0, start: list[dict[str, Any]] | None = None,
+                   device: Any = "cpu") -> tuple[list[Tensor], dict[str, dict[str, Tensor]], Any]:
+    """One rank holding every table, on the global batches of ``world`` ranks: (outputs, merged
+    tables, the module)."""
+    from reference_kernels.distributed import ShardedTableBatchedEmbeddingBag, merge_shard_state_dicts
+
+    module = ShardedTableBatchedEmbeddingBag(plan_for(1, "table"), world * LOCAL_BATCH, optimizer_for(opt),
+                                             device=device)
+    if start is None:
+        module.load_tables(initial_tables())
+    else:
+        module.load_shard_state_dicts(start)
+    outputs = train(module, world, range(world), steps=steps, first=first, device=device)
+    return outputs, merge_shard_state_dicts([snapshot(module)]), module
+
+
+def start_checkpoint(out: Any, world: int, device: Any = "cpu") -> None:
+    """The resharding runs' start: a one-rank run's checkpoint after STEPS steps (1 -> world)."""
+    _, _, module = single_process("adagrad", world, device=device)
+    torch.save({"checkpoints": [snapshot(module)], "steps_done": STEPS}, out / "start.pt")

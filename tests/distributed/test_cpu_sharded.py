@@ -20,28 +20,10 @@ from tests.distributed.launch import launch_forked  # noqa: E402
 from tests.distributed.worker import KINDS, OPTIMIZERS  # noqa: E402
 
 
-def single_process(opt: str, world: int, steps: int = sc.STEPS, first: int = 0,
-                   start: list[dict[str, Any]] | None = None) -> tuple[list[Any], dict[str, dict[str, Any]], Any]:
-    """One rank holding every table, on the global batches of ``world`` ranks."""
-    module = ShardedTableBatchedEmbeddingBag(sc.plan_for(1, "table"), world * sc.LOCAL_BATCH, sc.optimizer_for(opt))
-    if start is None:
-        module.load_tables(sc.initial_tables())
-    else:
-        module.load_shard_state_dicts(start)
-    outputs = sc.train(module, world, range(world), steps=steps, first=first)
-    return outputs, merge_shard_state_dicts([sc.snapshot(module)]), module
-
-
-def start_checkpoint(out: Path, world: int) -> None:
-    """The resharding runs' start: a one-rank run's checkpoint after STEPS steps (1 -> world)."""
-    _, _, module = single_process("adagrad", world)
-    torch.save({"checkpoints": [sc.snapshot(module)], "steps_done": sc.STEPS}, out / "start.pt")
-
-
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     out = tmp_path_factory.mktemp("gloo2")
-    start_checkpoint(out, 2)
+    sc.start_checkpoint(out, 2)
     return launch_forked(2, out)
 
 
@@ -65,7 +47,7 @@ def test_two_ranks_equal_one_process(two_ranks: list[dict[str, Any]], opt: str, 
     for bit (each row's gradient is summed in the same order); the forward is bit-equal for
     table-wise plans and within float32 rounding where row-wise partial sums are added per rank."""
     outputs, tables = gathered(two_ranks, f"{opt}-{kind}")
-    want_outputs, want_tables, _ = single_process(opt, 2)
+    want_outputs, want_tables, _ = sc.single_process(opt, 2)
     assert_tables_equal(tables, want_tables)
     for got, want in zip(outputs, want_outputs, strict=True):
         if kind == "table":
@@ -89,8 +71,8 @@ def test_resharded_one_to_two_ranks_continues_the_run(two_ranks: list[dict[str, 
     the same tables as one process training all the way; and the two ranks' checkpoint loaded back
     on one process (2 -> 1) gives those tables."""
     outputs, tables = gathered(two_ranks, "resharded")
-    _, _, first_half = single_process("adagrad", 2)
-    want_outputs, want_tables, _ = single_process("adagrad", 2, first=sc.STEPS,
+    _, _, first_half = sc.single_process("adagrad", 2)
+    want_outputs, want_tables, _ = sc.single_process("adagrad", 2, first=sc.STEPS,
                                                   start=[sc.snapshot(first_half)])
     assert_tables_equal(tables, want_tables)
     for got, want in zip(outputs, want_outputs, strict=True):
@@ -111,12 +93,12 @@ def test_four_ranks_equal_one_process_and_reshard_from_two(two_ranks: list[dict[
     for opt in OPTIMIZERS:
         for kind in KINDS:
             outputs, tables = gathered(four, f"{opt}-{kind}")
-            want_outputs, want_tables, _ = single_process(opt, 4)
+            want_outputs, want_tables, _ = sc.single_process(opt, 4)
             assert_tables_equal(tables, want_tables)
             for got, want in zip(outputs, want_outputs, strict=True):
                 torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
     _, tables = gathered(four, "resharded")
-    _, _, first = single_process("adagrad", 2)
-    _, _, second = single_process("adagrad", 2, first=sc.STEPS, start=[sc.snapshot(first)])
-    _, want_tables, _ = single_process("adagrad", 4, first=2 * sc.STEPS, start=[sc.snapshot(second)])
+    _, _, first = sc.single_process("adagrad", 2)
+    _, _, second = sc.single_process("adagrad", 2, first=sc.STEPS, start=[sc.snapshot(first)])
+    _, want_tables, _ = sc.single_process("adagrad", 4, first=2 * sc.STEPS, start=[sc.snapshot(second)])
     assert_tables_equal(tables, want_tables)

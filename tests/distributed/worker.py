@@ -21,6 +21,26 @@ KINDS = ("table", "row", "mixed")
 CONTINUED = "continued.pt"  # the resharding run's checkpoint: what a larger world starts from
 
 
+def host_sync_in_step(module: ShardedTableBatchedEmbeddingBag, world: int, mine: range,
+                      device: torch.device) -> str:
+    """One more training step with CUDA's sync debug mode on "error": "none", or the first
+    synchronising call's error ("not measured" off CUDA)."""
+    if device.type != "cuda":
+        return "not measured"
+    batch = sc.local_batch(sc.global_batches(world, 1, first=100)[0], world, mine)
+    indices, offsets = batch.indices.to(device), batch.offsets.to(device)
+    grad = sc.output_grads(world, 1, first=100)[0][mine.start * sc.LOCAL_BATCH:mine.stop * sc.LOCAL_BATCH].to(device)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        module(indices, offsets).backward(grad)
+        return "none"
+    except RuntimeError as error:
+        return str(error).splitlines()[0]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
 def run(out: Path, device_name: str) -> None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     device = torch.device(device_name)
@@ -46,6 +66,7 @@ def run(out: Path, device_name: str) -> None:
     outputs = sc.train(module, world, mine, first=start["steps_done"], device=device)
     results["resharded"] = {"outputs": outputs, "state": sc.snapshot(module)}
     results["dropped"] = int(module.dropped_lookups)
+    results["host_sync"] = host_sync_in_step(module, world, mine, device)
     torch.save(results, out / f"rank{rank}.pt")
     dist.barrier()
     dist.destroy_process_group()

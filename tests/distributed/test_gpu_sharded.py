@@ -1,0 +1,77 @@
+"""Sharded tables on two GPUs with NCCL (the lookups and fused updates run our kernels) against
+one GPU holding every table, on the same global batches. Skips cleanly with fewer than two GPUs.
+
+    python3 -m pytest -q -m cuda tests/distributed/test_gpu_sharded.py
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import cuda_available
+
+torch = pytest.importorskip("torch")
+
+from reference_kernels.distributed import merge_shard_state_dicts  # noqa: E402
+from tests.distributed import scenario as sc  # noqa: E402
+from tests.distributed.launch import launch  # noqa: E402
+from tests.distributed.worker import KINDS, OPTIMIZERS  # noqa: E402
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not cuda_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")]
+
+# weights after STEPS fused steps: float32 sums of the same terms in another order (row-wise
+# partials added per rank; a row's gradient split into other chunks by the kernels' sort)
+RTOL, ATOL = 1e-5, 1e-6
+
+
+@pytest.fixture(scope="module")
+def two_gpus(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    out: Path = tmp_path_factory.mktemp("nccl2")
+    sc.start_checkpoint(out, 2, device="cuda:0")
+    return launch(2, out, device="cuda", timeout=300.0)
+
+
+def gathered(ranks: list[dict[str, Any]], name: str) -> tuple[list[Any], dict[str, dict[str, Any]]]:
+    outputs = [torch.cat(step) for step in zip(*(r[name]["outputs"] for r in ranks), strict=True)]
+    return outputs, merge_shard_state_dicts([r[name]["state"] for r in ranks])
+
+
+@pytest.mark.parametrize("opt", OPTIMIZERS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_two_gpus_equal_one_gpu(two_gpus: list[dict[str, Any]], opt: str, kind: str) -> None:
+    outputs, tables = gathered(two_gpus, f"{opt}-{kind}")
+    want_outputs, want_tables, _ = sc.single_process(opt, 2, device="cuda:0")
+    for name, want in want_tables.items():
+        for part in ("weight", "optimizer_state"):
+            torch.testing.assert_close(tables[name][part], want[part], rtol=RTOL, atol=ATOL, msg=f"{name} {part}")
+    for got, want in zip(outputs, want_outputs, strict=True):
+        torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL)
+
+
+def test_table_wise_sgd_is_bit_equal_to_one_gpu(two_gpus: list[dict[str, Any]]) -> None:
+    """Table-wise: each table is looked up and updated by one GPU on the whole global batch, as
+    on one GPU; the forward and the SGD-updated weights are the same bits."""
+    outputs, tables = gathered(two_gpus, "sgd-table")
+    want_outputs, want_tables, _ = sc.single_process("sgd", 2, device="cuda:0")
+    for name, want in want_tables.items():
+        assert torch.equal(tables[name]["weight"], want["weight"]), name
+    assert all(torch.equal(a, b) for a, b in zip(outputs, want_outputs, strict=True))
+
+
+def test_resharded_one_gpu_checkpoint_continues_on_two(two_gpus: list[dict[str, Any]]) -> None:
+    _, tables = gathered(two_gpus, "resharded")
+    _, _, first = sc.single_process("adagrad", 2, device="cuda:0")
+    _, want_tables, _ = sc.single_process("adagrad", 2, first=sc.STEPS, start=[sc.snapshot(first)], device="cuda:0")
+    for name, want in want_tables.items():
+        torch.testing.assert_close(tables[name]["weight"], want["weight"], rtol=RTOL, atol=ATOL)
+        torch.testing.assert_close(tables[name]["optimizer_state"], want["optimizer_state"], rtol=RTOL, atol=ATOL)
+
+
+def test_a_step_reads_nothing_to_the_host(two_gpus: list[dict[str, Any]]) -> None:
+    """A training step (input exchange, lookups, output exchange, backward with the fused
+    update) under torch.cuda.set_sync_debug_mode("error") makes no synchronising call."""
+    assert [r["host_sync"] for r in two_gpus] == ["none", "none"]
