@@ -36,6 +36,7 @@ from .lookup import KernelShards, TorchShards
 from .planner import ROW_WISE, TABLE_WISE, Shard, ShardingPlan
 
 CHECKPOINT_FORMAT = 1
+INIT_CHUNK = 1 << 18  # rows per generator draw of the default initialisation
 
 
 class _AllToAll(torch.autograd.Function):
@@ -273,14 +274,20 @@ class ShardedTableBatchedEmbeddingBag(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self, seed: int = 0) -> None:
-        """Uniform(+-1/sqrt(rows)) per table (TorchRec's default), drawn per shard from a
-        generator seeded by (seed, table, first row); optimizer state to its initial value."""
+        """Uniform(+-1/sqrt(rows)) per table (TorchRec's default), drawn in chunks of INIT_CHUNK
+        rows, chunk c of table t from a generator seeded by (seed, t, c): the same weights whatever
+        the plan and the number of ranks. Optimizer state to its initial value."""
         for shard, weight, state in self.local_shards():
             spec = self.plan.tables[shard.table]
-            gen = torch.Generator(device=weight.device).manual_seed(seed * 1_000_003 + shard.table * 7919
-                                                                    + shard.row_start)
             bound = spec.num_embeddings ** -0.5
-            weight.uniform_(-bound, bound, generator=gen)
+            for chunk in range(shard.row_start // INIT_CHUNK, (shard.row_end - 1) // INIT_CHUNK + 1):
+                gen = torch.Generator(device=weight.device).manual_seed(
+                    (seed * 1_000_003 + shard.table) * 1_000_033 + chunk)
+                first, last = chunk * INIT_CHUNK, min((chunk + 1) * INIT_CHUNK, spec.num_embeddings)
+                values = torch.empty(last - first, spec.embedding_dim, dtype=weight.dtype, device=weight.device)
+                values.uniform_(-bound, bound, generator=gen)
+                lo, hi = max(first, shard.row_start), min(last, shard.row_end)
+                weight[lo - shard.row_start:hi - shard.row_start] = values[lo - first:hi - first]
             if state.numel():
                 state.fill_(self.optimizer.initial_accumulator_value if isinstance(self.optimizer, RowWiseAdagrad)
                             else 0.0)

@@ -1,0 +1,263 @@
+"""DLRM with sharded embeddings on N GPUs: data-parallel dense layers (DDP), the 26 tables
+sharded by ``reference_kernels.distributed`` (table-wise / row-wise per the planner), fused
+row-wise Adagrad (or SGD) in the embedding backward, trained on a synthetic click log.
+
+    torchrun --nproc_per_node=2 examples/dlrm/dlrm_sharded.py                 # small tables
+    torchrun --nproc_per_node=2 examples/dlrm/dlrm_sharded.py --dcnv2-full    # MLPerf DCNv2 sizes
+    torchrun --nproc_per_node=1 examples/dlrm/dlrm_sharded.py --dcnv2-scale 0.02 --json n1.json
+    torchrun --nproc_per_node=2 examples/dlrm/dlrm_sharded.py --dcnv2-scale 0.02 --check n1.json
+
+``--dcnv2-full``: the 26 tables of MLPerf DLRM-DCNv2 (40M-row cap, 204M rows, dim 128, float32:
+104.5 GB of weights; reference_kernels/distributed/dcnv2.py), multi-hot bags of the benchmark's
+sizes, DCNv2's dense part (bottom MLP 512-256-128, three low-rank (512) cross layers, top MLP
+1024-1024-512-256-1). It cannot run on one 80 GB GPU; on two H100s the planner puts the five
+40M-row tables row-wise (about 50 GiB per GPU). Without a GPU it runs on the CPU with gloo (small
+sizes only).
+
+Batches: the global batch of step s is made of blocks of ``--block`` samples, block k drawn from a
+generator seeded by (seed, s, k); a rank with local batch B takes blocks rank*B/block ..: N ranks
+at local batch B see the same global batches as one rank at N*B, so the loss curves compare
+(``--check``: every step's global mean loss within LOSS_TOLERANCE of a reference run's JSON).
+Labels carry a planted signal (a hidden score per (table, id) from a hash, and a dense direction).
+Each rank's output gradient is scaled by 1/N so the embedding gradients are those of the global
+mean loss, as DDP's averaging makes the dense ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from reference_kernels import optim  # noqa: E402
+from reference_kernels.distributed import (  # noqa: E402
+    ShardedTableBatchedEmbeddingBag,
+    TableSpec,
+    dcnv2,
+    free_memory_per_rank,
+    plan_sharding,
+)
+
+DENSE_FEATURES = 13
+LOSS_TOLERANCE = 1e-3  # per step, absolute, global mean log loss of runs on different N (as dlrm.py)
+
+
+@dataclass(frozen=True)
+class Batch:
+    dense: Tensor
+    indices: Tensor
+    offsets: Tensor
+    labels: Tensor
+
+
+def small_tables(dim: int) -> list[TableSpec]:
+    return [TableSpec(f"t{t:02d}", int(10 ** (3 + 3 * (t % 7) / 6)), dim, 1.5, 3) for t in range(26)]
+
+
+class ClickLog:
+    """Synthetic click log (module docstring); fixed-size bags when every table's pooling factor
+    equals its max bag size (DCNv2), else 0 .. max_bag_size lookups per bag."""
+
+    def __init__(self, tables: list[TableSpec], block: int, seed: int, device: torch.device) -> None:
+        self.tables, self.block, self.seed, self.device = tables, block, seed, device
+        g = torch.Generator().manual_seed(seed + 1)
+        self.direction = (torch.randn(DENSE_FEATURES, generator=g) / math.sqrt(DENSE_FEATURES)).to(device)
+
+    def score(self, t: int, ids: Tensor) -> Tensor:
+        """A hidden score per (table, id): a hash, so 40M-row tables need no score table."""
+        h = (ids * 2654435761 + t * 40503) % 1000003
+        return torch.sin(h.to(torch.float32) * 0.0137) * 1.2
+
+    def block_of(self, step: int, k: int) -> tuple[Tensor, list[Tensor], Tensor, Tensor]:
+        g = torch.Generator(device=self.device).manual_seed((self.seed * 1_000_003 + step) * 4099 + k)
+        b = self.block
+        dense = torch.randn(b, DENSE_FEATURES, generator=g, device=self.device)
+        logit = dense @ self.direction - 0.3
+        ids, lengths = [], []
+        for t, spec in enumerate(self.tables):
+            fixed = spec.pooling_factor == spec.max_bag_size
+            cap = spec.max_bag_size
+            n = torch.full((b,), cap, device=self.device) if fixed else torch.randint(
+                0, cap + 1, (b,), generator=g, device=self.device)
+            slots = torch.randint(0, spec.num_embeddings, (b, cap), generator=g, device=self.device)
+            keep = torch.arange(cap, device=self.device) < n.unsqueeze(1)
+            logit = logit + (self.score(t, slots) * keep).sum(1) / math.sqrt(cap)
+            ids.append(slots.reshape(-1) if fixed else slots[keep])  # variable bags: one host read
+            lengths.append(n)
+        labels = torch.bernoulli(torch.sigmoid(logit), generator=g)
+        return dense, ids, torch.stack(lengths), labels
+
+    def batch(self, step: int, first_block: int, blocks: int) -> Batch:
+        """Blocks first_block .. +blocks of step ``step`` in the table-batched layout."""
+        parts = [self.block_of(step, k) for k in range(first_block, first_block + blocks)]
+        ids = [torch.cat([p[1][t] for p in parts]) for t in range(len(self.tables))]
+        lengths = torch.cat([p[2] for p in parts], 1).reshape(-1)
+        offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
+        return Batch(torch.cat([p[0] for p in parts]), torch.cat(ids), offsets, torch.cat([p[3] for p in parts]))
+
+
+def mlp(sizes: list[int], last_plain: bool = False) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+        layers.append(nn.Linear(a, b))
+        if not (last_plain and i == len(sizes) - 2):
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class CrossAndTop(nn.Module):
+    """DCNv2's low-rank cross network (x_{l+1} = x0 * U(V x_l) + b + x_l) and the top MLP."""
+
+    def __init__(self, width: int, rank: int, layers: int, top: list[int]) -> None:
+        super().__init__()
+        self.down = nn.ModuleList(nn.Linear(width, rank, bias=False) for _ in range(layers))
+        self.up = nn.ModuleList(nn.Linear(rank, width) for _ in range(layers))
+        self.top = mlp([width, *top, 1], last_plain=True)
+
+    def forward(self, x0: Tensor) -> Tensor:
+        x = x0
+        for down, up in zip(self.down, self.up, strict=True):
+            x = x0 * up(down(x)) + x
+        return self.top(x).squeeze(1)  # type: ignore[no-any-return]
+
+
+def setup() -> tuple[int, int, torch.device]:
+    if "RANK" not in os.environ:  # plain `python3 dlrm_sharded.py`: one rank
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="29571")
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    return dist.get_rank(), dist.get_world_size(), device
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--dcnv2-full", action="store_true", help="MLPerf DCNv2's 26 tables at full size (2+ H100s)")
+    parser.add_argument("--dcnv2-scale", type=float, help="DCNv2's tables with rows scaled by this factor")
+    parser.add_argument("--dim", type=int, help="embedding dim (default 128 for DCNv2, 16 for the small tables)")
+    parser.add_argument("--batch", type=int, help="local batch per rank (default 8192 DCNv2, 1024 small)")
+    parser.add_argument("--block", type=int, default=256, help="samples per generated data block")
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--warmup", type=int, default=5, help="steps left out of the timing")
+    parser.add_argument("--optimizer", choices=["adagrad", "sgd"], default="adagrad",
+                        help="the embeddings' fused optimizer (row-wise Adagrad or SGD)")
+    parser.add_argument("--dense-optimizer", choices=["adagrad", "sgd"], default="sgd",
+                        help="the dense layers' (Adagrad turns rounding-level gradients into full steps, so runs on "
+                             "different N drift apart)")
+    parser.add_argument("--lr", type=float, default=0.1, help="dense learning rate")
+    parser.add_argument("--embedding-lr", type=float, default=0.05)
+    parser.add_argument("--reserve-gib", type=float, default=12.0, help="GPU memory kept for the dense part")
+    parser.add_argument("--row-wise-fraction", type=float, default=0.2,
+                        help="the planner shards a table row-wise above this fraction of a rank's budget")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, help="rank 0 writes losses, steps/s and memory here")
+    parser.add_argument("--check", type=Path, help="a reference run's JSON: exit 1 unless every loss agrees")
+    args = parser.parse_args(argv)
+    rank, world, device = setup()
+    dcn = args.dcnv2_full or args.dcnv2_scale is not None
+    dim = args.dim or (128 if dcn else 16)
+    tables = dcnv2.tables(dim, 1.0 if args.dcnv2_full else args.dcnv2_scale) if dcn else small_tables(dim)
+    batch = args.batch or (8192 if dcn else 1024)
+    if batch % args.block:
+        raise SystemExit(f"--batch ({batch}) must be a multiple of --block ({args.block})")
+    state_bytes = 4 if args.optimizer == "adagrad" else 0
+    if device.type == "cuda":
+        budget = [f - int(args.reserve_gib * 2**30) for f in free_memory_per_rank(device)]
+    else:
+        budget = [8 * 2**30] * world  # the CPU runs are small
+    plan = plan_sharding(tables, budget, state_bytes_per_row=state_bytes, row_wise_fraction=args.row_wise_fraction)
+    if rank == 0:
+        print(plan.describe(), flush=True)
+    spec: optim.SGD | optim.RowWiseAdagrad = (optim.RowWiseAdagrad(lr=args.embedding_lr) if args.optimizer == "adagrad"
+                                               else optim.SGD(lr=args.embedding_lr))
+    embeddings = ShardedTableBatchedEmbeddingBag(plan, batch, spec, device=device, seed=args.seed)
+    torch.manual_seed(args.seed)  # the same dense initialisation on every rank and for every N
+    bottom = mlp([DENSE_FEATURES, 512, 256, dim] if dcn else [DENSE_FEATURES, 64, dim]).to(device)
+    width = dim * (len(tables) + 1)
+    over = CrossAndTop(width, 512 if dcn else 64, 3, [1024, 1024, 512, 256] if dcn else [128, 64]).to(device)
+    ddp_bottom, ddp_over = DistributedDataParallel(bottom), DistributedDataParallel(over)
+    dense_params = [*bottom.parameters(), *over.parameters()]
+    dense_opt = (torch.optim.Adagrad(dense_params, lr=args.lr) if args.dense_optimizer == "adagrad"
+                 else torch.optim.SGD(dense_params, lr=args.lr))
+    log = ClickLog(tables, args.block, args.seed, device)
+    blocks = batch // args.block
+    lossf = nn.BCEWithLogitsLoss()
+    losses: list[Tensor] = []
+    data = [log.batch(s, rank * blocks, blocks) for s in range(args.steps)]  # before the timing
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(device)
+    dist.barrier()
+    start = time.perf_counter()
+    for step, b in enumerate(data):
+        if step == args.warmup:
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+        emb = embeddings(b.indices, b.offsets)
+        if world > 1:
+            emb.register_hook(lambda g: g / world)  # the global mean loss's gradient (exact: N = 2^k)
+        x = ddp_bottom(b.dense)
+        logits = ddp_over(torch.cat([x, emb], 1))
+        loss = lossf(logits, b.labels)
+        dense_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        dense_opt.step()
+        global_loss = loss.detach().clone()
+        dist.all_reduce(global_loss)
+        losses.append(global_loss / world)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    timed = max(1, args.steps - args.warmup)
+    elapsed = time.perf_counter() - start
+    curve = [float(x) for x in torch.stack(losses).cpu().tolist()]
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
+    peaks = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(world)]
+    dist.all_gather(peaks, torch.tensor([peak], dtype=torch.int64, device=device))
+    result: dict[str, Any] = {
+        "world_size": world, "local_batch": batch, "tables": "dcnv2" if dcn else "small",
+        "rows": sum(t.num_embeddings for t in tables), "dim": dim, "steps": args.steps,
+        "steps_per_s": timed / elapsed, "samples_per_s_per_gpu": timed * batch / elapsed,
+        "peak_memory_gib_per_rank": [int(p) / 2**30 for p in peaks], "losses": curve,
+        "dropped_lookups": int(embeddings.dropped_lookups), "device": str(torch.cuda.get_device_name(device))
+        if device.type == "cuda" else "cpu", "plan": plan.describe()}
+    status = 0
+    if rank == 0:
+        print(f"N={world} local batch {batch}: {result['steps_per_s']:.2f} steps/s, "
+              f"{result['samples_per_s_per_gpu']:.0f} samples/s per rank, peak memory per rank "
+              f"{', '.join(f'{p:.1f}' for p in result['peak_memory_gib_per_rank'])} GiB; "
+              f"loss {curve[0]:.4f} -> {curve[-1]:.4f}", flush=True)
+        if args.check:
+            reference = json.loads(args.check.read_text())["losses"]
+            diff = max(abs(a - b) for a, b in zip(curve, reference, strict=False))
+            result["max_loss_diff"] = diff
+            print(f"max |loss - reference loss| over {min(len(curve), len(reference))} steps: {diff:.2e} "
+                  f"(tolerance {LOSS_TOLERANCE:g})", flush=True)
+            status = 0 if diff <= LOSS_TOLERANCE else 1
+        out = args.json or (Path(os.environ["OUT"]) / f"dlrm_sharded_n{world}.json" if os.environ.get("OUT") else None)
+        if out:
+            out.write_text(json.dumps(result, indent=1))
+    dist.destroy_process_group()
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
