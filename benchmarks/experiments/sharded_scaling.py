@@ -11,7 +11,9 @@ step): input (slot layout + the ids' all-to-all), lookup (every local shard for 
 batch), output all-to-all (pooled rows back to their samples' ranks, row-wise partials summed),
 dense (forward, backward, DDP all-reduce, optimizer), backward + update (the gradient's reverse
 all-to-all and the fused updates), plus a bare all-to-all of the output's size (how much of
-backward + update is the exchange). Rank 0 prints the figures and writes
+backward + update is the exchange). Then the same steps with ``SparseForwardPipeline`` (batch
+i+1's sparse forward on a side stream during batch i's dense tail and optimizer step): its
+steps/s, gain and peak memory beside the plain loop's. Rank 0 prints the figures and writes
 ``$OUT/sharded_scaling_n<N>.json`` (or ``--out DIR``). The scaled tables (``--dcnv2-scale``,
 default 0.25: 26 GB) fit one H100, so N = 1, 2, 4 run the same model; weak-scaling
 efficiency = per-GPU samples/s at N over that at N = 1 (``--summarize``).
@@ -38,13 +40,14 @@ def summarize(folder: Path) -> str:
     if not runs:
         return f"no sharded_scaling_n*.json in {folder}"
     base = next((r for r in runs if r["world_size"] == 1), None)
-    lines = ["| N | tables | local batch | steps/s | samples/s per GPU | weak-scaling eff. | "
+    lines = ["| N | tables | local batch | steps/s | pipelined steps/s | samples/s per GPU | weak-scaling eff. | "
              + " | ".join(f"{p} ms" for p in PHASES) + " | peak GiB/GPU |",
-             "|---|---|---|---|---|---|" + "---|" * len(PHASES) + "---|"]
+             "|---|---|---|---|---|---|---|" + "---|" * len(PHASES) + "---|"]
     for r in runs:
         eff = (f"{r['samples_per_s_per_gpu'] / base['samples_per_s_per_gpu']:.0%}"
                if base and base["tables"] == r["tables"] else "n/a")
         lines.append(f"| {r['world_size']} | {r['tables']} | {r['local_batch']} | {r['steps_per_s']:.2f} | "
+                     f"{r['pipelined_steps_per_s']:.2f} ({r['pipeline_gain']:+.1%}) | "
                      f"{r['samples_per_s_per_gpu']:.0f} | {eff} | "
                      + " | ".join(f"{r['phases_ms'][p]:.2f}" for p in PHASES)
                      + f" | {max(r['peak_memory_gib_per_rank']):.1f} |")
@@ -75,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     from reference_kernels import optim
     from reference_kernels.distributed import (
         ShardedTableBatchedEmbeddingBag,
+        SparseForwardPipeline,
         dcnv2,
         free_memory_per_rank,
         plan_sharding,
@@ -146,25 +150,44 @@ def main(argv: list[str] | None = None) -> int:
                                                                 embeddings.output_send_splits,
                                                                 group=embeddings.group) if world > 1 else None)
 
-    for i in range(args.warmup):
-        step(i)
-    sync()
-    if cuda:
-        torch.cuda.reset_peak_memory_stats(device)
-    dist.barrier()
-    start = time.perf_counter()
-    for i in range(args.steps):
-        step(i)
-    sync()
-    elapsed = time.perf_counter() - start
+    def pipelined(count: int) -> None:
+        pipe = SparseForwardPipeline(embeddings)
+        pipe.prefetch(batches[0].indices, batches[0].offsets, inputs_ready=True)
+        for i in range(count):
+            b = batches[i % len(batches)]
+            logits = ddp_over(torch.cat([ddp_bottom(b.dense), pipe.take()], 1))
+            dense_opt.zero_grad(set_to_none=True)
+            lossf(logits, b.labels).backward()
+            if i + 1 < count:
+                nxt = batches[(i + 1) % len(batches)]
+                pipe.prefetch(nxt.indices, nxt.offsets, inputs_ready=True)
+            dense_opt.step()
+
+    def timed_run(run: Callable[[int], None]) -> tuple[float, int]:
+        """(seconds for args.steps steps, peak memory) after a warm-up."""
+        run(args.warmup)
+        sync()
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(device)
+        dist.barrier()
+        start = time.perf_counter()
+        run(args.steps)
+        sync()
+        return time.perf_counter() - start, torch.cuda.max_memory_allocated(device) if cuda else 0
+
+    elapsed, peak_plain = timed_run(lambda count: [step(i) for i in range(count)] and None)
+    elapsed_pipe, peak_pipe = timed_run(pipelined)
     for i in range(args.split_steps):
         split_step(i)
-    peak = torch.tensor([torch.cuda.max_memory_allocated(device) if cuda else 0], device=device)
+    peak = torch.tensor([max(peak_plain, peak_pipe)], device=device)
     peaks = [torch.zeros_like(peak) for _ in range(world)]
     dist.all_gather(peaks, peak)
     result = {"world_size": world, "tables": "dcnv2-full" if args.dcnv2_full else f"dcnv2 x{args.dcnv2_scale}",
               "rows": sum(t.num_embeddings for t in tables), "dim": args.dim, "local_batch": args.batch,
               "steps_per_s": args.steps / elapsed, "samples_per_s_per_gpu": args.steps * args.batch / elapsed,
+              "pipelined_steps_per_s": args.steps / elapsed_pipe,
+              "pipeline_gain": elapsed / elapsed_pipe - 1.0,
+              "peak_memory_gib_rank0": {"plain": peak_plain / 2**30, "pipelined": peak_pipe / 2**30},
               "phases_ms": {p: sorted(v)[len(v) // 2] if v else 0.0 for p, v in times.items()},
               "output_all_to_all_bytes_per_rank": 4 * sum(embeddings.output_send_splits),
               "peak_memory_gib_per_rank": [int(p) / 2**30 for p in peaks],

@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from reference_kernels import optim  # noqa: E402
 from reference_kernels.distributed import (  # noqa: E402
     ShardedTableBatchedEmbeddingBag,
+    SparseForwardPipeline,
     TableSpec,
     dcnv2,
     free_memory_per_rank,
@@ -167,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reserve-gib", type=float, default=12.0, help="GPU memory kept for the dense part")
     parser.add_argument("--row-wise-fraction", type=float, default=0.2,
                         help="the planner shards a table row-wise above this fraction of a rank's budget")
+    parser.add_argument("--pipeline", action="store_true",
+                        help="overlap batch i+1's sparse forward with batch i's dense backward tail and optimizer "
+                             "(reference_kernels.distributed.pipeline); same results as the plain loop")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="rank 0 writes losses, steps/s and memory here")
     parser.add_argument("--check", type=Path, help="a reference run's JSON: exit 1 unless every loss agrees")
@@ -207,19 +211,24 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.reset_peak_memory_stats(device)
     dist.barrier()
     start = time.perf_counter()
+    pipe = SparseForwardPipeline(embeddings) if args.pipeline else None
+    if pipe is not None:
+        pipe.prefetch(data[0].indices, data[0].offsets, inputs_ready=True)
     for step, b in enumerate(data):
         if step == args.warmup:
             if device.type == "cuda":
                 torch.cuda.synchronize()
             start = time.perf_counter()
-        emb = embeddings(b.indices, b.offsets)
+        emb = pipe.take() if pipe is not None else embeddings(b.indices, b.offsets)
         if world > 1:
             emb.register_hook(lambda g: g / world)  # the global mean loss's gradient (exact: N = 2^k)
         x = ddp_bottom(b.dense)
         logits = ddp_over(torch.cat([x, emb], 1))
         loss = lossf(logits, b.labels)
         dense_opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()  # the fused embedding update of this batch happens here
+        if pipe is not None and step + 1 < len(data):
+            pipe.prefetch(data[step + 1].indices, data[step + 1].offsets, inputs_ready=True)
         dense_opt.step()
         global_loss = loss.detach().clone()
         dist.all_reduce(global_loss)
@@ -237,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
         "rows": sum(t.num_embeddings for t in tables), "dim": dim, "steps": args.steps,
         "steps_per_s": timed / elapsed, "samples_per_s_per_gpu": timed * batch / elapsed,
         "peak_memory_gib_per_rank": [int(p) / 2**30 for p in peaks], "losses": curve,
-        "dropped_lookups": int(embeddings.dropped_lookups), "device": str(torch.cuda.get_device_name(device))
+        "dropped_lookups": int(embeddings.dropped_lookups), "pipeline": args.pipeline,
+        "device": str(torch.cuda.get_device_name(device))
         if device.type == "cuda" else "cpu", "plan": plan.describe()}
     status = 0
     if rank == 0:

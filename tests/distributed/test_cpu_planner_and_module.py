@@ -162,3 +162,19 @@ def test_checkpoints_must_cover_every_row() -> None:
         merge_shard_state_dicts([{**state, "shards": [{**state["shards"][0], "row_start": 1}]}])
     with pytest.raises(TypeError, match="SGD and optim.RowWiseAdagrad"):
         ShardedTableBatchedEmbeddingBag(sc.plan_for(1, "table"), 2, optim.Adam())  # type: ignore[arg-type]
+
+
+def test_pipeline_takes_what_it_prefetched() -> None:
+    """Off CUDA the pipeline runs the forward at prefetch; misuse is refused."""
+    from reference_kernels.distributed import SparseForwardPipeline
+
+    module = ShardedTableBatchedEmbeddingBag(sc.plan_for(1, "table"), 2 * sc.LOCAL_BATCH, sc.optimizer_for("sgd"))
+    module.load_tables(sc.initial_tables())
+    batch = sc.global_batches(2, 1)[0]
+    pipe = SparseForwardPipeline(module)
+    with pytest.raises(RuntimeError, match="nothing prefetched"):
+        pipe.take()
+    pipe.prefetch(batch.indices, batch.offsets)
+    with pytest.raises(RuntimeError, match="take\\(\\) the prefetched"):
+        pipe.prefetch(batch.indices, batch.offsets)
+    assert torch.equal(pipe.take(), module(batch.indices, batch.offsets))
