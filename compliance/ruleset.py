@@ -267,8 +267,11 @@ def is_ruleset_id(text: str) -> bool:
 
 
 def shipped_rules_dir() -> Path:
-    """The rule sets shipped inside the package (``compliance/rulesets``)."""
-    return Path(__file__).resolve().parent / "rulesets"
+    """The shipped rule sets: ``compliance/rulesets`` in an installed wheel (setup.py copies
+    them there), else ``rules/`` beside the package (a source checkout or an editable install)."""
+    package = Path(__file__).resolve().parent
+    packaged = package / "rulesets"
+    return packaged if packaged.is_dir() else package.parent / "rules"
 
 
 def set_operator_rules_dirs(dirs: tuple[Path, ...]) -> None:
