@@ -26,6 +26,8 @@ from compliance.manifest import MANIFEST_NAME
 if TYPE_CHECKING:
     from compliance.context import CheckContext
     from compliance.findings import Finding
+    from compliance.layout import Location
+    from compliance.ruleset import AllowlistEntry
 
 
 _READ_LIMIT = 8 * 1024 * 1024
@@ -75,17 +77,26 @@ def _vendored(ctx: CheckContext) -> Iterator[Finding | None]:
                               details={"project": tree.project, "repository": tree.repository})
 
 
+def _not_covered(ctx: CheckContext, entry: AllowlistEntry | None, where: Location) -> str:
+    """Why a category does not apply where the manifest is, and what does (a manifest outside
+    any benchmark directory has no allowlist: the allowlist is per benchmark)."""
+    listed = "is not on the allowlist" if entry is None else "is on the allowlist"
+    if where.benchmark is None:
+        return (f"{listed} of {ctx.ruleset.id}, but this manifest lies in no benchmark's directory, and "
+                "categories are allowed per benchmark")
+    scope = f"benchmark {where.benchmark!r}" + (f", division {where.division!r}" if where.division else "")
+    allowed = [e.id for e in ctx.ruleset.allowlist if e.covers(where.benchmark, where.division)]
+    reason = "is not on the allowlist" if entry is None else f"does not cover {scope}"
+    return f"{reason} of {ctx.ruleset.id} (allowed for {scope}: {', '.join(allowed) or 'none'})"
+
+
 def _allowlist(ctx: CheckContext, item: DeclaredKernel) -> Iterator[Finding | None]:
     kernel, where = item.kernel, item.location
     entry = ctx.ruleset.entry(kernel.category)
     path, line = item.manifest_path, kernel.line
     if entry is None or not entry.covers(where.benchmark, where.division):
-        scope = f"benchmark {where.benchmark!r}" + (f", division {where.division!r}" if where.division else "")
-        allowed = [e.id for e in ctx.ruleset.allowlist if e.covers(where.benchmark, where.division)]
-        reason = "is not on the allowlist" if entry is None else f"does not cover {scope}"
         yield ctx.finding(NOT_ALLOWLISTED.id, path, f"kernel {kernel.id!r}: category {kernel.category!r} "
-                          f"{reason} of {ctx.ruleset.id} (allowed for {scope}: "
-                          f"{', '.join(allowed) or 'none'})", line=line, kernel=kernel.id)
+                          f"{_not_covered(ctx, entry, where)}", line=line, kernel=kernel.id)
         return
     if kernel.language not in entry.languages:
         yield ctx.finding(LANGUAGE.id, path, f"kernel {kernel.id!r} is {kernel.language}; category "

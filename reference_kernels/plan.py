@@ -2,7 +2,7 @@
 a Plan (source, entry, compile-time defines, grid, block, and why). No torch, no CUDA: every
 pick is testable on the CPU (tests/kernels/golden_picks.py records 32,400 of them).
 
-``_launch.py`` describes a call (``BagCall``, ``GatherCall``, ``BackwardCall``), asks for its
+``launch.py`` describes a call (``BagCall``, ``GatherCall``, ``BackwardCall``), asks for its
 plan, compiles the plan's variant and packs the arguments; it chooses nothing itself.
 The knobs come from ``tuning.Tuning`` (a frozen value, part of every plan cache key). Each
 rule below is stated where it is applied; the measurements behind it are in docs/perf/.
@@ -28,7 +28,7 @@ Defines = dict[str, object]
 
 @dataclass(frozen=True, kw_only=True)
 class DeviceProps:
-    """What selection needs to know about a GPU (read from the device, see _launch.device_props)."""
+    """What selection needs to know about a GPU (read from the device, see launch.device_props)."""
 
     sms: int
     arch: int  # compute capability as major * 10 + minor (90: sm_90)

@@ -155,7 +155,7 @@ def device_arch(device_index: int) -> str:
 
 
 def device_attributes(device_index: int) -> dict[str, int]:
-    """What kernel selection reads about a device (the fields of ``_plan.DeviceProps``), from
+    """What kernel selection reads about a device (the fields of ``plan.DeviceProps``), from
     the driver."""
     import torch
 

@@ -1,8 +1,8 @@
-"""Launching: describe a call, ask ``_plan`` for its plan, compile the plan's variant, pack the
-arguments and launch. Nothing here chooses a kernel or a grid (that is ``_plan.py``, pure).
+"""Launching: describe a call, ask ``plan`` for its plan, compile the plan's variant, pack the
+arguments and launch. Nothing here chooses a kernel or a grid (that is ``plan.py``, pure).
 
 Everything here takes and returns torch tensors; validation of user arguments lives in
-``_api.py``, the custom-op wiring in ``_ops.py``.
+``api.py``, the custom-op wiring in ``ops.py``.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import _host, _nvrtc, tuning
-from ._host import LOADED as _HOST_PATH
-from ._nvrtc import F32, I32, I64, PTR
-from ._plan import (
+from . import host, nvrtc, tuning
+from .host import LOADED as _HOST_PATH
+from .nvrtc import F32, I32, I64, PTR
+from .plan import (
     BLOCK,
     BackwardCall,
     BagCall,
@@ -45,7 +45,7 @@ POISON_OUTPUTS = os.environ.get("REFERENCE_KERNELS_POISON_OUTPUTS", "0") == "1"
 
 @functools.cache
 def _device_props(device_index: int) -> DeviceProps:
-    return DeviceProps(**_nvrtc.device_attributes(device_index))
+    return DeviceProps(**nvrtc.device_attributes(device_index))
 
 
 def device_props(device: torch.device) -> DeviceProps:
@@ -104,28 +104,28 @@ _current_device: Callable[[], int] = _first_current_device
 _raw_stream: Callable[[int], int] = _first_raw_stream
 
 
-def _launch_packed(index: int, fn: Any, grid: int, block: int, signature: _nvrtc.Params,
+def _launch_packed(index: int, fn: Any, grid: int, block: int, signature: nvrtc.Params,
                    values: Sequence[object]) -> None:
     """Launch ``fn`` on device ``index``'s current stream, ``values`` packed as ``signature``;
     under a device guard only when ``index`` is not the current device (the guard costs more
-    than the check). On the current device the body of ``_nvrtc.launch_packed`` runs here:
+    than the check). On the current device the body of ``nvrtc.launch_packed`` runs here:
     every lookup launches through this function, and a call layer costs 0.2-0.4 µs."""
     if index == _current_device():
         if grid > 0:
-            (err,) = _nvrtc._cu_launch_kernel()(fn, grid, 1, 1, block, 1, 1, 0, _raw_stream(index), None,
+            (err,) = nvrtc._cu_launch_kernel()(fn, grid, 1, 1, block, 1, 1, 0, _raw_stream(index), None,
                                                 signature.pack(values))
             if err:
-                _nvrtc.raise_launch_error(err, grid, block, signature)
+                nvrtc.raise_launch_error(err, grid, block, signature)
         return
     import torch
 
     with torch.cuda.device(index):
-        _nvrtc.launch_packed(fn, grid, block, _raw_stream(index), signature, values)
+        nvrtc.launch_packed(fn, grid, block, _raw_stream(index), signature, values)
 
 
 def _launch_on(t: torch.Tensor, fn: object, grid: int, args: list[tuple[object, str]], block: int = BLOCK) -> None:
     """Launch on the current stream of ``t``'s device; ``args`` are (value, kind) pairs."""
-    _launch_packed(t.device.index, fn, grid, block, _nvrtc.params("".join(kind for _, kind in args)),
+    _launch_packed(t.device.index, fn, grid, block, nvrtc.params("".join(kind for _, kind in args)),
                    [value for value, _ in args])
 
 
@@ -146,7 +146,7 @@ def new_output(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
 # constants of the key (sizes, the plan's scalars) bound when it was planned: a hit reads nothing
 # else and takes no branch on the entry.
 Packer = Callable[..., tuple[object, ...]]
-Prepared = tuple[Plan, Any, int, _nvrtc.Params, Packer]
+Prepared = tuple[Plan, Any, int, nvrtc.Params, Packer]
 
 
 class BagKey(NamedTuple):
@@ -221,7 +221,7 @@ def _prepared(key: tuple[Any, ...], like: torch.Tensor, device_index: int, descr
         return found
     device = like.device  # a device object on a miss only
     if device.type == "cuda":
-        _host.start()  # the compiled host path, as REFERENCE_KERNELS_HOST_PATH says (once per process)
+        host.start()  # the compiled host path, as REFERENCE_KERNELS_HOST_PATH says (once per process)
     props = device_props(device)
     call = describe(key)
     plan = select(call, props, knobs)
@@ -230,9 +230,9 @@ def _prepared(key: tuple[Any, ...], like: torch.Tensor, device_index: int, descr
     if plan is None:
         plans[key] = None
         return None
-    fn = _nvrtc.get_function(plan.source, plan.entry, dict(plan.defines), device.index)
-    resident = _nvrtc.resident_blocks(fn, plan.block) if plan.resident_waves is not None else 0
-    plans[key] = (plan, fn, plan.grid(props.sms, resident), _nvrtc.params(kinds[plan.entry]), packer(plan, call))
+    fn = nvrtc.get_function(plan.source, plan.entry, dict(plan.defines), device.index)
+    resident = nvrtc.resident_blocks(fn, plan.block) if plan.resident_waves is not None else 0
+    plans[key] = (plan, fn, plan.grid(props.sms, resident), nvrtc.params(kinds[plan.entry]), packer(plan, call))
     return plans[key]
 
 
@@ -277,12 +277,12 @@ def bag_forward(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tens
         if prepared is None:  # this call's kernel does not check: the pass first (its copies), then the lookup
             assert check is not None
             if _HOST_PATH and _HOST_PATH[2].pending():  # the compiled path leaves this call to Python
-                _host.offer(key, index, None)
+                host.offer(key, index, None)
             indices, offsets = _check_pass(indices, offsets, num_rows, check)
             return bag_forward(weight, indices, offsets, num_bags=num_bags, per_sample_weights=per_sample_weights,
                                mode=mode, padding_idx=padding_idx, need_argmax=need_argmax)
     if _HOST_PATH and _HOST_PATH[2].pending():
-        _host.offer(key, index, prepared)  # the compiled path missed this call: it launches its next ones
+        host.offer(key, index, prepared)  # the compiled path missed this call: it launches its next ones
     plan, fn, grid, signature, pack = prepared
     ledger = _NO_CHECK if check is None else _index_check().lookup_ledger(index, check, "embedding_bag", num_rows)
     _launch_packed(index, fn, grid, plan.block, signature,
@@ -490,13 +490,13 @@ def backward_passes(grad_out: torch.Tensor, sorted_rows: torch.Tensor, positions
     chunks = -(-n // chunk_pass.chunk_positions)
     partial = torch.empty((chunks * 2, dim), dtype=torch.float32, device=grad_out.device)
     carries = torch.empty((chunks,), dtype=torch.int32, device=grad_out.device)
-    fn = _nvrtc.get_function(chunk_pass.source, chunk_pass.entry, dict(chunk_pass.defines), device)
+    fn = nvrtc.get_function(chunk_pass.source, chunk_pass.entry, dict(chunk_pass.defines), device)
     _launch_on(grad_out, fn, chunk_pass.blocks, [
         (grad_out.data_ptr(), PTR), (dim, I64), (sorted_rows.data_ptr(), PTR), (positions.data_ptr(), PTR),
         (n, I64), (_ptr(bag_of), PTR), (max(1, bag_size), I64), (_ptr(per_sample_weights), PTR),
         (_ptr(bag_scale), PTR), (scale, F32), (padding_idx, I64), (chunk_pass.col_tiles, I32),
         (_ptr(grad_weight), PTR), (partial.data_ptr(), PTR), (carries.data_ptr(), PTR), *tail])
-    fn = _nvrtc.get_function(combine.source, combine.entry, dict(combine.defines), device)
+    fn = nvrtc.get_function(combine.source, combine.entry, dict(combine.defines), device)
     _launch_on(grad_out, fn, combine.blocks, [
         (sorted_rows.data_ptr(), PTR), (n, I64), (dim, I64), (combine.col_tiles, I32), (partial.data_ptr(), PTR),
         (carries.data_ptr(), PTR), (_ptr(grad_weight), PTR), *tail])
@@ -523,7 +523,7 @@ def _zero_untouched_rows(grad_weight: torch.Tensor, rows: torch.Tensor, padding_
     sms = sm_count(grad_weight.device)
     touched = torch.zeros((num_weights + 31) // 32, dtype=torch.int32, device=grad_weight.device)
     device = grad_weight.device.index
-    mark = _nvrtc.get_function("embedding_bag_backward.cu", "embedding_bag_backward_mark",
+    mark = nvrtc.get_function("embedding_bag_backward.cu", "embedding_bag_backward_mark",
                                {"BACKWARD_PASS": 3, "BLOCK": BLOCK, "INDEX_T": _index_type(rows.dtype)}, device)
     grid = grid_stride_blocks(rows.numel(), sms, 8)
     _launch_on(grad_weight, mark, grid, [
@@ -533,7 +533,7 @@ def _zero_untouched_rows(grad_weight: torch.Tensor, rows: torch.Tensor, padding_
     marked.record()
     row_bytes = dim * grad_weight.element_size()
     word = vector_width(row_bytes, 1, grad_weight.data_ptr())  # bytes per zeroed word: 2..16
-    fill = _nvrtc.get_function("embedding_bag_backward.cu", "embedding_bag_backward_fill",
+    fill = nvrtc.get_function("embedding_bag_backward.cu", "embedding_bag_backward_fill",
                                {"BACKWARD_PASS": 3, "BLOCK": BLOCK, "FILL_BYTES": word}, device)
     row_words = row_bytes // word
     row_shift = row_words.bit_length() - 1 if row_words & (row_words - 1) == 0 else -1

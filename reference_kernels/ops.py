@@ -1,6 +1,6 @@
 """``torch.library`` custom ops (CUDA implementation, fake implementation, autograd).
 
-Imported lazily by ``_api.py`` on first use, so that ``import reference_kernels``
+Imported lazily by ``api.py`` on first use, so that ``import reference_kernels``
 stays cheap. Ops (namespace ``reference_kernels``):
 
 * ``index_check(indices, offsets, table_sizes, num_rows, bags_per_table, mode, op)
@@ -11,33 +11,34 @@ stays cheap. Ops (namespace ``reference_kernels``):
 * ``embedding(weight, indices, padding_idx) -> out``
 * ``embedding_bag_backward(...) -> grad_weight`` (deterministic, see the kernel)
 
-``*_impl`` are the ops' implementations. In eager mode ``_api.py`` calls the forward directly
-when no gradient may flow (``_launch.bag_forward``, without the argmax placeholder the op's
+``*_impl`` are the ops' implementations. In eager mode ``api.py`` calls the forward directly
+when no gradient may flow (``launch.bag_forward``, without the argmax placeholder the op's
 schema needs; ``embedding_impl``), and ``EmbeddingBagFunction`` / ``EmbeddingFunction``
 (plain autograd Functions with the ops' own saved state and backward) when one may: both save
 the custom op's dispatch (docs/kernels.md, host overhead). torch.compile traces the registered
 ops.
-Arguments arrive validated and normalised by ``_api.py`` (contiguous, one index
+Arguments arrive validated and normalised by ``api.py`` (contiguous, one index
 dtype, ``padding_idx`` in [0, num_embeddings) or -1).
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from . import EmbeddingIndexError, _launch, index_check
+from . import index_check, launch
+from .errors import EmbeddingIndexError
 
 
-def num_bags_of(indices: Tensor, offsets: Optional[Tensor], include_last_offset: bool) -> int:
+def num_bags_of(indices: Tensor, offsets: Tensor | None, include_last_offset: bool) -> int:
     if offsets is None:
         return indices.shape[0]
     return offsets.shape[0] - int(include_last_offset)
 
 
-def index_check_impl(indices: Tensor, offsets: Optional[Tensor], table_sizes: Optional[Tensor], num_rows: int,
+def index_check_impl(indices: Tensor, offsets: Tensor | None, table_sizes: Tensor | None, num_rows: int,
                      bags_per_table: int, mode: str, op: str) -> tuple[Tensor, Tensor]:
     """Check ``indices`` (and ``offsets``) in ``mode`` ("deferred", "warn" or "sync"); the
     checked copies (offsets: empty when None)."""
@@ -51,15 +52,15 @@ index_check_op = torch.library.custom_op("reference_kernels::index_check", index
 
 
 @index_check_op.register_fake
-def _(indices: Tensor, offsets: Optional[Tensor], table_sizes: Optional[Tensor], num_rows: int,
+def _(indices: Tensor, offsets: Tensor | None, table_sizes: Tensor | None, num_rows: int,
       bags_per_table: int, mode: str, op: str) -> tuple[Tensor, Tensor]:
     dtype = index_check.clean_dtype(indices.numel(), num_rows, indices.dtype)
     return (indices.new_empty(indices.shape, dtype=dtype),
             indices.new_empty(offsets.shape if offsets is not None else (0,), dtype=dtype))
 
 
-def checked(indices: Tensor, offsets: Optional[Tensor], num_rows: int, mode: str, op: str,
-            table_sizes: Optional[Tensor] = None, bags_per_table: int = 1) -> tuple[Tensor, Optional[Tensor]]:
+def checked(indices: Tensor, offsets: Tensor | None, num_rows: int, mode: str, op: str,
+            table_sizes: Tensor | None = None, bags_per_table: int = 1) -> tuple[Tensor, Tensor | None]:
     """The indices and offsets a lookup reads under check mode ``mode`` (a custom op under
     torch.compile; a direct call otherwise: the check has no gradient, and this saves the
     dispatcher's host overhead)."""
@@ -75,11 +76,11 @@ def checked(indices: Tensor, offsets: Optional[Tensor], num_rows: int, mode: str
                                  bags_per_table=bags_per_table, mode=mode, op=op)
 
 
-def embedding_bag_impl(weight: Tensor, indices: Tensor, offsets: Optional[Tensor],
-                       per_sample_weights: Optional[Tensor], mode: str, padding_idx: int,
+def embedding_bag_impl(weight: Tensor, indices: Tensor, offsets: Tensor | None,
+                       per_sample_weights: Tensor | None, mode: str, padding_idx: int,
                        include_last_offset: bool, need_argmax: bool) -> tuple[Tensor, Tensor]:
     num_bags = num_bags_of(indices, offsets, include_last_offset)
-    out, argmax = _launch.bag_forward(weight, indices, offsets, num_bags=num_bags,
+    out, argmax = launch.bag_forward(weight, indices, offsets, num_bags=num_bags,
                                       per_sample_weights=per_sample_weights, mode=mode, padding_idx=padding_idx,
                                       need_argmax=need_argmax)
     return out, argmax if argmax is not None else indices.new_empty((0,), dtype=torch.int64)
@@ -90,7 +91,7 @@ embedding_bag_op = torch.library.custom_op("reference_kernels::embedding_bag", e
 
 
 @embedding_bag_op.register_fake
-def _(weight: Tensor, indices: Tensor, offsets: Optional[Tensor], per_sample_weights: Optional[Tensor],
+def _(weight: Tensor, indices: Tensor, offsets: Tensor | None, per_sample_weights: Tensor | None,
       mode: str, padding_idx: int, include_last_offset: bool, need_argmax: bool) -> tuple[Tensor, Tensor]:
     num_bags = num_bags_of(indices, offsets, include_last_offset)
     out = weight.new_empty((num_bags, weight.shape[1]))
@@ -99,17 +100,17 @@ def _(weight: Tensor, indices: Tensor, offsets: Optional[Tensor], per_sample_wei
 
 
 @torch.library.custom_op("reference_kernels::embedding_bag_backward", mutates_args=(), device_types="cuda")
-def embedding_bag_backward_op(grad_out: Tensor, indices: Tensor, bag_of: Optional[Tensor], bag_size: int,
-                              num_weights: int, per_sample_weights: Optional[Tensor],
-                              bag_scale: Optional[Tensor], padding_idx: int, scale: float = 1.0) -> Tensor:
-    return _launch.bag_backward(grad_out.contiguous(), indices, bag_of, bag_size=bag_size, num_weights=num_weights,
+def embedding_bag_backward_op(grad_out: Tensor, indices: Tensor, bag_of: Tensor | None, bag_size: int,
+                              num_weights: int, per_sample_weights: Tensor | None,
+                              bag_scale: Tensor | None, padding_idx: int, scale: float = 1.0) -> Tensor:
+    return launch.bag_backward(grad_out.contiguous(), indices, bag_of, bag_size=bag_size, num_weights=num_weights,
                                 per_sample_weights=per_sample_weights, bag_scale=bag_scale, padding_idx=padding_idx,
                                 scale=scale)
 
 
 @embedding_bag_backward_op.register_fake
-def _(grad_out: Tensor, indices: Tensor, bag_of: Optional[Tensor], bag_size: int, num_weights: int,
-      per_sample_weights: Optional[Tensor], bag_scale: Optional[Tensor], padding_idx: int,
+def _(grad_out: Tensor, indices: Tensor, bag_of: Tensor | None, bag_size: int, num_weights: int,
+      per_sample_weights: Tensor | None, bag_scale: Tensor | None, padding_idx: int,
       scale: float = 1.0) -> Tensor:
     return grad_out.new_empty((num_weights, grad_out.shape[1]))
 
@@ -129,7 +130,7 @@ def bag_of_positions(indices: Tensor, offsets: Tensor, include_last_offset: bool
     return torch.where(inside, bag, -1)
 
 
-def _bag_scale(indices: Tensor, bag_of: Optional[Tensor], num_bags: int, padding_idx: int) -> Tensor:
+def _bag_scale(indices: Tensor, bag_of: Tensor | None, num_bags: int, padding_idx: int) -> Tensor:
     """1 / (rows pooled per bag) for mean; 0 for empty bags. Integer counts: deterministic.
     (No boolean-mask indexing, so no data-dependent shapes under torch.compile.)"""
     valid = (indices.reshape(-1) != padding_idx).to(torch.int64)
@@ -171,8 +172,8 @@ def _setup_bag(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor])
     _save_bag(ctx, weight, indices, offsets, psw, mode, padding_idx, include_last_offset, output[1])
 
 
-def _save_bag(ctx: Any, weight: Tensor, indices: Tensor, offsets: Optional[Tensor], psw: Optional[Tensor], mode: str,
-              padding_idx: int, include_last_offset: bool, argmax: Optional[Tensor]) -> None:
+def _save_bag(ctx: Any, weight: Tensor, indices: Tensor, offsets: Tensor | None, psw: Tensor | None, mode: str,
+              padding_idx: int, include_last_offset: bool, argmax: Tensor | None) -> None:
     """What ``_backward_bag`` reads (the op's setup and the eager Function's)."""
     ctx.mode, ctx.padding_idx, ctx.include_last_offset = mode, padding_idx, include_last_offset
     ctx.num_weights = weight.shape[0]
@@ -180,7 +181,7 @@ def _save_bag(ctx: Any, weight: Tensor, indices: Tensor, offsets: Optional[Tenso
     ctx.save_for_backward(weight if ctx.psw_needs_grad else None, indices, offsets, psw, argmax)
 
 
-def _backward_bag(ctx: Any, grad_out: Tensor, _grad_argmax: Optional[Tensor]) -> tuple[Optional[Tensor], ...]:
+def _backward_bag(ctx: Any, grad_out: Tensor, _grad_argmax: Tensor | None) -> tuple[Tensor | None, ...]:
     weight, indices, offsets, psw, argmax = ctx.saved_tensors
     grad_out = grad_out.contiguous()
     num_bags = grad_out.shape[0]
@@ -223,30 +224,30 @@ def _c_apply(function: type[torch.autograd.Function]) -> Any:
 
 class EmbeddingBagFunction(torch.autograd.Function):
     """Eager autograd of ``embedding_bag``: the registered op's own saved state (``_save_bag``)
-    and ``_backward_bag`` around ``_launch.bag_forward``, without the custom op's Python dispatch
-    (``_api`` takes it outside torch.compile, which traces the op). ``apply(weight,
+    and ``_backward_bag`` around ``launch.bag_forward``, without the custom op's Python dispatch
+    (``api`` takes it outside torch.compile, which traces the op). ``apply(weight,
     per_sample_weights, rest)``: only the two tensors that may need a gradient are inputs of
     the node, the op's other arguments travel in ``rest`` (each input of apply costs host time);
     one output, ``out``: max mode's argmax is saved for the backward, not returned (each output
     costs host time too, and an empty placeholder another allocation)."""
 
     @staticmethod
-    def forward(ctx: Any, weight: Tensor, per_sample_weights: Optional[Tensor], rest: tuple[Any, ...]) -> Tensor:
+    def forward(ctx: Any, weight: Tensor, per_sample_weights: Tensor | None, rest: tuple[Any, ...]) -> Tensor:
         indices, offsets, mode, padding_idx, include_last_offset, need_argmax = rest
         num_bags = num_bags_of(indices, offsets, include_last_offset)
-        out, argmax = _launch.bag_forward(weight, indices, offsets, num_bags=num_bags,
+        out, argmax = launch.bag_forward(weight, indices, offsets, num_bags=num_bags,
                                           per_sample_weights=per_sample_weights, mode=mode,
                                           padding_idx=padding_idx, need_argmax=need_argmax)
         _save_bag(ctx, weight, indices, offsets, per_sample_weights, mode, padding_idx, include_last_offset, argmax)
         return out
 
     @staticmethod
-    def backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], ...]:
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         grads = _backward_bag(ctx, grad_out, None)
         return grads[0], grads[3], None
 
     @staticmethod
-    def run(weight: Tensor, indices: Tensor, offsets: Optional[Tensor], per_sample_weights: Optional[Tensor],
+    def run(weight: Tensor, indices: Tensor, offsets: Tensor | None, per_sample_weights: Tensor | None,
             *options: Any) -> Tensor:
         """``apply`` with the op's arguments, in the op's order; returns ``out``."""
         out: Tensor
@@ -271,13 +272,13 @@ class _SavedBag:
     include_last_offset: bool
     num_weights: int
     psw_needs_grad: bool
-    saved_tensors: tuple[Optional[Tensor], ...]
+    saved_tensors: tuple[Tensor | None, ...]
 
 
-def host_path_backward(grad_out: Tensor, weight: Optional[Tensor], indices: Tensor, offsets: Optional[Tensor],
-                       per_sample_weights: Optional[Tensor], argmax: Optional[Tensor], mode: str, padding_idx: int,
+def host_path_backward(grad_out: Tensor, weight: Tensor | None, indices: Tensor, offsets: Tensor | None,
+                       per_sample_weights: Tensor | None, argmax: Tensor | None, mode: str, padding_idx: int,
                        include_last_offset: bool, num_weights: int,
-                       psw_needs_grad: bool) -> tuple[Optional[Tensor], Optional[Tensor]]:
+                       psw_needs_grad: bool) -> tuple[Tensor | None, Tensor | None]:
     """The backward of a call the compiled host path served (csrc/host_path.cpp, BagBackward):
     ``_backward_bag`` on what ``_save_bag`` would have saved; (weight's gradient, the per-sample
     weights')."""
@@ -292,7 +293,7 @@ def host_path_backward(grad_out: Tensor, weight: Optional[Tensor], indices: Tens
 def embedding_impl(weight: Tensor, indices: Tensor, padding_idx: int) -> Tensor:
     """Unpooled lookup; padding_idx only zeroes that row's gradient, as in torch."""
     flat = indices.reshape(-1)
-    return _launch.gather(weight, flat).reshape(*indices.shape, weight.shape[1])
+    return launch.gather(weight, flat).reshape(*indices.shape, weight.shape[1])
 
 
 embedding_op = torch.library.custom_op("reference_kernels::embedding", embedding_impl,
@@ -310,7 +311,7 @@ def _setup_embedding(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
     ctx.save_for_backward(indices)
 
 
-def _backward_embedding(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], None, None]:
+def _backward_embedding(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, None, None]:
     (indices,) = ctx.saved_tensors
     grad = grad_out.reshape(-1, grad_out.shape[-1]).contiguous()
     flat = indices.reshape(-1, 1)

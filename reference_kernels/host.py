@@ -10,7 +10,7 @@ one place.
 
 Built at run time with the host's C++ compiler against the installed torch's headers, like the
 kernels (NVRTC): one shared library per (source, torch, Python, compiler, flags), cached beside
-the cubins (``_nvrtc.cache_dir()``/host), written atomically. ``REFERENCE_KERNELS_HOST_PATH``:
+the cubins (``nvrtc.cache_dir()``/host), written atomically. ``REFERENCE_KERNELS_HOST_PATH``:
 ``auto`` (default) builds it in a background thread at the first CUDA call and uses it once loaded;
 ``wait`` builds it at the first CUDA call, before that call returns; ``off`` never builds it. A
 failed build leaves the Python path in use and its reason in ``status()``.
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import _nvrtc
+from . import nvrtc
 
 ENV = "REFERENCE_KERNELS_HOST_PATH"
 SETTINGS = ("auto", "wait", "off")
@@ -117,7 +117,7 @@ def library_path() -> Path:
         h.update(part.encode())
         h.update(b"\x01")
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    return _nvrtc.cache_dir() / "host" / f"{MODULE_NAME}-{h.hexdigest()[:24]}{suffix}"
+    return nvrtc.cache_dir() / "host" / f"{MODULE_NAME}-{h.hexdigest()[:24]}{suffix}"
 
 
 def build(path: Path) -> Path:
@@ -169,7 +169,7 @@ def _transforms_active() -> Callable[[], bool]:
 
 
 def raise_launch_error(err: int, grid: int, block: int) -> None:
-    raise _nvrtc.LaunchError(f"cuLaunchKernel failed: CUresult {err}, grid {grid}, block {block} "
+    raise nvrtc.LaunchError(f"cuLaunchKernel failed: CUresult {err}, grid {grid}, block {block} "
                              "(compiled host path)")
 
 
@@ -178,11 +178,11 @@ def bind(library: Any) -> Any:
     published: _build_and_load)."""
     import torch
 
-    from . import _launch, _ops, index_check, tbe, tuning
+    from . import index_check, launch, ops, tbe, tuning
 
     library.init(_launch_address(), torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream,
-                 index_check.default_mode, index_check._TOKENS, tuning, raise_launch_error, _launch,
-                 _transforms_active(), _ops.host_path_backward, tbe.host_path_backward)
+                 index_check.default_mode, index_check._TOKENS, tuning, raise_launch_error, launch,
+                 _transforms_active(), ops.host_path_backward, tbe.host_path_backward)
     return library
 
 
@@ -275,7 +275,7 @@ def _marker(source: str) -> int:
 
 
 def argument_sources(pack: Callable[..., Sequence[object]]) -> tuple[tuple[int, object], ...]:
-    """Per kernel argument of a forward packer (``_launch._forward_packer``): (source, constant),
+    """Per kernel argument of a forward packer (``launch._forward_packer``): (source, constant),
     found by packing markers; a value that is no marker is a constant of the call."""
     probes = {name: _Probe(_marker(name), _marker(f"{name}_numel") if f"{name}_numel" in SOURCES else -1)
               for name in ("indices", "offsets", "per_sample_weights", "table_rows", "argmax")}
@@ -290,14 +290,14 @@ def offer_check(device_index: int, index_dtype: Any, clean_dtype: Any, fn: Any, 
     """After the Python path ran a check pass the library missed: register its kernel
     (index_check.run_check's launch: BLOCK threads, at most 8 blocks per SM; ``cap``: the
     table-batched variant's TABLE_CAP, 0 for one table)."""
-    from ._plan import BLOCK
+    from .plan import BLOCK
 
     LOADED[2].offer_check(device_index, index_dtype, clean_dtype, int(fn), BLOCK, sms * CHECK_BLOCKS_PER_SM, cap)
 
 
 def offer(key: tuple[Any, ...], device_index: int, prepared: Any) -> None:
     """After the Python path planned a call the library missed: register that plan (``prepared``:
-    ``_launch.Prepared``), or that the Python path serves the call (None: its kernel cannot check
+    ``launch.Prepared``), or that the Python path serves the call (None: its kernel cannot check
     its indices, the check pass runs first)."""
     library = LOADED[2]
     if prepared is None:

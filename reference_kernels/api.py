@@ -2,7 +2,7 @@
 
 Validation happens here, on the host, before any kernel runs (argument shapes and
 dtypes first, then the CUDA requirement, so both are testable on a CPU); the custom ops in
-``_ops.py`` receive contiguous tensors with one index dtype.
+``ops.py`` receive contiguous tensors with one index dtype.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from . import _launch, _ops, index_check
+from . import index_check, launch, ops
 from .index_check import resolve_mode
 
 if TYPE_CHECKING:
@@ -193,7 +193,7 @@ def embedding_bag_with(input: Tensor, weight: Tensor, offsets: Tensor | None, ma
     # pass where not); the backward and max_norm read the pass's copies
     check_inside = check != "ignore" and not (grad or compiling) and max_norm is None and weight.shape[0] > 0
     if check != "ignore" and not check_inside:
-        indices, offsets = _ops.checked(indices, offsets, weight.shape[0], check, "embedding_bag")
+        indices, offsets = ops.checked(indices, offsets, weight.shape[0], check, "embedding_bag")
     if max_norm is not None:
         _renorm(weight, indices, max_norm, norm_type)
     weight = weight.contiguous()
@@ -205,14 +205,14 @@ def embedding_bag_with(input: Tensor, weight: Tensor, offsets: Tensor | None, ma
         return bag
     if compiling:  # the registered op: dynamo traces it, with its fake implementation and autograd
         out: Tensor
-        out, _ = _ops.embedding_bag_op(weight, indices, offsets, psw, mode, pad, last,
+        out, _ = ops.embedding_bag_op(weight, indices, offsets, psw, mode, pad, last,
                                        mode == "max" and grad and weight.requires_grad)
         return out
     if grad:  # the autograd Function: the op's saved state and backward without its Python dispatch
-        return _ops.EmbeddingBagFunction.run(weight, indices, offsets, psw, mode, pad, last,
+        return ops.EmbeddingBagFunction.run(weight, indices, offsets, psw, mode, pad, last,
                                              mode == "max" and weight.requires_grad)
-    num_bags = indices.shape[0] if offsets is None else offsets.shape[0] - last  # _ops.num_bags_of, inline
-    looked_up, _ = _launch.bag_forward(weight, indices, offsets, num_bags=num_bags, per_sample_weights=psw,
+    num_bags = indices.shape[0] if offsets is None else offsets.shape[0] - last  # ops.num_bags_of, inline
+    looked_up, _ = launch.bag_forward(weight, indices, offsets, num_bags=num_bags, per_sample_weights=psw,
                                        mode=mode, padding_idx=pad, need_argmax=False,
                                        check=check if check_inside else None)
     return looked_up
@@ -243,7 +243,7 @@ def embedding_with(input: Tensor, weight: Tensor, padding_idx: int | None, max_n
         _surface_eager(weight.get_device())
     indices = input.contiguous()
     if check != "ignore":
-        indices, _ = _ops.checked(indices, None, weight.shape[0], check, "embedding")
+        indices, _ = ops.checked(indices, None, weight.shape[0], check, "embedding")
     _renorm(weight, indices, max_norm, norm_type)
     if (sparse or fused is not None) and _needs_grad(weight):
         from ._sparse import SparseEmbedding
@@ -253,8 +253,8 @@ def embedding_with(input: Tensor, weight: Tensor, padding_idx: int | None, max_n
         return rows
     weight = weight.contiguous()
     if compiling:
-        looked_up: Tensor = _ops.embedding_op(weight, indices, pad)
+        looked_up: Tensor = ops.embedding_op(weight, indices, pad)
         return looked_up
     if _needs_grad(weight):
-        return _ops.EmbeddingFunction.run(weight, indices, pad)
-    return _ops.embedding_impl(weight, indices, pad)
+        return ops.EmbeddingFunction.run(weight, indices, pad)
+    return ops.embedding_impl(weight, indices, pad)
