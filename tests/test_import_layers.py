@@ -143,3 +143,19 @@ def test_no_private_import_from_outside_a_package() -> None:
             if parts[0] in PACKAGES and parts[0] != own_package and any(_is_private(p) for p in parts[1:]):
                 offenders.append(f"{path.relative_to(REPO)}:{line}: {name}")
     assert offenders == []
+
+
+def test_no_read_of_cpythons_private_environment() -> None:
+    """``os.environ._data`` (or any private attribute of ``os.environ``, by name or through getattr)
+    is CPython's implementation, not an interface: the packages read the environment through
+    ``os.environ`` itself."""
+    offenders = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and _is_private(node.attr) and ast.unparse(node.value) == "os.environ":
+                offenders.append(f"{module}:{node.lineno}")
+            if (isinstance(node, ast.Call) and ast.unparse(node.func) == "getattr" and len(node.args) >= 2
+                    and ast.unparse(node.args[0]) == "os.environ" and isinstance(node.args[1], ast.Constant)
+                    and _is_private(str(node.args[1].value))):
+                offenders.append(f"{module}:{node.lineno}")
+    assert offenders == []
