@@ -28,7 +28,7 @@ def commands() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # the compiled host path built before the first timed call (reference_kernels/_host.py), so
+    # the compiled host path built before the first timed call (reference_kernels/host.py), so
     # that no figure depends on when a background build finished; REFERENCE_KERNELS_HOST_PATH=off
     # measures the Python path
     os.environ.setdefault("REFERENCE_KERNELS_HOST_PATH", "wait")

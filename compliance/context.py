@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from compliance.checks.registry import spec_for
 from compliance.findings import Finding, Severity
@@ -94,3 +94,22 @@ class CheckContext:
                        message=message, hint=hint or spec.hint, submitter=where.submitter,
                        benchmark=where.benchmark, kernel=kernel,
                        details=tuple(sorted((details or {}).items())))
+
+
+class Stage(Protocol):
+    """One stage of ``compliance check``: static, upstream or verify.
+
+    A stage is a frozen dataclass holding its own options (``UpstreamOptions``,
+    ``VerifyOptions``; the static stage has none) and turns a context into
+    findings. The engine runs the stages asked for, in order, and records
+    their names in ``CheckReport.stages``.
+    """
+
+    @property
+    def name(self) -> str:
+        """``static``, ``upstream`` or ``verify`` (as the reports print it)."""
+        ...
+
+    def run(self, ctx: CheckContext) -> list[Finding]:
+        """Every finding of this stage on ``ctx`` (input errors raise ``InputError``)."""
+        ...

@@ -1,7 +1,7 @@
 """The check pipeline: walk once, read manifests, pick the rule set, run the stages.
 
 Only orchestration lives here; the options and the report are in
-``compliance.model``, the stages behind ``compliance.checks.interface.Stage``.
+``compliance.model``, the stages behind ``compliance.context.Stage``.
 Nothing here imports torch, CUDA bindings or git; the optional stages
 (``--upstream``, ``--verify``) import their heavy modules only when they run.
 """
@@ -12,14 +12,13 @@ from pathlib import Path
 
 from compliance.checks import binaries
 from compliance.checks.builtin import StaticStage
-from compliance.checks.interface import Stage
-from compliance.context import CheckContext, declared_vendored_dirs
+from compliance.context import CheckContext, Stage, declared_vendored_dirs
 from compliance.errors import InputError
 from compliance.findings import Finding
 from compliance.inventory import Walk, classify, walk_tree
 from compliance.manifest import Manifest, load_manifest
 from compliance.model import CheckOptions, CheckReport, RuleSetChoice
-from compliance.ruleset import DEFAULT_RULESET, available_rulesets, load_named_ruleset, load_ruleset
+from compliance.ruleset import DEFAULT_RULESET, available_rulesets, load_named_ruleset, load_ruleset, rule_roots
 from compliance.upstream import UpstreamStage
 from compliance.verify import VerifyStage
 
@@ -39,41 +38,44 @@ def _named(manifests: tuple[tuple[str, Manifest], ...]) -> dict[str, tuple[str, 
     return named
 
 
-def _detected(root: Path) -> RuleSetChoice:
+def _detected(root: Path, roots: list[Path]) -> RuleSetChoice:
     """The round read from the tree (``compliance.detect``), else the default."""
     from compliance.detect import detect_ruleset
 
-    candidates = [load_ruleset(ruleset_id) for ruleset_id in available_rulesets()]
+    candidates = [load_ruleset(ruleset_id, roots) for ruleset_id in available_rulesets(rule_roots(roots))]
     detection = detect_ruleset(root, candidates)
     if detection.ruleset_id is None:
-        return RuleSetChoice(load_ruleset(DEFAULT_RULESET), f"default ({detection.reason})")
-    return RuleSetChoice(load_ruleset(detection.ruleset_id), f"detected: {detection.reason}")
+        return RuleSetChoice(load_ruleset(DEFAULT_RULESET, roots), f"default ({detection.reason})")
+    return RuleSetChoice(load_ruleset(detection.ruleset_id, roots), f"detected: {detection.reason}")
 
 
 def choose_ruleset(rules: str | None, manifests: tuple[tuple[str, Manifest], ...],
-                   root: Path | None = None) -> RuleSetChoice:
+                   root: Path | None = None, rules_dirs: tuple[Path, ...] = ()) -> RuleSetChoice:
     """``--rules`` wins (an id or a file: the operator's choice); else the rule-set id the
     manifests name (they must agree; an id only, resolved among the rule roots); else
-    the round detected from the tree at ``root``; else the default."""
+    the round detected from the tree at ``root``; else the default. ``rules_dirs``: the
+    operator's rule directories (``--rules-dir``), searched first."""
+    roots = list(rules_dirs)
     if rules:
-        return RuleSetChoice(load_ruleset(rules), "--rules")
+        return RuleSetChoice(load_ruleset(rules, roots), "--rules")
     named = _named(manifests)
     if len(named) > 1:
         listing = "; ".join(f"{rel} names {name!r}" for name, (rel, _) in sorted(named.items()))
         raise InputError(f"manifests name different rule sets ({listing}); choose one with --rules")
     if named:
         name, (rel, line) = next(iter(named.items()))
-        return RuleSetChoice(load_named_ruleset(name, rel, line), f"named by {rel}")
+        return RuleSetChoice(load_named_ruleset(name, rel, line, roots), f"named by {rel}")
     if root is not None:
-        return _detected(root)
-    return RuleSetChoice(load_ruleset(DEFAULT_RULESET), "default")
+        return _detected(root, roots)
+    return RuleSetChoice(load_ruleset(DEFAULT_RULESET, roots), "default")
 
 
-def build_context(root: Path, rules: str | None) -> tuple[CheckContext, RuleSetChoice]:
+def build_context(root: Path, rules: str | None,
+                  rules_dirs: tuple[Path, ...] = ()) -> tuple[CheckContext, RuleSetChoice]:
     """Walk ``root`` once and assemble everything checks need."""
     walk = walk_tree(root)
     manifests = read_manifests(walk)
-    choice = choose_ruleset(rules, manifests, root)
+    choice = choose_ruleset(rules, manifests, root, rules_dirs)
     ruleset = choice.ruleset
     declared_vendored = declared_vendored_dirs(manifests)
     inventory = classify(walk, ruleset.layout, ruleset.divisions,
@@ -105,5 +107,5 @@ def report_for(ctx: CheckContext, choice: RuleSetChoice, stages: list[Stage]) ->
 def run_check(root: Path, options: CheckOptions | None = None) -> CheckReport:
     """The whole ``compliance check``: static checks plus the stages asked for (None: static only)."""
     options = options or CheckOptions()
-    ctx, choice = build_context(root, options.rules)
+    ctx, choice = build_context(root, options.rules, options.rules_dirs)
     return report_for(ctx, choice, stages_for(options))

@@ -26,6 +26,9 @@ class CheckOptions:
 
     rules: str | None = None
     """Rule set id or file (``--rules``); None: the one the manifests name, else the detected or default one."""
+    rules_dirs: tuple[Path, ...] = ()
+    """The operator's rule directories (``--rules-dir``), searched before ``$COMPLIANCE_RULES_PATH``
+    and the shipped rule sets."""
     upstream: UpstreamOptions | None = None
     """Prove upstream links with git (``--upstream``); None: the stage does not run."""
     verify: VerifyOptions | None = None

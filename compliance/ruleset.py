@@ -256,7 +256,6 @@ def _provenance_dict(p: Provenance) -> dict[str, Any]:
 RULES_PATH_ENV = "COMPLIANCE_RULES_PATH"
 """Environment variable: extra rule directories, separated by ``os.pathsep``."""
 _ID_PATTERN = re.compile(r"[a-z][a-z0-9_-]*/[A-Za-z0-9_][A-Za-z0-9_.-]*")
-_operator_dirs: tuple[Path, ...] = ()
 
 
 def is_ruleset_id(text: str) -> bool:
@@ -267,14 +266,11 @@ def is_ruleset_id(text: str) -> bool:
 
 
 def shipped_rules_dir() -> Path:
-    """The rule sets shipped inside the package (``compliance/rulesets``)."""
-    return Path(__file__).resolve().parent / "rulesets"
-
-
-def set_operator_rules_dirs(dirs: tuple[Path, ...]) -> None:
-    """Directories the operator added on the command line (``--rules-dir``), searched first."""
-    global _operator_dirs
-    _operator_dirs = tuple(dirs)
+    """The shipped rule sets: ``compliance/rulesets`` in an installed wheel (setup.py copies
+    them there), else ``rules/`` beside the package (a source checkout or an editable install)."""
+    package = Path(__file__).resolve().parent
+    packaged = package / "rulesets"
+    return packaged if packaged.is_dir() else package.parent / "rules"
 
 
 def env_rules_dirs() -> tuple[Path, ...]:
@@ -284,9 +280,10 @@ def env_rules_dirs() -> tuple[Path, ...]:
 
 
 def rule_roots(extra: list[Path] | None = None) -> list[Path]:
-    """Where ids are looked up, first match wins: ``extra``, ``--rules-dir``, the
-    environment variable's directories, then the shipped rule sets."""
-    return [*(extra or []), *_operator_dirs, *env_rules_dirs(), shipped_rules_dir()]
+    """Where ids are looked up, first match wins: ``extra`` (the operator's ``--rules-dir``
+    directories, passed down by the caller; no module state), the environment variable's
+    directories, then the shipped rule sets."""
+    return [*(extra or []), *env_rules_dirs(), shipped_rules_dir()]
 
 
 def available_rulesets(roots: list[Path] | None = None) -> dict[str, Path]:
@@ -302,9 +299,9 @@ def available_rulesets(roots: list[Path] | None = None) -> dict[str, Path]:
     return dict(sorted(found.items()))
 
 
-def list_shipped() -> list[str]:
+def list_shipped(extra_roots: list[Path] | None = None) -> list[str]:
     """Ids of every rule set the rule roots hold (shipped and operator-added), sorted."""
-    return list(available_rulesets())
+    return list(available_rulesets(rule_roots(extra_roots)))
 
 
 def _looks_like_file(name: str) -> bool:
@@ -327,7 +324,8 @@ def _shown(text: str) -> str:
     return repr(text if len(text) <= 80 else text[:77] + "...")
 
 
-def named_ruleset_path(name: object, where: str, line: int | None = None) -> Path:
+def named_ruleset_path(name: object, where: str, line: int | None = None,
+                       extra_roots: list[Path] | None = None) -> Path:
     """The file of the rule-set id a submission's file ``where`` names (a manifest's
     ``ruleset:``). Only ids resolve, only among the rule roots; anything else is
     an ``InputError`` naming the id and ``where:line``, and no file is opened."""
@@ -337,11 +335,11 @@ def named_ruleset_path(name: object, where: str, line: int | None = None) -> Pat
             "(<usage>/<name>, e.g. training/v0.7); a submission can only name a shipped or "
             "operator-added rule set, never a file (the operator may pass --rules FILE)",
             where, line)
-    found = _locate(name, rule_roots())
+    found = _locate(name, rule_roots(extra_roots))
     if found is None:
         raise InputError(
             f"names rule set {_shown(name)}, which no rule directory holds (known: "
-            f"{', '.join(list_shipped()) or 'none'}; an operator adds directories with "
+            f"{', '.join(list_shipped(extra_roots)) or 'none'}; an operator adds directories with "
             f"--rules-dir or ${RULES_PATH_ENV})", where, line)
     return found
 
@@ -741,11 +739,12 @@ def load_ruleset(name_or_path: str | Path, extra_roots: list[Path] | None = None
     return _load(path, expected_id, roots)
 
 
-def load_named_ruleset(name: object, where: str, line: int | None = None) -> RuleSet:
+def load_named_ruleset(name: object, where: str, line: int | None = None,
+                       extra_roots: list[Path] | None = None) -> RuleSet:
     """Load the rule set a submission's file ``where`` names: an id only, found only in
     the rule roots (see :func:`named_ruleset_path`)."""
-    path = named_ruleset_path(name, where, line)
-    return _load(path, str(name), rule_roots())
+    path = named_ruleset_path(name, where, line, extra_roots)
+    return _load(path, str(name), rule_roots(extra_roots))
 
 
 def _load(path: Path, expected_id: str | None, roots: list[Path]) -> RuleSet:

@@ -16,7 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._host import LOADED as _HOST_PATH  # imports neither torch nor the CUDA bindings
+from .errors import INDEX_CHECK_MODES, EmbeddingIndexError, EmbeddingIndexWarning
+from .host import LOADED as _HOST_PATH  # imports neither torch nor the CUDA bindings
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -32,19 +33,6 @@ KERNEL_SOURCES: tuple[str, ...] = (
 
 __all__ = ["INDEX_CHECK_MODES", "EmbeddingBag", "Embedding", "EmbeddingIndexError", "EmbeddingIndexWarning",
            "KERNEL_SOURCES", "check_index_errors", "embedding", "embedding_bag"]
-
-# check_indices= values besides True ("sync"), False ("ignore") and None (the environment's);
-# semantics in docs/kernels.md, "Index range check"
-INDEX_CHECK_MODES: tuple[str, ...] = ("deferred", "warn", "sync", "ignore")
-
-
-class EmbeddingIndexError(IndexError):
-    """An index is outside [0, num_embeddings), or the offsets are not a valid CSR layout."""
-
-
-class EmbeddingIndexWarning(UserWarning):
-    """check_indices="warn": out-of-range indices were read as row 0 of their table (counted)."""
-
 
 def check_index_errors(device: Any = None) -> None:
     """Synchronise ``device`` (default: the current CUDA device) and raise the first error its
@@ -62,7 +50,7 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None, 
     """Pooled lookup; arguments and result of ``torch.nn.functional.embedding_bag``, plus
     keyword ``check_indices``: one of INDEX_CHECK_MODES, True ("sync"), False ("ignore") or None
     (REFERENCE_KERNELS_INDEX_CHECK, else "deferred")."""
-    if _HOST_PATH and not _HOST_PATH[1]():  # the compiled host path (_host.py): the usual call, or None
+    if _HOST_PATH and not _HOST_PATH[1]():  # the compiled host path (host.py): the usual call, or None
         served: Tensor | None = _HOST_PATH[0](input, weight, offsets, max_norm, scale_grad_by_freq, mode, sparse,
                                               per_sample_weights, include_last_offset, padding_idx, check_indices)
         if served is not None:
@@ -87,16 +75,16 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max
     return rows
 
 
-_IMPLEMENTATION: list[Any] = []  # the _api module once imported (not functools.cache: dynamo warns on it)
+_IMPLEMENTATION: list[Any] = []  # the api module once imported (not functools.cache: dynamo warns on it)
 
 
 def _implementation() -> Any:
     """The implementation module, imported on first use (an import statement per call costs
     about a microsecond of host time)."""
     if not _IMPLEMENTATION:
-        from . import _api
+        from . import api
 
-        _IMPLEMENTATION.append(_api)
+        _IMPLEMENTATION.append(api)
     return _IMPLEMENTATION[0]
 
 

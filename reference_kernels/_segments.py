@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from . import _launch, _nvrtc, tuning
-from ._launch import BLOCK, RowTiling, _dtype_code, _index_type, _launch_on, _ptr, vector_width
-from ._nvrtc import F32, I64, PTR
+from . import launch, nvrtc, tuning
+from .launch import BLOCK, RowTiling, _dtype_code, _index_type, _launch_on, _ptr, vector_width
+from .nvrtc import F32, I64, PTR
 from .optim import Adam, OptimizerSpec
 
 
@@ -53,7 +53,7 @@ def _sort_keys(flat: Tensor, bag_of: Tensor | None, num_rows: int, padding_idx: 
 def segment_gradient(grad_out: Tensor, flat: Tensor, *, bag_of: Tensor | None, bag_size: int, num_rows: int,
                      per_sample_weights: Tensor | None, bag_scale: Tensor | None, padding_idx: int,
                      scale: float = 1.0) -> Segments:
-    """``flat``: the table row of each lookup position; the rest as ``_launch.bag_backward``."""
+    """``flat``: the table row of each lookup position; the rest as ``launch.bag_backward``."""
     n, dim = flat.numel(), grad_out.shape[1]
     keys = _sort_keys(flat, bag_of, num_rows, padding_idx)
     key_dtype = keys.dtype
@@ -66,7 +66,7 @@ def segment_gradient(grad_out: Tensor, flat: Tensor, *, bag_of: Tensor | None, b
     count = (rank[-1:] + 1).to(torch.int32)
     grad = torch.empty((n, dim), dtype=torch.float32, device=flat.device)
     if n and dim:
-        _launch.backward_passes(grad_out, rank, positions, bag_of=bag_of, bag_size=bag_size,
+        launch.backward_passes(grad_out, rank, positions, bag_of=bag_of, bag_size=bag_size,
                                 per_sample_weights=per_sample_weights, bag_scale=bag_scale, padding_idx=-1,
                                 scale=scale, grad_weight=grad)
     return Segments(rows, count, grad, num_rows)
@@ -105,7 +105,7 @@ def apply_update(seg: Segments, spec: OptimizerSpec, weight: Tensor, state1: Ten
     defines = {"WEIGHT_DTYPE": _dtype_code(weight.dtype), "OPTIMIZER": spec.code, "VEC": vec,
                "ITERS": -(-dim // (32 * vec)), "ROW_T": _index_type(seg.rows.dtype),
                "STOCHASTIC": _stochastic(spec, weight), "BLOCK": BLOCK}
-    fn = _nvrtc.get_function("sparse_update.cu", "sparse_update", defines, weight.device.index)
+    fn = nvrtc.get_function("sparse_update.cu", "sparse_update", defines, weight.device.index)
     _launch_on(weight, fn, -(-n * 32 // BLOCK), [
         (seg.rows.data_ptr(), PTR), (seg.count.data_ptr(), PTR), (seg.num_rows, I64), (seg.grad.data_ptr(), PTR),
         (weight.data_ptr(), PTR), (dim, I64), (_ptr(state1), PTR), (_ptr(state2), PTR),
@@ -142,6 +142,6 @@ def fused_update(grad_out: Tensor, flat: Tensor, *, bag_of: Tensor | None, bag_s
     fused_args = [(weight.data_ptr(), PTR), (_ptr(state1), PTR), (_ptr(state2), PTR),
                   *_optimizer_args(spec, step, seed)]
     # the sentinel row (padding, positions in no bag) goes in as the padding row: skipped
-    _launch.backward_passes(grad_out, sorted_rows, positions, bag_of=bag_of, bag_size=bag_size,
+    launch.backward_passes(grad_out, sorted_rows, positions, bag_of=bag_of, bag_size=bag_size,
                             per_sample_weights=per_sample_weights, bag_scale=bag_scale, padding_idx=num_rows,
                             scale=scale, grad_weight=None, fused_defines=fused_defines, fused_args=fused_args)

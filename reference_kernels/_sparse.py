@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import _ops, _segments
+from . import _segments, ops
 from .optim import OptimizerSpec, check_spec, new_state
 
 
@@ -58,14 +58,14 @@ class Lookups:
 
 def bag_lookups(indices: Tensor, offsets: Tensor | None, include_last_offset: bool, mode: str,
                 padding_idx: int, psw: Tensor | None, num_bags: int) -> Lookups:
-    """The lookups of one embedding_bag call (as the dense backward in ``_ops`` sees them)."""
-    bag_of = None if offsets is None else _ops.bag_of_positions(indices, offsets, include_last_offset)
+    """The lookups of one embedding_bag call (as the dense backward in ``ops`` sees them)."""
+    bag_of = None if offsets is None else ops.bag_of_positions(indices, offsets, include_last_offset)
     bag_size = indices.shape[1] if offsets is None else 0
     bag_scale, scale = None, 1.0
     if mode == "mean" and bag_of is None and padding_idx < 0:
         scale = 1.0 / max(1, bag_size)
     elif mode == "mean":
-        bag_scale = _ops._bag_scale(indices, bag_of, num_bags, padding_idx)
+        bag_scale = ops._bag_scale(indices, bag_of, num_bags, padding_idx)
     return Lookups(indices.reshape(-1), bag_of, bag_size, psw, bag_scale, scale, padding_idx)
 
 
@@ -95,7 +95,7 @@ class SparseBag(torch.autograd.Function):
     def forward(ctx: Any, weight: Tensor, indices: Tensor, offsets: Tensor | None, psw: Tensor | None,
                 mode: str, padding_idx: int, include_last_offset: bool,
                 fused: FusedState | None) -> Tensor:
-        out, _ = _ops.embedding_bag_impl(weight, indices, offsets, psw, mode, padding_idx, include_last_offset,
+        out, _ = ops.embedding_bag_impl(weight, indices, offsets, psw, mode, padding_idx, include_last_offset,
                                          False)
         ctx.mode, ctx.padding_idx, ctx.include_last_offset, ctx.fused = mode, padding_idx, include_last_offset, fused
         ctx.psw_needs_grad = psw is not None and psw.requires_grad
@@ -113,7 +113,7 @@ class SparseBag(torch.autograd.Function):
             bag_of = lookups.bag_of
             if bag_of is None:
                 bag_of = torch.arange(indices.numel(), device=indices.device) // max(1, lookups.bag_size)
-            grad_psw = _ops._per_sample_weights_grad(grad_out, weight, indices, bag_of, ctx.padding_idx)
+            grad_psw = ops._per_sample_weights_grad(grad_out, weight, indices, bag_of, ctx.padding_idx)
             grad_psw = grad_psw.reshape(psw.shape)
         grad_weight = sparse_or_fused_backward(grad_out, lookups, weight, ctx.fused)
         return grad_weight, None, None, grad_psw, None, None, None, None
@@ -127,7 +127,7 @@ class SparseEmbedding(torch.autograd.Function):
                 fused: FusedState | None) -> Tensor:
         ctx.padding_idx, ctx.fused = padding_idx, fused
         ctx.save_for_backward(weight, indices)
-        return _ops.embedding_impl(weight, indices, padding_idx)
+        return ops.embedding_impl(weight, indices, padding_idx)
 
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:

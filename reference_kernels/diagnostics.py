@@ -10,9 +10,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from . import _host, _nvrtc
-from ._host import HostPathStatus
-from ._nvrtc import CompileStats
+from . import host, nvrtc
+from .host import HostPathStatus
+from .nvrtc import CompileStats
 
 __all__ = ["CompileStats", "HostPathStatus", "compile_stats", "host_path_status", "nvrtc_version",
            "python_host_path"]
@@ -20,25 +20,25 @@ __all__ = ["CompileStats", "HostPathStatus", "compile_stats", "host_path_status"
 
 def compile_stats() -> CompileStats:
     """The process's compile, load and resource figures so far (live: later builds add to it)."""
-    return _nvrtc.STATS
+    return nvrtc.STATS
 
 
 def nvrtc_version() -> tuple[int, int]:
     """(major, minor) of the NVRTC library the kernels are compiled with."""
-    return _nvrtc.nvrtc_version()
+    return nvrtc.nvrtc_version()
 
 
 def host_path_status() -> HostPathStatus:
     """Whether the compiled host path (REFERENCE_KERNELS_HOST_PATH) is built and in use, and why not."""
-    return _host.status()
+    return host.status()
 
 
 @contextlib.contextmanager
 def python_host_path() -> Iterator[None]:
     """For measurements: calls inside take the Python host path, as without the compiled one."""
-    saved = list(_host.LOADED)
-    _host.LOADED.clear()
+    saved = list(host.LOADED)
+    host.LOADED.clear()
     try:
         yield
     finally:
-        _host.LOADED[:] = saved
+        host.LOADED[:] = saved

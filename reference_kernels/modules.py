@@ -10,9 +10,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._api import embedding_bag_with, embedding_with
-from ._host import LOADED as _HOST_PATH
 from ._sparse import FusedOptimizerMixin
+from .api import embedding_bag_with, embedding_with
+from .host import LOADED as _HOST_PATH
 from .optim import OptimizerSpec, check_spec
 
 

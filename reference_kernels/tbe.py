@@ -15,9 +15,9 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from . import _api, _launch, _ops, _sparse
-from ._api import MODES
-from ._host import LOADED as _HOST_PATH
+from . import _sparse, api, launch, ops
+from .api import MODES
+from .host import LOADED as _HOST_PATH
 from .index_check import resolve_mode
 from .optim import OptimizerSpec, check_spec
 
@@ -28,7 +28,7 @@ def check_tables(indices: Tensor, offsets: Tensor, table_sizes: Tensor, max_rows
     index against its own table's rows (``table_sizes``) and the offsets (index_check.cu)."""
     bags_per_table = (offsets.numel() - 1) // table_sizes.numel()
     # no bags: no index is looked up, so each is only kept inside the weight (no per-table check)
-    clean, clean_offsets = _ops.checked(indices, offsets, max_rows, mode, "TableBatchedEmbeddingBag",
+    clean, clean_offsets = ops.checked(indices, offsets, max_rows, mode, "TableBatchedEmbeddingBag",
                                         table_sizes=table_sizes if bags_per_table else None,
                                         bags_per_table=bags_per_table or 1)
     assert clean_offsets is not None
@@ -40,7 +40,7 @@ def tbe_forward_impl(weight: Tensor, table_rows: Tensor, table_sizes: Tensor, in
     """The lookup itself (the op's CUDA implementation; eager calls take it directly)."""
     tables = table_rows.numel()
     bags_per_table = (offsets.numel() - 1) // tables
-    out, _ = _launch.bag_forward(weight, indices, offsets, num_bags=tables * bags_per_table,
+    out, _ = launch.bag_forward(weight, indices, offsets, num_bags=tables * bags_per_table,
                                  per_sample_weights=per_sample_weights, mode=mode, padding_idx=-1, need_argmax=False,
                                  table_rows=table_rows)
     return out
@@ -70,11 +70,11 @@ def tbe_lookups(table_rows: Tensor, indices: Tensor, offsets: Tensor, mode: str,
     tables = table_rows.numel()
     bags = offsets.numel() - 1
     bags_per_table = bags // tables
-    bag = _ops.bag_of_positions(indices, offsets, True)
+    bag = ops.bag_of_positions(indices, offsets, True)
     table = torch.div(bag, bags_per_table, rounding_mode="floor").clamp(min=0)
     rows = indices.to(torch.int64) + table_rows[table]
     grad_row = torch.where(bag >= 0, (bag % bags_per_table) * tables + table, -1)
-    scale = _ops._bag_scale(indices, grad_row, bags, -1) if mode == "mean" else None
+    scale = ops._bag_scale(indices, grad_row, bags, -1) if mode == "mean" else None
     return _sparse.Lookups(rows, grad_row, 0, psw, scale, 1.0, -1)
 
 
@@ -85,7 +85,7 @@ def _backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], ...]:
     table_rows, indices, offsets, psw = ctx.saved_tensors
     lk = tbe_lookups(table_rows, indices, offsets, ctx.mode, psw)
     dim = grad_out.shape[1] // table_rows.numel()
-    grad_weight = _ops.embedding_bag_backward_op(grad_out.contiguous().view(-1, dim), lk.rows, lk.bag_of, 0,
+    grad_weight = ops.embedding_bag_backward_op(grad_out.contiguous().view(-1, dim), lk.rows, lk.bag_of, 0,
                                                  ctx.num_weights, psw, lk.bag_scale, -1)
     return grad_weight, None, None, None, None, None, None
 
@@ -135,7 +135,7 @@ tbe_forward_op.register_autograd(_backward, setup_context=_setup)
 class TBEFunction(torch.autograd.Function):
     """Eager autograd of the table-batched lookup: the op's own ``_setup`` and ``_backward``
     around ``tbe_forward_impl``, without the custom op's Python dispatch (as
-    ``_ops.EmbeddingBagFunction``; torch.compile traces the op). ``apply(weight,
+    ``ops.EmbeddingBagFunction``; torch.compile traces the op). ``apply(weight,
     per_sample_weights, rest)``: the op's tensors that may require a gradient are the node's
     inputs (per-sample weights get none, as from the op), the other arguments travel in ``rest``."""
 
@@ -189,7 +189,7 @@ class TableBatchedEmbeddingBag(_sparse.FusedOptimizerMixin, torch.nn.Module):
         return self.weight[start:start + int(self.table_sizes[t])]
 
     def forward(self, indices: Tensor, offsets: Tensor, per_sample_weights: Optional[Tensor] = None) -> Tensor:
-        if _HOST_PATH and not _HOST_PATH[1]():  # the compiled host path (_host.py): the usual call, or None
+        if _HOST_PATH and not _HOST_PATH[1]():  # the compiled host path (host.py): the usual call, or None
             # the parameter and buffers from their dicts: Module.__getattr__ costs ~0.3 µs a name
             params, buffers = self._parameters, self._buffers
             served: Tensor | None = _HOST_PATH[3](
@@ -205,7 +205,7 @@ class TableBatchedEmbeddingBag(_sparse.FusedOptimizerMixin, torch.nn.Module):
         if offsets.dtype != indices.dtype:
             indices, offsets = indices.to(torch.int64), offsets.to(torch.int64)
         check = resolve_mode(self.check_indices)
-        _api.surface_errors(self.weight)
+        api.surface_errors(self.weight)
         indices, offsets = check_tables(indices.contiguous(), offsets.contiguous(), self.table_sizes, self.max_rows,
                                         check)
         psw = None if per_sample_weights is None else per_sample_weights.contiguous()
@@ -217,7 +217,7 @@ class TableBatchedEmbeddingBag(_sparse.FusedOptimizerMixin, torch.nn.Module):
         out: Tensor
         if torch.compiler.is_compiling():  # traced: the registered op
             out = tbe_forward_op(self.weight, self.table_rows, self.table_sizes, indices, offsets, psw, self.mode)
-        elif _api._needs_grad(self.weight, psw):
+        elif api._needs_grad(self.weight, psw):
             out = TBEFunction.apply(  # type: ignore[no-untyped-call]
                 self.weight, psw, (self.table_rows, self.table_sizes, indices, offsets, self.mode))
         else:

@@ -29,7 +29,7 @@ def overrides_from_spec(spec: str) -> tuple[tuple[str, int], ...]:
 @dataclass(frozen=True)
 class Tuning:
     """Every knob of kernel selection. Each rule that reads a knob is stated where it is
-    used (``_plan.py``); the measurements behind the defaults are in docs/perf/."""
+    used (``plan.py``); the measurements behind the defaults are in docs/perf/."""
 
     # forward, general kernel
     unroll_rows: int = 16  # rows in flight per lane (UNROLL * CHUNKS), halved with argmax

@@ -18,7 +18,7 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-# The compiled host path (reference_kernels/_host.py): built before the first GPU call returns, so
+# The compiled host path (reference_kernels/host.py): built before the first GPU call returns, so
 # every GPU test takes it where it serves the call; never built by a run without a GPU.
 os.environ.setdefault("REFERENCE_KERNELS_HOST_PATH", "wait" if cuda_available() else "off")
 

@@ -6,44 +6,16 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from compliance.checks.interface import CheckSpec
+# The specs live below the checks (compliance.checks.specs); re-exported under their old names.
+from compliance.checks.specs import SYMLINK as SYMLINK
+from compliance.checks.specs import WITH_SOURCE as WITH_SOURCE
+from compliance.checks.specs import WITHOUT_SOURCE as WITHOUT_SOURCE
 from compliance.paths import tree_relative
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext
     from compliance.findings import Finding
     from compliance.inventory import BinaryFile
-
-WITHOUT_SOURCE = CheckSpec(
-    id="binary-without-source", title="Binary with no source for it", default_level="error",
-    doc="A compiled artifact (ELF shared object, object file or executable, cubin, fatbin, `ar` "
-        "archive, PE or Mach-O; recognised by magic bytes whatever its name) has no matching "
-        "source in the tree: neither a kernel manifest lists it under `binaries`, nor does a "
-        "source file or setup.py extension of the same name exist. Binary-only kernels are not "
-        "allowed. The level is set by the rule set's `binary_policy.without_source`.",
-    hint="Remove the binary and ship its source (declared in the manifest); the tool builds "
-         "from source when verifying.",
-    passing="kernels/emb.cu committed (and no emb.so)",
-    failing="lib/libemb.so committed with no emb.cu anywhere in the implementation",
-)
-WITH_SOURCE = CheckSpec(
-    id="build-product-with-source", title="Committed build product", default_level="warning",
-    doc="A compiled artifact whose source is present (declared under a kernel's `binaries`, or "
-        "named like a source file or setup.py extension beside it). Build products are never "
-        "used by verification and make review harder. The level is set by the rule set's "
-        "`binary_policy.build_product_with_source`.",
-    hint="Delete the build product from the submission and build it from source at run time.",
-    passing="kernels/emb.cu only",
-    failing="kernels/emb.cu and kernels/emb.o",
-)
-SYMLINK = CheckSpec(
-    id="symlink-escapes-tree", title="Symbolic link leaving the tree", default_level="error",
-    doc="A symbolic link resolves (or would resolve) outside the checked tree. The tool never "
-        "follows links; a submission must contain what it uses.",
-    hint="Replace the link with the file it points to, or remove it.",
-    passing="kernels/common.cuh -> ../include/common.cuh (inside the tree)",
-    failing="kernels/emb.cu -> /home/me/src/emb.cu",
-)
 
 
 def _stem(name: str) -> str:

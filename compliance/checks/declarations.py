@@ -6,122 +6,29 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from compliance.checks.interface import CheckSpec
 from compliance.checks.readability import PATH_UNREADABLE
+
+# The specs live below the checks (compliance.checks.specs); re-exported under their old names.
+from compliance.checks.specs import ENTRY_SYMBOL as ENTRY_SYMBOL
+from compliance.checks.specs import LANGUAGE as LANGUAGE
+from compliance.checks.specs import MANIFEST_INVALID as MANIFEST_INVALID
+from compliance.checks.specs import MANIFEST_MISPLACED as MANIFEST_MISPLACED
+from compliance.checks.specs import NOT_ALLOWLISTED as NOT_ALLOWLISTED
+from compliance.checks.specs import REFERENCE_OP as REFERENCE_OP
+from compliance.checks.specs import SOURCE_EMPTY as SOURCE_EMPTY
+from compliance.checks.specs import SOURCE_MISSING as SOURCE_MISSING
+from compliance.checks.specs import SOURCE_OUTSIDE as SOURCE_OUTSIDE
+from compliance.checks.specs import UNDECLARED as UNDECLARED
+from compliance.checks.specs import VENDORED as VENDORED
 from compliance.context import DeclaredKernel
 from compliance.manifest import MANIFEST_NAME
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext
     from compliance.findings import Finding
+    from compliance.layout import Location
+    from compliance.ruleset import AllowlistEntry
 
-MANIFEST_INVALID = CheckSpec(
-    id="manifest-invalid", title="Kernel manifest does not follow its schema", default_level="error",
-    doc=f"A {MANIFEST_NAME} could not be parsed or does not match the manifest schema "
-        "(`compliance rules schema --manifest`), or is over the YAML limits (256 KiB, 64 levels "
-        "of nesting, 20,000 nodes after alias expansion). A manifest with any schema error "
-        "declares no kernels, so the code it meant to declare is reported as undeclared too.",
-    hint="Fix the entry at the reported line; validate while editing with the schema "
-         "(see docs/manifest.md).",
-    passing="manifest_version: 1\nkernels:\n  - id: emb\n    category: dlrm-embedding\n    ...",
-    failing="manifest_version: 1\nkernels:\n  - id: emb\n    language: cuda-c   # not a known language",
-)
-MANIFEST_MISPLACED = CheckSpec(
-    id="manifest-misplaced", title="Kernel manifest outside an implementation", default_level="error",
-    doc=f"A {MANIFEST_NAME} must sit inside an implementation directory "
-        "(<Org>/benchmarks/<benchmark>/implementations/<impl>/), because the benchmark it "
-        "belongs to decides which allowlist entries apply.",
-    hint="Move the manifest into the implementation directory whose kernels it declares.",
-    passing=f"Acme/benchmarks/dlrm/implementations/pytorch/{MANIFEST_NAME}",
-    failing=f"Acme/{MANIFEST_NAME}",
-)
-UNDECLARED = CheckSpec(
-    id="undeclared-kernel", title="Native kernel code no manifest declares", default_level="error",
-    doc="The tree contains native kernel code (CUDA `__global__` functions, inline PTX `asm(`, "
-        "`@triton.jit` functions, `load_inline(...)`/`cpp_extension.load(...)` builds, torch "
-        "extension sources, or sources of a setup.py CUDAExtension/CppExtension) that is not "
-        "listed as a source of any kernel in a manifest. Detection is by content, not only by "
-        "file extension. Files inside a grouped vendored tree are reported by "
-        "`vendored-undeclared` instead.",
-    hint=f"Declare the kernel in the implementation's {MANIFEST_NAME} (id, category, language, "
-         "sources, entry symbols, upstream, semantics), or remove the code.",
-    passing=f"kernels/emb.cu listed under `sources:` of a kernel in {MANIFEST_NAME}",
-    failing=f"kernels/emb.cu defines a __global__ function and no {MANIFEST_NAME} lists it",
-)
-NOT_ALLOWLISTED = CheckSpec(
-    id="kernel-not-allowlisted", title="Kernel category not allowed for this benchmark and round",
-    default_level="error",
-    doc="A declared kernel's `category` is not an allowlist entry of the rule set, or the entry "
-        "does not cover the benchmark (or division) the kernel is submitted in.",
-    hint="Use a category the round allows for this benchmark (`compliance rules show`), or "
-         "replace the kernel with the framework's own op.",
-    passing="category: dlrm-embedding in benchmarks/dlrm under training/v0.7",
-    failing="category: dlrm-embedding in benchmarks/bert, or under training/v1.0",
-)
-LANGUAGE = CheckSpec(
-    id="kernel-language-not-allowed", title="Kernel language not admitted by its category",
-    default_level="error",
-    doc="The allowlist entry admits only some kernel languages (cuda, cpp, triton, ptx); the "
-        "declared kernel is written in another.",
-    hint="Rewrite the kernel in an admitted language or ask the working group to extend the entry.",
-    passing="language: cuda with an entry admitting [cuda]",
-    failing="language: ptx with an entry admitting [cuda]",
-)
-REFERENCE_OP = CheckSpec(
-    id="kernel-reference-op-not-allowed", title="Claimed reference op not covered by the category",
-    default_level="error",
-    doc="The kernel claims to compute a reference op (semantics.op) that its allowlist entry's "
-        "verification requirement does not name, so it cannot be verified under this rule set.",
-    hint="Declare the reference op the kernel really computes (embedding_bag or embedding).",
-    passing="semantics: {op: embedding_bag} with reference_ops [embedding_bag, embedding]",
-    failing="semantics: {op: embedding} with reference_ops [embedding_bag]",
-)
-SOURCE_MISSING = CheckSpec(
-    id="kernel-source-missing", title="Declared kernel source does not exist", default_level="error",
-    doc="A file listed in a kernel's `sources` is not a regular file in the tree (missing, a "
-        "directory, or a symbolic link). Kernels must ship as source.",
-    hint="Commit the source file at the declared path (paths are relative to the manifest).",
-    passing="sources: [kernels/emb.cu] and kernels/emb.cu exists",
-    failing="sources: [kernels/emb.cu] and only kernels/emb.o is committed",
-)
-SOURCE_OUTSIDE = CheckSpec(
-    id="kernel-source-outside-tree", title="Declared kernel source outside the tree",
-    default_level="error",
-    doc="A declared source path is absolute or climbs out of the checked tree with `..`; the "
-        "submission must contain its own kernel sources.",
-    hint="Copy the source into the implementation directory and declare it by a relative path.",
-    passing="sources: [kernels/emb.cu]",
-    failing="sources: [../../../../other-org/kernels/emb.cu] or [/opt/src/emb.cu]",
-)
-SOURCE_EMPTY = CheckSpec(
-    id="kernel-source-empty", title="Declared kernel source is empty", default_level="error",
-    doc="A declared source file has no content other than whitespace.",
-    hint="Commit the real source.",
-    passing="kernels/emb.cu with the kernel's code",
-    failing="kernels/emb.cu of 0 bytes",
-)
-ENTRY_SYMBOL = CheckSpec(
-    id="kernel-entry-symbol-missing", title="Declared entry symbol not defined in the sources",
-    default_level="error",
-    doc="None of the kernel's declared sources mentions the declared entry symbol as a function "
-        "(name followed by `(`, template arguments allowed), so the declaration does not describe "
-        "the shipped code.",
-    hint="Correct `entry_symbols` to the names of the kernel functions the sources define.",
-    passing="entry_symbols: [embedding_bag_sum] and `__global__ void embedding_bag_sum(...)`",
-    failing="entry_symbols: [embedding_bag_sum] and the source defines only `emb_sum(...)`",
-)
-VENDORED = CheckSpec(
-    id="vendored-undeclared", title="Vendored third-party tree not declared", default_level="warning",
-    doc="A grouped vendored tree (a copy of a catalogued upstream project such as NCCL or "
-        "CUTLASS, recognised by its signature files; a library in third_party/, vendor/, ...; or "
-        "a directory with a licence file and many C/C++/CUDA sources, never an organization's or "
-        "implementation's own root) holds native code but no manifest declares where it comes "
-        "from. Custom kernels can hide in a framework copy; a declared upstream lets "
-        "`compliance check --upstream` prove the copy verbatim.",
-    hint=f"Add a `vendored:` entry (path, repository, commit) to the {MANIFEST_NAME}.",
-    passing=f"third_party/apex declared under `vendored:` in {MANIFEST_NAME}",
-    failing="third_party/apex with 300 .cu files and no declaration",
-)
 
 _READ_LIMIT = 8 * 1024 * 1024
 """Bytes of each declared source searched for its entry symbols (sources are read no further)."""
@@ -170,17 +77,26 @@ def _vendored(ctx: CheckContext) -> Iterator[Finding | None]:
                               details={"project": tree.project, "repository": tree.repository})
 
 
+def _not_covered(ctx: CheckContext, entry: AllowlistEntry | None, where: Location) -> str:
+    """Why a category does not apply where the manifest is, and what does (a manifest outside
+    any benchmark directory has no allowlist: the allowlist is per benchmark)."""
+    listed = "is not on the allowlist" if entry is None else "is on the allowlist"
+    if where.benchmark is None:
+        return (f"{listed} of {ctx.ruleset.id}, but this manifest lies in no benchmark's directory, and "
+                "categories are allowed per benchmark")
+    scope = f"benchmark {where.benchmark!r}" + (f", division {where.division!r}" if where.division else "")
+    allowed = [e.id for e in ctx.ruleset.allowlist if e.covers(where.benchmark, where.division)]
+    reason = "is not on the allowlist" if entry is None else f"does not cover {scope}"
+    return f"{reason} of {ctx.ruleset.id} (allowed for {scope}: {', '.join(allowed) or 'none'})"
+
+
 def _allowlist(ctx: CheckContext, item: DeclaredKernel) -> Iterator[Finding | None]:
     kernel, where = item.kernel, item.location
     entry = ctx.ruleset.entry(kernel.category)
     path, line = item.manifest_path, kernel.line
     if entry is None or not entry.covers(where.benchmark, where.division):
-        scope = f"benchmark {where.benchmark!r}" + (f", division {where.division!r}" if where.division else "")
-        allowed = [e.id for e in ctx.ruleset.allowlist if e.covers(where.benchmark, where.division)]
-        reason = "is not on the allowlist" if entry is None else f"does not cover {scope}"
         yield ctx.finding(NOT_ALLOWLISTED.id, path, f"kernel {kernel.id!r}: category {kernel.category!r} "
-                          f"{reason} of {ctx.ruleset.id} (allowed for {scope}: "
-                          f"{', '.join(allowed) or 'none'})", line=line, kernel=kernel.id)
+                          f"{_not_covered(ctx, entry, where)}", line=line, kernel=kernel.id)
         return
     if kernel.language not in entry.languages:
         yield ctx.finding(LANGUAGE.id, path, f"kernel {kernel.id!r} is {kernel.language}; category "

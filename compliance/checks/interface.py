@@ -1,4 +1,4 @@
-"""What a check and a stage look like: ``CheckSpec`` (one rule id) and ``Stage``.
+"""What a check looks like: ``CheckSpec`` (one rule id) and its configuration (``CheckConfig``).
 
 Each check declares its id, default level, options (with defaults and types),
 a one-paragraph doc, a fix hint and a passing and a failing example. The rule
@@ -12,13 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from compliance.findings import Severity
-
-if TYPE_CHECKING:
-    from compliance.context import CheckContext
-    from compliance.findings import Finding
 
 Level = str  # "error" | "warning" | "info" | "off"
 LEVELS = ("error", "warning", "info", "off")
@@ -79,22 +75,3 @@ class CheckConfig:
     def severity(self) -> Severity | None:
         """The finding severity, or None when the check is off."""
         return None if self.level == "off" else Severity(self.level)
-
-
-class Stage(Protocol):
-    """One stage of ``compliance check``: static, upstream or verify.
-
-    A stage is a frozen dataclass holding its own options (``UpstreamOptions``,
-    ``VerifyOptions``; the static stage has none) and turns a context into
-    findings. The engine runs the stages asked for, in order, and records
-    their names in ``CheckReport.stages``.
-    """
-
-    @property
-    def name(self) -> str:
-        """``static``, ``upstream`` or ``verify`` (as the reports print it)."""
-        ...
-
-    def run(self, ctx: CheckContext) -> list[Finding]:
-        """Every finding of this stage on ``ctx`` (input errors raise ``InputError``)."""
-        ...

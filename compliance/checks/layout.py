@@ -7,7 +7,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from compliance.checks.interface import CheckSpec
+# The specs live below the checks (compliance.checks.specs); re-exported under their old names.
+from compliance.checks.specs import ALIAS as ALIAS
+from compliance.checks.specs import STRUCTURE as STRUCTURE
+from compliance.checks.specs import UNKNOWN_BENCHMARK as UNKNOWN_BENCHMARK
+from compliance.checks.specs import UNKNOWN_SYSTEM as UNKNOWN_SYSTEM
+from compliance.checks.specs import VARIANT as VARIANT
 from compliance.layout import (
     CODE_DIR,
     ENTRY_FILE,
@@ -23,66 +28,6 @@ if TYPE_CHECKING:
     from compliance.context import CheckContext
     from compliance.findings import Finding
 
-STRUCTURE = CheckSpec(
-    id="layout-structure", title="Submission directory structure", default_level="error",
-    doc="Each organization must have the directories its layout requires (training: "
-        "systems/, benchmarks/, results/; inference: systems/, code/, results/ under a "
-        "division), and each benchmark directory must hold its implementations "
-        "(training: benchmarks/<benchmark>/implementations/<impl>/). A tree where no "
-        "organization can be found at all is reported once, at its root.",
-    hint="Arrange the tree as <Org>/systems/<system>.json, "
-         "<Org>/benchmarks/<benchmark>/implementations/<impl>/, "
-         "<Org>/results/<system>/<benchmark>/result_N.txt.",
-    passing="Acme/systems/dgx.json\nAcme/benchmarks/dlrm/implementations/pytorch/train.py\n"
-            "Acme/results/dgx/dlrm/result_0.txt",
-    failing="Acme/benchmarks/dlrm/train.py   (no systems/, results/ or implementations/)",
-)
-UNKNOWN_BENCHMARK = CheckSpec(
-    id="layout-unknown-benchmark", title="Benchmark not in the round", default_level="error",
-    doc="A benchmark directory (under benchmarks/ or results/<system>/) is not one of the "
-        "round's benchmarks as listed by the rule set, so nothing in it can be judged "
-        "against the round's allowlist.",
-    hint="Rename the directory to the round's benchmark name (see `compliance rules show`), "
-         "or check with the rule set for the right round (--rules).",
-    passing="Acme/benchmarks/dlrm/...   (dlrm is a benchmark of the round)",
-    failing="Acme/benchmarks/dlrm-v2/...",
-)
-UNKNOWN_SYSTEM = CheckSpec(
-    id="layout-unknown-system", title="Results for an undescribed system", default_level="error",
-    doc="A results/<system>/ directory has no matching systems/<system>.json description.",
-    hint="Add systems/<system>.json or rename the results directory to the described system.",
-    passing="Acme/systems/dgx.json and Acme/results/dgx/dlrm/result_0.txt",
-    failing="Acme/results/dgx/dlrm/result_0.txt without Acme/systems/dgx.json",
-)
-
-
-VARIANT = CheckSpec(
-    id="layout-variant", title="Layout variant of an accepted round", default_level="warning",
-    doc="The tree uses a layout variant that accepted MLPerf submissions have used, not the "
-        "canonical form; it is understood (kernels in it are checked like any other) and "
-        "reported so a reviewer sees it. Variants: benchmark/ or code/ for benchmarks/; "
-        "results/<system>/entry.json instead of systems/<system>.json; "
-        "benchmarks/<b>/implementation/, implementation_closed/, implementation_open/ or "
-        "benchmarks/<b>/<system>/ instead of (or beside) implementations/<impl>/; files directly "
-        "under benchmarks/<b>/; the inverted benchmarks/implementations/<system>/<b>/; result "
-        "files directly under results/<system>/ without a benchmark level; in inference trees, "
-        "directories under code/ that are no model of the round (shared code such as "
-        "code/common/ or code/plugin/; results must still name a model).",
-    hint="Use the canonical form named in the message when you next submit; nothing else to do.",
-    passing="Acme/benchmarks/dlrm/implementations/pytorch/train.py",
-    failing="Acme/benchmark/dlrm/implementation_closed/train.py   (warning: two variants)",
-)
-ALIAS = CheckSpec(
-    id="layout-benchmark-alias", title="Benchmark directory under an alias", default_level="warning",
-    doc="A benchmark directory uses a name the round's rule set lists as an alias of one of its "
-        "benchmarks (benchmark_aliases, e.g. dlrm_v2 or dlrm for dlrm_dcnv2, llm_finetune for "
-        "llama2_70b_lora, resnet50 for resnet). It is understood as that benchmark. Inference "
-        "rule sets report it as info, since the inference submission checker maps these names "
-        "itself.",
-    hint="Name the directory after the official benchmark named in the message.",
-    passing="Acme/benchmarks/dlrm_dcnv2/...   (the official name)",
-    failing="Acme/benchmarks/dlrm_v2/...   (alias of dlrm_dcnv2)",
-)
 
 _RESULT_FILE = re.compile(r"result_\d+\.txt")
 

@@ -1,7 +1,7 @@
 """The rule registry: every check spec of every stage, listed here once, explicitly.
 
-Nothing registers itself on import: the spec constants live next to the code
-that emits them (``compliance/checks/*``, ``compliance/upstream/specs.py``,
+Nothing registers itself on import: the spec constants live in data-only modules below
+the code that emits them (``compliance/checks/specs.py``, ``compliance/upstream/specs.py``,
 ``compliance/verify/specs.py``), and ``specs()`` below is the one list of them.
 ``compliance rules explain/list``, rule-set validation and the generated
 docs/rule-reference.md (``python3 -m compliance.ruletools.reference``) read it;
@@ -15,26 +15,25 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from compliance.checks import specs as static
 from compliance.checks.interface import CheckConfig, CheckSpec
+from compliance.upstream import specs as upstream
+from compliance.verify import specs as verify
 
 
 def specs() -> tuple[CheckSpec, ...]:
-    """Every check spec, grouped by stage (the modules are imported here, not at import time,
-    because the static checks themselves import ``compliance.context``, which reads this registry)."""
-    from compliance.checks import binaries, declarations, layout, readability, upstream_links, vendoring
-    from compliance.upstream import specs as upstream
-    from compliance.verify import specs as verify
-
-    static = (
-        layout.STRUCTURE, layout.UNKNOWN_BENCHMARK, layout.UNKNOWN_SYSTEM, layout.VARIANT, layout.ALIAS,
-        declarations.MANIFEST_INVALID, declarations.MANIFEST_MISPLACED, declarations.UNDECLARED,
-        declarations.NOT_ALLOWLISTED,
-        declarations.LANGUAGE, declarations.REFERENCE_OP, declarations.SOURCE_MISSING, declarations.SOURCE_OUTSIDE,
-        declarations.SOURCE_EMPTY, declarations.ENTRY_SYMBOL, declarations.VENDORED,
-        binaries.WITHOUT_SOURCE, binaries.WITH_SOURCE, binaries.SYMLINK,
-        upstream_links.MISSING, upstream_links.MALFORMED, upstream_links.HOST, upstream_links.NOT_PINNED,
-        vendoring.FORK, vendoring.BUILD_DIRECTORY,
-        readability.PATH_UNREADABLE, readability.SETUP_UNPARSEABLE,
+    """Every check spec, grouped by stage. The spec modules hold data only (no check code), so the
+    registry sits below the checks and the rule sets that configure them: no import circle."""
+    static_stage = (
+        static.STRUCTURE, static.UNKNOWN_BENCHMARK, static.UNKNOWN_SYSTEM, static.VARIANT, static.ALIAS,
+        static.MANIFEST_INVALID, static.MANIFEST_MISPLACED, static.UNDECLARED,
+        static.NOT_ALLOWLISTED,
+        static.LANGUAGE, static.REFERENCE_OP, static.SOURCE_MISSING, static.SOURCE_OUTSIDE,
+        static.SOURCE_EMPTY, static.ENTRY_SYMBOL, static.VENDORED,
+        static.WITHOUT_SOURCE, static.WITH_SOURCE, static.SYMLINK,
+        static.MISSING, static.MALFORMED, static.HOST, static.NOT_PINNED,
+        static.FORK, static.BUILD_DIRECTORY,
+        static.PATH_UNREADABLE, static.SETUP_UNPARSEABLE,
     )
     upstream_stage = (
         upstream.UNREACHABLE, upstream.AUTH, upstream.CACHE_CORRUPT, upstream.NOT_CACHED,
@@ -48,7 +47,7 @@ def specs() -> tuple[CheckSpec, ...]:
         verify.OUTPUT_INVALID, verify.NONDETERMINISTIC, verify.SKIPPED, verify.UPDATE_MISMATCH,
         verify.UNTOUCHED_MODIFIED, verify.ACCUMULATION_PRECISION,
     )
-    return static + upstream_stage + verify_stage
+    return static_stage + upstream_stage + verify_stage
 
 
 @functools.cache

@@ -12,7 +12,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from compliance.checks.interface import CheckSpec
+# The specs live below the checks (compliance.checks.specs); re-exported under their old names.
+from compliance.checks.specs import HOST as HOST
+from compliance.checks.specs import MALFORMED as MALFORMED
+from compliance.checks.specs import MISSING as MISSING
+from compliance.checks.specs import NOT_PINNED as NOT_PINNED
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext, DeclaredKernel
@@ -24,43 +28,6 @@ FULL_COMMIT = re.compile(r"[0-9a-f]{40}")
 _SCP_LIKE = re.compile(r"(?P<user>[\w.-]+)@(?P<host>[\w.-]+):(?P<path>\S+)")
 _CONTROL = re.compile(r"[\x00-\x20\x7f]")
 """Whitespace and control characters: urlparse silently drops some of them, git would not."""
-
-MISSING = CheckSpec(
-    id="upstream-missing", title="Upstream link missing", default_level="error",
-    doc="The kernel's allowlist entry requires an upstream link (the kernel must be available "
-        "to others in a public repository) and the manifest declares none.",
-    hint="Add `upstream: {repository: https://github.com/<owner>/<repo>, commit: <40-hex>, "
-         "paths: [<path of each source upstream>]}`.",
-    passing="upstream: {repository: https://github.com/acme/kernels, commit: 3f2a…(40 hex), "
-            "paths: [csrc/emb.cu]}",
-    failing="(no upstream key) under a category with `requires.upstream: true`",
-)
-MALFORMED = CheckSpec(
-    id="upstream-malformed", title="Upstream repository URL malformed", default_level="error",
-    doc="The upstream repository is not a usable clone URL: it needs a scheme (https, ssh, git) "
-        "or scp form (git@host:owner/repo), a host and an owner/repository path. Local paths and "
-        "file:// URLs are accepted only when the rule set's upstream_policy.allow_local is true.",
-    hint="Use the repository's https clone URL, e.g. https://github.com/<owner>/<repo>.",
-    passing="https://github.com/acme/kernels",
-    failing="github.com/acme   or   www.acme.com/kernels.zip",
-)
-HOST = CheckSpec(
-    id="upstream-host-not-allowed", title="Upstream host not allowed", default_level="error",
-    doc="The upstream repository is on a host that the rule set's upstream_policy.allowed_hosts "
-        "does not list; upstreamed code must be where others can get it.",
-    hint="Push the kernel to a repository on an allowed host (`compliance rules show` lists them).",
-    passing="https://github.com/acme/kernels",
-    failing="https://git.internal.acme.com/kernels",
-)
-NOT_PINNED = CheckSpec(
-    id="upstream-not-pinned", title="Upstream not pinned to a full commit", default_level="error",
-    doc="The upstream `commit` is not a full 40-hex commit hash. A branch or tag moves, and a "
-        "short hash can become ambiguous; neither is a pin. Applies when the rule set's "
-        "upstream_policy.require_commit is true.",
-    hint="Replace it with the full hash: `git rev-parse <branch-or-tag>` in the upstream repository.",
-    passing="commit: 0123456789abcdef0123456789abcdef01234567",
-    failing="commit: main   or   commit: 0123abc",
-)
 
 
 @dataclass(frozen=True)

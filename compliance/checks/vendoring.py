@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from compliance.checks.interface import CheckSpec
+# The specs live below the checks (compliance.checks.specs); re-exported under their old names.
+from compliance.checks.specs import BUILD_DIRECTORY as BUILD_DIRECTORY
+from compliance.checks.specs import FORK as FORK
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext
@@ -19,31 +21,6 @@ if TYPE_CHECKING:
 
 LISTED_IN_MESSAGE = 5
 """Build products named in a message (details list them all)."""
-
-FORK = CheckSpec(
-    id="implementation-fork", title="Implementation is a fork of a catalogued project",
-    default_level="info",
-    doc="An organization's or implementation's own root holds the signature files of an upstream "
-        "project that submissions copy (compliance/catalogue/vendored.yaml: HugeCTR, "
-        "maskrcnn-benchmark, ...). The implementation is then a fork of that project: it is named "
-        "here so a reviewer knows where the code came from, and its native files are still checked "
-        "one by one (a root is never grouped away as a vendored tree).",
-    hint="Declare the implementation's custom kernels in its kernel_manifest.yaml; "
-         "`compliance vendored identify DIR` names the upstream commit the fork started from.",
-    passing="Acme/benchmarks/dlrm/implementations/hugectr/ holding only Acme's own code",
-    failing="Acme/benchmarks/dlrm/implementations/hugectr/HugeCTR/include/... (a HugeCTR fork)",
-)
-BUILD_DIRECTORY = CheckSpec(
-    id="build-directory-committed", title="Committed build directory", default_level="warning",
-    doc="A setuptools build directory (`build/temp.*` with object files and ninja logs, "
-        "`build/lib.*` with built extension modules) is part of the submission. Its files are "
-        "build products, never source: they are reported once per directory, listed in the "
-        "finding's details, and not counted as kernel code or as loose binaries.",
-    hint="Delete the build directory from the submission; the sources beside it are what is "
-         "checked and built.",
-    passing="csrc/emb.cu and setup.py only",
-    failing="build/temp.linux-x86_64-3.8/csrc/emb.o and build/temp.linux-x86_64-3.8/.ninja_deps",
-)
 
 
 def _forks(ctx: CheckContext) -> Iterator[Finding | None]:

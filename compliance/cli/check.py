@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from compliance.cli.common import OUTPUT_OPTION, PATH_ARGUMENT, RULES_OPTION, echo, emit
-from compliance.cli.main import cli, reports_input_errors
+from compliance.cli.common import OUTPUT_OPTION, PATH_ARGUMENT, RULES_OPTION, echo, emit, operator_rules_dirs
+from compliance.cli.exits import reports_input_errors
 from compliance.engine import run_check
 from compliance.model import CheckOptions
 from compliance.report import FORMATS
@@ -16,7 +16,7 @@ from compliance.upstream.options import UpstreamOptions
 from compliance.verify.options import VerifyOptions
 
 
-@cli.command("check")
+@click.command("check")
 @PATH_ARGUMENT
 @RULES_OPTION
 @click.option("--format", "fmt", type=click.Choice(sorted(FORMATS)), default="text", show_default=True,
@@ -48,7 +48,7 @@ def check_command(path: Path, rules: str | None, fmt: str, output: Path | None, 
         raise click.UsageError("--seed needs --verify")
     if (verbose or summary) and fmt != "text":
         raise click.UsageError("--verbose and --summary apply to --format text (JSON and SARIF keep every finding)")
-    options = CheckOptions(rules=rules,
+    options = CheckOptions(rules=rules, rules_dirs=tuple(operator_rules_dirs()),
                            upstream=UpstreamOptions(cache_dir=upstream_cache, offline=offline) if upstream else None,
                            verify=VerifyOptions(seed=seed) if verify else None)
     report = run_check(path, options)

@@ -23,6 +23,15 @@ def is_inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
+def operator_rules_dirs() -> list[Path]:
+    """The rule directories the operator gave the group (``compliance --rules-dir DIR …``), read
+    from the running command's root context and passed down explicitly (no module state)."""
+    context = click.get_current_context(silent=True)
+    if context is None:
+        return []
+    return list(context.find_root().params.get("rules_dirs") or ())
+
+
 def echo(text: str, err: bool = False, nl: bool = True) -> None:
     """``click.echo`` of text escaped to what the stream's encoding can hold.
 

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import click
 
-from compliance.cli.common import OUTPUT_OPTION, PATH_ARGUMENT, RULES_OPTION, emit
-from compliance.cli.main import cli, reports_input_errors
+from compliance.cli.common import OUTPUT_OPTION, PATH_ARGUMENT, RULES_OPTION, emit, operator_rules_dirs
+from compliance.cli.exits import reports_input_errors
 from compliance.engine import build_context
 from compliance.inventory_report import inventory_dict, inventory_text
 
 
-@cli.command("inventory")
+@click.command("inventory")
 @PATH_ARGUMENT
 @RULES_OPTION
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
@@ -21,7 +21,7 @@ from compliance.inventory_report import inventory_dict, inventory_text
 @reports_input_errors
 def inventory_command(path: Path, rules: str | None, fmt: str, output: Path | None) -> None:
     """List native kernel code, binaries, manifests, vendored trees and links under PATH."""
-    ctx, _ = build_context(path, rules)
+    ctx, _ = build_context(path, rules, tuple(operator_rules_dirs()))
     text = json.dumps(inventory_dict(ctx.inventory), indent=2) + "\n" if fmt == "json" \
         else inventory_text(ctx.inventory)
     emit(text, output, checked_root=path)

@@ -14,76 +14,26 @@ runner and the console script behave the same.
 
 from __future__ import annotations
 
-import functools
-import os
-import sys
-import traceback
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
 
 import click
 
 from compliance import __version__
-from compliance.cli.common import echo
-from compliance.errors import InputError
-from compliance.report.safetext import one_line
+from compliance.cli import check, inventory, manifest, rules, vendored, verify
+from compliance.cli.exits import (
+    DEBUG_VARIABLE,
+    EXIT_FINDINGS,
+    EXIT_INPUT,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    EXIT_OUTPUT_CLOSED,
+    internal_error_message,
+    output_closed,
+    reports_input_errors,
+)
 
-EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
-EXIT_OUTPUT_CLOSED = 141
-"""Standard output was closed by its reader (128 + SIGPIPE, as a shell reports it)."""
-DEBUG_VARIABLE = "COMPLIANCE_DEBUG"
-"""Set to 1 to get the traceback of an internal error instead of the one-line message."""
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def reports_input_errors(func: F) -> F:
-    """Decorator for command callbacks: ``InputError`` -> stderr + exit 2; any other
-    exception (a bug) -> one line naming the input and the failing code + exit 3."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except InputError as exc:
-            echo(f"error: {exc}", err=True)
-            raise SystemExit(EXIT_INPUT) from exc
-        except BrokenPipeError as exc:
-            raise SystemExit(_output_closed()) from exc
-        except (SystemExit, click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
-            raise
-        except Exception as exc:
-            if os.environ.get(DEBUG_VARIABLE) == "1":
-                raise
-            echo(internal_error_message(exc, kwargs), err=True)
-            raise SystemExit(EXIT_INTERNAL) from exc
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _output_closed() -> int:
-    """The reader of stdout went away (``| head``): not a bug and not a verdict. Later writes,
-    the interpreter's final flush included, go to the null device instead of raising again."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):  # stdout without a file descriptor (a test runner's buffer)
-        pass
-    finally:
-        os.close(devnull)
-    return EXIT_OUTPUT_CLOSED
-
-
-def internal_error_message(exc: BaseException, arguments: dict[str, Any]) -> str:
-    """``internal error checking <path>: <type>: <message> (at <file>:<line>)``."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
-    subject = next((str(arguments[k]) for k in ("path", "name", "files", "old") if arguments.get(k)), "")
-    about = f" while processing {subject}" if subject else ""
-    text = one_line(str(exc))[:300]
-    return (f"internal error{about}: {type(exc).__name__}: {text}{where}; this is a bug in compliance, "
-            f"not a verdict on the input (set {DEBUG_VARIABLE}=1 for the traceback)")
+__all__ = ["DEBUG_VARIABLE", "EXIT_FINDINGS", "EXIT_INPUT", "EXIT_INTERNAL", "EXIT_OK", "EXIT_OUTPUT_CLOSED",
+           "cli", "internal_error_message", "main", "reports_input_errors"]
 
 
 class _Group(click.Group):
@@ -102,22 +52,15 @@ def cli(rules_dirs: tuple[Path, ...]) -> None:
     Exit codes: 0 compliant, 1 error-level findings, 2 usage or input errors,
     3 internal error (a bug in this tool), 141 standard output closed by its reader.
     """
-    # The operator's rule directories; a submission tree can only name ids found there.
-    from compliance.ruleset import set_operator_rules_dirs
-
-    set_operator_rules_dirs(rules_dirs)
+    # The operator's rule directories stay in this command's context; each command passes them
+    # down (compliance.cli.common.operator_rules_dirs). A submission tree names only ids found there.
 
 
-def _register_commands() -> None:
-    # Each command group lives in its own module; importing it registers it.
-    from compliance.cli import check, inventory, manifest, vendored, verify  # noqa: F401
-    try:  # rules commands are being added (issue 7)
-        from compliance.cli import rules  # noqa: F401
-    except ImportError:
-        pass
-
-
-_register_commands()
+# Each command lives in its own module, below this one; the group adds them here (a command
+# module never imports this one, so there is no circle).
+for _command in (check.check_command, inventory.inventory_command, manifest.manifest, rules.rules,
+                 vendored.vendored, verify.verify_command):
+    cli.add_command(_command)
 
 
 def main() -> None:
@@ -125,4 +68,4 @@ def main() -> None:
     try:
         cli.main(prog_name="compliance")
     except BrokenPipeError as exc:  # raised outside a command callback (help text, say)
-        raise SystemExit(_output_closed()) from exc
+        raise SystemExit(output_closed()) from exc

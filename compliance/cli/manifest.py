@@ -11,13 +11,13 @@ from pathlib import Path
 
 import click
 
-from compliance.cli.common import OUTPUT_OPTION, PATH_ARGUMENT, RULES_OPTION, emit
-from compliance.cli.main import cli, reports_input_errors
+from compliance.cli.common import OUTPUT_OPTION, PATH_ARGUMENT, RULES_OPTION, emit, operator_rules_dirs
+from compliance.cli.exits import reports_input_errors
 from compliance.draft import draft_manifest, render_draft, tree_identifier
 from compliance.ruleset import DEFAULT_RULESET, load_ruleset
 
 
-@cli.group("manifest")
+@click.group("manifest")
 def manifest() -> None:
     """Draft kernel manifests."""
 
@@ -46,7 +46,7 @@ def draft_command(path: Path, rules: str | None, output: Path | None, identify: 
     if (upstream_cache or offline) and not identify:
         raise click.UsageError("--upstream-cache and --offline need --identify")
     identifier = tree_identifier(upstream_cache, offline, path) if identify else None
-    draft = draft_manifest(path, load_ruleset(rules or DEFAULT_RULESET), identifier)
+    draft = draft_manifest(path, load_ruleset(rules or DEFAULT_RULESET, operator_rules_dirs()), identifier)
     emit(render_draft(draft), output, checked_root=path)
     if output is not None:
         click.echo(f"draft written to {output}: {len(draft.kernels)} kernel(s), "

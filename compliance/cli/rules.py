@@ -15,8 +15,8 @@ from typing import Any
 
 import click
 
-from compliance.cli.common import echo
-from compliance.cli.main import EXIT_FINDINGS, EXIT_OK, cli, reports_input_errors
+from compliance.cli.common import echo, operator_rules_dirs
+from compliance.cli.exits import EXIT_FINDINGS, EXIT_OK, reports_input_errors
 from compliance.ruleset import load_ruleset
 from compliance.ruletools import diff as diff_tools
 from compliance.ruletools import explain as explain_tools
@@ -33,7 +33,7 @@ def _print_json(document: dict[str, Any]) -> None:
     echo(json.dumps(document, indent=2, sort_keys=False))
 
 
-@cli.group("rules")
+@click.group("rules")
 def rules() -> None:
     """Read, validate and compare rule sets; explain rule ids.
 
@@ -46,9 +46,9 @@ def rules() -> None:
 @reports_input_errors
 def list_command(fmt: str) -> None:
     """The shipped rule sets: usage, round, status (adopted/proposal) and parent."""
-    infos = listing.list_rulesets()
+    infos = listing.list_rulesets(operator_rules_dirs())
     if fmt == "json":
-        _print_json(listing.to_json(infos))
+        _print_json(listing.to_json(infos, operator_rules_dirs()))
     else:
         echo(listing.render_text(infos), nl=False)
 
@@ -60,7 +60,7 @@ def list_command(fmt: str) -> None:
 @reports_input_errors
 def show_command(name: str, origin: bool, fmt: str) -> None:
     """A rule set after resolving `extends`, with the provenance of every allowlist entry."""
-    view = show_tools.view(load_ruleset(name))
+    view = show_tools.view(load_ruleset(name, operator_rules_dirs()))
     if fmt == "json":
         _print_json(show_tools.to_json(view, with_origin=origin))
     else:
@@ -78,7 +78,7 @@ def validate_command(files: tuple[str, ...], shipped: bool, fmt: str) -> None:
     Exit 0 when every file is valid, 1 when any has errors, 2 when a FILE does
     not exist or none is given.
     """
-    report = validate_tools.validate(files, shipped=shipped)
+    report = validate_tools.validate(files, shipped=shipped, extra_roots=operator_rules_dirs())
     if fmt == "json":
         _print_json(validate_tools.to_json(report))
     else:
@@ -99,7 +99,7 @@ def diff_command(old: str, new: str, exit_code: bool, fmt: str) -> None:
     Prints nothing (text) when they mean the same. Exit 0 whether or not they
     differ (informational), unless --exit-code.
     """
-    result = diff_tools.diff(load_ruleset(old), load_ruleset(new))
+    result = diff_tools.diff(load_ruleset(old, operator_rules_dirs()), load_ruleset(new, operator_rules_dirs()))
     if fmt == "json":
         _print_json(diff_tools.to_json(result))
     else:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from compliance.cli.main import EXIT_FINDINGS, EXIT_OK, cli, reports_input_errors
+from compliance.cli.exits import EXIT_FINDINGS, EXIT_OK, reports_input_errors
 from compliance.errors import InputError
 from compliance.vendored_trees import load_catalogue
 
@@ -23,7 +23,7 @@ FORMAT_OPTION = click.option("--format", "fmt", type=click.Choice(["text", "json
                              show_default=True, help="Output format.")
 
 
-@cli.group("vendored")
+@click.group("vendored")
 def vendored() -> None:
     """Upstream projects that submissions copy, and which commit a copy is."""
 

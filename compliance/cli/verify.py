@@ -6,15 +6,15 @@ from pathlib import Path
 
 import click
 
-from compliance.cli.common import OUTPUT_OPTION, PATH_ARGUMENT, RULES_OPTION, echo, emit
-from compliance.cli.main import cli, reports_input_errors
+from compliance.cli.common import OUTPUT_OPTION, PATH_ARGUMENT, RULES_OPTION, echo, emit, operator_rules_dirs
+from compliance.cli.exits import reports_input_errors
 from compliance.engine import build_context, report_for
 from compliance.report import FORMATS
 from compliance.verify import VerifyStage
 from compliance.verify.options import VerifyOptions
 
 
-@cli.command("verify")
+@click.command("verify")
 @PATH_ARGUMENT
 @RULES_OPTION
 @click.option("--kernel", "kernels", multiple=True, metavar="ID",
@@ -46,7 +46,7 @@ def verify_command(path: Path, rules: str | None, kernels: tuple[str, ...], seed
     options = VerifyOptions(seed=seed, build_dir=build_dir, kernels=kernels, build_timeout_s=build_time_limit,
                             time_limit_s=time_limit, large=not no_large_table,
                             progress=None if quiet else (lambda line: echo(line, err=True)))
-    ctx, choice = build_context(path, rules)
+    ctx, choice = build_context(path, rules, tuple(operator_rules_dirs()))
     report = report_for(ctx, choice, [VerifyStage(options)])
     emit(FORMATS[fmt](report), output, checked_root=path)
     if output is not None:

@@ -45,11 +45,12 @@ def _info(ruleset_id: str, path: Path) -> RuleSetInfo:
         title=str(data.get("title", "")), path=path)
 
 
-def list_rulesets() -> tuple[RuleSetInfo, ...]:
+def list_rulesets(extra_roots: list[Path] | None = None) -> tuple[RuleSetInfo, ...]:
     """Every rule set in the rule directories (shipped, ``--rules-dir``,
     ``$COMPLIANCE_RULES_PATH``), sorted by id. Files are read, not validated
     (``rules validate --shipped`` does that), so one broken file does not hide the rest."""
-    return tuple(_info(ruleset_id, path) for ruleset_id, path in available_rulesets().items())
+    roots = rule_roots(extra_roots)
+    return tuple(_info(ruleset_id, path) for ruleset_id, path in available_rulesets(roots).items())
 
 
 def render_text(infos: tuple[RuleSetInfo, ...]) -> str:
@@ -64,10 +65,10 @@ def render_text(infos: tuple[RuleSetInfo, ...]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_json(infos: tuple[RuleSetInfo, ...]) -> dict[str, Any]:
+def to_json(infos: tuple[RuleSetInfo, ...], extra_roots: list[Path] | None = None) -> dict[str, Any]:
     """The JSON document of ``rules list --format json``."""
     return {"schema_version": JSON_SCHEMA_VERSION, "rules_dir": str(shipped_rules_dir()),
-            "rules_path": [str(p) for p in rule_roots()],
+            "rules_path": [str(p) for p in rule_roots(extra_roots)],
             "rulesets": [{"id": i.id, "usage": i.usage, "round": i.round, "status": i.status,
                           "extends": i.parent, "title": i.title, "path": str(i.path)}
                          for i in infos]}

@@ -79,20 +79,21 @@ class Report:
         return all(f.valid for f in self.files)
 
 
-def resolve_targets(targets: Iterable[str], shipped: bool = False) -> list[tuple[str, Path]]:
+def resolve_targets(targets: Iterable[str], shipped: bool = False,
+                    extra_roots: list[Path] | None = None) -> list[tuple[str, Path]]:
     """(target, file) pairs; ``shipped`` adds every shipped rule set.
 
     Raises ``InputError`` (exit 2) naming every target that is no file and no
     shipped id, before anything is validated.
     """
-    names = [*targets, *(list_shipped() if shipped else [])]
+    names = [*targets, *(list_shipped(extra_roots) if shipped else [])]
     if not names:
         raise InputError("nothing to validate: name rule files or ids, or pass --shipped")
     found: list[tuple[str, Path]] = []
     missing: list[InputError] = []
     for name in dict.fromkeys(names):  # once each, in order
         try:
-            found.append((name, ruleset_path(name)))
+            found.append((name, ruleset_path(name, extra_roots)))
         except InputError as exc:
             missing.append(exc)
     if missing:
@@ -175,12 +176,12 @@ def _from_error(error: InputError, kind: str) -> Problem:
     return Problem(error.path or "", error.line, error.column, error.message, kind)
 
 
-def _semantic_problems(target: str, path: Path) -> list[Problem]:
-    errors = ruleset_problems(target)  # by the name given, so a stored id is checked too
+def _semantic_problems(target: str, path: Path, extra_roots: list[Path] | None) -> list[Problem]:
+    errors = ruleset_problems(target, extra_roots)  # by the name given, so a stored id is checked too
     return [_from_error(e, "semantic" if same_file(e.path, path) else "parent") for e in errors]
 
 
-def validate_file(target: str, path: Path) -> FileResult:
+def validate_file(target: str, path: Path, extra_roots: list[Path] | None = None) -> FileResult:
     """Every problem of the rule file ``path`` (which the user named ``target``)."""
     try:
         document = load_yaml(path)
@@ -188,13 +189,14 @@ def validate_file(target: str, path: Path) -> FileResult:
         return FileResult(target, path, tuple(_from_error(e, "yaml") for e in exc.errors))
     except InputError as exc:
         return FileResult(target, path, (_from_error(exc, "yaml"),))
-    problems = _schema_problems(document) or _semantic_problems(target, path)
+    problems = _schema_problems(document) or _semantic_problems(target, path, extra_roots)
     return FileResult(target, path, tuple(problems))
 
 
-def validate(targets: Iterable[str], shipped: bool = False) -> Report:
+def validate(targets: Iterable[str], shipped: bool = False, extra_roots: list[Path] | None = None) -> Report:
     """Validate rule files or shipped ids; ``InputError`` when a target does not exist."""
-    return Report(tuple(validate_file(t, p) for t, p in resolve_targets(targets, shipped)))
+    return Report(tuple(validate_file(t, p, extra_roots)
+                        for t, p in resolve_targets(targets, shipped, extra_roots)))
 
 
 def render_text(report: Report) -> str:

@@ -20,7 +20,7 @@ from compliance.upstream.vendored import VendoredTarget
 if TYPE_CHECKING:
     from compliance.context import CheckContext
     from compliance.findings import Finding
-    from compliance.upstream.stage import UpstreamSettings
+    from compliance.upstream.settings import UpstreamSettings
 
 
 def _targets(ctx: CheckContext, declared: list[VendoredTarget]) -> dict[str, str]:

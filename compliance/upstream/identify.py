@@ -39,7 +39,7 @@ from compliance.vendored_trees import (
 )
 
 if TYPE_CHECKING:
-    from compliance.upstream.stage import UpstreamSettings
+    from compliance.upstream.settings import UpstreamSettings
 
 INDEX_NAME = "compliance-blob-index"
 """File in a cached repository holding its blob index (gzip, keyed by the refs' state)."""

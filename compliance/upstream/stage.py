@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,40 +16,19 @@ from compliance.errors import InputError
 from compliance.paths import parent_dir, tree_relative
 from compliance.upstream.gitcache import (
     LOCAL_TIMEOUT_S,
-    CachedRepository,
-    GitRunner,
-    cache_key,
 )
 from compliance.upstream.identified import identification_findings
 from compliance.upstream.kernel_sources import kernel_findings
-from compliance.upstream.options import NETWORK_TIMEOUT_S, UpstreamOptions
+from compliance.upstream.options import UpstreamOptions
 from compliance.upstream.resolve import CommitState, resolve_commits
+
+# Below the stage (identify and identified need it too); re-exported under its old place.
+from compliance.upstream.settings import UpstreamSettings as UpstreamSettings
 from compliance.upstream.vendored import VendoredTarget, vendored_findings
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext, DeclaredKernel
     from compliance.findings import Finding
-
-
-@dataclass(frozen=True)
-class UpstreamSettings:
-    """How the stage may use git."""
-
-    cache_dir: Path
-    """Root of the cache (one bare repository per upstream URL below it)."""
-    offline: bool = False
-    """Use only what the cache holds; never fetch."""
-    network_timeout_s: float = NETWORK_TIMEOUT_S
-    """Limit for each fetch."""
-    local_timeout_s: float = LOCAL_TIMEOUT_S
-    """Limit for each git operation on the cache."""
-    mirrors: Mapping[str, str] = field(default_factory=dict)
-    """Manifest URL -> URL or path to fetch it from instead (cache entries keep the manifest URL)."""
-
-    def repository(self, url: str) -> CachedRepository:
-        """The cache entry for ``url``."""
-        runner = GitRunner(self.cache_dir / cache_key(url), self.network_timeout_s, self.local_timeout_s)
-        return CachedRepository(url, self.mirrors.get(url, url), runner)
 
 
 def settings_from(options: UpstreamOptions, root: Path) -> UpstreamSettings:

@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
+from compliance.verify.case_inputs import DTYPES, CaseInputs, absolute_rows
 from compliance.verify.cases import Case
-from compliance.verify.tensors import DTYPES, CaseInputs, absolute_rows
 from compliance.verify.tolerance import ACCUMULATION_ROUNDOFF, Bound
 from compliance.verify.vocabulary import UNIT_ROUNDOFF
 

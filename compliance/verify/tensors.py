@@ -17,6 +17,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from compliance.verify.backward import backward_inputs, lookups
+from compliance.verify.case_inputs import DTYPES as DTYPES
+from compliance.verify.case_inputs import CaseInputs as CaseInputs
+from compliance.verify.case_inputs import absolute_rows as absolute_rows
+from compliance.verify.case_inputs import table_of_lookup as table_of_lookup
 from compliance.verify.cases import Case
 from compliance.verify.tolerance import Bound, pooled_bound
 from compliance.verify.vocabulary import UNIT_ROUNDOFF
@@ -25,8 +30,7 @@ GUARD = 64
 """Guard elements on each side of every buffer (keeps 16-byte alignment for any dtype)."""
 MAX_POSITIONS = 5
 """Mismatching positions reported per case."""
-DTYPES: Mapping[str, torch.dtype] = {"float32": torch.float32, "float16": torch.float16,
-                                     "bfloat16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64}
+
 
 
 @dataclass
@@ -98,47 +102,6 @@ def guarded(values: torch.Tensor, fill: float, device: torch.device, keep: bool 
     return Guarded(buffer, view, _bytes(buffer).clone() if keep else None)
 
 
-@dataclass
-class CaseInputs:
-    """The pristine inputs of one case (CPU for ordinary cases; the table on the device if large)."""
-
-    weight: torch.Tensor
-    """[N, D] table in the weight dtype."""
-    indices: torch.Tensor
-    """[B, L] or [n] in the index dtype."""
-    offsets: torch.Tensor | None
-    """csr offsets or None."""
-    psw: torch.Tensor | None
-    """per_sample_weights or None."""
-    rows: torch.Tensor
-    """Sorted distinct rows the indices reference (for the large table)."""
-    reference: torch.Tensor
-    """float64 expected output (CPU)."""
-    bound: torch.Tensor
-    """float64 per-element error bound (CPU)."""
-    out_shape: tuple[int, ...]
-    """Shape the output must have."""
-    weight_rows: torch.Tensor | None = None
-    """Large table only: the referenced rows before the calls (mutation check)."""
-    extra: dict[str, torch.Tensor] = field(default_factory=dict)
-    """Further input tensors by vocabulary name (table offsets, grad_out, momentum)."""
-    half_sum: torch.Tensor | None = None
-    """The output of summing in the 16-bit dtype (diagnosis of verify-mismatch), else None."""
-    expected: dict[str, Any] = field(default_factory=dict)
-    """Backward: what the in-place comparison needs (compliance.verify.backward)."""
-
-
-def table_of_lookup(case: Case) -> torch.Tensor:
-    """The table (0..T-1) each index belongs to, in the order of the indices."""
-    n, tables = case.num_indices, case.num_tables
-    if tables == 1:
-        return torch.zeros(n, dtype=torch.int64)
-    if case.layout == "csr":  # bag t * B + b
-        bag = torch.repeat_interleave(torch.arange(len(case.bag_lengths)), torch.tensor(case.bag_lengths))
-        return bag // case.batch_size
-    return (torch.arange(n) // case.pooling) % tables  # [B, T * L], sample-major
-
-
 def _indices(case: Case, gen: torch.Generator) -> torch.Tensor:
     """Indices as the kernel gets them (relative to their table unless declared absolute)."""
     n = case.num_indices
@@ -170,14 +133,6 @@ def _indices(case: Case, gen: torch.Generator) -> torch.Tensor:
     if case.layout in ("fixed", "batched"):
         return flat.view(case.batch_size, case.num_tables * case.pooling).to(dtype)
     return flat.to(dtype)
-
-
-def absolute_rows(case: Case, indices: torch.Tensor) -> torch.Tensor:
-    """Rows of the stacked buffer the indices point at, flat, int64."""
-    flat = indices.reshape(-1).to(torch.int64)
-    if case.absolute_indices or case.num_tables == 1:
-        return flat
-    return flat + torch.tensor(case.row_offsets, dtype=torch.int64)[table_of_lookup(case)]
 
 
 def _offsets(case: Case) -> torch.Tensor | None:
@@ -220,8 +175,6 @@ def make_inputs(case: Case, bound: Bound, device: torch.device) -> CaseInputs:
     extra = {"table_offsets": torch.tensor(case.row_offsets, dtype=torch.int64),
              "weights_offsets": torch.tensor(case.row_offsets[:-1], dtype=torch.int64) * case.dim}
     if case.backward:
-        from compliance.verify.backward import backward_inputs
-
         inputs = backward_inputs(case, gen, weight, indices, offsets, psw, rows, bound)
         inputs.extra.update(extra)
         return inputs
@@ -289,8 +242,6 @@ def half_accumulation(case: Case, inputs: CaseInputs) -> torch.Tensor | None:
     half = [d for d in (case.weight_dtype, case.out_dtype) if d != "float32"]
     if not half or case.op != "embedding_bag" or case.mode not in ("sum", "mean") or case.backward or case.large:
         return None
-    from compliance.verify.backward import lookups
-
     dtype = DTYPES[max(half, key=lambda d: UNIT_ROUNDOFF[d])]
     lk = lookups(case, inputs.indices, inputs.psw)
     rows_out = int(inputs.reference.numel() // case.dim)

@@ -1,5 +1,5 @@
 // The compiled host path of the eager embedding_bag forward and of the table-batched module's
-// (reference_kernels/_host.py builds and loads it; docs/kernels.md, "Host overhead per call").
+// (reference_kernels/host.py builds and loads it; docs/kernels.md, "Host overhead per call").
 //
 // It serves only the usual call, and only once the Python path has planned it: plain CUDA tensors
 // (torch.Tensor or Parameter) on the current device, contiguous, no max_norm, no sync-mode check,
@@ -30,7 +30,7 @@
 
 namespace {
 
-// Where a kernel argument comes from (as SOURCES in _host.py).
+// Where a kernel argument comes from (as SOURCES in host.py).
 enum Source : int {
   kConstant = 0, kWeight, kIndices, kOffsets, kOffsetsNumel, kPerSampleWeights, kPadding, kOut, kArgmax,
   kTableRows, kLock, kRecord, kFlag, kToken, kOp, kNumRows, kSources
@@ -93,14 +93,14 @@ struct State {
   PyObject* tokens = nullptr;          // index_check._TOKENS (itertools.count)
   PyObject* tuning_module = nullptr;   // reference_kernels.tuning (its _CURRENT: the knobs)
   PyObject* knobs_name = nullptr;      // "_CURRENT"
-  PyObject* on_launch_error = nullptr; // _host.raise_launch_error(err, grid, block)
+  PyObject* on_launch_error = nullptr; // host.raise_launch_error(err, grid, block)
   PyObject* knobs = nullptr;           // the knobs the registered plans were made under (borrowed id)
   PyObject* mode_names[3] = {nullptr, nullptr, nullptr};  // "sum", "mean", "max"
   PyObject* check_names[4] = {nullptr, nullptr, nullptr, nullptr};  // "ignore", "deferred", "warn", "sync"
   PyObject* transforms_active = nullptr;  // torch._C._are_functorch_transforms_active
-  PyObject* backward = nullptr;           // _ops.host_path_backward
+  PyObject* backward = nullptr;           // ops.host_path_backward
   PyObject* tbe_backward = nullptr;       // tbe.host_path_backward
-  PyObject* launch_module = nullptr;  // reference_kernels._launch (its POISON_OUTPUTS, read per call)
+  PyObject* launch_module = nullptr;  // reference_kernels.launch (its POISON_OUTPUTS, read per call)
   PyObject* poison_name = nullptr;    // "POISON_OUTPUTS"
   const int64_t* flags = nullptr;  // index_check.FLAGS once pinned (one word per device)
   int64_t ledgers[kMaxDevices][kCheckModes][3] = {};  // lock, record, flag per device and mode; 0: none yet
@@ -189,7 +189,7 @@ int64_t cuda_index(const at::Tensor& t) {
   return state.cpu_as_device0 && t.is_cpu() ? 0 : -1;
 }
 
-// _launch.POISON_OUTPUTS (the tests set it per test): fill the output with NaN before the kernel.
+// launch.POISON_OUTPUTS (the tests set it per test): fill the output with NaN before the kernel.
 bool poison_outputs() {
   PyObject* value = PyObject_GetAttr(state.launch_module, state.poison_name);
   if (value == nullptr) {
@@ -294,7 +294,7 @@ bool launch_check(const CheckEntry& pass, int64_t indices, int64_t n, int64_t nu
 }
 
 
-// The autograd nodes of calls with a gradient: the Python path's backward (_ops.host_path_backward,
+// The autograd nodes of calls with a gradient: the Python path's backward (ops.host_path_backward,
 // tbe.host_path_backward) on what the Python path's autograd Function saves.
 using NodePtr = decltype(torch::autograd::Edge::function);
 
@@ -540,7 +540,7 @@ at::ScalarType clean_type_of(int64_t num_indices, int64_t rows, at::ScalarType i
   return num_indices <= kInt32Limit && rows <= kInt32Limit + 1 ? at::kInt : index_type;
 }
 
-// The kernel argument values every lookup of a call shares (the sources of _host.SOURCES).
+// The kernel argument values every lookup of a call shares (the sources of host.SOURCES).
 void call_values(const Call& c, int64_t weight_ptr, int64_t out_ptr, int64_t* values) {
   values[kWeight] = weight_ptr;
   values[kIndices] = reinterpret_cast<int64_t>(c.input->data_ptr());

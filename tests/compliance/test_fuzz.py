@@ -33,7 +33,7 @@ DOCUMENTED = (EXIT_OK, EXIT_FINDINGS, EXIT_INPUT)
 REPO = Path(__file__).parents[2]
 IMPL = "Acme/benchmarks/dlrm/implementations/torch"
 MANIFEST = (BASE / IMPL / "kernel_manifest.yaml").read_text()
-RULES = (REPO / "compliance/rulesets/training/v0.7.yaml").read_text()
+RULES = (REPO / "rules/training/v0.7.yaml").read_text()
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=False,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                        HealthCheck.data_too_large])

@@ -9,7 +9,7 @@ import pytest
 from compliance.errors import InputError
 from compliance.ruleset import list_shipped, load_ruleset
 
-V07 = Path(__file__).parents[2] / "compliance" / "rulesets" / "training" / "v0.7.yaml"
+V07 = Path(__file__).parents[2] / "rules" / "training" / "v0.7.yaml"
 
 
 def write(root: Path, rel: str, text: str) -> Path:

@@ -341,7 +341,7 @@ def test_hostile_names_in_every_reporter(hostile_names: Path, tmp_path: Path, fm
 
 
 def test_rules_show_with_a_lone_surrogate(tmp_path: Path) -> None:
-    rules = (REPO / "compliance/rulesets/training/v0.7.yaml").read_text()
+    rules = (REPO / "rules/training/v0.7.yaml").read_text()
     bad = tmp_path / "r.yaml"
     bad.write_text("\n".join('title: "bad \\ud800"' if line.startswith("title:") else line
                              for line in rules.splitlines()) + "\n")

@@ -14,9 +14,9 @@ import pytest
 @pytest.fixture
 def poison_outputs(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every output the kernels allocate starts as NaN: an element they fail to write fails."""
-    from reference_kernels import _launch
+    from reference_kernels import launch
 
-    monkeypatch.setattr(_launch, "POISON_OUTPUTS", True)
+    monkeypatch.setattr(launch, "POISON_OUTPUTS", True)
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from reference_kernels._plan import DeviceProps
+from reference_kernels.plan import DeviceProps
 
 GOLDEN = Path(__file__).parent / "golden" / "picks.json.gz"
 
@@ -59,10 +59,10 @@ def _defines_text(defines: dict[str, Any]) -> str:
 @contextmanager
 def recording() -> Iterator[None]:
     """Replace the kernel lookup, the device queries and the launch by recorders."""
-    from reference_kernels import _launch, _nvrtc
+    from reference_kernels import launch, nvrtc
 
-    saved = {name: getattr(_nvrtc, name) for name in ("get_function", "resident_blocks")}
-    saved_launch = {name: getattr(_launch, name) for name in ("_launch_on", "_launch_packed", "device_props")}
+    saved = {name: getattr(nvrtc, name) for name in ("get_function", "resident_blocks")}
+    saved_launch = {name: getattr(launch, name) for name in ("_launch_on", "_launch_packed", "device_props")}
 
     def get_function(filename: str, name: str, defines: dict[str, Any], device_index: int) -> tuple[str, str, str]:
         return filename, name, _defines_text(defines)
@@ -70,32 +70,32 @@ def recording() -> Iterator[None]:
     def resident_blocks(fn: tuple[str, str, str], block: int) -> int:
         return int(dict(item.split("=") for item in fn[2].split())["MIN_BLOCKS"])
 
-    def launch_on(t: Any, fn: tuple[str, str, str], grid: int, args: Any, block: int = _launch.BLOCK) -> None:
+    def launch_on(t: Any, fn: tuple[str, str, str], grid: int, args: Any, block: int = launch.BLOCK) -> None:
         RECORDED.append((*fn, grid, block))
 
     def launch_packed(index: Any, fn: tuple[str, str, str], grid: int, block: int, *args: Any) -> None:
         RECORDED.append((*fn, grid, block))
 
-    _nvrtc.get_function = get_function  # type: ignore[assignment]
-    _nvrtc.resident_blocks = resident_blocks  # type: ignore[assignment]
-    _launch._launch_on = launch_on  # type: ignore[assignment]
-    _launch._launch_packed = launch_packed  # type: ignore[assignment]
-    _launch.device_props = lambda device: DEVICE  # type: ignore[assignment]
+    nvrtc.get_function = get_function  # type: ignore[assignment]
+    nvrtc.resident_blocks = resident_blocks  # type: ignore[assignment]
+    launch._launch_on = launch_on  # type: ignore[assignment]
+    launch._launch_packed = launch_packed  # type: ignore[assignment]
+    launch.device_props = lambda device: DEVICE  # type: ignore[assignment]
     _clear_plan_caches()
     try:
         yield
     finally:
         for name, value in saved.items():
-            setattr(_nvrtc, name, value)
+            setattr(nvrtc, name, value)
         for name, value in saved_launch.items():
-            setattr(_launch, name, value)
+            setattr(launch, name, value)
         _clear_plan_caches()
 
 
 def _clear_plan_caches() -> None:
-    from reference_kernels import _launch
+    from reference_kernels import launch
 
-    _launch.clear_plans()
+    launch.clear_plans()
 
 
 def _weight(dtype: Any, rows: int, dim: int, offset: int) -> Any:
@@ -111,7 +111,7 @@ def picks_of(combo: tuple[str, int, int, str, int, int, int]) -> dict[str, list[
     """The launches of each path for one combination."""
     import torch
 
-    from reference_kernels import _launch
+    from reference_kernels import launch
 
     dtype_name, dim, offset, mode_name, length, batch, rows = combo
     dtype = getattr(torch, dtype_name)
@@ -132,19 +132,19 @@ def picks_of(combo: tuple[str, int, int, str, int, int, int]) -> dict[str, list[
     fixed = torch.empty((batch, length), dtype=torch.int64, **meta)
     forward = {"num_bags": batch, "per_sample_weights": psw, "mode": mode, "padding_idx": -1,
                "need_argmax": need_argmax}
-    run("fixed", lambda: _launch.bag_forward(weight, fixed, None, **forward))
+    run("fixed", lambda: launch.bag_forward(weight, fixed, None, **forward))
     flat32 = torch.empty(n, dtype=torch.int32, **meta)
     offsets = torch.empty(batch + 1, dtype=torch.int64, **meta)
-    run("csr", lambda: _launch.bag_forward(weight, flat32, offsets, **forward))
+    run("csr", lambda: launch.bag_forward(weight, flat32, offsets, **forward))
     flat64 = torch.empty(n, dtype=torch.int64, **meta)
     table_rows = torch.empty(TABLES, dtype=torch.int64, **meta)
-    run("tbe", lambda: _launch.bag_forward(weight, flat64, offsets, **forward, table_rows=table_rows))
-    run("gather", lambda: _launch.gather(weight, flat64))
+    run("tbe", lambda: launch.bag_forward(weight, flat64, offsets, **forward, table_rows=table_rows))
+    run("gather", lambda: launch.gather(weight, flat64))
     grad_out = _weight(dtype, batch, dim, offset)
     sorted_rows = torch.empty(n, dtype=torch.int32, **meta)
     bag_scale = torch.empty(batch, dtype=torch.float32, **meta) if mode == "mean" else None
     grad_weight = torch.empty((rows, dim), dtype=dtype, **meta)
-    run("backward", lambda: _launch.backward_passes(
+    run("backward", lambda: launch.backward_passes(
         grad_out, sorted_rows, flat64, bag_of=None, bag_size=length, per_sample_weights=psw, bag_scale=bag_scale,
         padding_idx=-1, scale=1.0, grad_weight=grad_weight))
     return out

@@ -36,7 +36,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from reference_kernels._plan import DeviceProps
+from reference_kernels.plan import DeviceProps
 
 DEVICE = DeviceProps(sms=132, arch=90, max_threads_per_sm=2048, max_blocks_per_sm=32, regs_per_sm=65536,
                      smem_per_sm=228 << 10, smem_reserved_per_block=1 << 10)
@@ -110,27 +110,27 @@ def without_gpu(stubbed: bool) -> Iterator[None]:
     import torch
     from cuda.bindings import driver  # type: ignore[import-untyped]
 
-    from reference_kernels import _api, _launch, _nvrtc, _ops
+    from reference_kernels import api, launch, nvrtc, ops
 
     saved: list[tuple[Any, str, Any]] = []
-    _patch(saved, _api, "_require_cuda", lambda fn, *args, **kwargs: None)
-    _patch(saved, _launch, "device_props", lambda device: DEVICE)
-    _patch(saved, _nvrtc, "get_function", lambda *args: driver.CUfunction(0x1000))
-    _patch(saved, _nvrtc, "resident_blocks", lambda fn, block: 8)
+    _patch(saved, api, "_require_cuda", lambda fn, *args, **kwargs: None)
+    _patch(saved, launch, "device_props", lambda device: DEVICE)
+    _patch(saved, nvrtc, "get_function", lambda *args: driver.CUfunction(0x1000))
+    _patch(saved, nvrtc, "resident_blocks", lambda fn, block: 8)
     stream = SimpleNamespace(cuda_stream=0)  # earlier versions: torch.cuda's stream objects
     _patch(saved, torch.cuda, "current_device", lambda: None)
     _patch(saved, torch.cuda, "current_stream", lambda device=None: stream)
-    _patch(saved, _launch, "_current_device", lambda: CPU_INDEX)  # this version: raw device and stream
-    _patch(saved, _launch, "_raw_stream", lambda index: 0)
+    _patch(saved, launch, "_current_device", lambda: CPU_INDEX)  # this version: raw device and stream
+    _patch(saved, launch, "_raw_stream", lambda index: 0)
     if not stubbed:
         _patch(saved, driver, "cuLaunchKernel", lambda *args: (driver.CUresult.CUDA_SUCCESS,))
-        if hasattr(_nvrtc, "_cu_launch_kernel"):
-            _nvrtc._cu_launch_kernel.cache_clear()
+        if hasattr(nvrtc, "_cu_launch_kernel"):
+            nvrtc._cu_launch_kernel.cache_clear()
     _without_gpu_ledger(saved, stubbed)
-    if not hasattr(_ops, "EmbeddingBagFunction"):  # earlier versions: grad calls go through the op,
+    if not hasattr(ops, "EmbeddingBagFunction"):  # earlier versions: grad calls go through the op,
         with contextlib.suppress(Exception):  # here run on the CPU tensors (for the rest of the process)
-            torch.library.register_kernel("reference_kernels::embedding_bag", "cpu", _ops.embedding_bag_impl)
-    _launch.clear_plans()
+            torch.library.register_kernel("reference_kernels::embedding_bag", "cpu", ops.embedding_bag_impl)
+    launch.clear_plans()
     environment = {name: os.environ.pop(name) for name in CHECK_ENV if name in os.environ}  # the default mode
     try:
         yield
@@ -138,9 +138,9 @@ def without_gpu(stubbed: bool) -> Iterator[None]:
         os.environ.update(environment)
         for owner, name, value in reversed(saved):
             setattr(owner, name, value)
-        if hasattr(_nvrtc, "_cu_launch_kernel"):
-            _nvrtc._cu_launch_kernel.cache_clear()
-        _launch.clear_plans()
+        if hasattr(nvrtc, "_cu_launch_kernel"):
+            nvrtc._cu_launch_kernel.cache_clear()
+        launch.clear_plans()
 
 
 def _without_gpu_ledger(saved: list[tuple[Any, str, Any]], stubbed: bool) -> None:
@@ -153,7 +153,7 @@ def _without_gpu_ledger(saved: list[tuple[Any, str, Any]], stubbed: bool) -> Non
     import torch
     from cuda.bindings import driver
 
-    from reference_kernels import _launch, index_check
+    from reference_kernels import index_check, launch
 
     zeros = torch.zeros
 
@@ -162,7 +162,7 @@ def _without_gpu_ledger(saved: list[tuple[Any, str, Any]], stubbed: bool) -> Non
 
     _patch(saved, torch, "zeros", zeros_on_the_cpu)
     _patch(saved, torch.cuda, "is_current_stream_capturing", lambda: False)
-    _patch(saved, _launch, "_device_props", lambda index: DEVICE)
+    _patch(saved, launch, "_device_props", lambda index: DEVICE)
     for name in ("FLAGS", "_FLAGS_DEVICE_PTR", "_LEDGERS"):
         _patch(saved, index_check, name, getattr(index_check, name))
     index_check._LEDGERS = {}
@@ -274,7 +274,7 @@ def breakdown_on_gpu(calls: int, rounds: int = 9) -> dict[str, tuple[float, floa
     import torch.nn.functional as F
 
     import reference_kernels as rk
-    from reference_kernels import _launch, _nvrtc, index_check
+    from reference_kernels import index_check, launch, nvrtc
 
     weight = torch.randn(1_000_000, 128, device="cuda")
     indices = torch.randint(0, 1_000_000, (2048 * 20,), device="cuda")
@@ -283,21 +283,21 @@ def breakdown_on_gpu(calls: int, rounds: int = 9) -> dict[str, tuple[float, floa
     ours = lambda: rk.embedding_bag(indices, weight, offsets, mode="sum", check_indices=False)  # noqa: E731
     checked = lambda: rk.embedding_bag(indices, weight, offsets, mode="sum")  # noqa: E731
     ours(), checked()  # compiles, plans, makes the ledger
-    plan, fn, grid, signature, pack = next(p for plans in _launch._PLANS.values() for p in plans.values()
+    plan, fn, grid, signature, pack = next(p for plans in launch._PLANS.values() for p in plans.values()
                                            if p[0].entry.startswith("embedding_bag_forward"))
     stream = torch.cuda.current_stream().cuda_stream
-    values = pack(weight.data_ptr(), indices, offsets, None, -1, None, out.data_ptr(), None, _launch._NO_CHECK)
+    values = pack(weight.data_ptr(), indices, offsets, None, -1, None, out.data_ptr(), None, launch._NO_CHECK)
     parts: dict[str, Callable[[], object]] = {
         "torch F.embedding_bag": lambda: F.embedding_bag(indices, weight, offsets, mode="sum"),
         "ours, no check": ours,
         "ours, deferred check": checked,
-        "bag_forward (launch layer)": lambda: _launch.bag_forward(
+        "bag_forward (launch layer)": lambda: launch.bag_forward(
             weight, indices, offsets, num_bags=2048, per_sample_weights=None, mode="sum", padding_idx=-1,
             need_argmax=False),
         "run_check (deferred)": lambda: index_check.run_check(
             indices, offsets, num_rows=1_000_000, table_sizes=None, bags_per_table=1, mode="deferred",
             op="embedding_bag"),
-        "cuLaunchKernel (packed)": lambda: _nvrtc.launch_packed(fn, grid, plan.block, stream, signature, values),
+        "cuLaunchKernel (packed)": lambda: nvrtc.launch_packed(fn, grid, plan.block, stream, signature, values),
         "weight.new_empty([2048, 128])": lambda: weight.new_empty((2048, 128)),
         "torch.empty_like(indices, int32)": lambda: torch.empty_like(indices, dtype=torch.int32),
         "out.zero_() (one torch launch)": out.zero_,

@@ -15,25 +15,25 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from reference_kernels import _host, _launch, _ops  # noqa: E402
+from reference_kernels import host, launch, ops  # noqa: E402
 
-_Tensor = _host._Probe  # a stand-in with a pointer and a size, as the packers read them
+_Tensor = host._Probe  # a stand-in with a pointer and a size, as the packers read them
 
 
 def _evaluate(sources: tuple[tuple[int, object], ...], values: dict[str, int]) -> tuple[object, ...]:
-    return tuple(constant if source == 0 else values[_host.SOURCES[source]] for source, constant in sources)
+    return tuple(constant if source == 0 else values[host.SOURCES[source]] for source, constant in sources)
 
 
 @pytest.mark.parametrize("setting", ["auto", "wait", "off", " WAIT "])
 def test_the_setting_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch, setting: str) -> None:
-    monkeypatch.setenv(_host.ENV, setting)
-    assert _host.setting() == setting.strip().lower()
+    monkeypatch.setenv(host.ENV, setting)
+    assert host.setting() == setting.strip().lower()
 
 
 def test_an_unknown_setting_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(_host.ENV, "fast")
+    monkeypatch.setenv(host.ENV, "fast")
     with pytest.raises(ValueError, match="REFERENCE_KERNELS_HOST_PATH='fast' is not one of auto, wait, off"):
-        _host.setting()
+        host.setting()
 
 
 def test_the_argument_sources_reproduce_every_forward_packer() -> None:
@@ -43,22 +43,22 @@ def test_the_argument_sources_reproduce_every_forward_packer() -> None:
     from tests.kernels import golden_picks
 
     prepared: list[Any] = []
-    plain_prepared = _launch._prepared
+    plain_prepared = launch._prepared
 
     def recorded(key: tuple[Any, ...], *args: Any) -> Any:
         found = plain_prepared(key, *args)
-        if found is not None and len(key) == len(_launch.BagKey._fields):
+        if found is not None and len(key) == len(launch.BagKey._fields):
             prepared.append(found)
         return found
 
     with golden_picks.recording(), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_launch, "_prepared", recorded)
+        patch.setattr(launch, "_prepared", recorded)
         for combo in list(golden_picks.combinations())[::53]:
             golden_picks.picks_of(combo)
-    _launch.clear_plans()
+    launch.clear_plans()
     entries = set()
     for plan, _fn, _grid, signature, pack in prepared:
-        sources = _host.argument_sources(pack)
+        sources = host.argument_sources(pack)
         assert len(sources) == len(signature.kinds)
         entries.add(plan.entry)
         for present in (True, False):
@@ -72,20 +72,20 @@ def test_the_argument_sources_reproduce_every_forward_packer() -> None:
                             None, values["out"], None, tuple(values[k] for k in ("lock", "record", "flag", "token",
                                                                                   "op", "num_rows")))
             assert _evaluate(sources, values) == tuple(expected), plan.entry
-    assert entries == set(_launch.FORWARD_KINDS), entries
+    assert entries == set(launch.FORWARD_KINDS), entries
 
 
 @pytest.fixture(scope="module")
 def library(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The library, built from the shipped source against this torch (once per module)."""
-    path = tmp_path_factory.mktemp("host") / ("lib" + Path(_host.library_path()).suffix)
+    path = tmp_path_factory.mktemp("host") / ("lib" + Path(host.library_path()).suffix)
     try:
-        _host.build(path)
-    except _host.HostPathError as exc:
+        host.build(path)
+    except host.HostPathError as exc:
         if "no C++ compiler" in str(exc):
             pytest.skip(str(exc))
         raise
-    return _host.load_library(path)
+    return host.load_library(path)
 
 
 # A stand-in for cuLaunchKernel: counts calls (none may happen here).
@@ -98,8 +98,8 @@ def _bind_on_cpu(library: Any) -> None:
     from reference_kernels import index_check, tbe, tuning
 
     library.init(ctypes.cast(_FAKE_LAUNCH, ctypes.c_void_p).value, lambda: 0, lambda index: 0,
-                 index_check.default_mode, index_check._TOKENS, tuning, _host.raise_launch_error, _launch,
-                 lambda: False, _ops.host_path_backward, tbe.host_path_backward)
+                 index_check.default_mode, index_check._TOKENS, tuning, host.raise_launch_error, launch,
+                 lambda: False, ops.host_path_backward, tbe.host_path_backward)
 
 
 def test_the_library_builds_loads_and_leaves_cpu_calls_to_python(library: Any) -> None:
@@ -125,7 +125,7 @@ def test_offer_rejects_what_it_cannot_register(library: Any) -> None:
     with pytest.raises(ValueError, match="one slot per parameter kind"):
         library.offer(key, 0, 1, 1, 256, "PP", ((1, 0),))
     with pytest.raises(ValueError, match="source is out of range"):
-        library.offer(key, 0, 1, 1, 256, "P", ((len(_host.SOURCES), 0),))
+        library.offer(key, 0, 1, 1, 256, "P", ((len(host.SOURCES), 0),))
     assert library.offer(key, 0, 1, 1, 256, "Pqi", ((1, 0), (0, 5), (0, 6))) is True
     batched = key[:9] + (4, True) + key[11:]
     assert library.offer(batched, 0, 1, 1, 256, "P", ((1, 0),)) is True  # a table-batched call's: its own key
@@ -139,25 +139,25 @@ def test_offer_rejects_what_it_cannot_register(library: Any) -> None:
 
 def test_a_failed_build_warns_once_and_leaves_the_python_path(monkeypatch: pytest.MonkeyPatch,
                                                               tmp_path: Path) -> None:
-    monkeypatch.setenv(_host.ENV, "wait")
+    monkeypatch.setenv(host.ENV, "wait")
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
     monkeypatch.setenv("REFERENCE_KERNELS_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(_host, "_STATE", {"state": "not started", "library": "", "reason": ""})
+    monkeypatch.setattr(host, "_STATE", {"state": "not started", "library": "", "reason": ""})
     with pytest.warns(RuntimeWarning, match="compiled host path could not be built"):
-        _host.start()
-    status = _host.status()
+        host.start()
+    status = host.status()
     assert status.state == "failed" and "no C++ compiler" in status.reason
-    assert _host.LOADED == []
+    assert host.LOADED == []
     with warnings.catch_warnings(record=True) as again:
         warnings.simplefilter("always")
-        _host.start()  # once per process: no second attempt, no second warning
+        host.start()  # once per process: no second attempt, no second warning
     assert again == []
     assert not list((tmp_path / "cache").glob("**/*.so"))
 
 
 # ---------------------------------------------------------------------------------------------
 # The library's whole path without a GPU: CPU tensors as device 0 (cpu_as_device0), a launcher
-# that records each launch's function, grid, block and parameter bytes, plans made by _plan for a
+# that records each launch's function, grid, block and parameter bytes, plans made by plan for a
 # described device and registered as the Python path registers them.
 
 _RECORDED: list[tuple[int, int, int, bytes]] = []
@@ -196,7 +196,7 @@ def on_cpu(library: Any) -> Any:
     from reference_kernels import index_check, tuning
 
     library.init(ctypes.cast(_RECORD_LAUNCH, ctypes.c_void_p).value, lambda: 0, lambda index: 0,
-                 index_check.default_mode, index_check._TOKENS, tuning, _host.raise_launch_error, _launch,
+                 index_check.default_mode, index_check._TOKENS, tuning, host.raise_launch_error, launch,
                  lambda: False, _fake_backward, _fake_tbe_backward)
     library.cpu_as_device0(True)
     library.set_ledger(0, ctypes.addressof(_FLAGS), LEDGERS["deferred"], LEDGERS["warn"])
@@ -221,22 +221,22 @@ def _key(weight: Any, indices: Any, offsets: Any, mode: str, psw: Any, pad: int,
 def _register(library: Any, key: tuple[Any, ...], select: Any = None) -> tuple[Any, Any]:
     """Plan the call of ``key`` for the described device and register it as the Python path does."""
     from reference_kernels import tuning
-    from reference_kernels._plan import plan_bag_forward
+    from reference_kernels.plan import plan_bag_forward
     from tests.kernels.golden_picks import DEVICE
 
-    call = _launch._bag_call(key)
+    call = launch._bag_call(key)
     plan = (select or plan_bag_forward)(call, DEVICE, tuning.current())
     if plan is None:
         library.offer(key, 0, 0, 0, 0, "", ())
         return None, None
-    pack = _launch._forward_packer(plan, call)
-    library.offer(key, 0, 0xF00D, _grid(plan), plan.block, _launch.FORWARD_KINDS[plan.entry],
-                  _host.argument_sources(pack))
+    pack = launch._forward_packer(plan, call)
+    library.offer(key, 0, 0xF00D, _grid(plan), plan.block, launch.FORWARD_KINDS[plan.entry],
+                  host.argument_sources(pack))
     return plan, pack
 
 
 def _grid(plan: Any) -> int:
-    """The plan's grid as _launch._prepared makes it (resident blocks: the variant's floor here)."""
+    """The plan's grid as launch._prepared makes it (resident blocks: the variant's floor here)."""
     from tests.kernels.golden_picks import DEVICE
 
     resident = dict(plan.defines).get("MIN_BLOCKS", 0) if plan.resident_waves is not None else 0
@@ -279,20 +279,20 @@ def test_the_library_packs_what_the_python_packer_packs(on_cpu: Any, shape: tupl
     assert out is not None and out.shape == (bags, dim) and out.dtype == dtype
     assert on_cpu.pending() is False
     (function, grid, block, params), = _RECORDED
-    values = pack(weight.data_ptr(), idx, offsets, psw, pad, None, out.data_ptr(), None, _launch._NO_CHECK)
+    values = pack(weight.data_ptr(), idx, offsets, psw, pad, None, out.data_ptr(), None, launch._NO_CHECK)
     assert (function, grid, block) == (0xF00D, _grid(plan), plan.block)
     assert params == _host_params(plan.entry).layout.pack(*values), plan.entry
 
 
 def _host_params(entry: str) -> Any:
-    from reference_kernels import _nvrtc
+    from reference_kernels import nvrtc
 
-    return _nvrtc.params(_launch.FORWARD_KINDS[entry])
+    return nvrtc.params(launch.FORWARD_KINDS[entry])
 
 
 def test_the_shapes_cover_every_one_table_forward_entry() -> None:
     from reference_kernels import tuning
-    from reference_kernels._plan import plan_bag_forward
+    from reference_kernels.plan import plan_bag_forward
     from tests.kernels.golden_picks import DEVICE
 
     entries = set()
@@ -300,15 +300,15 @@ def test_the_shapes_cover_every_one_table_forward_entry() -> None:
         weight = torch.empty(5000, dim, dtype=dtype)
         idx = torch.empty((bags, length) if layout == "fixed" else (bags * length,), dtype=torch.int64)
         offsets = None if layout == "fixed" else torch.empty(bags, dtype=torch.int64)
-        call = _launch._bag_call(_key(weight, idx, offsets, mode, weight if with_psw else None, pad, False))
+        call = launch._bag_call(_key(weight, idx, offsets, mode, weight if with_psw else None, pad, False))
         entries.add(plan_bag_forward(call, DEVICE, tuning.current()).entry)
-    assert entries == set(_launch.FORWARD_KINDS), entries
+    assert entries == set(launch.FORWARD_KINDS), entries
 
 
 @pytest.mark.parametrize("mode", ["deferred", "warn"])
 def test_a_checked_lookup_gets_the_ledger_and_a_fresh_token(on_cpu: Any, mode: str) -> None:
     from reference_kernels import index_check
-    from reference_kernels._plan import plan_checked_bag_forward
+    from reference_kernels.plan import plan_checked_bag_forward
 
     weight = torch.randn(3000, 128)
     idx, offsets = _csr(512, 20, 3000)
@@ -337,7 +337,7 @@ def test_a_checked_call_whose_kernel_cannot_check_runs_the_pass_first(on_cpu: An
     idx, offsets = _csr(300, 7, 3000)  # 2100 indices: the offsets' copy starts at 2100 * 4 bytes
     arguments = (idx, weight, offsets, None, False, "max", False, None, False, None, "deferred")
     key = _key(weight, idx, offsets, "max", None, -1, True)
-    from reference_kernels._plan import plan_checked_bag_forward
+    from reference_kernels.plan import plan_checked_bag_forward
 
     assert _register(on_cpu, key, plan_checked_bag_forward) == (None, None)  # the Python path said: the pass
     assert on_cpu.bag(*arguments) is None  # no check kernel registered yet
@@ -356,7 +356,7 @@ def test_a_checked_call_whose_kernel_cannot_check_runs_the_pass_first(on_cpu: An
     fake = {"indices": _Tensor(clean, 2100), "offsets": _Tensor(clean + 2100 * 4, 300)}
     assert lookup_fn == 0xF00D and lookup_params == _host_params(plan.entry).layout.pack(
         *pack(weight.data_ptr(), fake["indices"], fake["offsets"], None, -1, None, out.data_ptr(), None,
-              _launch._NO_CHECK))
+              launch._NO_CHECK))
 
 
 def test_a_call_with_a_gradient_gets_the_backward_node(on_cpu: Any) -> None:
@@ -419,7 +419,7 @@ def test_a_checked_call_with_a_gradient_saves_the_pass_copies(on_cpu: Any) -> No
     assert saved_idx.dtype == torch.int32 and saved_idx.shape == idx.shape and saved_idx.data_ptr() == words[9]
     assert saved_offsets.dtype == torch.int32 and saved_offsets.data_ptr() == words[10]
     assert lookup_params == _host_params(plan.entry).layout.pack(
-        *pack(weight.data_ptr(), saved_idx, saved_offsets, None, -1, None, out.data_ptr(), None, _launch._NO_CHECK))
+        *pack(weight.data_ptr(), saved_idx, saved_offsets, None, -1, None, out.data_ptr(), None, launch._NO_CHECK))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -463,7 +463,7 @@ def test_a_table_batched_call_packs_what_the_python_packer_packs(on_cpu: Any, mo
     assert out is not None and out.shape == (512, 4 * 64) and out.dtype == dtype and not on_cpu.pending()
     (function, grid, block, params), = _RECORDED
     values = pack(t.weight.data_ptr(), t.indices, t.offsets, t.psw, -1, t.rows, out.data_ptr(), None,
-                  _launch._NO_CHECK)
+                  launch._NO_CHECK)
     assert (function, grid, block) == (0xF00D, _grid(plan), plan.block)
     assert params == _host_params(plan.entry).layout.pack(*values), plan.entry
 
@@ -494,7 +494,7 @@ def test_a_checked_table_batched_call_runs_the_table_pass_then_the_lookup(on_cpu
     fake = {"indices": _Tensor(clean, 2100), "offsets": _Tensor(clean + 2100 * 4, 301)}
     assert lookup_fn == 0xF00D and lookup_params == _host_params(plan.entry).layout.pack(
         *pack(t.weight.data_ptr(), fake["indices"], fake["offsets"], None, -1, t.rows, out.data_ptr(), None,
-              _launch._NO_CHECK))
+              launch._NO_CHECK))
 
 
 def test_a_table_batched_call_with_a_gradient_gets_its_node(on_cpu: Any) -> None:
@@ -553,8 +553,8 @@ def test_the_module_hands_the_library_its_call(monkeypatch: pytest.MonkeyPatch) 
 
     seen: list[tuple[Any, ...]] = []
     answer = torch.zeros(2, 8)
-    monkeypatch.setattr(_host, "LOADED", [None, lambda: False, None, lambda *a: seen.append(a) or answer])
-    monkeypatch.setattr("reference_kernels.tbe._HOST_PATH", _host.LOADED)
+    monkeypatch.setattr(host, "LOADED", [None, lambda: False, None, lambda *a: seen.append(a) or answer])
+    monkeypatch.setattr("reference_kernels.tbe._HOST_PATH", host.LOADED)
     module = TableBatchedEmbeddingBag([5, 9], 4, "mean", optimizer=optim.SGD(lr=0.1))
     module.check_indices = "warn"
     idx, offsets = torch.tensor([1, 2, 3]), torch.tensor([0, 1, 2, 3, 3])

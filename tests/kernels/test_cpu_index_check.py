@@ -133,6 +133,7 @@ def test_entry_points_validate_check_indices_before_the_device(entry: int, clean
 
 
 def test_modules_default_to_the_environment() -> None:
+    pytest.importorskip("torch")  # the modules are torch.nn.Modules (the kernels extra)
     from reference_kernels.tbe import TableBatchedEmbeddingBag
 
     assert rk.EmbeddingBag(3, 2).check_indices is None

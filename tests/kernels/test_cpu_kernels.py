@@ -16,7 +16,7 @@ import pytest
 
 import reference_kernels
 from reference_kernels import KERNEL_DIR, KERNEL_SOURCES
-from reference_kernels._plan import DeviceProps, RowTiling, Variant
+from reference_kernels.plan import DeviceProps, RowTiling, Variant
 from reference_kernels.tuning import Tuning
 
 KNOBS = Tuning()  # the defaults (not the environment's overrides)
@@ -87,6 +87,28 @@ def _ptxas_report(output: str) -> str:
     return f"registers={','.join(regs)} spills(stores,loads)={spills}"
 
 
+def compile_problem(label: str, proc: subprocess.CompletedProcess[str],
+                    spill_allowed: bool = False) -> str | None:
+    """What is wrong with one sweep compile, None when nothing is: a failed compile shows nvcc's
+    own error (the end of its output), not an empty register report; else a spill, with the report."""
+    output = proc.stderr + proc.stdout
+    if proc.returncode != 0:
+        return f"{label}: nvcc exited {proc.returncode}:\n{output.strip()[-2000:]}"
+    if re.search(r"[1-9]\d* bytes spill (stores|loads)", output) and not spill_allowed:
+        return f"{label}: spills ({_ptxas_report(output)})"
+    return None
+
+
+def test_a_failed_sweep_compile_shows_nvccs_error() -> None:
+    failed = subprocess.CompletedProcess(["nvcc"], 2, "", 'x.cu(3): error: identifier "undefined_thing" is undefined\n')
+    problem = compile_problem("x.cu sm_90 -DA=1", failed)
+    assert problem is not None and "nvcc exited 2" in problem and 'identifier "undefined_thing"' in problem
+    spilled = subprocess.CompletedProcess(["nvcc"], 0, "", "ptxas info: Used 96 registers, 8 bytes spill stores, "
+                                                            "8 bytes spill loads\n")
+    assert "spills (registers=96" in (compile_problem("x.cu", spilled) or "")
+    assert compile_problem("x.cu", spilled, spill_allowed=True) is None
+
+
 def _compile(source: str, flags: str, arch: str,
              out_dir: Path) -> tuple[str, str, str, subprocess.CompletedProcess[str]]:
     cmd = ["nvcc", "-std=c++17", "-cubin", f"-arch={arch}", "-Xptxas", "-v", *flags.split(),
@@ -110,10 +132,9 @@ def test_nvcc_compiles_every_kernel_for_sm80_and_sm90(tmp_path: Path) -> None:
     for source, flags, arch, proc in results:
         report = _ptxas_report(proc.stderr + proc.stdout)
         print(f"{source:28s} {arch} [{flags or 'defaults'}] {report}")
-        if proc.returncode != 0:
-            failures.append(f"{source} {arch} {flags}: {proc.stderr[-2000:]}")
-        elif re.search(r"[1-9]\d* bytes spill (stores|loads)", proc.stderr):
-            failures.append(f"{source} {arch} {flags}: spills ({report})")
+        problem = compile_problem(f"{source} {arch} {flags}", proc)
+        if problem is not None:
+            failures.append(problem)
     assert not failures, "\n".join(failures)
 
 
@@ -121,33 +142,33 @@ def _launcher_picks() -> list[str]:
     """The forward variants the launcher itself picks with more than two blocks per SM (short
     bags: fewer rows in flight, a tighter register cap), and every short-bag and segmented
     kernel variant, one per register-relevant shape."""
-    from reference_kernels import _plan
+    from reference_kernels import plan
 
     picks: dict[tuple[object, ...], str] = {}
     for code, size in ((0, 4), (1, 2), (2, 2)):
         for dim in (32, 64, 128, 192, 256):
-            tiling = _plan.RowTiling.for_row(dim, _plan.vector_width(dim, size, 0))
+            tiling = plan.RowTiling.for_row(dim, plan.vector_width(dim, size, 0))
             for mode, psw, argmax in (("sum", 0, 0), ("sum", 1, 0), ("mean", 0, 0), ("max", 0, 1), ("max", 0, 0)):
                 variant = _variant(code, mode, bool(psw), bool(argmax), tiling)
                 for avg_len in (1, 2, 3, 4, 8, 16, 32, 64, 150):
                     for pos32 in (True, False):
-                        d = _plan.forward_defines(variant, avg_len=avg_len, pos32=pos32, tuning=KNOBS)
+                        d = plan.forward_defines(variant, avg_len=avg_len, pos32=pos32, tuning=KNOBS)
                         shape = tuple(d[k] for k in ("WEIGHT_DTYPE", "MODE", "HAS_PSW", "VEC", "ROW_LANES", "CHUNKS",
                                                      "UNROLL", "MIN_BLOCKS", "POS32", "PERSISTENT"))
                         if int(d["MIN_BLOCKS"]) > 2:  # type: ignore[call-overload]
                             picks.setdefault(shape, " ".join(f"-D{k}={v}" for k, v in d.items()))
                         if pos32 and mode != "max":  # the variant that checks its indices (plan_checked_bag_forward)
-                            checked = {**d, "CHECK": 1, "MIN_BLOCKS": _plan.checked_min_blocks(
+                            checked = {**d, "CHECK": 1, "MIN_BLOCKS": plan.checked_min_blocks(
                                 int(d["MIN_BLOCKS"]))}  # type: ignore[call-overload]
                             if int(checked["MIN_BLOCKS"]) > 2:
                                 picks.setdefault(("checked", *shape),
                                                  " ".join(f"-D{k}={v}" for k, v in checked.items()))
-                    short = _plan.short_bag_defines(variant, bag_len=avg_len, tuning=KNOBS)
+                    short = plan.short_bag_defines(variant, bag_len=avg_len, tuning=KNOBS)
                     if short is not None:  # the short-bag kernel: every pick, whatever its occupancy
                         key = ("short",) + tuple(short[k] for k in ("WEIGHT_DTYPE", "MODE", "HAS_PSW", "WRITE_ARGMAX",
                                                                     "VEC", "CHUNKS", "BAGS_PER_STEP", "BAG_LEN"))
                         picks.setdefault(key, " ".join(f"-D{k}={v}" for k, v in short.items()))
-                    segmented = _plan.segmented_defines(variant, avg_len=avg_len, tuning=KNOBS)
+                    segmented = plan.segmented_defines(variant, avg_len=avg_len, tuning=KNOBS)
                     if segmented is not None:  # the segmented kernel: every pick too
                         key = ("segmented",) + tuple(segmented[k] for k in (
                             "WEIGHT_DTYPE", "MODE", "HAS_PSW", "WRITE_ARGMAX", "VEC", "CHUNKS", "UNROLL",
@@ -165,9 +186,9 @@ def test_high_occupancy_variants_the_launcher_picks_do_not_spill(tmp_path: Path)
     assert len(picks) > 10
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         results = list(pool.map(lambda flags: _compile("embedding_bag_forward.cu", flags, "sm_90", tmp_path), picks))
-    failures = [f"{flags}: {_ptxas_report(proc.stderr)}" for _, flags, _, proc in results
-                if proc.returncode != 0 or (re.search(r"[1-9]\d* bytes spill (stores|loads)", proc.stderr)
-                                            and not _measured_spill(flags, proc.stderr))]
+    problems = (compile_problem(flags, proc, spill_allowed=_measured_spill(flags, proc.stderr))
+                for _, flags, _, proc in results)
+    failures = [problem for problem in problems if problem is not None]
     assert not failures, "\n".join(failures)
 
 
@@ -190,9 +211,9 @@ def _measured_spill(flags: str, ptxas: str) -> bool:
 
 def _nvrtc_available() -> bool:
     try:
-        from reference_kernels import _nvrtc
+        from reference_kernels import nvrtc
 
-        _nvrtc.nvrtc_version()
+        nvrtc.nvrtc_version()
         return True
     except Exception:  # bindings or the NVRTC library missing
         return False
@@ -205,55 +226,55 @@ needs_nvrtc = pytest.mark.skipif(not _nvrtc_available(), reason="cuda-bindings /
 @pytest.mark.parametrize("dim", [1, 3, 128, 192, 1000])
 @pytest.mark.parametrize("mode", ["sum", "mean", "max"])
 def test_nvrtc_compiles_the_variants_the_launcher_picks(mode: str, dim: int) -> None:
-    from reference_kernels import _nvrtc, _plan
+    from reference_kernels import nvrtc, plan
 
-    vec = _plan.vector_width(dim, 2, 0)
-    tiling = _plan.RowTiling.for_row(dim, vec)
+    vec = plan.vector_width(dim, 2, 0)
+    tiling = plan.RowTiling.for_row(dim, vec)
     variant = _variant(1, mode, mode == "sum", mode == "max", tiling, "int")
     for avg_len in (1, 20):
-        defines = _plan.forward_defines(variant, avg_len=avg_len, tuning=KNOBS)
-        cubin = _nvrtc.compile_cubin("embedding_bag_forward.cu", _nvrtc.compile_options("sm_90", defines))
+        defines = plan.forward_defines(variant, avg_len=avg_len, tuning=KNOBS)
+        cubin = nvrtc.compile_cubin("embedding_bag_forward.cu", nvrtc.compile_options("sm_90", defines))
         assert cubin[:4] == b"\x7fELF"
-    short = _plan.short_bag_defines(_variant(1, mode, mode == "sum", False, tiling, "int"), bag_len=1, tuning=KNOBS)
+    short = plan.short_bag_defines(_variant(1, mode, mode == "sum", False, tiling, "int"), bag_len=1, tuning=KNOBS)
     assert short is not None  # without argmax, every width takes the short-bag kernel for 1-row bags
-    cubin = _nvrtc.compile_cubin("embedding_bag_forward.cu", _nvrtc.compile_options("sm_90", short))
+    cubin = nvrtc.compile_cubin("embedding_bag_forward.cu", nvrtc.compile_options("sm_90", short))
     assert cubin[:4] == b"\x7fELF"
-    bulk = _plan.bulk_gather_plan(row_bytes=dim * 4, num_indices=1000, aligned=True, device=HOPPER,
+    bulk = plan.bulk_gather_plan(row_bytes=dim * 4, num_indices=1000, aligned=True, device=HOPPER,
                                   tuning=KNOBS)  # float32 rows
     if bulk is not None:
-        defines = {"INDEX_T": "int", "BULK_ROWS": bulk.rows, "ROW_BYTES": dim * 4, "BLOCK": _plan.BULK_BLOCK}
-        cubin = _nvrtc.compile_cubin("embedding_gather.cu", _nvrtc.compile_options("sm_90", defines))
+        defines = {"INDEX_T": "int", "BULK_ROWS": bulk.rows, "ROW_BYTES": dim * 4, "BLOCK": plan.BULK_BLOCK}
+        cubin = nvrtc.compile_cubin("embedding_gather.cu", nvrtc.compile_options("sm_90", defines))
         assert cubin[:4] == b"\x7fELF"
-    segmented = _plan.segmented_defines(_variant(1, mode, False, False, tiling, "int"), avg_len=2, tuning=KNOBS)
+    segmented = plan.segmented_defines(_variant(1, mode, False, False, tiling, "int"), avg_len=2, tuning=KNOBS)
     # general kernel instead where a team is too narrow for two bags' offsets
     if tiling.row_lanes >= 4:
         assert segmented is not None
-        cubin = _nvrtc.compile_cubin("embedding_bag_forward.cu", _nvrtc.compile_options("sm_90", segmented))
+        cubin = nvrtc.compile_cubin("embedding_bag_forward.cu", nvrtc.compile_options("sm_90", segmented))
         assert cubin[:4] == b"\x7fELF"
 
 
 @needs_nvrtc
 def test_disk_cache_is_keyed_by_source_options_and_arch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from reference_kernels import _nvrtc
+    from reference_kernels import nvrtc
 
     monkeypatch.setenv("REFERENCE_KERNELS_CACHE", str(tmp_path))
-    opts90 = _nvrtc.compile_options("sm_90", {"INDEX_T": "int"})
-    key, cubin = _nvrtc.cached_cubin("index_check.cu", opts90)
+    opts90 = nvrtc.compile_options("sm_90", {"INDEX_T": "int"})
+    key, cubin = nvrtc.cached_cubin("index_check.cu", opts90)
     assert (tmp_path / f"{key}.cubin").read_bytes() == cubin
-    hits = _nvrtc.STATS.cache_hits
-    assert _nvrtc.cached_cubin("index_check.cu", opts90) == (key, cubin)
-    assert _nvrtc.STATS.cache_hits == hits + 1
-    other_arch = _nvrtc.cache_key("index_check.cu", _nvrtc.compile_options("sm_80", {"INDEX_T": "int"}))
-    other_define = _nvrtc.cache_key("index_check.cu", _nvrtc.compile_options("sm_90", {"INDEX_T": "i64"}))
+    hits = nvrtc.STATS.cache_hits
+    assert nvrtc.cached_cubin("index_check.cu", opts90) == (key, cubin)
+    assert nvrtc.STATS.cache_hits == hits + 1
+    other_arch = nvrtc.cache_key("index_check.cu", nvrtc.compile_options("sm_80", {"INDEX_T": "int"}))
+    other_define = nvrtc.cache_key("index_check.cu", nvrtc.compile_options("sm_90", {"INDEX_T": "i64"}))
     assert len({key, other_arch, other_define}) == 3
 
 
 @needs_nvrtc
 def test_nvrtc_error_carries_the_compiler_log() -> None:
-    from reference_kernels import _nvrtc
+    from reference_kernels import nvrtc
 
-    with pytest.raises(_nvrtc.KernelCompileError, match="WEIGHT_DTYPE must be"):
-        _nvrtc.compile_cubin("embedding_bag_forward.cu", _nvrtc.compile_options("sm_90", {"WEIGHT_DTYPE": 7}))
+    with pytest.raises(nvrtc.KernelCompileError, match="WEIGHT_DTYPE must be"):
+        nvrtc.compile_cubin("embedding_bag_forward.cu", nvrtc.compile_options("sm_90", {"WEIGHT_DTYPE": 7}))
 
 
 def test_import_does_not_load_torch_or_cuda_bindings() -> None:
@@ -264,7 +285,7 @@ def test_import_does_not_load_torch_or_cuda_bindings() -> None:
 
 
 def test_backward_chunk_fills_the_gpu_before_it_lengthens() -> None:
-    from reference_kernels._plan import backward_chunk
+    from reference_kernels.plan import backward_chunk
 
     assert backward_chunk(2048 * 150, 132, KNOBS) == 32  # suite 1: 9600 teams
     assert backward_chunk(65536 * 32 * 2, 132, KNOBS) == 128  # suite 3: 32768 teams
@@ -273,7 +294,7 @@ def test_backward_chunk_fills_the_gpu_before_it_lengthens() -> None:
 
 
 def test_vector_width_and_row_tiling() -> None:
-    from reference_kernels._plan import RowTiling, vector_width
+    from reference_kernels.plan import RowTiling, vector_width
 
     assert vector_width(128, 4, 0) == 4
     assert vector_width(128, 2, 0) == 8
@@ -288,7 +309,7 @@ def test_vector_width_and_row_tiling() -> None:
 
 
 def test_short_bag_kernel_takes_two_or_more_bags_per_step() -> None:
-    from reference_kernels._plan import RowTiling, short_bag_defines
+    from reference_kernels.plan import RowTiling, short_bag_defines
 
     def bags(tiling: RowTiling, length: int, argmax: bool = False) -> object:
         d = short_bag_defines(_variant(0, "max" if argmax else "sum", False, argmax, tiling), bag_len=length,
@@ -304,8 +325,8 @@ def test_short_bag_kernel_takes_two_or_more_bags_per_step() -> None:
 
 
 def test_segmented_kernel_holds_every_offset_of_a_segment_in_one_team() -> None:
-    from reference_kernels._plan import RowTiling, segment_cap, segment_rows, segmented_defines
-    from reference_kernels._plan import segment_bags as bags_of
+    from reference_kernels.plan import RowTiling, segment_cap, segment_rows, segmented_defines
+    from reference_kernels.plan import segment_bags as bags_of
 
     SEGMENT_MAX_AVG = KNOBS.segment_max_avg
 
@@ -344,7 +365,7 @@ def test_segmented_kernel_occupancy_by_mode_and_row_type() -> None:
     """3 blocks per SM for every mode of 16-bit rows (DCNv2's mean and per-sample weights ran
     21-22 % faster than at 2, change 37), 4 for 128-column rows with per-sample weights (they
     spill there and were faster anyway, change 51); float32 mean and per-sample weights keep 2."""
-    from reference_kernels._plan import RowTiling, segmented_defines
+    from reference_kernels.plan import RowTiling, segmented_defines
 
     def blocks(code: int, mode: str, psw: bool, elem_bytes: int) -> object:
         d = segmented_defines(_variant(code, mode, psw, False, RowTiling.for_row(128, 16 // elem_bytes)), avg_len=8,
@@ -365,7 +386,7 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group() -> N
     per SM never take it (the stride's registers spill them). Float32 rows one warp wide (d128)
     then stride with 8 rows in flight at 3 blocks per SM, except with per-sample weights (change 40);
     4 blocks with 32-bit positions (change 43), the calls that fit them."""
-    from reference_kernels._plan import RowTiling, forward_defines
+    from reference_kernels.plan import RowTiling, forward_defines
 
     base = replace(KNOBS, short_lean=False)  # short d128 bags: test_short_float32_bags_go_lean_at_high_occupancy
     knobs = base
@@ -427,7 +448,7 @@ def test_a_partial_last_step_takes_half_a_step_in_narrow_teams() -> None:
     length leaves a partial step (8x1Mx32 float32: bags of 20 in 8-row steps); not where steps
     divide the bags (bags of 20 in 4-row steps: the test per step measured slower), not in
     warp-wide teams, not off lean rows (max), not with the knob off."""
-    from reference_kernels._plan import RowTiling, forward_defines
+    from reference_kernels.plan import RowTiling, forward_defines
 
     def tail(dim: int, avg_len: int, code: int = 0, mode: str = "sum", knobs: Tuning = KNOBS) -> int:
         variant = _variant(code, mode, False, mode == "max", RowTiling.for_row(dim, 4 if code == 0 else 8))
@@ -444,7 +465,7 @@ def test_sixteen_bit_rows_with_per_sample_weights_take_more_blocks() -> None:
     """Change 52: 16-bit 128-column rows with per-sample weights run lean rows at 4 blocks per SM:
     short bags one team per bag (leaving the segmented kernel, DCNv2), bags too long to stride 4
     rows in flight instead of 8 at 2 blocks (12 tables of 150); float32 and the knob off as before."""
-    from reference_kernels._plan import BagCall, RowTiling, forward_defines, plan_bag_forward
+    from reference_kernels.plan import BagCall, RowTiling, forward_defines, plan_bag_forward
 
     def pick(avg_len: int, code: int = 1, knobs: Tuning = KNOBS) -> tuple[object, object, object]:
         variant = _variant(code, "sum", True, False, RowTiling.for_row(128, 8 if code else 4))
@@ -467,7 +488,7 @@ def test_short_float32_bags_go_lean_at_high_occupancy() -> None:
     float32 6 for sum, 5 for mean, 4 with per-sample weights; 16-bit 5 (with per-sample weights
     not at all). Not with argmax, 64-bit positions, other row widths, or the knob off; the
     segmented kernel leaves the calls the rule takes to the general one."""
-    from reference_kernels._plan import BagCall, RowTiling, forward_defines, plan_bag_forward
+    from reference_kernels.plan import BagCall, RowTiling, forward_defines, plan_bag_forward
 
     def pick(avg_len: int, mode: str = "sum", psw: bool = False, pos32: bool = True, dim: int = 128,
              knobs: Tuning = KNOBS, code: int = 0) -> tuple[object, object, object]:
@@ -505,7 +526,7 @@ def test_float32_rows_of_64_and_32_columns_trade_rows_in_flight_for_blocks() -> 
     3 for mean, max and per-sample weights; d32 rows with per-sample weights, striding over bags
     of up to 96 rows, keep 16 rows at 3 blocks. Only with 32-bit positions, in calls of many
     bags, and not where argmax is written; 16-bit rows and d32 without weights keep their picks."""
-    from reference_kernels._plan import RowTiling, forward_defines
+    from reference_kernels.plan import RowTiling, forward_defines
 
     knobs = replace(KNOBS, narrow_one_row_max_avg=32, short_lean=False)  # as measured then (changes 48-49)
 
@@ -541,7 +562,7 @@ def test_32_bit_positions_only_where_every_position_row_and_thread_fits() -> Non
     """POS32 (change 43): indices, table rows and threads (one 32-lane team per bag and column
     at most) below POS32_LIMIT, 2^31 less a margin for a step past the end; the rest keep
     64-bit arithmetic."""
-    from reference_kernels._plan import fits_pos32 as fits
+    from reference_kernels.plan import fits_pos32 as fits
 
     POS32_LIMIT = KNOBS.pos32_limit
 
@@ -560,7 +581,7 @@ def test_32_bit_positions_only_where_every_position_row_and_thread_fits() -> Non
 def test_general_kernel_grid_is_one_wave_of_resident_blocks_when_striding() -> None:
     """Persistent plans launch at most one wave of resident blocks (forward_resident_waves), the
     others one team per unit of work (a bag and a column tile)."""
-    from reference_kernels._plan import BLOCK, BagCall, plan_bag_forward
+    from reference_kernels.plan import BLOCK, BagCall, plan_bag_forward
 
     def plan(num_bags: int, dim: int = 1024, avg_len: int = 16) -> object:
         call = BagCall(weight_dtype=0, elem_bytes=4, dim=dim, num_rows=1000, weight_align=0, out_aligned=True,
@@ -634,7 +655,7 @@ def test_custom_ops_are_registered_with_fake_kernels() -> None:
     torch = pytest.importorskip("torch")
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from reference_kernels import _ops  # noqa: F401  (registers the ops)
+    from reference_kernels import ops  # noqa: F401  (registers the ops)
 
     with FakeTensorMode():
         weight = torch.empty(100, 16)
@@ -654,7 +675,7 @@ def test_custom_ops_are_registered_with_fake_kernels() -> None:
 
 
 def test_bulk_gather_applies_on_hopper_to_aligned_rows_of_128_bytes_to_4_kb() -> None:
-    from reference_kernels._plan import BULK_BLOCK, BulkPlan, bulk_gather_plan
+    from reference_kernels.plan import BULK_BLOCK, BulkPlan, bulk_gather_plan
 
     def plan(row_bytes: int, n: int = 262144, aligned: bool = True, arch: int = 90, min_row_bytes: int = 0) -> object:
         return bulk_gather_plan(row_bytes=row_bytes, num_indices=n, aligned=aligned,
@@ -697,7 +718,7 @@ def test_zero_fill_overlaps_the_backward_only_for_few_lookups_per_row() -> None:
     """Suite 1 (307200 lookups of 5M rows: 0.06 per row) zeroes its untouched rows beside the sort
     and the passes; suite 3 (2 x 65536 x 32 lookups of 20M rows: 0.21 per row) runs a memset
     first; the knob off: never."""
-    from reference_kernels._plan import overlaps_zero_fill
+    from reference_kernels.plan import overlaps_zero_fill
 
     assert overlaps_zero_fill(2048 * 150, 5_000_000, KNOBS)
     assert not overlaps_zero_fill(2 * 65536 * 32, 20_000_000, KNOBS)
@@ -708,7 +729,7 @@ def test_a_plan_says_why_it_was_chosen() -> None:
     """Each plan carries one line per choice: d128 float32 bags of 20 rows in a call of many bags
     take the general kernel, one team per bag in lean rows at 6 blocks per SM (short_lean,
     after the striding rules it overrides)."""
-    from reference_kernels._plan import BagCall, plan_bag_forward
+    from reference_kernels.plan import BagCall, plan_bag_forward
 
     call = BagCall(weight_dtype=0, elem_bytes=4, dim=128, num_rows=1_000_000, weight_align=0, out_aligned=True,
                    index_type="i64", bag_size=20, num_indices=16384 * 20, num_bags=16384, tables=1,
@@ -727,7 +748,7 @@ def test_one_table_calls_of_the_general_kernel_check_their_indices_inside_it() -
     above 2, at most 6; everything else unchanged) for one table, one column tile, 32-bit
     positions, sum or mean, where the lowered floor does not bind (one wave); None (the pass
     runs first) for every other call or with the knob off."""
-    from reference_kernels._plan import BagCall, checked_min_blocks, plan_bag_forward, plan_checked_bag_forward
+    from reference_kernels.plan import BagCall, checked_min_blocks, plan_bag_forward, plan_checked_bag_forward
 
     def call(dim: int = 128, bag_size: int = 0, avg: int = 20, bags: int = 2048, rows: int = 1_000_000,
              tables: int = 1, mode: str = "sum", argmax: bool = False, dtype: int = 0) -> BagCall:

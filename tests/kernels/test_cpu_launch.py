@@ -16,8 +16,8 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
-from reference_kernels import KERNEL_DIR, _api, _launch, _nvrtc, _ops  # noqa: E402
-from reference_kernels._nvrtc import F32, I32, I64, PTR  # noqa: E402
+from reference_kernels import KERNEL_DIR, api, launch, nvrtc, ops  # noqa: E402
+from reference_kernels.nvrtc import F32, I32, I64, PTR  # noqa: E402
 
 
 def _read_params(extra_address: int) -> tuple[list[int], bytes]:
@@ -36,7 +36,7 @@ def _read_params(extra_address: int) -> tuple[list[int], bytes]:
 def test_parameters_are_laid_out_as_the_kernel_parameter_buffer(kinds: str, offsets: tuple[int, ...],
                                                                 size: int) -> None:
     """Each parameter at the next multiple of its own size (CUDA's parameter buffer layout)."""
-    signature = _nvrtc.params(kinds)
+    signature = nvrtc.params(kinds)
     assert signature.size == size
     values = [1.5 if k == F32 else (-(2**40) if k == I64 else (-7 if k == I32 else 0xDEAD_BEEF_00))
               for k in kinds]
@@ -48,8 +48,8 @@ def test_parameters_are_laid_out_as_the_kernel_parameter_buffer(kinds: str, offs
 
 
 def test_a_signature_is_shared_and_each_thread_packs_into_its_own_buffer() -> None:
-    signature = _nvrtc.params(PTR + I64)
-    assert _nvrtc.params(PTR + I64) is signature
+    signature = nvrtc.params(PTR + I64)
+    assert nvrtc.params(PTR + I64) is signature
     mine = signature.pack((1, 2))
     theirs: list[tuple[int, bytes]] = []
 
@@ -89,12 +89,12 @@ def _kernel_kinds(source: str, entry: str) -> str:
     ("embedding_gather_bulk", "embedding_gather.cu"),
 ])
 def test_forward_parameter_kinds_match_the_kernel_signatures(entry: str, source: str) -> None:
-    assert _launch.FORWARD_KINDS[entry] == _kernel_kinds(source, entry)
+    assert launch.FORWARD_KINDS[entry] == _kernel_kinds(source, entry)
 
 
 @pytest.mark.parametrize("entry", ["embedding_gather", "embedding_gather_bulk"])
 def test_gather_parameter_kinds_match_the_kernel_signatures(entry: str) -> None:
-    assert _launch.GATHER_KINDS[entry] == _kernel_kinds("embedding_gather.cu", entry)
+    assert launch.GATHER_KINDS[entry] == _kernel_kinds("embedding_gather.cu", entry)
 
 
 def test_every_forward_and_gather_launch_packs_its_values() -> None:
@@ -113,10 +113,10 @@ def test_every_forward_and_gather_launch_packs_its_values() -> None:
 
     combos = list(golden_picks.combinations())[::97]
     with golden_picks.recording():  # restores every launch hook when it ends
-        _launch._launch_packed = pack_only  # type: ignore[assignment]
+        launch._launch_packed = pack_only  # type: ignore[assignment]
         for combo in combos:
             golden_picks.picks_of(combo)
-    assert set(packed) == set(_launch.FORWARD_KINDS) | set(_launch.GATHER_KINDS), packed
+    assert set(packed) == set(launch.FORWARD_KINDS) | set(launch.GATHER_KINDS), packed
 
 
 def test_launch_passes_the_packed_buffer_and_names_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -130,16 +130,16 @@ def test_launch_passes_the_packed_buffer_and_names_a_failure(monkeypatch: pytest
         calls.append((buffer,))
         return (result[0],)
 
-    monkeypatch.setattr(_nvrtc, "_cu_launch_kernel", lambda: launch_kernel)
-    signature = _nvrtc.params(PTR + I64 + I32 + F32)
-    _nvrtc.launch_packed("fn", 7, 256, 99, signature, (0xABC0, 2**40, -3, 0.25))
+    monkeypatch.setattr(nvrtc, "_cu_launch_kernel", lambda: launch_kernel)
+    signature = nvrtc.params(PTR + I64 + I32 + F32)
+    nvrtc.launch_packed("fn", 7, 256, 99, signature, (0xABC0, 2**40, -3, 0.25))
     assert calls[0][:10] == ("fn", 7, 1, 1, 256, 1, 1, 0, 99, None)
     assert calls[1][0] == struct.pack("@Pqif", 0xABC0, 2**40, -3, 0.25)
-    _nvrtc.launch_packed("fn", 0, 256, 99, signature, (0, 0, 0, 0.0))  # an empty grid launches nothing
+    nvrtc.launch_packed("fn", 0, 256, 99, signature, (0, 0, 0, 0.0))  # an empty grid launches nothing
     assert len(calls) == 2
     result[0] = driver.CUresult.CUDA_ERROR_INVALID_VALUE
-    with pytest.raises(_nvrtc.LaunchError, match=r"CUDA_ERROR_INVALID_VALUE \(1\).*'Pqif'"):
-        _nvrtc.launch_packed(driver.CUfunction(1), 1, 32, 0, signature, (1, 2, 3, 0.5))
+    with pytest.raises(nvrtc.LaunchError, match=r"CUDA_ERROR_INVALID_VALUE \(1\).*'Pqif'"):
+        nvrtc.launch_packed(driver.CUfunction(1), 1, 32, 0, signature, (1, 2, 3, 0.5))
 
 
 # --- which entry runs a call ------------------------------------------------------------------
@@ -151,11 +151,11 @@ def _entry_taken(monkeypatch: pytest.MonkeyPatch, weight: Any, psw: Any = None, 
 
     taken: list[str] = []
     out = torch.zeros(1, 2)
-    monkeypatch.setattr(_api, "_require_cuda", lambda fn, **tensors: None)
+    monkeypatch.setattr(api, "_require_cuda", lambda fn, **tensors: None)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling)
-    monkeypatch.setattr(_ops, "embedding_bag_op", lambda *args: (taken.append("op"), (out, out))[1])
-    monkeypatch.setattr(_ops.EmbeddingBagFunction, "run", lambda *args: (taken.append("function"), out)[1])
-    monkeypatch.setattr(_launch, "bag_forward", lambda *args, **kwargs: (taken.append("forward"), (out, None))[1])
+    monkeypatch.setattr(ops, "embedding_bag_op", lambda *args: (taken.append("op"), (out, out))[1])
+    monkeypatch.setattr(ops.EmbeddingBagFunction, "run", lambda *args: (taken.append("function"), out)[1])
+    monkeypatch.setattr(launch, "bag_forward", lambda *args, **kwargs: (taken.append("forward"), (out, None))[1])
     indices = torch.zeros(3, 1, dtype=torch.int64)
     rk.embedding_bag(indices, weight, mode="sum", per_sample_weights=psw, check_indices=False)
     return taken[0]
@@ -180,10 +180,10 @@ def test_eager_calls_take_the_autograd_function_only_when_a_gradient_may_flow(
 def test_eager_embedding_takes_its_function_only_when_a_gradient_may_flow(monkeypatch: pytest.MonkeyPatch) -> None:
     import reference_kernels as rk
 
-    monkeypatch.setattr(_api, "_require_cuda", lambda fn, **tensors: None)
+    monkeypatch.setattr(api, "_require_cuda", lambda fn, **tensors: None)
     taken: list[str] = []
-    monkeypatch.setattr(_ops.EmbeddingFunction, "run", lambda *args: taken.append("function"))
-    monkeypatch.setattr(_ops, "embedding_impl", lambda *args: taken.append("forward"))
+    monkeypatch.setattr(ops.EmbeddingFunction, "run", lambda *args: taken.append("function"))
+    monkeypatch.setattr(ops, "embedding_impl", lambda *args: taken.append("forward"))
     weight, indices = torch.zeros(4, 2), torch.zeros(3, dtype=torch.int64)
     rk.embedding(indices, weight, check_indices=False)
     rk.embedding(indices, weight.requires_grad_(True), check_indices=False)
@@ -196,7 +196,7 @@ def test_dynamo_traces_the_registered_op_not_the_eager_function(monkeypatch: pyt
     """End to end on the CPU: torch.compile sees the op (the graph is recorded, never run)."""
     import reference_kernels as rk
 
-    monkeypatch.setattr(_api, "_require_cuda", lambda fn, **tensors: None)
+    monkeypatch.setattr(api, "_require_cuda", lambda fn, **tensors: None)
     graphs: list[Any] = []
 
     def record(graph: Any, example_inputs: Any) -> Any:
@@ -214,7 +214,7 @@ def test_dynamo_traces_the_registered_op_not_the_eager_function(monkeypatch: pyt
 def test_the_custom_ops_keep_their_autograd_registration() -> None:
     """torch.compile's path: the ops (with fake implementations, tested elsewhere) still carry
     the autograd formula that the eager Functions reuse."""
-    for op, backward in ((_ops.embedding_bag_op, _ops._backward_bag), (_ops.embedding_op, _ops._backward_embedding)):
+    for op, backward in ((ops.embedding_bag_op, ops._backward_bag), (ops.embedding_op, ops._backward_embedding)):
         assert op._backward_fn is backward  # type: ignore[attr-defined]
     assert torch._C._dispatch_has_kernel_for_dispatch_key("reference_kernels::embedding_bag", "Autograd")
 
@@ -223,7 +223,7 @@ def test_the_custom_ops_keep_their_autograd_registration() -> None:
 
 def _reference_forward(weight: Any, indices: Any, offsets: Any, *, num_bags: int, per_sample_weights: Any,
                        mode: str, padding_idx: int, need_argmax: bool, table_rows: Any = None) -> tuple[Any, Any]:
-    """_launch.bag_forward by torch's CPU kernel (argmax -1 in empty bags, as the kernels')."""
+    """launch.bag_forward by torch's CPU kernel (argmax -1 in empty bags, as the kernels')."""
     flat = indices.reshape(-1)
     if offsets is None:
         offsets = torch.arange(0, flat.numel(), indices.shape[1])
@@ -252,9 +252,9 @@ def _reference_backward(grad_out: Any, indices: Any, bag_of: Any, bag_size: int,
 def reference_kernels_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """The API on CPU tensors: no device check, torch's CPU embedding_bag as the forward kernel
     and an index_add as the backward kernel."""
-    monkeypatch.setattr(_api, "_require_cuda", lambda fn, **tensors: None)
-    monkeypatch.setattr(_launch, "bag_forward", _reference_forward)
-    monkeypatch.setattr(_ops, "embedding_bag_backward_op", _reference_backward)
+    monkeypatch.setattr(api, "_require_cuda", lambda fn, **tensors: None)
+    monkeypatch.setattr(launch, "bag_forward", _reference_forward)
+    monkeypatch.setattr(ops, "embedding_bag_backward_op", _reference_backward)
 
 
 @pytest.mark.usefixtures("reference_kernels_on_cpu")
@@ -293,7 +293,7 @@ def test_eager_function_gradients_equal_torch(mode: str, with_psw: bool, layout:
 def test_eager_embedding_function_gradient_equals_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     import reference_kernels as rk
 
-    monkeypatch.setattr(_launch, "gather", lambda weight, flat: weight[flat])
+    monkeypatch.setattr(launch, "gather", lambda weight, flat: weight[flat])
     gen = torch.Generator().manual_seed(27)
     weight = torch.randn(20, 5, generator=gen)
     indices = torch.randint(0, 20, (4, 6), generator=gen)
@@ -313,6 +313,7 @@ def test_the_host_overhead_measurement_runs_without_a_gpu() -> None:
     """tests/kernels/host_overhead.py (the CPU lower bound of a call's host time) still drives
     the whole Python path, with and without the default index check and a gradient, and puts
     the process's ledgers and flags back."""
+    pytest.importorskip("cuda.bindings.driver")  # the measurement drives cuda-bindings (the kernels extra)
     from reference_kernels import index_check
     from tests.kernels import host_overhead
 
@@ -328,13 +329,14 @@ def test_the_host_overhead_check_case_checks_inside_the_lookup(monkeypatch: pyte
     """The measurement's default-check case launches the lookup alone, its kernel checking the
     indices (CHECK, with the ledger's arguments), and makes its device's ledger (on the CPU) on
     the way; with fused_index_check off the check pass runs first, as before."""
+    pytest.importorskip("cuda.bindings.driver")  # the measurement drives cuda-bindings (the kernels extra)
     from reference_kernels import index_check, tuning
     from tests.kernels import host_overhead
 
     launched: list[tuple[str, tuple[object, ...]]] = []
-    launch = _launch._launch_packed
-    monkeypatch.setattr(_launch, "_launch_packed", lambda index, fn, grid, block, signature, values: (
-        launched.append((signature.kinds, tuple(values))), launch(index, fn, grid, block, signature, values)))
+    launch_packed = launch._launch_packed
+    monkeypatch.setattr(launch, "_launch_packed", lambda index, fn, grid, block, signature, values: (
+        launched.append((signature.kinds, tuple(values))), launch_packed(index, fn, grid, block, signature, values)))
     with host_overhead.without_gpu(stubbed=False):
         host_overhead.issue_case(requires_grad=False, check=True)()
         assert [book.words.device.type for book in index_check._LEDGERS.values()] == ["cpu"]
@@ -343,7 +345,7 @@ def test_the_host_overhead_check_case_checks_inside_the_lookup(monkeypatch: pyte
         with tuning.tuned(fused_index_check=False):
             host_overhead.issue_case(requires_grad=False, check=True)()
     check_kinds = PTR + I64 + I64 + PTR + I64 + PTR + I64 + I64 + PTR + PTR + PTR + PTR + PTR + PTR + I64 + I64
-    general = _launch.FORWARD_KINDS["embedding_bag_forward"]
+    general = launch.FORWARD_KINDS["embedding_bag_forward"]
     assert [kinds for kinds, _ in launched] == [general, check_kinds, general]
     ledger = launched[0][1][-6:]
     assert ledger[:3] == (lock, record, flag) and ledger[3] > 0 and ledger[4:] == (1, 1_000_000)  # token, op, rows

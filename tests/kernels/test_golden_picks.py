@@ -4,9 +4,12 @@ change of pick shows here as a diff, to be regenerated on purpose and explained.
 
 from __future__ import annotations
 
+import pytest
+
 from tests.kernels import golden_picks
 
 
+@pytest.mark.slow  # 32,400 plans: about 10 s on 2 cores; .ci/run's slow step runs it
 def test_the_launcher_picks_what_the_golden_table_records() -> None:
     golden = golden_picks.load()
     now = golden_picks.table()

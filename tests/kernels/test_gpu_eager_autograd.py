@@ -1,5 +1,5 @@
 """GPU tests of the eager autograd path: outside torch.compile a call whose weight (or
-per-sample weights) needs a gradient runs ``_ops.EmbeddingBagFunction`` (the registered op's
+per-sample weights) needs a gradient runs ``ops.EmbeddingBagFunction`` (the registered op's
 own setup and backward, without the custom op's Python dispatch). Its results and gradients
 equal torch's and the custom op's, double backward behaves as through the op, and forward plus
 backward can be captured in a CUDA graph and replayed on new indices. The table-batched

@@ -193,9 +193,9 @@ def test_short_fixed_bags(mode: str, with_psw: bool, dtype: torch.dtype, dim: in
                           gen: torch.Generator) -> None:
     """embedding_bag_forward_short: an odd batch (the last step is partial), int32 and int64
     indices, with and without a padding row; the launcher must really pick that kernel."""
-    from reference_kernels import _launch
+    from reference_kernels import launch
 
-    _launch.clear_plans()
+    launch.clear_plans()
     rows = 50  # small table: the padding row is frequent
     weight = random_table(rows, dim, dtype, gen)
     for index_dtype, padding_idx in ((torch.int64, None), (torch.int32, 7)):
@@ -208,9 +208,9 @@ def test_short_fixed_bags(mode: str, with_psw: bool, dtype: torch.dtype, dim: in
 @pytest.mark.parametrize("pooling", [1, 2])
 def test_short_fixed_bags_max_backward(pooling: int, gen: torch.Generator) -> None:
     """Max mode under autograd writes the winning rows (argmax) from the short-bag kernel too."""
-    from reference_kernels import _launch
+    from reference_kernels import launch
 
-    _launch.clear_plans()
+    launch.clear_plans()
     weight = random_table(300, 128, torch.float32, gen)
     bags = make_bags("fixed", 333, pooling, 300, torch.int64, gen)
     grad_out = torch.randn(333, 128, generator=gen, device="cuda")
@@ -227,9 +227,9 @@ SEGMENT_CASES = [  # (dtype, dim, pooling): CSR bags short enough for the segmen
 
 def _entry_used(entry: str) -> bool:
     """The launcher planned a launch of ``entry`` since its plans were last cleared."""
-    from reference_kernels import _launch
+    from reference_kernels import launch
 
-    return any(plan.entry == entry for plan, _ in _launch.planned_launches())
+    return any(plan.entry == entry for plan, _ in launch.planned_launches())
 
 
 def _check_segmented_plan_used() -> None:
@@ -241,10 +241,10 @@ def _check_segmented_plan_used() -> None:
 def segments_at_any_batch(tune: Callable[..., None]) -> None:
     """The segmented kernel even for batches too small to fill the GPU (small tests, same code),
     and for the d128 sum/mean calls change 48 gives the general kernel (short_lean)."""
-    from reference_kernels import _launch
+    from reference_kernels import launch
 
     tune(segment_min_warps_per_sm=0, short_lean=False)
-    _launch.clear_plans()
+    launch.clear_plans()
 
 
 @pytest.mark.parametrize("dtype,dim,pooling", SEGMENT_CASES, ids=str)
@@ -289,11 +289,11 @@ def _bags_per_team(k: int) -> int:
 def _persistent_plans(batch: int) -> list[object]:
     """The general kernel's persistent plans used so far whose grid leaves each team several of
     ``batch`` bags (so the tests really walk from bag to bag)."""
-    from reference_kernels import _launch
+    from reference_kernels import launch
 
-    return [plan for plan, grid in _launch.planned_launches()
+    return [plan for plan, grid in launch.planned_launches()
             if plan.entry == "embedding_bag_forward" and plan.resident_waves is not None
-            and grid * _launch.BLOCK // plan.define("TEAM") < batch * plan.col_tiles // 2]
+            and grid * launch.BLOCK // plan.define("TEAM") < batch * plan.col_tiles // 2]
 
 
 POS32_CASES = [  # (dtype, dim, pooling, batch): the general kernel's picks that changes 43-44 moved to 3-4
@@ -313,10 +313,10 @@ def test_general_kernel_with_32_and_64_bit_positions(mode: str, with_psw: bool, 
     float32 at 4 blocks per SM, d64 and d32 at 3-4, change 44) and without it (calls past
     POS32_LIMIT), fixed and CSR layouts
     with empty bags, a padding row, a table-batched call; the plan must be the one asked for."""
-    from reference_kernels import _launch
+    from reference_kernels import launch
     from reference_kernels.tbe import TableBatchedEmbeddingBag
 
-    _launch.clear_plans()  # this test's plans only
+    launch.clear_plans()  # this test's plans only
     if not pos32:
         tune(pos32_limit=0)
     weight = random_table(3000, dim, dtype, gen)
@@ -327,7 +327,7 @@ def test_general_kernel_with_32_and_64_bit_positions(mode: str, with_psw: bool, 
     tbe = TableBatchedEmbeddingBag([700, 3000], dim, mode, dtype, "cuda")
     check_table_batched(tbe, [make_bags("csr_last", batch, pooling, r, torch.int64, gen) for r in (700, 3000)],
                         mode, dtype, with_psw, gen)
-    used = {bool(plan.define("POS32")) for plan, _ in _launch.planned_launches()
+    used = {bool(plan.define("POS32")) for plan, _ in launch.planned_launches()
             if plan.entry == "embedding_bag_forward"}
     assert pos32 in used and (pos32 or used == {False}), used
 
@@ -341,11 +341,11 @@ def test_persistent_teams_pool_several_bags(mode: str, with_psw: bool, dtype: to
     this one; CSR lengths 0..2*pooling put empty bags anywhere in a team's walk (the prefetch
     must skip them), both offset layouts and the fixed one, int32 and int64 indices, a padding
     row; the launcher must really pick the persistent variant."""
-    from reference_kernels import _launch
+    from reference_kernels import launch
 
     # changes 48 and 50 give these one team per bag (test_short_lean_bags, wide_16bit_fewer_rows)
     tune(short_lean=False, narrow_one_row_max_avg=32, wide_16bit_fewer_rows=False)
-    _launch.clear_plans()
+    launch.clear_plans()
     rows = 500
     batch = _bags_per_team(8 if dim < 1000 else 4)  # dim 1000: two column tiles, 8 units per team
     weight = random_table(rows, dim, dtype, gen)
@@ -364,10 +364,10 @@ def test_short_lean_bags(mode: str, with_psw: bool, dtype: torch.dtype, gen: tor
     blocks per SM, in a call of many bags: fixed and CSR layouts with empty bags and a padding
     row, int32 and int64 indices, and a DCNv2-like table-batched call (bags of 1-20 rows); the
     rule must have made the pick (16-bit rows with per-sample weights too since change 52)."""
-    from reference_kernels import _launch
+    from reference_kernels import launch
     from reference_kernels.tbe import TableBatchedEmbeddingBag
 
-    _launch.clear_plans()
+    launch.clear_plans()
     batch, rows = 3000, 2000
     weight = random_table(rows, 128, dtype, gen)
     for layout, index_dtype, padding_idx, pooling in (("fixed", torch.int64, None, 16), ("csr", torch.int64, None, 8),
@@ -379,7 +379,7 @@ def test_short_lean_bags(mode: str, with_psw: bool, dtype: torch.dtype, gen: tor
     tbe = TableBatchedEmbeddingBag(tables, 128, mode, dtype, "cuda")
     check_table_batched(tbe, [make_bags("csr_last", batch, p, r, torch.int64, gen)
                               for r, p in zip(tables, [1, 3, 20, 8], strict=False)], mode, dtype, with_psw, gen)
-    short = [plan for plan, _ in _launch.planned_launches() if any(w.startswith("short_lean") for w in plan.why)]
+    short = [plan for plan, _ in launch.planned_launches() if any(w.startswith("short_lean") for w in plan.why)]
     assert short, "the short_lean rule made none of the picks"
 
 
@@ -454,18 +454,18 @@ def _hopper() -> bool:
 
 def _gather_kernels_used(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The gather entries the launcher asks for from now on (a spy on get_function)."""
-    from reference_kernels import _launch, _nvrtc
+    from reference_kernels import launch, nvrtc
 
     names: list[str] = []
-    real = _nvrtc.get_function
+    real = nvrtc.get_function
 
     def spy(filename: str, name: str, defines: dict, device: int) -> object:
         if filename == "embedding_gather.cu":
             names.append(name)
         return real(filename, name, defines, device)
 
-    monkeypatch.setattr(_launch._nvrtc, "get_function", spy)
-    _launch.clear_plans()  # compiled functions are kept with their plans: ask afresh
+    monkeypatch.setattr(launch._nvrtc, "get_function", spy)
+    launch.clear_plans()  # compiled functions are kept with their plans: ask afresh
     return names
 
 
@@ -587,7 +587,7 @@ def test_one_row_csr_bags_take_the_bulk_path(mode: str, dtype: torch.dtype, gen:
     are pooled by the warp, as torch pools them. Both offset layouts, int32 and int64 indices.
     With per-sample weights, argmax, more indices than bags, or fewer warp steps than SMs (a
     small batch) the bag kernels run instead."""
-    from reference_kernels import _launch
+    from reference_kernels import launch
 
     used = _gather_kernels_used(monkeypatch)
     weight = random_table(700, 128, dtype, gen)
@@ -598,7 +598,7 @@ def test_one_row_csr_bags_take_the_bulk_path(mode: str, dtype: torch.dtype, gen:
         for padding_idx in (None, int(bags.input[5])):
             # the spy sees a kernel when a plan is made: a fresh plan per call, so each of the six
             # calls shows its path (the mixed-length bags share the one-row bags' plan otherwise)
-            _launch.clear_plans()
+            launch.clear_plans()
             with torch.no_grad():
                 check_bag(one_row_csr_bags(3001, 700, index_dtype, layout, True, gen), weight, mode, None,
                           padding_idx)
@@ -902,21 +902,21 @@ def test_table_over_2_pow_31_elements(gen: torch.Generator) -> None:
 
 
 def test_compile_and_load_under_one_second(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from reference_kernels import _launch, _nvrtc, index_check
+    from reference_kernels import index_check, launch, nvrtc
 
     monkeypatch.setenv("REFERENCE_KERNELS_CACHE", str(tmp_path))
-    monkeypatch.setattr(_nvrtc, "_FUNCTIONS", {})
+    monkeypatch.setattr(nvrtc, "_FUNCTIONS", {})
     monkeypatch.setattr(index_check, "_FUNCTIONS", {})  # the check's own memo of its compiled variants
-    monkeypatch.setattr(_nvrtc, "_MODULES", {})
-    _launch.clear_plans()
+    monkeypatch.setattr(nvrtc, "_MODULES", {})
+    launch.clear_plans()
     weight = torch.randn(100, 128, device="cuda")
     idx = torch.randint(0, 100, (8, 4), device="cuda")
-    _nvrtc.STATS.compile_s.clear()
-    _nvrtc.STATS.load_s.clear()
+    nvrtc.STATS.compile_s.clear()
+    nvrtc.STATS.load_s.clear()
     rk.embedding_bag(idx, weight, mode="sum")
     rk.embedding(idx, weight)
     torch.cuda.synchronize()
-    times = {k: _nvrtc.STATS.compile_s[k] + _nvrtc.STATS.load_s[k] for k in _nvrtc.STATS.compile_s}
+    times = {k: nvrtc.STATS.compile_s[k] + nvrtc.STATS.load_s[k] for k in nvrtc.STATS.compile_s}
     print("compile+load seconds per kernel:", {k: round(v, 3) for k, v in times.items()})
     assert len(times) == 3  # index check, forward, gather
     assert max(times.values()) < 1.0

@@ -1,4 +1,4 @@
-"""GPU tests of the compiled host path (reference_kernels/_host.py, csrc/host_path.cpp): the calls
+"""GPU tests of the compiled host path (reference_kernels/host.py, csrc/host_path.cpp): the calls
 it serves give the Python path's output bit for bit and torch's values; the calls it must not
 serve (a gradient, max_norm, sync checks, unusual tensors) are left to the Python path; a check
 inside one of its lookups reports at the next call; knob changes and CUDA graph capture hold.
@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 import reference_kernels as rk  # noqa: E402
-from reference_kernels import _host, diagnostics  # noqa: E402
+from reference_kernels import diagnostics, host  # noqa: E402
 from tests.kernels.test_gpu_index_check import _bags as _inputs  # noqa: E402  (random fixed / CSR bags)
 
 pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("poison_outputs")]
@@ -31,14 +31,14 @@ pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("poison_outputs")]
 def library(drained_ledger: None) -> Any:
     """The loaded library (built by the first CUDA call when the setting is wait), with the
     default check mode and no error left over (drained_ledger)."""
-    if _host.setting() == "off":
+    if host.setting() == "off":
         pytest.skip("REFERENCE_KERNELS_HOST_PATH=off")
     rk.embedding_bag(torch.zeros((1, 1), dtype=torch.int64, device="cuda"), torch.zeros((2, 4), device="cuda"),
                      check_indices=False)
-    if _host.setting() == "auto":
+    if host.setting() == "auto":
         pytest.skip("REFERENCE_KERNELS_HOST_PATH=auto builds in the background; the tests need wait")
-    assert _host.status().state == "loaded", _host.status()
-    return _host.LOADED[2]
+    assert host.status().state == "loaded", host.status()
+    return host.LOADED[2]
 
 
 def _python_path(call: Any) -> Any:

@@ -337,7 +337,7 @@ def test_checked_copy_matches_the_contract(tables: int, gen: torch.Generator, rn
     """Random indices and offsets, many of them bad: the copy the lookup reads is exactly the
     documented one (bad indices 0, offsets clamped, table-batched into their table's span), and
     the record names the smallest bad position and counts every bad index and bag."""
-    from reference_kernels import _ops
+    from reference_kernels import ops
 
     n = rng.randrange(1, 40_000)
     sizes = [rng.randrange(1, 100) for _ in range(tables)] if tables else None
@@ -347,7 +347,7 @@ def test_checked_copy_matches_the_contract(tables: int, gen: torch.Generator, rn
     offsets = torch.randint(-5, n + 5, (bags + 1,), generator=gen, device="cuda").sort().values
     offsets[rng.randrange(0, bags + 1)] = rng.randrange(-5, n + 5)  # out of order somewhere
     table_sizes = torch.tensor(sizes, device="cuda") if sizes else None
-    clean, clean_offsets = _ops.index_check_impl(idx, offsets, table_sizes, rows, max(1, bags // max(1, tables)),
+    clean, clean_offsets = ops.index_check_impl(idx, offsets, table_sizes, rows, max(1, bags // max(1, tables)),
                                                  "deferred", "TableBatchedEmbeddingBag" if tables else "embedding_bag")
     want_idx, want_off, bad = _expected_copy(idx, offsets, sizes, rows)
     assert clean.dtype == clean_offsets.dtype == torch.int32
@@ -421,7 +421,7 @@ def test_a_lookup_that_checks_its_own_indices_matches_the_pass(mode: str, case: 
     the lookup (CHECK), no pass: the same output (bad indices read as row 0, offsets clamped) and the same report (first
     position and value, first bad bag, counts) as with the pass (fused_index_check off), also for
     positions no bag reads (before the first offset, after the last with include_last_offset)."""
-    from reference_kernels import _launch
+    from reference_kernels import launch
 
     if layout == "fixed" and case in ("offsets", "unread"):
         pytest.skip("the fixed layout has no offsets")
@@ -448,10 +448,10 @@ def test_a_lookup_that_checks_its_own_indices_matches_the_pass(mode: str, case: 
         return rk.embedding_bag(idx, weight, offsets, mode=bag_mode, per_sample_weights=psw,
                                 include_last_offset=layout == "csr_last", check_indices=mode)
 
-    _launch.clear_plans()
+    launch.clear_plans()
     inside, inside_report = _outcome(call, mode)
-    checked_plans = [plan for plan, _ in _launch.planned_launches() if dict(plan.defines).get("CHECK")]
-    assert checked_plans, [plan.why for plan, _ in _launch.planned_launches()]
+    checked_plans = [plan for plan, _ in launch.planned_launches() if dict(plan.defines).get("CHECK")]
+    assert checked_plans, [plan.why for plan, _ in launch.planned_launches()]
     tune(fused_index_check=False)
     passed, passed_report = _outcome(call, mode)
     assert inside_report == passed_report

@@ -3,15 +3,17 @@ inputs and references, the lookup list, the gradient, and the bounds' shape (CPU
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
+import pytest
 
-from compliance.manifest import Semantics
-from compliance.verify.backward import forward_shape, lookups
-from compliance.verify.cases import generate_cases
-from compliance.verify.semantics import Backward, Tables
-from compliance.verify.tensors import make_inputs
-from compliance.verify.tolerance import DEFAULT_BOUNDS
+torch = pytest.importorskip("torch")  # the kernels extra; README's test command runs without it
+import torch.nn.functional as F  # noqa: E402
+
+from compliance.manifest import Semantics  # noqa: E402
+from compliance.verify.backward import forward_shape, lookups  # noqa: E402
+from compliance.verify.cases import generate_cases  # noqa: E402
+from compliance.verify.semantics import Backward, Tables  # noqa: E402
+from compliance.verify.tensors import make_inputs  # noqa: E402
+from compliance.verify.tolerance import DEFAULT_BOUNDS  # noqa: E402
 
 TABLED = Semantics(op="embedding_bag", modes=("sum", "mean"), layouts=("fixed", "csr"),
                    include_last_offset=(False, True), tables=Tables())

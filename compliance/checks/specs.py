@@ -1,0 +1,325 @@
+"""The static checks' specs (rule id, level, doc, hint, examples), below the code that emits them.
+
+They live apart from the checks so that the rule data (``compliance.ruleset`` and the registry)
+never imports a check module, and a check module (which needs ``compliance.context``) sits above
+them: no import circle. Each check module imports its own constants from here; the upstream and
+verify stages keep theirs in ``compliance/upstream/specs.py`` and ``compliance/verify/specs.py``.
+"""
+
+from __future__ import annotations
+
+from compliance.checks.interface import CheckSpec
+from compliance.manifest import MANIFEST_NAME
+
+# compliance/checks/layout.py
+
+STRUCTURE = CheckSpec(
+    id="layout-structure", title="Submission directory structure", default_level="error",
+    doc="Each organization must have the directories its layout requires (training: "
+        "systems/, benchmarks/, results/; inference: systems/, code/, results/ under a "
+        "division), and each benchmark directory must hold its implementations "
+        "(training: benchmarks/<benchmark>/implementations/<impl>/). A tree where no "
+        "organization can be found at all is reported once, at its root.",
+    hint="Arrange the tree as <Org>/systems/<system>.json, "
+         "<Org>/benchmarks/<benchmark>/implementations/<impl>/, "
+         "<Org>/results/<system>/<benchmark>/result_N.txt.",
+    passing="Acme/systems/dgx.json\nAcme/benchmarks/dlrm/implementations/pytorch/train.py\n"
+            "Acme/results/dgx/dlrm/result_0.txt",
+    failing="Acme/benchmarks/dlrm/train.py   (no systems/, results/ or implementations/)",
+)
+
+UNKNOWN_BENCHMARK = CheckSpec(
+    id="layout-unknown-benchmark", title="Benchmark not in the round", default_level="error",
+    doc="A benchmark directory (under benchmarks/ or results/<system>/) is not one of the "
+        "round's benchmarks as listed by the rule set, so nothing in it can be judged "
+        "against the round's allowlist.",
+    hint="Rename the directory to the round's benchmark name (see `compliance rules show`), "
+         "or check with the rule set for the right round (--rules).",
+    passing="Acme/benchmarks/dlrm/...   (dlrm is a benchmark of the round)",
+    failing="Acme/benchmarks/dlrm-v2/...",
+)
+
+UNKNOWN_SYSTEM = CheckSpec(
+    id="layout-unknown-system", title="Results for an undescribed system", default_level="error",
+    doc="A results/<system>/ directory has no matching systems/<system>.json description.",
+    hint="Add systems/<system>.json or rename the results directory to the described system.",
+    passing="Acme/systems/dgx.json and Acme/results/dgx/dlrm/result_0.txt",
+    failing="Acme/results/dgx/dlrm/result_0.txt without Acme/systems/dgx.json",
+)
+
+VARIANT = CheckSpec(
+    id="layout-variant", title="Layout variant of an accepted round", default_level="warning",
+    doc="The tree uses a layout variant that accepted MLPerf submissions have used, not the "
+        "canonical form; it is understood (kernels in it are checked like any other) and "
+        "reported so a reviewer sees it. Variants: benchmark/ or code/ for benchmarks/; "
+        "results/<system>/entry.json instead of systems/<system>.json; "
+        "benchmarks/<b>/implementation/, implementation_closed/, implementation_open/ or "
+        "benchmarks/<b>/<system>/ instead of (or beside) implementations/<impl>/; files directly "
+        "under benchmarks/<b>/; the inverted benchmarks/implementations/<system>/<b>/; result "
+        "files directly under results/<system>/ without a benchmark level; in inference trees, "
+        "directories under code/ that are no model of the round (shared code such as "
+        "code/common/ or code/plugin/; results must still name a model).",
+    hint="Use the canonical form named in the message when you next submit; nothing else to do.",
+    passing="Acme/benchmarks/dlrm/implementations/pytorch/train.py",
+    failing="Acme/benchmark/dlrm/implementation_closed/train.py   (warning: two variants)",
+)
+
+ALIAS = CheckSpec(
+    id="layout-benchmark-alias", title="Benchmark directory under an alias", default_level="warning",
+    doc="A benchmark directory uses a name the round's rule set lists as an alias of one of its "
+        "benchmarks (benchmark_aliases, e.g. dlrm_v2 or dlrm for dlrm_dcnv2, llm_finetune for "
+        "llama2_70b_lora, resnet50 for resnet). It is understood as that benchmark. Inference "
+        "rule sets report it as info, since the inference submission checker maps these names "
+        "itself.",
+    hint="Name the directory after the official benchmark named in the message.",
+    passing="Acme/benchmarks/dlrm_dcnv2/...   (the official name)",
+    failing="Acme/benchmarks/dlrm_v2/...   (alias of dlrm_dcnv2)",
+)
+
+# compliance/checks/declarations.py
+
+MANIFEST_INVALID = CheckSpec(
+    id="manifest-invalid", title="Kernel manifest does not follow its schema", default_level="error",
+    doc=f"A {MANIFEST_NAME} could not be parsed or does not match the manifest schema "
+        "(`compliance rules schema --manifest`), or is over the YAML limits (256 KiB, 64 levels "
+        "of nesting, 20,000 nodes after alias expansion). A manifest with any schema error "
+        "declares no kernels, so the code it meant to declare is reported as undeclared too.",
+    hint="Fix the entry at the reported line; validate while editing with the schema "
+         "(see docs/manifest.md).",
+    passing="manifest_version: 1\nkernels:\n  - id: emb\n    category: dlrm-embedding\n    ...",
+    failing="manifest_version: 1\nkernels:\n  - id: emb\n    language: cuda-c   # not a known language",
+)
+
+MANIFEST_MISPLACED = CheckSpec(
+    id="manifest-misplaced", title="Kernel manifest outside an implementation", default_level="error",
+    doc=f"A {MANIFEST_NAME} must sit inside an implementation directory "
+        "(<Org>/benchmarks/<benchmark>/implementations/<impl>/), because the benchmark it "
+        "belongs to decides which allowlist entries apply.",
+    hint="Move the manifest into the implementation directory whose kernels it declares.",
+    passing=f"Acme/benchmarks/dlrm/implementations/pytorch/{MANIFEST_NAME}",
+    failing=f"Acme/{MANIFEST_NAME}",
+)
+
+UNDECLARED = CheckSpec(
+    id="undeclared-kernel", title="Native kernel code no manifest declares", default_level="error",
+    doc="The tree contains native kernel code (CUDA `__global__` functions, inline PTX `asm(`, "
+        "`@triton.jit` functions, `load_inline(...)`/`cpp_extension.load(...)` builds, torch "
+        "extension sources, or sources of a setup.py CUDAExtension/CppExtension) that is not "
+        "listed as a source of any kernel in a manifest. Detection is by content, not only by "
+        "file extension. Files inside a grouped vendored tree are reported by "
+        "`vendored-undeclared` instead.",
+    hint=f"Declare the kernel in the implementation's {MANIFEST_NAME} (id, category, language, "
+         "sources, entry symbols, upstream, semantics), or remove the code.",
+    passing=f"kernels/emb.cu listed under `sources:` of a kernel in {MANIFEST_NAME}",
+    failing=f"kernels/emb.cu defines a __global__ function and no {MANIFEST_NAME} lists it",
+)
+
+NOT_ALLOWLISTED = CheckSpec(
+    id="kernel-not-allowlisted", title="Kernel category not allowed for this benchmark and round",
+    default_level="error",
+    doc="A declared kernel's `category` is not an allowlist entry of the rule set, or the entry "
+        "does not cover the benchmark (or division) the kernel is submitted in.",
+    hint="Use a category the round allows for this benchmark (`compliance rules show`), or "
+         "replace the kernel with the framework's own op.",
+    passing="category: dlrm-embedding in benchmarks/dlrm under training/v0.7",
+    failing="category: dlrm-embedding in benchmarks/bert, or under training/v1.0",
+)
+
+LANGUAGE = CheckSpec(
+    id="kernel-language-not-allowed", title="Kernel language not admitted by its category",
+    default_level="error",
+    doc="The allowlist entry admits only some kernel languages (cuda, cpp, triton, ptx); the "
+        "declared kernel is written in another.",
+    hint="Rewrite the kernel in an admitted language or ask the working group to extend the entry.",
+    passing="language: cuda with an entry admitting [cuda]",
+    failing="language: ptx with an entry admitting [cuda]",
+)
+
+REFERENCE_OP = CheckSpec(
+    id="kernel-reference-op-not-allowed", title="Claimed reference op not covered by the category",
+    default_level="error",
+    doc="The kernel claims to compute a reference op (semantics.op) that its allowlist entry's "
+        "verification requirement does not name, so it cannot be verified under this rule set.",
+    hint="Declare the reference op the kernel really computes (embedding_bag or embedding).",
+    passing="semantics: {op: embedding_bag} with reference_ops [embedding_bag, embedding]",
+    failing="semantics: {op: embedding} with reference_ops [embedding_bag]",
+)
+
+SOURCE_MISSING = CheckSpec(
+    id="kernel-source-missing", title="Declared kernel source does not exist", default_level="error",
+    doc="A file listed in a kernel's `sources` is not a regular file in the tree (missing, a "
+        "directory, or a symbolic link). Kernels must ship as source.",
+    hint="Commit the source file at the declared path (paths are relative to the manifest).",
+    passing="sources: [kernels/emb.cu] and kernels/emb.cu exists",
+    failing="sources: [kernels/emb.cu] and only kernels/emb.o is committed",
+)
+
+SOURCE_OUTSIDE = CheckSpec(
+    id="kernel-source-outside-tree", title="Declared kernel source outside the tree",
+    default_level="error",
+    doc="A declared source path is absolute or climbs out of the checked tree with `..`; the "
+        "submission must contain its own kernel sources.",
+    hint="Copy the source into the implementation directory and declare it by a relative path.",
+    passing="sources: [kernels/emb.cu]",
+    failing="sources: [../../../../other-org/kernels/emb.cu] or [/opt/src/emb.cu]",
+)
+
+SOURCE_EMPTY = CheckSpec(
+    id="kernel-source-empty", title="Declared kernel source is empty", default_level="error",
+    doc="A declared source file has no content other than whitespace.",
+    hint="Commit the real source.",
+    passing="kernels/emb.cu with the kernel's code",
+    failing="kernels/emb.cu of 0 bytes",
+)
+
+ENTRY_SYMBOL = CheckSpec(
+    id="kernel-entry-symbol-missing", title="Declared entry symbol not defined in the sources",
+    default_level="error",
+    doc="None of the kernel's declared sources mentions the declared entry symbol as a function "
+        "(name followed by `(`, template arguments allowed), so the declaration does not describe "
+        "the shipped code.",
+    hint="Correct `entry_symbols` to the names of the kernel functions the sources define.",
+    passing="entry_symbols: [embedding_bag_sum] and `__global__ void embedding_bag_sum(...)`",
+    failing="entry_symbols: [embedding_bag_sum] and the source defines only `emb_sum(...)`",
+)
+
+VENDORED = CheckSpec(
+    id="vendored-undeclared", title="Vendored third-party tree not declared", default_level="warning",
+    doc="A grouped vendored tree (a copy of a catalogued upstream project such as NCCL or "
+        "CUTLASS, recognised by its signature files; a library in third_party/, vendor/, ...; or "
+        "a directory with a licence file and many C/C++/CUDA sources, never an organization's or "
+        "implementation's own root) holds native code but no manifest declares where it comes "
+        "from. Custom kernels can hide in a framework copy; a declared upstream lets "
+        "`compliance check --upstream` prove the copy verbatim.",
+    hint=f"Add a `vendored:` entry (path, repository, commit) to the {MANIFEST_NAME}.",
+    passing=f"third_party/apex declared under `vendored:` in {MANIFEST_NAME}",
+    failing="third_party/apex with 300 .cu files and no declaration",
+)
+
+# compliance/checks/binaries.py
+
+WITHOUT_SOURCE = CheckSpec(
+    id="binary-without-source", title="Binary with no source for it", default_level="error",
+    doc="A compiled artifact (ELF shared object, object file or executable, cubin, fatbin, `ar` "
+        "archive, PE or Mach-O; recognised by magic bytes whatever its name) has no matching "
+        "source in the tree: neither a kernel manifest lists it under `binaries`, nor does a "
+        "source file or setup.py extension of the same name exist. Binary-only kernels are not "
+        "allowed. The level is set by the rule set's `binary_policy.without_source`.",
+    hint="Remove the binary and ship its source (declared in the manifest); the tool builds "
+         "from source when verifying.",
+    passing="kernels/emb.cu committed (and no emb.so)",
+    failing="lib/libemb.so committed with no emb.cu anywhere in the implementation",
+)
+
+WITH_SOURCE = CheckSpec(
+    id="build-product-with-source", title="Committed build product", default_level="warning",
+    doc="A compiled artifact whose source is present (declared under a kernel's `binaries`, or "
+        "named like a source file or setup.py extension beside it). Build products are never "
+        "used by verification and make review harder. The level is set by the rule set's "
+        "`binary_policy.build_product_with_source`.",
+    hint="Delete the build product from the submission and build it from source at run time.",
+    passing="kernels/emb.cu only",
+    failing="kernels/emb.cu and kernels/emb.o",
+)
+
+SYMLINK = CheckSpec(
+    id="symlink-escapes-tree", title="Symbolic link leaving the tree", default_level="error",
+    doc="A symbolic link resolves (or would resolve) outside the checked tree. The tool never "
+        "follows links; a submission must contain what it uses.",
+    hint="Replace the link with the file it points to, or remove it.",
+    passing="kernels/common.cuh -> ../include/common.cuh (inside the tree)",
+    failing="kernels/emb.cu -> /home/me/src/emb.cu",
+)
+
+# compliance/checks/upstream_links.py
+
+MISSING = CheckSpec(
+    id="upstream-missing", title="Upstream link missing", default_level="error",
+    doc="The kernel's allowlist entry requires an upstream link (the kernel must be available "
+        "to others in a public repository) and the manifest declares none.",
+    hint="Add `upstream: {repository: https://github.com/<owner>/<repo>, commit: <40-hex>, "
+         "paths: [<path of each source upstream>]}`.",
+    passing="upstream: {repository: https://github.com/acme/kernels, commit: 3f2a…(40 hex), "
+            "paths: [csrc/emb.cu]}",
+    failing="(no upstream key) under a category with `requires.upstream: true`",
+)
+
+MALFORMED = CheckSpec(
+    id="upstream-malformed", title="Upstream repository URL malformed", default_level="error",
+    doc="The upstream repository is not a usable clone URL: it needs a scheme (https, ssh, git) "
+        "or scp form (git@host:owner/repo), a host and an owner/repository path. Local paths and "
+        "file:// URLs are accepted only when the rule set's upstream_policy.allow_local is true.",
+    hint="Use the repository's https clone URL, e.g. https://github.com/<owner>/<repo>.",
+    passing="https://github.com/acme/kernels",
+    failing="github.com/acme   or   www.acme.com/kernels.zip",
+)
+
+HOST = CheckSpec(
+    id="upstream-host-not-allowed", title="Upstream host not allowed", default_level="error",
+    doc="The upstream repository is on a host that the rule set's upstream_policy.allowed_hosts "
+        "does not list; upstreamed code must be where others can get it.",
+    hint="Push the kernel to a repository on an allowed host (`compliance rules show` lists them).",
+    passing="https://github.com/acme/kernels",
+    failing="https://git.internal.acme.com/kernels",
+)
+
+NOT_PINNED = CheckSpec(
+    id="upstream-not-pinned", title="Upstream not pinned to a full commit", default_level="error",
+    doc="The upstream `commit` is not a full 40-hex commit hash. A branch or tag moves, and a "
+        "short hash can become ambiguous; neither is a pin. Applies when the rule set's "
+        "upstream_policy.require_commit is true.",
+    hint="Replace it with the full hash: `git rev-parse <branch-or-tag>` in the upstream repository.",
+    passing="commit: 0123456789abcdef0123456789abcdef01234567",
+    failing="commit: main   or   commit: 0123abc",
+)
+
+# compliance/checks/vendoring.py
+
+FORK = CheckSpec(
+    id="implementation-fork", title="Implementation is a fork of a catalogued project",
+    default_level="info",
+    doc="An organization's or implementation's own root holds the signature files of an upstream "
+        "project that submissions copy (compliance/catalogue/vendored.yaml: HugeCTR, "
+        "maskrcnn-benchmark, ...). The implementation is then a fork of that project: it is named "
+        "here so a reviewer knows where the code came from, and its native files are still checked "
+        "one by one (a root is never grouped away as a vendored tree).",
+    hint="Declare the implementation's custom kernels in its kernel_manifest.yaml; "
+         "`compliance vendored identify DIR` names the upstream commit the fork started from.",
+    passing="Acme/benchmarks/dlrm/implementations/hugectr/ holding only Acme's own code",
+    failing="Acme/benchmarks/dlrm/implementations/hugectr/HugeCTR/include/... (a HugeCTR fork)",
+)
+
+BUILD_DIRECTORY = CheckSpec(
+    id="build-directory-committed", title="Committed build directory", default_level="warning",
+    doc="A setuptools build directory (`build/temp.*` with object files and ninja logs, "
+        "`build/lib.*` with built extension modules) is part of the submission. Its files are "
+        "build products, never source: they are reported once per directory, listed in the "
+        "finding's details, and not counted as kernel code or as loose binaries.",
+    hint="Delete the build directory from the submission; the sources beside it are what is "
+         "checked and built.",
+    passing="csrc/emb.cu and setup.py only",
+    failing="build/temp.linux-x86_64-3.8/csrc/emb.o and build/temp.linux-x86_64-3.8/.ninja_deps",
+)
+
+# compliance/checks/readability.py
+
+PATH_UNREADABLE = CheckSpec(
+    id="path-unreadable", title="Path the checker could not read", default_level="error",
+    doc="The walk could not enter a directory or read a file (no permission, a path longer than "
+        "the system's PATH_MAX, an I/O error), or a declared kernel source could not be read. "
+        "Whatever it holds was not checked, so the tree cannot be shown compliant.",
+    hint="Make every file and directory of the submission readable (`chmod -R a+rX`), and keep "
+         "paths shorter than 4096 bytes.",
+    passing="every directory mode 755, every file mode 644",
+    failing="Acme/benchmarks/dlrm/implementations/pt/kernels/ with mode 000",
+)
+
+SETUP_UNPARSEABLE = CheckSpec(
+    id="setup-py-unparseable", title="setup.py could not be parsed", default_level="error",
+    doc="A setup.py that mentions extensions could not be parsed as Python (a syntax error, or "
+        "nesting or size that exhausts the parser), so the CUDAExtension/CppExtension sources it "
+        "may build are unknown. setup.py is only ever parsed, never run.",
+    hint="Make setup.py plain, valid Python 3 that lists its extension sources literally.",
+    passing="setup(ext_modules=[CUDAExtension('emb', ['emb.cu'])])",
+    failing="setup.py with a syntax error, or an expression nested 100,000 levels deep",
+)

@@ -1,0 +1,544 @@
+"""Launching: describe a call, ask ``plan`` for its plan, compile the plan's variant, pack the
+arguments and launch. Nothing here chooses a kernel or a grid (that is ``plan.py``, pure).
+
+Everything here takes and returns torch tensors; validation of user arguments lives in
+``api.py``, the custom-op wiring in ``ops.py``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from . import host, nvrtc, tuning
+from .host import LOADED as _HOST_PATH
+from .nvrtc import F32, I32, I64, PTR
+from .plan import (
+    BLOCK,
+    BackwardCall,
+    BagCall,
+    DeviceProps,
+    GatherCall,
+    Plan,
+    RowTiling,
+    grid_stride_blocks,
+    overlaps_zero_fill,
+    plan_backward,
+    plan_bag_forward,
+    plan_checked_bag_forward,
+    plan_gather,
+    vector_width,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["BLOCK", "RowTiling", "bag_backward", "bag_forward", "backward_passes", "device_props", "gather",
+           "sm_count", "vector_width"]
+
+# Debug aid used by the tests: fill every output with NaN before the kernel runs, so
+# that an element the kernel fails to write cannot pass a comparison.
+POISON_OUTPUTS = os.environ.get("REFERENCE_KERNELS_POISON_OUTPUTS", "0") == "1"
+
+
+@functools.cache
+def _device_props(device_index: int) -> DeviceProps:
+    return DeviceProps(**nvrtc.device_attributes(device_index))
+
+
+def device_props(device: torch.device) -> DeviceProps:
+    """The properties of ``device`` that selection reads (from the driver, once per device)."""
+    return _device_props(device.index if device.index is not None else 0)
+
+
+def sm_count(device: torch.device) -> int:
+    return device_props(device).sms
+
+
+def _dtype_code(dtype: torch.dtype) -> int:
+    import torch
+
+    codes = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+    return codes[dtype]
+
+
+def _index_type(dtype: torch.dtype) -> str:
+    import torch
+
+    return {torch.int64: "i64", torch.int32: "int"}[dtype]
+
+
+def _ptr(t: torch.Tensor | None) -> int:
+    return 0 if t is None else t.data_ptr()
+
+
+def _bind_cuda_queries() -> None:
+    """Bind ``_current_device`` and ``_raw_stream`` to torch's C entry points (plain ints, no
+    ``torch.cuda.Stream`` object per call), or to the public functions where a build lacks them."""
+    global _current_device, _raw_stream
+    import torch
+
+    get_device = getattr(torch._C, "_cuda_getDevice", None)
+    raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    _current_device = get_device if get_device is not None else torch.cuda.current_device
+    if raw_stream is not None:
+        _raw_stream = raw_stream
+    else:
+        _raw_stream = lambda index: int(torch.cuda.current_stream(index).cuda_stream)  # noqa: E731
+
+
+def _first_current_device() -> int:
+    _bind_cuda_queries()
+    return _current_device()
+
+
+def _first_raw_stream(index: int) -> int:
+    _bind_cuda_queries()
+    return _raw_stream(index)
+
+
+# The current CUDA device, and the raw handle of a device's current stream (bound on first use).
+_current_device: Callable[[], int] = _first_current_device
+_raw_stream: Callable[[int], int] = _first_raw_stream
+
+
+def _launch_packed(index: int, fn: Any, grid: int, block: int, signature: nvrtc.Params,
+                   values: Sequence[object]) -> None:
+    """Launch ``fn`` on device ``index``'s current stream, ``values`` packed as ``signature``;
+    under a device guard only when ``index`` is not the current device (the guard costs more
+    than the check). On the current device the body of ``nvrtc.launch_packed`` runs here:
+    every lookup launches through this function, and a call layer costs 0.2-0.4 µs."""
+    if index == _current_device():
+        if grid > 0:
+            (err,) = nvrtc._cu_launch_kernel()(fn, grid, 1, 1, block, 1, 1, 0, _raw_stream(index), None,
+                                                signature.pack(values))
+            if err:
+                nvrtc.raise_launch_error(err, grid, block, signature)
+        return
+    import torch
+
+    with torch.cuda.device(index):
+        nvrtc.launch_packed(fn, grid, block, _raw_stream(index), signature, values)
+
+
+def _launch_on(t: torch.Tensor, fn: object, grid: int, args: list[tuple[object, str]], block: int = BLOCK) -> None:
+    """Launch on the current stream of ``t``'s device; ``args`` are (value, kind) pairs."""
+    _launch_packed(t.device.index, fn, grid, block, nvrtc.params("".join(kind for _, kind in args)),
+                   [value for value, _ in args])
+
+
+def new_output(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+    if POISON_OUTPUTS:
+        return like.new_full(shape, float("nan"))
+    return like.new_empty(shape)  # like's dtype and device; cheaper than torch.empty's keywords
+
+
+# A call's key holds the raw values its description is built from, and nothing else: the
+# description (BagCall, GatherCall) is made from the key alone, on a miss, so no input of the
+# selection can be left out of the key. The key is a plain tuple in the field order of BagKey /
+# GatherKey (their lengths differ, so the two never collide in one cache); a hit costs that tuple
+# and two dictionary lookups (a NamedTuple per call costs a Python-level __new__, a frozen
+# dataclass several microseconds more). The named key is made on a miss only.
+# Prepared: plan, compiled function, grid, the kernel's parameter layout, and the call's packer: a
+# function of the per-call values (pointers and tensors) that returns the kernel's arguments, the
+# constants of the key (sizes, the plan's scalars) bound when it was planned: a hit reads nothing
+# else and takes no branch on the entry.
+Packer = Callable[..., tuple[object, ...]]
+Prepared = tuple[Plan, Any, int, nvrtc.Params, Packer]
+
+
+class BagKey(NamedTuple):
+    """What bag_forward's selection depends on, as read from the tensors."""
+
+    dtype: Any  # torch.dtype of the weight
+    num_rows: int
+    dim: int
+    weight_align: int
+    out_aligned: bool
+    index_dtype: Any  # torch.dtype of the indices
+    bag_size: int
+    num_indices: int
+    num_bags: int
+    tables: int
+    table_batched: bool
+    mode: str
+    has_psw: bool
+    need_argmax: bool
+    has_padding: bool
+    checked: bool  # the lookup checks its indices (CHECK) where its kernel can
+
+
+class GatherKey(NamedTuple):
+    """What gather's selection depends on, as read from the tensors."""
+
+    dtype: Any
+    dim: int
+    weight_align: int
+    out_aligned: bool
+    index_dtype: Any
+    num_indices: int
+
+
+# (tuning, device index) -> key -> Prepared. The tuning is part of the key, so experiments that
+# change a knob never meet a stale plan.
+_PLANS: dict[tuple[tuning.Tuning, int], dict[tuple[Any, ...], Prepared | None]] = {}
+_MAX_PLANS = 4096
+_last: list[Any] = [None, None, None]  # the tuning, device index and plans of the last call
+
+
+def planned_launches() -> list[tuple[Plan, int]]:
+    """(plan, grid) of every call planned since clear_plans (tests check which paths ran)."""
+    return [(prepared[0], prepared[2]) for plans in _PLANS.values() for prepared in plans.values()
+            if prepared is not None]
+
+
+def clear_plans() -> None:
+    _PLANS.clear()
+    _last[:] = [None, None, None]
+    if _HOST_PATH:
+        _HOST_PATH[2].clear()
+
+
+def _plans_now(device_index: int) -> tuple[tuning.Tuning, dict[tuple[Any, ...], Prepared | None]]:
+    knobs = tuning.current()
+    if _last[0] is not knobs or _last[1] != device_index:  # identity: no hash of the knobs per call
+        _last[:] = [knobs, device_index, _PLANS.setdefault((knobs, device_index), {})]
+    return knobs, _last[2]
+
+
+def _prepared(key: tuple[Any, ...], like: torch.Tensor, device_index: int, describe: Any, select: Any,
+              kinds: Mapping[str, str], packer: Callable[[Plan, Any], Packer]) -> Prepared | None:
+    """The memoised (plan, function, grid, parameters, packer) of the call ``key`` on the device
+    of ``like`` (``device_index``: its ``get_device()``): ``describe(key)`` makes the call's
+    description, ``select(call, props, knobs)`` its plan (None: the path does not serve the
+    call), ``kinds[entry]`` the parameter kinds of each entry the path may pick,
+    ``packer(plan, call)`` the call's packer."""
+    knobs, plans = _plans_now(device_index)
+    found = plans.get(key)
+    if found is not None or key in plans:  # a plan, or None remembered
+        return found
+    device = like.device  # a device object on a miss only
+    if device.type == "cuda":
+        host.start()  # the compiled host path, as REFERENCE_KERNELS_HOST_PATH says (once per process)
+    props = device_props(device)
+    call = describe(key)
+    plan = select(call, props, knobs)
+    if len(plans) >= _MAX_PLANS:  # calls of ever new sizes (CSR batches) must not grow it forever
+        plans.clear()
+    if plan is None:
+        plans[key] = None
+        return None
+    fn = nvrtc.get_function(plan.source, plan.entry, dict(plan.defines), device.index)
+    resident = nvrtc.resident_blocks(fn, plan.block) if plan.resident_waves is not None else 0
+    plans[key] = (plan, fn, plan.grid(props.sms, resident), nvrtc.params(kinds[plan.entry]), packer(plan, call))
+    return plans[key]
+
+
+def _describe_bag(key: BagKey) -> BagCall:
+    return BagCall(weight_dtype=_dtype_code(key.dtype), elem_bytes=key.dtype.itemsize, dim=key.dim,
+                   num_rows=key.num_rows, weight_align=key.weight_align, out_aligned=key.out_aligned,
+                   index_type=_index_type(key.index_dtype), bag_size=key.bag_size, num_indices=key.num_indices,
+                   num_bags=key.num_bags, tables=key.tables, table_batched=key.table_batched, mode=key.mode,
+                   has_psw=key.has_psw, need_argmax=key.need_argmax, has_padding=key.has_padding)
+
+
+def bag_forward(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor | None, *, num_bags: int,
+                per_sample_weights: torch.Tensor | None, mode: str, padding_idx: int, need_argmax: bool,
+                table_rows: torch.Tensor | None = None,
+                check: str | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Pooled lookup. ``indices`` is [B, L] (offsets None) or 1-D with CSR ``offsets``
+    (``num_bags`` = B; offsets has B or B + 1 entries). Inputs are contiguous.
+    With ``table_rows`` (int64 [T], first row of each table in ``weight``) the bags are
+    T tables' bags, table-major, and the result is [num_bags / T, T * dim].
+    ``check`` (an index check mode, one table): the lookup checks its indices and offsets
+    itself where its plan can (plan_checked_bag_forward), else the check pass runs first.
+    Returns (out, argmax); argmax is None unless ``need_argmax`` (max mode, for backward)."""
+    num_rows, dim = weight.shape
+    tables = 1 if table_rows is None else table_rows.numel()
+    shape = (num_bags // tables, tables * dim)
+    out = new_output(shape, weight) if POISON_OUTPUTS else weight.new_empty(shape)
+    argmax = _new_argmax(shape, weight) if need_argmax else None
+    if num_bags == 0 or dim == 0:
+        if check is not None:  # nothing to look up, but the offsets (and indices) are still checked
+            _check_pass(indices, offsets, num_rows, check)
+        return out, argmax
+    w, o = weight.data_ptr(), out.data_ptr()
+    key = (weight.dtype, num_rows, dim, w % 16, o % 16 == 0, indices.dtype,
+           indices.shape[1] if offsets is None else 0, indices.numel(), num_bags, tables, table_rows is not None,
+           mode, per_sample_weights is not None, need_argmax, padding_idx >= 0, check is not None)  # BagKey's
+    index = weight.get_device()
+    # _prepared's hit, inline (every eager lookup passes here): the last call's plans, same knobs
+    prepared = _last[2].get(key) if _last[0] is tuning._CURRENT and _last[1] == index else None
+    if prepared is None:
+        prepared = _prepared(key, weight, index, _bag_call, _FORWARD_SELECT[check is not None], FORWARD_KINDS,
+                             _forward_packer)
+        if prepared is None:  # this call's kernel does not check: the pass first (its copies), then the lookup
+            assert check is not None
+            if _HOST_PATH and _HOST_PATH[2].pending():  # the compiled path leaves this call to Python
+                host.offer(key, index, None)
+            indices, offsets = _check_pass(indices, offsets, num_rows, check)
+            return bag_forward(weight, indices, offsets, num_bags=num_bags, per_sample_weights=per_sample_weights,
+                               mode=mode, padding_idx=padding_idx, need_argmax=need_argmax)
+    if _HOST_PATH and _HOST_PATH[2].pending():
+        host.offer(key, index, prepared)  # the compiled path missed this call: it launches its next ones
+    plan, fn, grid, signature, pack = prepared
+    ledger = _NO_CHECK if check is None else _index_check().lookup_ledger(index, check, "embedding_bag", num_rows)
+    _launch_packed(index, fn, grid, plan.block, signature,
+                   pack(w, indices, offsets, per_sample_weights, padding_idx, table_rows, o, argmax, ledger))
+    if check == "sync":
+        _index_check().raise_sync_finding(index)
+    return out, argmax
+
+
+_NO_CHECK = (0, 0, 0, 0, 0, 0)  # the general kernel's ledger arguments when it does not check
+# plan_bag_forward, or (checked calls) plan_checked_bag_forward: None where the kernel cannot check
+_FORWARD_SELECT = (plan_bag_forward, plan_checked_bag_forward)
+_INDEX_CHECK: list[Any] = []  # the index_check module, imported on first use (it imports this module)
+
+
+def _index_check() -> Any:
+    if not _INDEX_CHECK:
+        from . import index_check
+
+        _INDEX_CHECK.append(index_check)
+    return _INDEX_CHECK[0]
+
+
+def _check_pass(indices: torch.Tensor, offsets: torch.Tensor | None, num_rows: int,
+                check: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The check pass of a one-table embedding_bag call (index_check.run_check): its copies."""
+    checked: tuple[torch.Tensor, torch.Tensor | None] = _index_check().run_check(
+        indices, offsets, num_rows=num_rows, table_sizes=None, bags_per_table=1, mode=check, op="embedding_bag")
+    return checked
+
+
+def _new_argmax(shape: tuple[int, int], like: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    return torch.empty(shape, dtype=torch.int64, device=like.device)
+
+
+def _bag_call(key: tuple[Any, ...]) -> BagCall:
+    return _describe_bag(BagKey._make(key))
+
+
+# The parameter kinds of each forward entry, in the order of its kernel's parameters (the
+# .cu signatures); _forward_values gives the values in the same order.
+FORWARD_KINDS: dict[str, str] = {
+    "embedding_gather_bulk": PTR + PTR + I64 + PTR,
+    "embedding_bag_forward_bulk": PTR + PTR + I64 + PTR + I64 + I64 + I64 + PTR,
+    "embedding_bag_forward_short": PTR + I64 + PTR + I64 + I32 + PTR + I64 + PTR + PTR,
+    "embedding_bag_forward_segmented": (PTR + I64 + PTR + I64 + PTR + I64 + I64 + I32 + I32 + I32 + PTR + I64 + PTR
+                                        + I64 + I64 + PTR + PTR),
+    "embedding_bag_forward": PTR + I64 + PTR + I64 + PTR + I64 + I64 + I64 + I32 + PTR + I64 + PTR + I64 + I64
+    + PTR + PTR + PTR + PTR + PTR + I64 + I64 + I64,  # ... out, argmax, then the check's ledger (CHECK)
+}
+
+
+def _forward_packer(plan: Plan, call: BagCall) -> Packer:
+    """The packer of ``plan.entry``: ``(weight pointer, indices, offsets, per-sample weights,
+    padding_idx, table_rows, out pointer, argmax, ledger) -> the kernel's arguments`` in its parameter
+    order (kinds: FORWARD_KINDS), the call's sizes and the plan's scalars bound now. Optional
+    tensors are tested inline (``_ptr`` as a call would cost a Python frame each)."""
+    entry, n, dim, bags, tiles = plan.entry, call.num_indices, call.dim, call.num_bags, plan.col_tiles
+    per_table, width, bag_size = bags // call.tables, call.tables * dim, call.bag_size
+    if entry == "embedding_gather_bulk":
+        return lambda w, idx, off, psw, pad, rows, o, amax, ledger: (w, idx.data_ptr(), n, o)
+    if entry == "embedding_bag_forward_bulk":
+        return lambda w, idx, off, psw, pad, rows, o, amax, ledger: (
+            w, idx.data_ptr(), n, 0 if off is None else off.data_ptr(), 0 if off is None else off.numel(), bags, pad, o)
+    if entry == "embedding_bag_forward_short":
+        return lambda w, idx, off, psw, pad, rows, o, amax, ledger: (
+            w, dim, idx.data_ptr(), bags, tiles, 0 if psw is None else psw.data_ptr(), pad, o,
+            0 if amax is None else amax.data_ptr())
+    if entry == "embedding_bag_forward_segmented":
+        segment_bags, segment_cap = plan.segment_bags, plan.segment_cap
+        return lambda w, idx, off, psw, pad, rows, o, amax, ledger: (
+            w, dim, idx.data_ptr(), n, 0 if off is None else off.data_ptr(), 0 if off is None else off.numel(), bags,
+            tiles, segment_bags, segment_cap, 0 if psw is None else psw.data_ptr(), pad,
+            0 if rows is None else rows.data_ptr(), per_table, width, o, 0 if amax is None else amax.data_ptr())
+    return lambda w, idx, off, psw, pad, rows, o, amax, ledger: (
+        w, dim, idx.data_ptr(), n, 0 if off is None else off.data_ptr(), 0 if off is None else off.numel(), bag_size,
+        bags, tiles, 0 if psw is None else psw.data_ptr(), pad, 0 if rows is None else rows.data_ptr(), per_table,
+        width, o, 0 if amax is None else amax.data_ptr(), *ledger)
+
+
+# The parameter kinds of the gather entries (embedding_gather.cu).
+GATHER_KINDS: dict[str, str] = {
+    "embedding_gather_bulk": PTR + PTR + I64 + PTR,
+    "embedding_gather": PTR + I64 + PTR + I64 + PTR,
+}
+
+
+def gather(weight: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    """Unpooled lookup: out[i] = weight[indices[i]] for flat contiguous ``indices``."""
+    dim = weight.shape[1]
+    n = indices.numel()
+    out = new_output((n, dim), weight)
+    if n == 0 or dim == 0:
+        return out
+    w, o = weight.data_ptr(), out.data_ptr()
+    key = (weight.dtype, dim, w % 16, o % 16 == 0, indices.dtype, n)  # GatherKey's
+    index = weight.get_device()
+    prepared = _prepared(key, weight, index, _gather_call, plan_gather, GATHER_KINDS, _gather_packer)
+    assert prepared is not None
+    plan, fn, grid, signature, pack = prepared
+    _launch_packed(index, fn, grid, plan.block, signature, pack(w, indices, o))
+    return out
+
+
+def _gather_packer(plan: Plan, call: GatherCall) -> Packer:
+    """``(weight pointer, indices, out pointer) -> the kernel's arguments`` (GATHER_KINDS)."""
+    n, row_words = call.num_indices, plan.row_words
+    if plan.entry == "embedding_gather_bulk":
+        return lambda w, idx, o: (w, idx.data_ptr(), n, o)
+    return lambda w, idx, o: (w, row_words, idx.data_ptr(), n, o)
+
+
+def _gather_call(key: tuple[Any, ...]) -> GatherCall:
+    return _describe_gather(GatherKey._make(key))
+
+
+def _describe_gather(key: GatherKey) -> GatherCall:
+    return GatherCall(elem_bytes=key.dtype.itemsize, dim=key.dim, weight_align=key.weight_align,
+                      out_aligned=key.out_aligned, index_type=_index_type(key.index_dtype),
+                      num_indices=key.num_indices)
+
+
+# The trailing parameters of the backward kernels when no optimizer is fused (FUSED_OPT = 0):
+# weight, state1, state2, lr, eps, beta1, beta2, weight_decay, step_size, seed.
+_NULL: tuple[object, str] = (0, PTR)
+_ZERO: tuple[object, str] = (0.0, F32)
+NO_FUSED_ARGS: list[tuple[object, str]] = [_NULL] * 3 + [_ZERO] * 6 + [(0, I64)]
+
+
+def bag_backward(grad_out: torch.Tensor, indices: torch.Tensor, bag_of: torch.Tensor | None, *, bag_size: int,
+                 num_weights: int, per_sample_weights: torch.Tensor | None, bag_scale: torch.Tensor | None,
+                 padding_idx: int, scale: float = 1.0) -> torch.Tensor:
+    """Deterministic weight gradient (embedding_bag_backward.cu): positions sorted stably by
+    row, fixed chunks of sorted positions per team, runs that cross chunks combined in order.
+    ``bag_of`` maps each flat position to its bag (None: fixed layout, bag = position // bag_size).
+    Every contribution is multiplied by ``scale`` (mean over bags of one known size: 1 / size),
+    and by ``bag_scale[bag]`` when given (mean over bags of varying size)."""
+    import torch
+
+    dim = grad_out.shape[1]
+    n = indices.numel()
+    if n == 0 or dim == 0:
+        return torch.zeros((num_weights, dim), dtype=grad_out.dtype, device=grad_out.device)
+    flat = indices.reshape(-1)
+    main = torch.cuda.current_stream(grad_out.device)
+    side = main
+    if overlaps_zero_fill(n, num_weights, tuning.current()):
+        grad_weight = new_output((num_weights, dim), grad_out)
+        # the side stream's first kernel (the bitmap) also writes the int32 sort keys: one
+        # launch fewer before the sort, and launches beside the fill are slow
+        keys = torch.empty(n, dtype=torch.int32, device=flat.device) if num_weights < 2**31 else None
+        side = _side_stream(grad_out.device.index)
+        side.wait_stream(main)
+        with torch.cuda.stream(side):  # zeros for the rows nobody looked up, meanwhile
+            marked = _zero_untouched_rows(grad_weight, flat, padding_idx, keys)
+        main.wait_event(marked)
+        if keys is None:
+            keys = flat.to(torch.int64)
+        sorted_rows, positions = torch.sort(keys, stable=True)
+    else:  # many lookups per row: a plain memset first, then the passes, one after the other
+        grad_weight = torch.zeros((num_weights, dim), dtype=grad_out.dtype, device=grad_out.device)
+        sorted_rows, positions = sort_by_row(flat, num_weights)
+    backward_passes(grad_out, sorted_rows, positions, bag_of=bag_of, bag_size=bag_size,
+                    per_sample_weights=per_sample_weights, bag_scale=bag_scale, padding_idx=padding_idx, scale=scale,
+                    grad_weight=grad_weight)
+    if side is not main:
+        main.wait_stream(side)
+        assert keys is not None  # the overlapped branch always has its keys
+        for t in (flat, grad_weight, keys):  # used on both streams: not reused before the side work is done
+            t.record_stream(side)
+    return grad_weight
+
+
+def sort_by_row(flat: torch.Tensor, num_weights: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sorted rows, their positions in ``flat``): a stable sort, so each row's positions
+    stay in order; int32 keys where the rows fit (fewer radix passes)."""
+    import torch
+
+    keys = flat.to(torch.int32) if num_weights < 2**31 else flat.to(torch.int64)
+    return torch.sort(keys, stable=True)
+
+
+def backward_passes(grad_out: torch.Tensor, sorted_rows: torch.Tensor, positions: torch.Tensor, *,
+                    bag_of: torch.Tensor | None, bag_size: int, per_sample_weights: torch.Tensor | None,
+                    bag_scale: torch.Tensor | None, padding_idx: int, scale: float,
+                    grad_weight: torch.Tensor | None, fused_defines: Mapping[str, object] | None = None,
+                    fused_args: list[tuple[object, str]] | None = None) -> None:
+    """The chunk and combine kernels: write every looked-up row of ``grad_weight`` (float32 rows
+    when it is float32 and grad_out is not: GRAD_F32), or, with ``fused_defines`` / ``fused_args``
+    (FUSED_OPT, _segments.py), update those rows in place instead."""
+    import torch
+
+    dim = grad_out.shape[1]
+    n = sorted_rows.numel()
+    call = BackwardCall(grad_dtype=_dtype_code(grad_out.dtype), elem_bytes=grad_out.element_size(), dim=dim,
+                        grad_align=grad_out.data_ptr() % 16, num_positions=n, row_type=_index_type(sorted_rows.dtype),
+                        has_psw=per_sample_weights is not None, has_scale=bag_scale is not None,
+                        grad_f32=grad_weight is not None and grad_weight.dtype != grad_out.dtype,
+                        fused=tuple((fused_defines or {}).items()))
+    chunk_pass, combine = plan_backward(call, device_props(grad_out.device), tuning.current())
+    tail = fused_args if fused_args is not None else NO_FUSED_ARGS
+    device = grad_out.device.index
+    chunks = -(-n // chunk_pass.chunk_positions)
+    partial = torch.empty((chunks * 2, dim), dtype=torch.float32, device=grad_out.device)
+    carries = torch.empty((chunks,), dtype=torch.int32, device=grad_out.device)
+    fn = nvrtc.get_function(chunk_pass.source, chunk_pass.entry, dict(chunk_pass.defines), device)
+    _launch_on(grad_out, fn, chunk_pass.blocks, [
+        (grad_out.data_ptr(), PTR), (dim, I64), (sorted_rows.data_ptr(), PTR), (positions.data_ptr(), PTR),
+        (n, I64), (_ptr(bag_of), PTR), (max(1, bag_size), I64), (_ptr(per_sample_weights), PTR),
+        (_ptr(bag_scale), PTR), (scale, F32), (padding_idx, I64), (chunk_pass.col_tiles, I32),
+        (_ptr(grad_weight), PTR), (partial.data_ptr(), PTR), (carries.data_ptr(), PTR), *tail])
+    fn = nvrtc.get_function(combine.source, combine.entry, dict(combine.defines), device)
+    _launch_on(grad_out, fn, combine.blocks, [
+        (sorted_rows.data_ptr(), PTR), (n, I64), (dim, I64), (combine.col_tiles, I32), (partial.data_ptr(), PTR),
+        (carries.data_ptr(), PTR), (_ptr(grad_weight), PTR), *tail])
+
+
+@functools.cache
+def _side_stream(device_index: int) -> torch.cuda.Stream:
+    import torch
+
+    return torch.cuda.Stream(device_index)  # type: ignore[no-untyped-call]
+
+
+def _zero_untouched_rows(grad_weight: torch.Tensor, rows: torch.Tensor, padding_idx: int,
+                         keys: torch.Tensor | None) -> torch.cuda.Event:
+    """On the current stream: a bitmap of the looked-up rows (``rows``: int32 or int64; also
+    copied to the int32 ``keys`` when given), then zeros in every other row (and the padding
+    row), ``fill_blocks_per_sm`` blocks per SM (fewer do not leave the sort more room: it is
+    slowed by the fill's DRAM traffic, not by a lack of SM slots). The backward passes write
+    exactly the rows this leaves alone. Returns an event recorded after the bitmap (and keys)
+    are written."""
+    import torch
+
+    num_weights, dim = grad_weight.shape
+    sms = sm_count(grad_weight.device)
+    touched = torch.zeros((num_weights + 31) // 32, dtype=torch.int32, device=grad_weight.device)
+    device = grad_weight.device.index
+    mark = nvrtc.get_function("embedding_bag_backward.cu", "embedding_bag_backward_mark",
+                               {"BACKWARD_PASS": 3, "BLOCK": BLOCK, "INDEX_T": _index_type(rows.dtype)}, device)
+    grid = grid_stride_blocks(rows.numel(), sms, 8)
+    _launch_on(grad_weight, mark, grid, [
+        (rows.data_ptr(), PTR), (rows.numel(), I64), (num_weights, I64), (touched.data_ptr(), PTR),
+        (_ptr(keys), PTR)])
+    marked = torch.cuda.Event()  # type: ignore[no-untyped-call]
+    marked.record()
+    row_bytes = dim * grad_weight.element_size()
+    word = vector_width(row_bytes, 1, grad_weight.data_ptr())  # bytes per zeroed word: 2..16
+    fill = nvrtc.get_function("embedding_bag_backward.cu", "embedding_bag_backward_fill",
+                               {"BACKWARD_PASS": 3, "BLOCK": BLOCK, "FILL_BYTES": word}, device)
+    row_words = row_bytes // word
+    row_shift = row_words.bit_length() - 1 if row_words & (row_words - 1) == 0 else -1
+    grid = grid_stride_blocks(num_weights * row_words, sms, tuning.current().fill_blocks_per_sm)
+    _launch_on(grad_weight, fill, grid, [
+        (touched.data_ptr(), PTR), (num_weights, I64), (row_words, I64), (row_shift, I32), (padding_idx, I64),
+        (grad_weight.data_ptr(), PTR)])
+    return marked
