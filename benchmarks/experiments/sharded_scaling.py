@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = plan_sharding(tables, budget)
     embeddings = ShardedTableBatchedEmbeddingBag(plan, args.batch, optim.RowWiseAdagrad(lr=0.01), device=device)
     torch.manual_seed(0)
-    bottom = mlp([DENSE_FEATURES, 512, 256, args.dim]).to(device)
+    bottom = mlp([DENSE_FEATURES, 512, 256, args.dim], last_plain=False).to(device)
     over = CrossAndTop(args.dim * (len(tables) + 1), 512, 3, [1024, 1024, 512, 256]).to(device)
     ddp_bottom, ddp_over = DistributedDataParallel(bottom), DistributedDataParallel(over)
     dense_opt = torch.optim.SGD([*bottom.parameters(), *over.parameters()], lr=0.01)

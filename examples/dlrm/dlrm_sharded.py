@@ -41,6 +41,9 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from dlrm import mlp  # noqa: E402  (examples/dlrm/dlrm.py, beside this file)
 
 from reference_kernels import optim  # noqa: E402
 from reference_kernels.distributed import (  # noqa: E402
@@ -108,15 +111,6 @@ class ClickLog:
         lengths = torch.cat([p[2] for p in parts], 1).reshape(-1)
         offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
         return Batch(torch.cat([p[0] for p in parts]), torch.cat(ids), offsets, torch.cat([p[3] for p in parts]))
-
-
-def mlp(sizes: list[int], last_plain: bool = False) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
-        layers.append(nn.Linear(a, b))
-        if not (last_plain and i == len(sizes) - 2):
-            layers.append(nn.ReLU())
-    return nn.Sequential(*layers)
 
 
 class CrossAndTop(nn.Module):
@@ -194,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                                                else optim.SGD(lr=args.embedding_lr))
     embeddings = ShardedTableBatchedEmbeddingBag(plan, batch, spec, device=device, seed=args.seed)
     torch.manual_seed(args.seed)  # the same dense initialisation on every rank and for every N
-    bottom = mlp([DENSE_FEATURES, 512, 256, dim] if dcn else [DENSE_FEATURES, 64, dim]).to(device)
+    bottom = mlp([DENSE_FEATURES, 512, 256, dim] if dcn else [DENSE_FEATURES, 64, dim], last_plain=False).to(device)
     width = dim * (len(tables) + 1)
     over = CrossAndTop(width, 512 if dcn else 64, 3, [1024, 1024, 512, 256] if dcn else [128, 64]).to(device)
     ddp_bottom, ddp_over = DistributedDataParallel(bottom), DistributedDataParallel(over)
