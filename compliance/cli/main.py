@@ -2,7 +2,9 @@
 
 Exit codes (every command): 0 compliant / nothing wrong, 1 findings at error
 level, 2 usage or input errors (bad rule file, missing path, bad option),
-3 internal error (a bug in this tool; never a verdict on the tree), 141 the
+3 internal error (a bug in this tool; never a verdict on the tree), 4 not
+verified (``compliance verify`` only: a declared kernel could not run on this
+machine and nothing else failed; ``--allow-unverified`` accepts that), 141 the
 reader of standard output closed it early (``compliance … | head``; the code a
 shell gives a process that SIGPIPE ends).
 Commands raise ``InputError`` for bad input; ``reports_input_errors`` turns it
@@ -29,7 +31,7 @@ from compliance.cli.common import echo
 from compliance.errors import InputError
 from compliance.report.safetext import one_line
 
-EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_INTERNAL, EXIT_NOT_VERIFIED = 0, 1, 2, 3, 4
 EXIT_OUTPUT_CLOSED = 141
 """Standard output was closed by its reader (128 + SIGPIPE, as a shell reports it)."""
 DEBUG_VARIABLE = "COMPLIANCE_DEBUG"

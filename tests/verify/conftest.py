@@ -20,3 +20,4 @@ def build_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(reuse) if reuse else tmp_path_factory.mktemp("verify-builds")
 CPU_BATCHED_TREE = FIXTURES / "cpu_batched"
 CUDA_BATCHED_TREE = FIXTURES / "cuda_batched"
+CPU_SHAPES_TREE = FIXTURES / "cpu_shapes"
