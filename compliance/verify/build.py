@@ -288,8 +288,9 @@ EXTRA_FILES = (("build_dependencies", "dependencies"), ("verification_shims", "s
 
 def _extra_files(raw: Mapping[str, Any], sources: Sequence[str], rel_dir: str, root: Path,
                  problems: list[str]) -> dict[str, tuple[Path, ...]]:
-    """``build_dependencies`` and ``verification_shims``: inside the tree, existing, and never a source of
-    the kernel or listed twice (a file is either the kernel, shipped code it needs, or glue)."""
+    """``build_dependencies`` and ``verification_shims``: inside the tree, never a source of the kernel and
+    never listed twice (a file is either the kernel, shipped code it needs, or glue). A missing file
+    fails the build like a missing source."""
     seen = set(sources)
     out: dict[str, tuple[Path, ...]] = {}
     for key, field_name in EXTRA_FILES:
@@ -299,10 +300,7 @@ def _extra_files(raw: Mapping[str, Any], sources: Sequence[str], rel_dir: str, r
                 problems.append(f"build.{key}: {rel!r} is already a source, build dependency or shim of "
                                 "this kernel; list each file once, where it belongs")
             seen.add(rel)
-            path = _inside(rel_dir, root, rel, f"build.{key}", problems)
-            if path != root and not path.is_file():
-                problems.append(f"build.{key}: {rel!r} is not a file of the tree")
-            paths.append(path)
+            paths.append(_inside(rel_dir, root, rel, f"build.{key}", problems))
         out[field_name] = tuple(paths)
     return out
 
