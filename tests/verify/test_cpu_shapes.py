@@ -6,17 +6,13 @@ all bound in one pybind module with another kernel (build dependencies) and a ve
 
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
-from compliance.engine import build_context
 from compliance.findings import Finding
-from compliance.verify import run_verification_checks
-from compliance.verify.options import VerifyOptions
 
-from .conftest import CPU_SHAPES_TREE, RULES
+from .conftest import CPU_SHAPES_TREE, findings_by_kernel
 
 pytestmark = pytest.mark.slow
 
@@ -30,12 +26,7 @@ CAUGHT = {
 
 @pytest.fixture(scope="module")
 def findings(build_root: Path) -> dict[str, list[Finding]]:
-    ctx, _ = build_context(CPU_SHAPES_TREE, RULES)
-    options = VerifyOptions(seed=20261126, build_dir=build_root, large=False, progress=None)
-    by_kernel: dict[str, list[Finding]] = defaultdict(list)
-    for f in run_verification_checks(ctx, options):
-        by_kernel[f.kernel or "-"].append(f)
-    return by_kernel
+    return findings_by_kernel(CPU_SHAPES_TREE, build_root, 20261126)
 
 
 @pytest.mark.parametrize("kernel", PASSING)
