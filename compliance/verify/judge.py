@@ -131,7 +131,7 @@ def judge(prepared: Prepared, results: list[dict[str, Any] | str]) -> dict[str, 
     for result in results:
         try:
             output, found = _judge_run(prepared, result)
-        except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as exc:
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as exc:
             output, found = None, [problem(rules.OUTPUT_INVALID.id, "the kernel's process sent back a malformed "
                                            f"result ({type(exc).__name__}: {str(exc)[:200]})")]
         problems += [p for p in found if p not in problems]

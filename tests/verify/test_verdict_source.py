@@ -82,7 +82,8 @@ def test_judged_from_tensors_only(tmp_path: Path) -> None:
     garbled.write_bytes(b'{"status": "pass"}')
     unreadable = read_result(garbled)
     assert isinstance(unreadable, str)
-    for forged in (unreadable, {"status": "pass"}, {"buffers": {"out": "pass"}}, {"error": {"kind": "x"}}):
+    for forged in (unreadable, {"status": "pass"}, {"buffers": {"out": "pass"}}, {"error": {"kind": "x"}},
+                   {"error": "pass"}, {**run, "buffers": []}, {**run, "buffers": {"out": "pass"}}):
         verdict = judge(prepared, [forged, forged])  # type: ignore[list-item]
         assert verdict["status"] == "fail" and verdict["problems"], forged
 
