@@ -16,7 +16,7 @@ from typing import Any
 
 from compliance.errors import InputError
 from compliance.schema_validation import validate_document
-from compliance.verify.semantics import Backward, Domain, Tables
+from compliance.verify.semantics import Backward, Domain, DtypeCombination, Tables
 from compliance.yamlsource import JsonPath, YamlDocument, parse_yaml, read_yaml_text
 
 MANIFEST_NAME = "kernel_manifest.yaml"
@@ -69,6 +69,8 @@ class Semantics:
     """A backward pass or fused optimizer update (None: forward)."""
     domain: Domain = field(default_factory=Domain)
     """Shapes the kernel supports; verification cases stay inside."""
+    dtypes: tuple[DtypeCombination, ...] = ()
+    """The supported dtype combinations (empty: weight_dtypes crossed with output_dtypes)."""
 
 
 @dataclass(frozen=True)
@@ -153,9 +155,11 @@ class Manifest:
 
 
 def _semantics(data: Mapping[str, Any]) -> Semantics:
+    combos = tuple(DtypeCombination.from_mapping(c) for c in data.get("dtypes", ()))
+    weights = tuple(dict.fromkeys(c.weight for c in combos)) or tuple(data.get("weight_dtypes", ("float32",)))
     return Semantics(
         op=data["op"], modes=tuple(data.get("modes", ())), layouts=tuple(data.get("layouts", ())),
-        weight_dtypes=tuple(data.get("weight_dtypes", ("float32",))),
+        weight_dtypes=weights, dtypes=combos,
         index_dtypes=tuple(data.get("index_dtypes", ("int64",))),
         per_sample_weights=bool(data.get("per_sample_weights", False)),
         padding_idx=bool(data.get("padding_idx", False)),

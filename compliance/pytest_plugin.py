@@ -79,7 +79,7 @@ class _KernelSession:
             spec = parse_build(dk.kernel.build, language=dk.kernel.language, sources=dk.kernel.sources,
                                root=ctx.root, manifest_rel_dir=rel_dir)
             limit = opts.time_limit_s or spec.time_limit_s
-            self.outcomes[key] = run_kernel(ctx, dk, cases, kernel_seed(opts.seed, dk.kernel.id), limit,
+            self.outcomes[key] = run_kernel(ctx, dk, spec, cases, kernel_seed(opts.seed, dk.kernel.id), limit,
                                             opts, dk.kernel.id)
         return self.outcomes[key]
 

@@ -44,8 +44,8 @@ def specs() -> tuple[CheckSpec, ...]:
     verify_stage = (
         verify.PASSED, verify.BUILD_MISSING, verify.BUILD_INVALID, verify.BUILD_FAILED, verify.CRASH,
         verify.TIMEOUT, verify.MISMATCH, verify.UNWRITTEN, verify.INPUT_MODIFIED, verify.OUT_OF_BOUNDS_WRITE,
-        verify.OUTPUT_INVALID, verify.NONDETERMINISTIC, verify.SKIPPED, verify.UPDATE_MISMATCH,
-        verify.UNTOUCHED_MODIFIED, verify.ACCUMULATION_PRECISION,
+        verify.OUTPUT_INVALID, verify.NONDETERMINISTIC, verify.SKIPPED, verify.NOT_RUN, verify.GRADIENT_ROWS,
+        verify.UPDATE_MISMATCH, verify.UNTOUCHED_MODIFIED, verify.ACCUMULATION_PRECISION,
     )
     return static_stage + upstream_stage + verify_stage
 

@@ -30,6 +30,9 @@ from compliance.verify.options import VerifyOptions
 @click.option("--verify", is_flag=True,
               help="Also build each declared kernel from source and verify it numerically.")
 @click.option("--seed", type=int, help="With --verify: seed for the generated inputs.")
+@click.option("--allow-unverified", is_flag=True,
+              help="With --verify: a kernel this machine cannot run is a warning (verify-skipped), not the "
+                   "error verify-not-run.")
 @click.option("--verbose", "-v", is_flag=True,
               help="Text format: list every finding (default: a few per implementation and rule).")
 @click.option("--summary", is_flag=True,
@@ -37,20 +40,20 @@ from compliance.verify.options import VerifyOptions
 @reports_input_errors
 def check_command(path: Path, rules: str | None, fmt: str, output: Path | None, upstream: bool,
                   upstream_cache: Path | None, offline: bool, verify: bool, seed: int | None,
-                  verbose: bool, summary: bool) -> None:
+                  allow_unverified: bool, verbose: bool, summary: bool) -> None:
     """Check the submission tree at PATH (one organization or a directory of them).
 
     Exit codes: 0 compliant, 1 error-level findings, 2 usage or input errors.
     """
     if (offline or upstream_cache) and not upstream:
         raise click.UsageError("--offline and --upstream-cache need --upstream")
-    if seed is not None and not verify:
-        raise click.UsageError("--seed needs --verify")
+    if (seed is not None or allow_unverified) and not verify:
+        raise click.UsageError("--seed and --allow-unverified need --verify")
     if (verbose or summary) and fmt != "text":
         raise click.UsageError("--verbose and --summary apply to --format text (JSON and SARIF keep every finding)")
     options = CheckOptions(rules=rules, rules_dirs=tuple(operator_rules_dirs()),
                            upstream=UpstreamOptions(cache_dir=upstream_cache, offline=offline) if upstream else None,
-                           verify=VerifyOptions(seed=seed) if verify else None)
+                           verify=VerifyOptions(seed=seed, allow_unverified=allow_unverified) if verify else None)
     report = run_check(path, options)
     text = render_text(report, verbose=verbose, summary=summary) if fmt == "text" else FORMATS[fmt](report)
     emit(text, output, checked_root=path)

@@ -21,7 +21,7 @@ from compliance.cli.common import echo
 from compliance.errors import InputError
 from compliance.report.safetext import one_line
 
-EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_INTERNAL, EXIT_NOT_VERIFIED = 0, 1, 2, 3, 4
 EXIT_OUTPUT_CLOSED = 141
 """Standard output was closed by its reader (128 + SIGPIPE, as a shell reports it)."""
 DEBUG_VARIABLE = "COMPLIANCE_DEBUG"

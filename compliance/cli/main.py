@@ -2,7 +2,9 @@
 
 Exit codes (every command): 0 compliant / nothing wrong, 1 findings at error
 level, 2 usage or input errors (bad rule file, missing path, bad option),
-3 internal error (a bug in this tool; never a verdict on the tree), 141 the
+3 internal error (a bug in this tool; never a verdict on the tree), 4 not
+verified (``compliance verify`` only: a declared kernel could not run on this
+machine and nothing else failed; ``--allow-unverified`` accepts that), 141 the
 reader of standard output closed it early (``compliance … | head``; the code a
 shell gives a process that SIGPIPE ends).
 Commands raise ``InputError`` for bad input; ``reports_input_errors`` turns it
@@ -50,7 +52,8 @@ def cli(rules_dirs: tuple[Path, ...]) -> None:
     """Check MLPerf-style submission trees for custom-kernel compliance.
 
     Exit codes: 0 compliant, 1 error-level findings, 2 usage or input errors,
-    3 internal error (a bug in this tool), 141 standard output closed by its reader.
+    3 internal error (a bug in this tool), 4 not verified (verify only), 141 standard
+    output closed by its reader.
     """
     # The operator's rule directories stay in this command's context; each command passes them
     # down (compliance.cli.common.operator_rules_dirs). A submission tree names only ids found there.

@@ -208,7 +208,8 @@ def summary_table(report: CheckReport) -> list[str]:
 
 def _header(report: CheckReport) -> list[str]:
     rs = report.ruleset
-    return [f"compliance check {report.root}",
+    command = "compliance verify" if report.stages == ("verify",) else "compliance check"
+    return [f"{command} {report.root}",
             f"rule set: {rs.id} — {rs.title} [{rs.status}] ({report.choice.reason})",
             f"provenance: {rs.provenance.decision} ({rs.provenance.date})", ""]
 

@@ -1,7 +1,9 @@
 """``compliance verify`` / ``check --verify``: build declared kernels from source, compare with torch.
 
-Importing this package is cheap: torch is imported only by the per-kernel
-kernel subprocess (``compliance.verify.kernel_process``). docs/verification.md
+Importing this package is cheap: torch is imported only when kernels are
+verified, by the verifier (``compliance.verify.judge``, which makes the inputs
+and judges the outputs) and by the per-kernel process that runs the
+submission's code and nothing else (``compliance.verify.kernel_process``). docs/verification.md
 describes the manifest's ``build:`` block, the argument vocabulary, the case
 matrix, the error-bound model and the trust model.
 """
@@ -39,7 +41,8 @@ def verify_settings(root: Path, options: VerifyOptions) -> VerifySettings:
     return VerifySettings(
         seed=options.seed if options.seed is not None else new_seed(), build_root=build_root,
         kernels=options.kernels, build_timeout_s=options.build_timeout_s,
-        time_limit_s=options.time_limit_s, large=options.large, progress=options.progress)
+        time_limit_s=options.time_limit_s, large=options.large, progress=options.progress,
+        allow_unverified=options.allow_unverified)
 
 
 def run_verification_checks(ctx: CheckContext, options: VerifyOptions) -> list[Finding]:

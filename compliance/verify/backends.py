@@ -88,7 +88,7 @@ class ExtensionBackend:
         """Content hash of everything that determines the build."""
         parts = [self.spec.device.encode(), torch.__version__.encode(),
                  repr((self.spec.extra_cflags, self.spec.extra_cuda_cflags)).encode()]
-        for src in self.spec.sources:
+        for src in self.spec.compiled:
             parts += [src.name.encode(), src.read_bytes()]
         return _digest(parts + _tree_bytes(self.spec.include_dirs))
 
@@ -99,10 +99,10 @@ class ExtensionBackend:
         key = self.key()[:20]
         directory = self.build_root / f"ext-{key}"
         directory.mkdir(parents=True, exist_ok=True)
-        with_cuda = any(s.suffix in (".cu", ".cuh") for s in self.spec.sources)
+        with_cuda = any(s.suffix in (".cu", ".cuh") for s in self.spec.compiled)
         try:
             module = cpp_extension.load(
-                name=f"compliance_verify_{key}", sources=[str(s) for s in self.spec.sources],
+                name=f"compliance_verify_{key}", sources=[str(s) for s in self.spec.compiled],
                 extra_cflags=list(self.spec.extra_cflags), extra_cuda_cflags=list(self.spec.extra_cuda_cflags),
                 extra_include_paths=[str(d) for d in self.spec.include_dirs],
                 build_directory=str(directory), verbose=True, with_cuda=with_cuda)
@@ -128,12 +128,15 @@ def python_arguments(arguments: Sequence[Argument], case: Case, tensors: Mapping
             out.append(tensors.get(a.tensor))
         elif a.float_name:
             out.append(floats[a.float_name])
+        elif a.ctype == "bool":
+            out.append(evaluate(a.value, env) != 0)  # type: ignore[arg-type]
         else:
             out.append(evaluate(a.value, env))  # type: ignore[arg-type]
     return out
 
 
-CTYPES = {"int32": "c_int32", "int64": "c_int64", "uint32": "c_uint32", "uint64": "c_uint64", "float32": "c_float"}
+CTYPES = {"int32": "c_int32", "int64": "c_int64", "uint32": "c_uint32", "uint64": "c_uint64", "float32": "c_float",
+          "bool": "c_bool"}
 """ctypes type of each scalar C type an NVRTC argument may have."""
 
 

@@ -7,13 +7,17 @@ From that list, in float64:
 
 * ``grad-dense``: ``G[r] = sum_k c_k`` over the lookups of row r; zeros elsewhere;
 * ``grad-sparse``: torch's uncoalesced sparse gradient: row k of the values is ``c_k``;
+* ``grad-sparse_coo`` / ``grad-rows``: ``G`` on the rows the batch references, in row order; the
+  kernel's sparse COO tensor (or row ids and rows) is coalesced by the verifier and compared with it
+  (``compliance.verify.sparse``);
 * ``sgd``: ``W' = W - lr * G`` on the rows the batch references; every other row unchanged;
 * ``rowwise_adagrad`` (FBGEMM's): ``s' = s + mean_d(G[r]^2)``,
   ``W' = W - lr * G[r] / (sqrt(s') + eps)`` on referenced rows; others unchanged.
 
 Bounds (m and floor from the rule set, u_acc = 2^-24, u_w / u_out the unit
-roundoff of the table / output dtype, n_r the lookups of row r and A_r the sum
-of their |c_k|): the gradient ``m (n_r u_acc A_r + u_out |G|) + floor``; SGD
+roundoff of the table / returned gradient dtype, n_r the lookups of row r and A_r the sum
+of their |c_k|): the gradient ``m (n_r u_acc A_r + u_out |G|) + floor`` (coalesced by the verifier:
+``m (n_r u_acc + u_out) A_r + floor``, each row rounded on its own); SGD
 ``m ((n_r + 1) u_acc (|W| + lr A_r) + u_w |W'|) + floor``, which covers any
 order of the updates (atomics on the table included); Adagrad propagates the
 same gradient error through the accumulator, the root and the division to first
@@ -99,13 +103,20 @@ def backward_inputs(case: Case, gen: torch.Generator, weight: torch.Tensor, indi
     grad_out = torch.randn(forward_shape(case), generator=gen).to(DTYPES[case.out_dtype])
     lk = lookups(case, indices, psw)
     contrib, dense, absolute, count = _gradient(case, grad_out, lk)
-    m, floor, u_out = bound.unit_roundoff_multiplier, bound.absolute_floor, UNIT_ROUNDOFF[case.out_dtype]
+    m, floor, u_out = bound.unit_roundoff_multiplier, bound.absolute_floor, UNIT_ROUNDOFF[case.grad_dtype]
     extra: dict[str, torch.Tensor] = {"grad_out": grad_out}
     expected: dict[str, Any] = {}
     touched = count > 0
     if case.backward == "grad-sparse":
         reference = contrib
         err = m * (2 * U + u_out) * contrib.abs() + floor
+    elif case.backward in ("grad-sparse_coo", "grad-rows"):
+        rows_touched = touched.nonzero().flatten()
+        reference = dense[rows_touched]
+        err = m * (count[:, None] * U + u_out)[rows_touched] * absolute[rows_touched] + floor
+        referenced = torch.zeros(case.num_embeddings, dtype=torch.bool)
+        referenced[lk.rows] = True
+        expected = {"rows": rows_touched, "referenced": referenced}
     elif case.backward == "grad-dense":
         reference = dense
         err = torch.where(touched[:, None], m * (count[:, None] * U * absolute + u_out * dense.abs()) + floor, 0.0)
@@ -116,8 +127,8 @@ def backward_inputs(case: Case, gen: torch.Generator, weight: torch.Tensor, indi
         expected = {"touched": touched, "repeated": count > 1, **state}
         if "momentum" in state:
             extra["momentum"] = state["momentum_before"]
-    inputs = CaseInputs(weight, indices, offsets, psw, rows, reference, err, tuple(reference.shape),
-                        extra=extra, expected=expected)
+    shape = (case.num_embeddings, case.dim) if "rows" in expected else tuple(reference.shape)
+    inputs = CaseInputs(weight, indices, offsets, psw, rows, reference, err, shape, extra=extra, expected=expected)
     return inputs
 
 

@@ -130,6 +130,15 @@ class ExtensionBuild:
     """Seconds for all cases."""
     kind: str = "torch_extension"
     """Build kind."""
+    dependencies: tuple[Path, ...] = ()
+    """Shipped files compiled into the module that are not this kernel (``build_dependencies``)."""
+    shims: tuple[Path, ...] = ()
+    """Verification-only glue compiled into the module, not shipped code (``verification_shims``)."""
+
+    @property
+    def compiled(self) -> tuple[Path, ...]:
+        """Everything the compiler gets: the sources, then the build dependencies, then the shims."""
+        return (*self.sources, *self.dependencies, *self.shims)
 
     @property
     def returns_output(self) -> bool:
@@ -184,6 +193,8 @@ def _arguments(raw: Sequence[Any], allowed: frozenset[str], problems: list[str])
     for i, item in enumerate(raw):
         if item is None:
             out.append(Argument("null", None, "int64", "null"))
+        elif isinstance(item, bool):
+            out.append(Argument(None, Num(int(item)), "bool", str(item).lower()))
         elif isinstance(item, str) and item in TENSORS:
             out.append(Argument(item, None, "int64", item))
         elif isinstance(item, str) and item in FLOAT_SCALARS:
@@ -257,16 +268,41 @@ def parse_build(raw: Mapping[str, Any], *, language: str, sources: Sequence[str]
             if s not in sources:
                 problems.append(f"build.sources: {s!r} is not one of the kernel's declared sources")
         paths = tuple(_inside(manifest_rel_dir, root, s, "build.sources", problems) for s in declared)
+        extras = _extra_files(raw, sources, manifest_rel_dir, root, problems)
         device = raw.get("device", "cuda" if language == "cuda" else "cpu")
         if language not in ("cuda", "cpp"):
             problems.append(f"build.kind torch_extension builds C++ or CUDA sources, not {language}")
         spec = ExtensionBuild(paths, raw["function"], device, tuple(raw.get("extra_cflags", ())),
                               tuple(raw.get("extra_cuda_cflags", ())), includes,
                               _arguments(raw["arguments"], scalars, problems),
-                              int(raw.get("time_limit_s", DEFAULT_TIME_LIMIT_S)))
+                              int(raw.get("time_limit_s", DEFAULT_TIME_LIMIT_S)),
+                              dependencies=extras["dependencies"], shims=extras["shims"])
     if problems:
         raise BuildError(problems)
     return spec
+
+
+EXTRA_FILES = (("build_dependencies", "dependencies"), ("verification_shims", "shims"))
+"""Manifest keys of the files compiled with a kernel that are not the kernel, and their spec fields."""
+
+
+def _extra_files(raw: Mapping[str, Any], sources: Sequence[str], rel_dir: str, root: Path,
+                 problems: list[str]) -> dict[str, tuple[Path, ...]]:
+    """``build_dependencies`` and ``verification_shims``: inside the tree, never a source of the kernel and
+    never listed twice (a file is either the kernel, shipped code it needs, or glue). A missing file
+    fails the build like a missing source."""
+    seen = set(sources)
+    out: dict[str, tuple[Path, ...]] = {}
+    for key, field_name in EXTRA_FILES:
+        paths = []
+        for rel in raw.get(key, ()):
+            if rel in seen:
+                problems.append(f"build.{key}: {rel!r} is already a source, build dependency or shim of "
+                                "this kernel; list each file once, where it belongs")
+            seen.add(rel)
+            paths.append(_inside(rel_dir, root, rel, f"build.{key}", problems))
+        out[field_name] = tuple(paths)
+    return out
 
 
 def _needs_out(args: Sequence[Argument], what: str, problems: list[str]) -> None:

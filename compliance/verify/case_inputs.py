@@ -19,10 +19,10 @@ DTYPES: Mapping[str, torch.dtype] = {"float32": torch.float32, "float16": torch.
 
 @dataclass
 class CaseInputs:
-    """The pristine inputs of one case (CPU for ordinary cases; the table on the device if large)."""
+    """The pristine inputs of one case, on the CPU."""
 
     weight: torch.Tensor
-    """[N, D] table in the weight dtype."""
+    """[N, D] table in the weight dtype (large case: [len(rows), D], the referenced rows)."""
     indices: torch.Tensor
     """[B, L] or [n] in the index dtype."""
     offsets: torch.Tensor | None
@@ -37,8 +37,6 @@ class CaseInputs:
     """float64 per-element error bound (CPU)."""
     out_shape: tuple[int, ...]
     """Shape the output must have."""
-    weight_rows: torch.Tensor | None = None
-    """Large table only: the referenced rows before the calls (mutation check)."""
     extra: dict[str, torch.Tensor] = field(default_factory=dict)
     """Further input tensors by vocabulary name (table offsets, grad_out, momentum)."""
     half_sum: torch.Tensor | None = None

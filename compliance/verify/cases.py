@@ -92,16 +92,23 @@ class Case:
     absolute_indices: bool = False
     """Table-batched: indices already carry their table's row offset."""
     backward: str = ""
-    """Empty (forward), grad-dense, grad-sparse, sgd or rowwise_adagrad."""
+    """Empty (forward), grad-dense, grad-sparse, grad-sparse_coo, grad-rows, sgd or rowwise_adagrad."""
     learning_rate: float = 0.0
     """Fused updates: the step (a float32 number)."""
     eps: float = 0.0
     """rowwise_adagrad: the epsilon (a float32 number)."""
+    grad_weight_dtype: str = ""
+    """Backward: dtype of the returned weight gradient; empty: the output's (that of grad_out)."""
 
     @property
     def out_dtype(self) -> str:
         """The output dtype, resolved."""
         return self.output_dtype or self.weight_dtype
+
+    @property
+    def grad_dtype(self) -> str:
+        """The returned gradient's dtype, resolved."""
+        return self.grad_weight_dtype or self.out_dtype
 
     @property
     def num_tables(self) -> int:
@@ -171,6 +178,8 @@ class Case:
                           + (" absolute indices" if self.absolute_indices else ""))
         if self.output_dtype and self.output_dtype != self.weight_dtype:
             extras.append(f"out={self.output_dtype}")
+        if self.grad_weight_dtype and self.grad_weight_dtype != self.out_dtype:
+            extras.append(f"grad_weight={self.grad_weight_dtype}")
         if self.backward:
             extras.append(self.backward + (f" lr={self.learning_rate}" if self.learning_rate else ""))
         return f"{self.id}: N={self.num_embeddings} D={self.dim} {shape}" + "".join(f" {e}" for e in extras)
@@ -204,12 +213,24 @@ class _Builder:
         self.domain = semantics.domain
         self.rng = random.Random(seed)
         self.cases: list[Case] = []
-        self.out_dtypes: tuple[str, ...] = semantics.output_dtypes or ("",)
+        self.combos = dtype_combinations(semantics)
 
     @property
     def dims(self) -> tuple[int, ...]:
-        """The dims sweep: the declared ones, else ``DIMS``."""
+        """The dims sweep: the declared ones, the standard widths moved into a declared range and its
+        ends, else ``DIMS``."""
+        span = self.domain.dim_range
+        if span is not None:
+            return tuple(sorted({span.fit(d) for d in (*DIMS, span.low, span.high)}))
         return self.domain.dims or DIMS
+
+    def out_for(self, wd: str, od: str = "") -> tuple[str, str]:
+        """(output dtype, returned gradient dtype) of a case on a ``wd`` table: ``od`` if given, else the
+        first declared combination's for that table dtype."""
+        for w, o, g in self.combos:
+            if w == wd and (not od or o == od):
+                return o, g
+        return od, ""
 
     def add(self, case: Case) -> None:
         """Fit ``case`` to the semantics and the domain, then append it under a unique id."""
@@ -260,13 +281,13 @@ class _Builder:
             pooling = 0
         else:
             lengths, pooling = (), mean_len
-        od = od or self.out_dtypes[0]
-        name = "-".join(p for p in (mode, layout, wd, f"to-{od}" if od and od != wd else "", idt, f"d{dim}", tag)
-                        if p)
+        od, gd = self.out_for(wd, od)
+        name = "-".join(p for p in (mode, layout, wd, f"to-{od}" if od and od != wd else "",
+                                    f"grad-{gd}" if gd and gd != (od or wd) else "", idt, f"d{dim}", tag) if p)
         return Case(id=name, op="embedding_bag", mode=mode, layout=layout, weight_dtype=wd, index_dtype=idt,
                     num_embeddings=self.rng.randint(40, 1000), dim=dim, num_bags=bags, pooling=pooling,
                     bag_lengths=lengths, include_last_offset=bool(ilo and layout == "csr"),
-                    tags=(tag,) if tag else (), output_dtype=od, **flags)
+                    tags=(tag,) if tag else (), output_dtype=od, grad_weight_dtype=gd, **flags)
 
 
 def _nearest(values: tuple[int, ...], value: int) -> int:
@@ -278,9 +299,11 @@ def _into_domain(case: Case, domain: Domain, rng: random.Random) -> Case:
     if domain.unrestricted:
         return case
     changes: dict[str, Any] = {}
-    if domain.dims and case.dim not in domain.dims:
-        changes["dim"] = _nearest(domain.dims, case.dim)
-        changes["id"] = case.id.replace(f"-d{case.dim}", f"-d{changes['dim']}")
+    fitted = _nearest(domain.dims, case.dim) if domain.dims else \
+        domain.dim_range.fit(case.dim) if domain.dim_range is not None else case.dim
+    if fitted != case.dim:
+        changes["dim"] = fitted
+        changes["id"] = case.id.replace(f"-d{case.dim}", f"-d{fitted}")
     tables = case.num_tables
     batch = case.batch_size
     fitted_batch = max(1, -(-batch // domain.batch_multiple) * domain.batch_multiple)
@@ -322,8 +345,8 @@ def embedding_bag_cases(sem: Semantics, seed: int, large: bool = True) -> list[C
     if sem.backward is not None:  # the gradient of max is an argmax scatter: not a declared backward
         modes = tuple(m for m in modes if m != "max") or ("sum",)
     wd0, idt0 = sem.weight_dtypes[0], sem.index_dtypes[0]
-    combos = itertools.product(sem.weight_dtypes, b.out_dtypes, sem.index_dtypes, modes, layouts)
-    for i, (wd, od, idt, mode, layout) in enumerate(combos):
+    combos = itertools.product([(w, o) for w, o, _ in b.combos], sem.index_dtypes, modes, layouts)
+    for i, ((wd, od), idt, mode, layout) in enumerate(combos):
         ilo = sem.include_last_offset[i % len(sem.include_last_offset)]
         b.add(b.bag(mode, layout, wd, idt, b.dims[i % len(b.dims)], include_last_offset=ilo, od=od))
     for dim in b.dims:
@@ -345,7 +368,7 @@ def embedding_bag_cases(sem: Semantics, seed: int, large: bool = True) -> list[C
     for layout in layouts:
         for mode in [m for m in modes if m != "max"][:2]:
             lengths = (LONG_BAG, LONG_BAG - 1, 0, LONG_BAG + 1) if layout == "csr" else None
-            for od in b.out_dtypes:
+            for od in dict.fromkeys(o for w, o, _ in b.combos if w == wd0):
                 b.add(b.bag(mode, layout, wd0, idt0, 64, bags=4, mean_len=LONG_BAG, lengths=lengths, od=od,
                             tag="L1000"))
         if sem.per_sample_weights and "sum" in modes:
@@ -365,15 +388,15 @@ def embedding_cases(sem: Semantics, seed: int, large: bool = True) -> list[Case]
                pooling: int | None = None, od: str = "", **flags: Any) -> Case:
         bags = bags if bags is not None else b.rng.randint(1, 40)
         pooling = pooling if pooling is not None else (b.rng.randint(1, 12) if layout == "batched" else 1)
-        od = od or b.out_dtypes[0]
-        name = "-".join(p for p in ("gather", layout, wd, f"to-{od}" if od and od != wd else "", idt, f"d{dim}",
-                                    tag) if p)
+        od, gd = b.out_for(wd, od)
+        name = "-".join(p for p in ("gather", layout, wd, f"to-{od}" if od and od != wd else "",
+                                    f"grad-{gd}" if gd and gd != (od or wd) else "", idt, f"d{dim}", tag) if p)
         return Case(id=name, op="embedding", mode="", layout=layout, weight_dtype=wd, index_dtype=idt,
                     num_embeddings=b.rng.randint(40, 1000), dim=dim, num_bags=bags, pooling=pooling,
-                    tags=(tag,) if tag else (), output_dtype=od, **flags)
+                    tags=(tag,) if tag else (), output_dtype=od, grad_weight_dtype=gd, **flags)
 
-    combos = itertools.product(sem.weight_dtypes, b.out_dtypes, sem.index_dtypes)
-    for i, (wd, od, idt) in enumerate(combos):
+    combos = itertools.product([(w, o) for w, o, _ in b.combos], sem.index_dtypes)
+    for i, ((wd, od), idt) in enumerate(combos):
         b.add(gather(wd, idt, b.dims[(i + 4) % len(b.dims)], od=od))
     wd0, idt0 = sem.weight_dtypes[0], sem.index_dtypes[0]
     for dim in b.dims:
@@ -388,7 +411,7 @@ def embedding_cases(sem: Semantics, seed: int, large: bool = True) -> list[Case]
 def _large_case(b: _Builder, op: str, mode: str, layout: str) -> Case:
     """The table of more than 2^31 elements (or the largest the domain admits), narrowest declared dtype."""
     wd = min(b.sem.weight_dtypes, key=lambda d: ELEM_SIZE[d])
-    od = min(b.out_dtypes, key=lambda d: ELEM_SIZE[d or wd])
+    od = min((o for w, o, _ in b.combos if w == wd), key=lambda d: ELEM_SIZE[d or wd])
     idt = "int64" if "int64" in b.sem.index_dtypes else b.sem.index_dtypes[0]
     rows = -(-LARGE_TABLE_ELEMENTS // LARGE_TABLE_DIM)
     bags, pooling = 8, 4
@@ -397,6 +420,14 @@ def _large_case(b: _Builder, op: str, mode: str, layout: str) -> Case:
                 index_dtype=idt, num_embeddings=rows, dim=LARGE_TABLE_DIM, num_bags=bags,
                 pooling=0 if layout == "csr" else pooling, bag_lengths=lengths, large=True,
                 tags=("large-table",), output_dtype=od)
+
+
+def dtype_combinations(sem: Semantics) -> tuple[tuple[str, str, str], ...]:
+    """(weight, output, returned gradient) dtypes to verify: the declared combinations, else every weight
+    dtype with every output dtype (empty output or gradient dtype: the table's, the output's)."""
+    if sem.dtypes:
+        return tuple((c.weight, c.output, c.grad_weight) for c in sem.dtypes)
+    return tuple((w, o, "") for w in sem.weight_dtypes for o in sem.output_dtypes or ("",))
 
 
 def domain_problems(sem: Semantics) -> list[str]:

@@ -1,9 +1,14 @@
-"""The parent side of verification: one subprocess per kernel, events in, findings out.
+"""The verifier's side: one kernel process per kernel, tensors in, verdicts and findings out.
 
-Nothing here imports torch: the parent plans the cases (plain data), starts
-``python -m compliance.verify.kernel_process`` per kernel in its own process group,
-reads its JSON events with a deadline (one for the build, one for the cases),
-kills the group when a deadline passes, and turns what came back into findings.
+Importing this module loads no torch: it plans the cases (plain data). Verifying a
+kernel does, in this process, which never loads submission code: it decides
+whether the kernel can run here at all (torch, a GPU, the runtime), makes every
+case's inputs and float64 reference (``compliance.verify.judge``), starts
+``python -m compliance.verify.kernel_process`` in its own process group, follows
+its progress pipe with a deadline (one for the build, one for the cases), kills
+the group when a deadline passes, and judges the tensors the kernel's process
+wrote back. Progress lines on the pipe are hints for display and deadlines; a
+malformed one is dropped, and none can make a case pass or a kernel be skipped.
 """
 
 from __future__ import annotations
@@ -19,16 +24,16 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compliance.verify import specs as rules
-from compliance.verify.build import BuildError, parse_build
+from compliance.verify.build import BuildError, BuildSpec, parse_build
 from compliance.verify.cases import Case, DomainError, generate_cases
-from compliance.verify.kernel_process import EVENT_FD_VARIABLE
+from compliance.verify.kernel_process import EVENT_FD_VARIABLE, input_path, result_path
 from compliance.verify.options import DEFAULT_BUILD_TIMEOUT_S, Progress
-from compliance.verify.tolerance import bounds_for, bounds_to_json
+from compliance.verify.tolerance import bounds_for
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext, DeclaredKernel
@@ -38,6 +43,8 @@ EXCERPT_LINES = 15
 """Log lines quoted in a finding (matching lines, then the tail)."""
 CASES_IN_DETAILS = 10
 """Failing cases listed in a finding's details."""
+RUNS = 2
+"""Calls per case (``compliance.verify.judge.RUNS``; kept here so that planning loads no torch)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,8 @@ class VerifySettings:
     """Include the table of more than 2^31 elements."""
     progress: Progress | None = None
     """Where progress lines go (None: nowhere)."""
+    allow_unverified: bool = False
+    """A kernel this machine cannot run is a warning (verify-skipped), not an error (verify-not-run)."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +91,7 @@ class CaseOutcome:
 
 @dataclass(frozen=True)
 class KernelOutcome:
-    """Everything the subprocess of one kernel reported."""
+    """What verifying one kernel gave (judged in the verifier's process)."""
 
     kernel_id: str
     """Declared id."""
@@ -95,7 +104,9 @@ class KernelOutcome:
     stopped: tuple[str, str, str] | None
     """(rule, message, log excerpt) when the run ended early: build failure, crash, timeout."""
     unavailable: str | None = None
-    """Why it could not run here at all (no torch, no GPU)."""
+    """Why it could not run here at all (no torch, no GPU), as the verifier's process found."""
+    skipped: str = ""
+    """Short form of ``unavailable`` for progress lines: ``no GPU``, ``no torch``."""
     seconds: float = 0.0
     """Wall time of the subprocess."""
     build_seconds: float | None = None
@@ -108,21 +119,31 @@ class KernelOutcome:
                 and all(c.passed for c in self.cases))
 
 
+MAX_LINE = 1 << 20
+"""Longest event line kept; longer runs without a newline are dropped (the pipe is the kernel's to write)."""
+
+
 @dataclass
 class _Reader:
-    """Line reader over the event pipe with deadlines."""
+    """Line reader over the progress pipe with deadlines. The kernel's code can write to this pipe too, so
+    a line is only ever a hint: malformed lines are dropped, and nothing read here makes a case pass."""
 
     fd: int
     buffer: bytes = b""
     closed: bool = False
+    dropped: int = 0
+    """Lines that were not JSON events."""
 
     def events(self, deadline: Callable[[], float]) -> Iterator[dict[str, Any] | None]:
         """Events as they arrive; None when the current deadline passes."""
         while True:
             while b"\n" in self.buffer:
                 line, self.buffer = self.buffer.split(b"\n", 1)
-                if line.strip():
-                    yield json.loads(line)
+                event = self._parse(line)
+                if event is not None:
+                    yield event
+            if len(self.buffer) > MAX_LINE:
+                self.buffer, self.dropped = b"", self.dropped + 1
             if self.closed:
                 return
             wait = deadline() - time.monotonic()
@@ -134,6 +155,18 @@ class _Reader:
                 chunk = os.read(self.fd, 65536)
                 self.closed = not chunk
                 self.buffer += chunk
+
+    def _parse(self, line: bytes) -> dict[str, Any] | None:
+        if not line.strip():
+            return None
+        try:
+            event = json.loads(line)
+        except ValueError:  # not JSON (or not UTF-8): the submission's own output, not ours
+            event = None
+        if not isinstance(event, dict) or not isinstance(event.get("event"), str):
+            self.dropped += 1
+            return None
+        return event
 
 
 def kernel_seed(seed: int, kernel_id: str) -> int:
@@ -149,12 +182,11 @@ def log_excerpt(text: str) -> str:
     return "\n".join(ln[:300] for ln in picked)[-4000:]
 
 
-def _job(ctx: CheckContext, dk: DeclaredKernel, cases: list[Case], opts: VerifySettings) -> dict[str, Any]:
-    rel_dir = dk.manifest_dir
+def _job(ctx: CheckContext, dk: DeclaredKernel, cases: list[Case], opts: VerifySettings,
+         exchange: Path) -> dict[str, Any]:
     return {"build": dict(dk.kernel.build), "language": dk.kernel.language, "sources": list(dk.kernel.sources),
-            "root": str(ctx.root), "manifest_dir": rel_dir, "build_root": str(opts.build_root),
-            "bounds": bounds_to_json(bounds_for(ctx.ruleset.entry(dk.kernel.category))),
-            "cases": [c.to_json() for c in cases]}
+            "root": str(ctx.root), "manifest_dir": dk.manifest_dir, "build_root": str(opts.build_root),
+            "exchange": str(exchange), "cases": [c.to_json() for c in cases]}
 
 
 def _say(opts: VerifySettings, text: str) -> None:
@@ -162,13 +194,103 @@ def _say(opts: VerifySettings, text: str) -> None:
         opts.progress(text)
 
 
-def run_kernel(ctx: CheckContext, dk: DeclaredKernel, cases: list[Case], seed: int, time_limit_s: int,
-               opts: VerifySettings, label: str) -> KernelOutcome:
-    """Run one kernel's subprocess to the end (or its deadline)."""
+def unavailable_reason(spec: BuildSpec) -> tuple[str, str] | None:
+    """(short label, message) when this machine cannot run the kernel, decided here, in the verifier's
+    process, before the kernel's process starts (None: it can)."""
+    try:
+        import torch
+    except ImportError as exc:
+        return "no torch", f"torch is not installed ({exc}); pip install 'mlperf-kernel-compliance[kernels]'"
+    if spec.device == "cuda" and not torch.cuda.is_available():
+        return "no GPU", "this kernel needs an NVIDIA GPU and torch sees none"
+    try:
+        if spec.kind == "nvrtc":
+            from compliance.verify.nvrtc import bindings
+
+            bindings()
+        elif spec.kind == "triton":
+            import triton  # type: ignore[import-not-found]  # noqa: F401
+    except ImportError as exc:
+        return f"no {spec.kind}", f"the {spec.kind} runtime is not installed ({exc})"
+    return None
+
+
+@dataclass
+class _Judging:
+    """The verifier's side of one kernel's run: the prepared cases, and those judged so far."""
+
+    cases: list[Case]
+    prepared: dict[int, Any]
+    """``compliance.verify.judge.Prepared`` by case index, dropped once judged."""
+    exchange: Path
+    opts: VerifySettings
+    label: str
+    started: float
+    judged: dict[int, CaseOutcome] = field(default_factory=dict)
+
+    def judge(self, index: int) -> None:
+        """Judge case ``index`` if its results are complete (both runs, or a run that did not return)."""
+        from compliance.verify.judge import judge, read_result
+
+        if index in self.judged or index not in self.prepared:
+            return
+        paths = [result_path(self.exchange, index, run) for run in range(RUNS)]
+        if not paths[0].exists():
+            return
+        results = [read_result(paths[0])]
+        if not (isinstance(results[0], dict) and "error" in results[0]):
+            if not paths[1].exists():
+                return
+            results.append(read_result(paths[1]))
+        verdict = judge(self.prepared.pop(index), results)
+        case = self.cases[index]
+        outcome = CaseOutcome(case.id, case.describe(), verdict["status"] == "pass", tuple(verdict["problems"]),
+                              verdict["worst_ratio"], verdict["max_error"], verdict["seconds"])
+        self.judged[index] = outcome
+        _say(self.opts, _case_line(self.label, index, len(self.cases), outcome, time.monotonic() - self.started))
+
+    def outcomes(self) -> tuple[CaseOutcome, ...]:
+        """Every judged case, in order, after judging whatever results are complete."""
+        for index in range(len(self.cases)):
+            self.judge(index)
+        return tuple(self.judged[i] for i in sorted(self.judged))
+
+    def first_missing(self) -> Case | None:
+        """The first case without a verdict."""
+        return next((c for i, c in enumerate(self.cases) if i not in self.judged), None)
+
+
+def _prepare(ctx: CheckContext, dk: DeclaredKernel, spec: BuildSpec, cases: list[Case],
+             exchange: Path) -> dict[int, Any]:
+    """Every case's inputs and reference, made here; the input files the kernel's process reads."""
+    import torch
+
+    from compliance.verify.judge import case_bound, prepare, write_inputs
+
+    # The verifier's tensors are small: one intra-op thread avoids the spin-waits of an oversubscribed
+    # pool (the kernel's process runs beside this one), which on a busy CI machine made them 30 times slower.
+    torch.set_num_threads(1)
+    bounds = bounds_for(ctx.ruleset.entry(dk.kernel.category))
+    returns = getattr(spec, "returns_output", False)
+    prepared = {}
+    for index, case in enumerate(cases):
+        prepared[index] = prepare(case, case_bound(case, bounds), returns)
+        write_inputs(prepared[index], input_path(exchange, index))
+    return prepared
+
+
+def run_kernel(ctx: CheckContext, dk: DeclaredKernel, spec: BuildSpec, cases: list[Case], seed: int,
+               time_limit_s: int, opts: VerifySettings, label: str) -> KernelOutcome:
+    """Run one kernel's process to the end (or its deadline) and judge what it sent back."""
+    unavailable = unavailable_reason(spec)
+    if unavailable is not None:
+        return KernelOutcome(dk.kernel.id, seed, (), len(cases), None, unavailable[1], skipped=unavailable[0])
     opts.build_root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="compliance-verify-") as tmp:
-        job_path, log_path = Path(tmp) / "job.json", Path(tmp) / "log.txt"
-        job_path.write_text(json.dumps(_job(ctx, dk, cases, opts)), encoding="utf-8")
+        job_path, log_path, exchange = Path(tmp) / "job.json", Path(tmp) / "log.txt", Path(tmp) / "exchange"
+        exchange.mkdir()
+        judging = _Judging(cases, _prepare(ctx, dk, spec, cases, exchange), exchange, opts, label, time.monotonic())
+        job_path.write_text(json.dumps(_job(ctx, dk, cases, opts, exchange)), encoding="utf-8")
         read_fd, write_fd = os.pipe()
         env = {**os.environ, EVENT_FD_VARIABLE: str(write_fd), "PYTHONUNBUFFERED": "1"}
         started = time.monotonic()
@@ -178,24 +300,20 @@ def run_kernel(ctx: CheckContext, dk: DeclaredKernel, cases: list[Case], seed: i
                                     env=env, pass_fds=(write_fd,), start_new_session=True)
         os.close(write_fd)
         try:
-            outcome = _collect(_Reader(read_fd), dk, cases, seed, time_limit_s, opts, label, started, log_path)
+            stopped, build_seconds = _collect(_Reader(read_fd), dk, judging, time_limit_s, opts, label, started,
+                                              log_path)
         finally:
             os.close(read_fd)
             _stop(proc)
-        if outcome.stopped is None and not outcome.unavailable and len(outcome.cases) < len(cases):
+        done = judging.outcomes()
+        missing = judging.first_missing()
+        if stopped is None and missing is not None:
             status = proc.returncode
             why = (f"killed by signal {-status}" if status and status < 0 else f"exit status {status}")
-            text = log_path.read_text(errors="replace")
-            last = cases[len(outcome.cases)].describe() if len(outcome.cases) < len(cases) else "-"
-            message = f"the kernel's process died ({why}) during case {last}"
-            outcome = _replace(outcome, stopped=(rules.CRASH.id, message, log_excerpt(text)))
-        return _replace(outcome, seconds=time.monotonic() - started)
-
-
-def _replace(outcome: KernelOutcome, **changes: Any) -> KernelOutcome:
-    from dataclasses import replace
-
-    return replace(outcome, **changes)
+            stopped = (rules.CRASH.id, f"the kernel's process ended ({why}) without results for case "
+                       f"{missing.describe()}", log_excerpt(log_path.read_text(errors="replace")))
+        return KernelOutcome(dk.kernel.id, seed, done, len(cases), stopped, build_seconds=build_seconds,
+                             seconds=time.monotonic() - started)
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -209,48 +327,39 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def _collect(reader: _Reader, dk: DeclaredKernel, cases: list[Case], seed: int, time_limit_s: int,
-             opts: VerifySettings, label: str, started: float, log_path: Path) -> KernelOutcome:
+STOPPING_EVENTS = {"build-failed": rules.BUILD_FAILED.id, "invalid": rules.BUILD_INVALID.id,
+                   "runner-error": rules.CRASH.id, "aborted": rules.CRASH.id}
+"""Progress events that end a kernel's run early, and the rule each gives (they can only fail a kernel)."""
+
+
+def _collect(reader: _Reader, dk: DeclaredKernel, judging: _Judging, time_limit_s: int, opts: VerifySettings,
+             label: str, started: float, log_path: Path) -> tuple[tuple[str, str, str] | None, float | None]:
+    """Follow the progress pipe until the process ends or a deadline passes: (why it stopped early, or
+    None; build seconds). Cases are judged as their results arrive."""
     phase, deadline = "build", started + opts.build_timeout_s
-    done: list[CaseOutcome] = []
-    stopped, unavailable, build_seconds = None, None, None
+    build_seconds: float | None = None
     current = "the build"
     for event in reader.events(lambda: deadline):  # noqa: B023  (reads the current deadline on purpose)
         if event is None:
-            text = log_path.read_text(errors="replace")
             limit = opts.build_timeout_s if phase == "build" else time_limit_s
-            message = (f"{phase} time limit of {limit} s exceeded during {current}; "
-                       "the process was killed")
-            stopped = (rules.TIMEOUT.id, message, log_excerpt(text))
-            break
-        kind = event["event"]
+            message = f"{phase} time limit of {limit} s exceeded during {current}; the process was killed"
+            return (rules.TIMEOUT.id, message, log_excerpt(log_path.read_text(errors="replace"))), build_seconds
+        kind, index = event["event"], event.get("index")
         if kind == "build-start":
             _say(opts, f"{label} building ({dk.kernel.build.get('kind')})")
-        elif kind == "build-done":
-            build_seconds = event["seconds"]
+        elif kind == "build-done" and phase == "build":
+            seconds = event.get("seconds")
+            build_seconds = float(seconds) if isinstance(seconds, (int, float)) else None
             phase, deadline = "run", time.monotonic() + time_limit_s
-            _say(opts, f"{label} built in {build_seconds:.1f} s; {len(cases)} cases, 2 runs each")
-        elif kind in ("build-failed", "invalid", "runner-error"):
-            rule = {"build-failed": rules.BUILD_FAILED.id, "invalid": rules.BUILD_INVALID.id,
-                    "runner-error": rules.CRASH.id}[kind]
-            stopped = (rule, event["message"], log_excerpt(log_path.read_text(errors="replace")))
-        elif kind == "unavailable":
-            unavailable = event["message"]
-        elif kind == "case-start":
-            current = f"case {event['case']}"
-        elif kind == "case-result":
-            outcome = _case_outcome(cases[event["index"]], event)
-            done.append(outcome)
-            _say(opts, _case_line(label, event["index"], len(cases), outcome, time.monotonic() - started))
-        elif kind == "aborted":
-            stopped = (rules.CRASH.id, event["message"], log_excerpt(log_path.read_text(errors="replace")))
-    return KernelOutcome(dk.kernel.id, seed, tuple(done), len(cases), stopped, unavailable,
-                         build_seconds=build_seconds)
-
-
-def _case_outcome(case: Case, event: dict[str, Any]) -> CaseOutcome:
-    return CaseOutcome(case.id, case.describe(), event["status"] == "pass", tuple(event.get("problems", ())),
-                       event.get("worst_ratio"), event.get("max_error"), event.get("seconds"))
+            _say(opts, f"{label} built in {build_seconds or 0:.1f} s; {len(judging.cases)} cases, {RUNS} runs each")
+        elif kind in STOPPING_EVENTS:
+            message = str(event.get("message", kind))[:2000]
+            return (STOPPING_EVENTS[kind], message, log_excerpt(log_path.read_text(errors="replace"))), build_seconds
+        elif kind == "case-start" and isinstance(index, int) and 0 <= index < len(judging.cases):
+            current = f"case {judging.cases[index].id}"
+        elif kind == "case-done" and isinstance(index, int):
+            judging.judge(index)
+    return None, build_seconds
 
 
 def _case_line(label: str, index: int, total: int, c: CaseOutcome, elapsed: float) -> str:
@@ -309,26 +418,43 @@ def verify_one(ctx: CheckContext, dk: DeclaredKernel, opts: VerifySettings, labe
     except DomainError as exc:
         return [_finding(ctx, dk, rules.BUILD_INVALID.id, f"semantics of {dk.kernel.id!r}: {exc}")]
     limit = opts.time_limit_s or spec.time_limit_s
-    outcome = run_kernel(ctx, dk, cases, seed, limit, opts, label)
-    verdict = "PASS" if outcome.passed else "not verified" if outcome.unavailable else "FAIL"
-    _say(opts, f"{label} {verdict}: {sum(c.passed for c in outcome.cases)}/{len(cases)} cases passed "
-               f"in {outcome.seconds:.1f} s; domain: {dk.kernel.semantics.domain.describe()}")
-    return outcome_findings(ctx, dk, outcome, opts.seed)
+    outcome = run_kernel(ctx, dk, spec, cases, seed, limit, opts, label)
+    if outcome.unavailable:
+        _say(opts, f"{label} skipped ({outcome.skipped}): not verified, {len(cases)} cases not run")
+    else:
+        verdict = "PASS" if outcome.passed else "FAIL"
+        _say(opts, f"{label} {verdict}: {sum(c.passed for c in outcome.cases)}/{len(cases)} cases passed "
+                   f"in {outcome.seconds:.1f} s; domain: {dk.kernel.semantics.domain.describe()}")
+    return outcome_findings(ctx, dk, outcome, opts.seed, opts.allow_unverified, spec)
 
 
-def outcome_findings(ctx: CheckContext, dk: DeclaredKernel, outcome: KernelOutcome,
-                     seed: int) -> list[Finding | None]:
+def _compiled_with(dk: DeclaredKernel, spec: BuildSpec | None, base: dict[str, Any]) -> str:
+    """The report's words for what was compiled besides the kernel's sources (and ``base`` gets the lists)."""
+    said = ""
+    if dk.kernel.build.get("kind") == "triton":  # the trust boundary: submission Python that was executed
+        base["imported"] = [dk.kernel.build["module"]]
+        said = f"; imported only {dk.kernel.build['module']} of the submission"
+    for key, label in (("build_dependencies", "build dependencies (shipped, not this kernel)"),
+                       ("verification_shims", "verification shims (not shipped code)")):
+        listed = list(dk.kernel.build.get(key, ()))
+        if listed and spec is not None:
+            base[key] = listed
+            said += f"; compiled with {label}: {', '.join(listed)}"
+    return said
+
+
+def outcome_findings(ctx: CheckContext, dk: DeclaredKernel, outcome: KernelOutcome, seed: int,
+                     allow_unverified: bool = False, spec: BuildSpec | None = None) -> list[Finding | None]:
     """Findings for one kernel: one per rule broken (listing the cases), or one that it passed."""
     domain = dk.kernel.semantics.domain.describe()
     base: dict[str, Any] = {"seed": seed, "cases_planned": outcome.planned, "cases_run": len(outcome.cases),
                             "domain": domain}
-    imported = ""
-    if dk.kernel.build.get("kind") == "triton":  # the trust boundary: submission Python that was executed
-        base["imported"] = [dk.kernel.build["module"]]
-        imported = f"; imported only {dk.kernel.build['module']} of the submission"
+    imported = _compiled_with(dk, spec, base)
     if outcome.unavailable:
-        return [_finding(ctx, dk, rules.SKIPPED.id, f"kernel {dk.kernel.id!r} was not verified: "
-                         f"{outcome.unavailable}", base)]
+        rule = rules.SKIPPED.id if allow_unverified else rules.NOT_RUN.id
+        allowed = " (allowed by --allow-unverified)" if allow_unverified else ""
+        return [_finding(ctx, dk, rule, f"kernel {dk.kernel.id!r} was not verified{allowed}: "
+                         f"{outcome.unavailable}; {outcome.planned} cases not run", base)]
     out: list[Finding | None] = []
     by_rule: dict[str, list[tuple[CaseOutcome, dict[str, Any]]]] = {}
     for c in outcome.cases:

@@ -1,11 +1,17 @@
-"""The verification subprocess: ``python -m compliance.verify.kernel_process JOB.json``.
+"""The kernel's process: ``python -m compliance.verify.kernel_process JOB.json``.
 
 One process per kernel, so a crash, an illegal memory access or a hang costs
-only that kernel. The parent (``compliance.verify.driver``) passes a job file
-and a pipe (``COMPLIANCE_VERIFY_EVENT_FD``); this process writes one JSON event
-per line to it (build start/done/failed, case start/result, done) and leaves its
-stdout/stderr (compiler output, kernel prints) to a log file the parent reads
-for excerpts.
+only that kernel. It is the only process that loads submission code, so it
+computes nothing that decides a verdict: it builds the kernel, and for every
+case reads the input buffers the verifier wrote (``in-<case>.pt`` in the job's
+exchange directory), calls the kernel twice, each time on fresh copies, and
+writes back what it has afterwards (``out-<case>-<run>.pt``): every buffer it was
+given, guard bands included, whatever the function returned, and the addresses
+of the returned memory and of the given buffers. The verifier's process
+(``compliance.verify.judge``) judges those tensors. Progress goes to a pipe
+(``COMPLIANCE_VERIFY_EVENT_FD``) as JSON lines the parent reads for display,
+deadlines and failure messages only: nothing on it can make a case pass.
+stdout/stderr (compiler output, kernel prints) go to a log the parent quotes.
 """
 
 from __future__ import annotations
@@ -16,11 +22,8 @@ import sys
 import time
 import traceback
 from collections import deque
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-from compliance.verify import specs as rules
 
 EVENT_FD_VARIABLE = "COMPLIANCE_VERIFY_EVENT_FD"
 REMEMBERED_OUTPUTS = 8
@@ -28,7 +31,7 @@ REMEMBERED_OUTPUTS = 8
 
 
 class Events:
-    """Writes JSON events to the parent's pipe."""
+    """Writes JSON progress events to the parent's pipe."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
@@ -40,189 +43,104 @@ class Events:
             data = data[os.write(self.fd, data):]
 
 
-def _problem(rule: str, message: str, **details: Any) -> dict[str, Any]:
-    return {"rule": rule, "message": message, "details": details}
+def input_path(exchange: Path, index: int) -> Path:
+    """Where the verifier writes case ``index``'s input buffers."""
+    return exchange / f"in-{index}.pt"
 
 
-def _run_once(backend: Any, case: Any, inputs: Any, large_table: Any,
-              remembered: deque[Any]) -> tuple[Any, list[dict[str, Any]]]:
-    """One call of the kernel on fresh copies; (output on the CPU or None, problems)."""
-    import math
+def result_path(exchange: Path, index: int, run: int) -> Path:
+    """Where the kernel's process writes what run ``run`` of case ``index`` left."""
+    return exchange / f"out-{index}-{run}.pt"
 
+
+def _returned(result: Any) -> list[dict[str, Any]]:
+    """What the function returned, as plain tensors on the CPU (sparse COO: its parts)."""
     import torch
 
-    from compliance.verify.tensors import DTYPES, compare, guarded, guarded_output
+    items = list(result) if isinstance(result, (tuple, list)) else [] if result is None else [result]
+    out: list[dict[str, Any]] = []
+    for item in items:
+        if isinstance(item, torch.Tensor) and item.layout == torch.sparse_coo:
+            values = item._values()
+            out.append({"kind": "sparse", "indices": item._indices().detach().cpu(),
+                        "values": values.detach().cpu(), "size": list(item.shape),
+                        "coalesced": bool(item.is_coalesced()), "storage": values.untyped_storage().data_ptr()})
+        elif isinstance(item, torch.Tensor) and item.layout == torch.strided:
+            out.append({"kind": "dense", "tensor": item.detach().cpu().clone(),
+                        "storage": item.untyped_storage().data_ptr()})
+        else:
+            out.append({"kind": "other", "type": type(item).__name__})
+    return out
+
+
+def _keep(result: Any, remembered: deque[Any]) -> None:
+    """Keep returned tensors alive, so that their memory cannot be handed out again as a 'fresh' output."""
+    import torch
+
+    for item in result if isinstance(result, (tuple, list)) else [result]:
+        if isinstance(item, torch.Tensor):
+            remembered.append(item._values() if item.layout == torch.sparse_coo else item)
+
+
+def _save(data: dict[str, Any], path: Path) -> None:
+    import torch
+
+    partial = path.with_suffix(".partial")
+    torch.save(data, partial)
+    os.replace(partial, path)
+
+
+def run_case(backend: Any, case: Any, exchange: Path, index: int, remembered: deque[Any]) -> bool:
+    """Both runs of one case, results written; True when the process must stop (a CUDA error)."""
+    import torch
+
+    from compliance.verify.backends import BuildFailed, LaunchInvalid
+    from compliance.verify.tensors import GUARD, large_table
 
     device = backend.device
-    oob = case.num_embeddings + 12345
-    weight = large_table if large_table is not None else guarded(inputs.weight, math.nan, device)
-    given = {"weight": weight, "indices": guarded(inputs.indices, oob, device)}
-    if inputs.offsets is not None:
-        given["offsets"] = guarded(inputs.offsets, oob, device)
-    if inputs.psw is not None:
-        given["per_sample_weights"] = guarded(inputs.psw, math.nan, device)
-    for name, tensor in inputs.extra.items():
-        given[name] = guarded(tensor, math.nan if tensor.is_floating_point() else oob, device)
-    fused = case.backward in FUSED
-    returns = getattr(backend.spec, "returns_output", False) and not fused
-    out = None if returns or fused else guarded_output(inputs.out_shape, DTYPES[case.out_dtype], device)
-    tensors: dict[str, Any] = {k: g.view for k, g in given.items()}
-    if out is not None:
-        tensors["out"] = out.view
-    problems: list[dict[str, Any]] = []
-    result = backend.call(case, tensors)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    if fused:
-        from compliance.verify.updates import judge_update
-
-        return judge_update(case, inputs, given)
-    output = out.view if out is not None else _returned(result, inputs, case, given, remembered, problems)
-    if output is None:
-        return None, problems
-    cmp = compare(output, inputs.reference, inputs.bound, prefilled=out is not None)
-    if cmp.unwritten:
-        problems.append(_problem(rules.UNWRITTEN.id, f"{cmp.unwritten} of {output.numel()} output elements "
-                                 "were never written (still the NaN prefill)", positions=cmp.positions))
-    if cmp.mismatched > cmp.unwritten:
-        problems += _mismatch(case, inputs, output, cmp)
-    changed = sorted(k for k, g in given.items() if g.changed())
-    if large_table is not None and not torch.equal(large_table.view[inputs.rows.to(device)].cpu(), inputs.weight_rows):
-        changed.append("weight")
-    if changed:
-        problems.append(_problem(rules.INPUT_MODIFIED.id, f"the kernel modified its input(s): {', '.join(changed)}",
-                                 inputs=changed))
-    if out is not None and out.guards_changed():
-        problems.append(_problem(rules.OUT_OF_BOUNDS_WRITE.id,
-                                 "the kernel wrote outside its output tensor (guard bytes changed)"))
-    return {"output": output.detach().to("cpu").clone(), "cmp": cmp}, problems
+    payload = torch.load(input_path(exchange, index), weights_only=True)
+    shapes = payload["shapes"]
+    table = None
+    if "large" in payload:  # made once per case: it is 4-8 GiB
+        table = large_table(case, payload["large"]["rows"], payload["large"]["values"], device)
+    for run in range(2):
+        buffers = {name: b.to(device, copy=True) for name, b in payload["buffers"].items()}
+        tensors = {name: b[GUARD:GUARD + _numel(shapes[name])].view(shapes[name]) for name, b in buffers.items()}
+        if table is not None:
+            tensors["weight"] = table
+        earlier = [t.untyped_storage().data_ptr() for t in remembered]
+        started = time.perf_counter()
+        try:
+            result = backend.call(case, tensors)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+        except (BuildFailed, LaunchInvalid) as exc:
+            kind = "build-failed" if isinstance(exc, BuildFailed) else "launch-invalid"
+            _save({"error": {"kind": kind, "message": str(exc)}}, result_path(exchange, index, run))
+            return False
+        except Exception as exc:  # noqa: BLE001  (the kernel raised; on a GPU the context may be gone)
+            message = f"the kernel call raised {type(exc).__name__}: {exc}"
+            _save({"error": {"kind": "raised", "message": message}}, result_path(exchange, index, run))
+            return bool(device.type == "cuda")
+        data: dict[str, Any] = {
+            "seconds": time.perf_counter() - started, "returned": _returned(result),
+            "buffers": {name: b.cpu() for name, b in buffers.items()},
+            "given_storage": {name: b.untyped_storage().data_ptr() for name, b in buffers.items()},
+            "earlier_storage": earlier}
+        if table is not None:
+            rows = payload["large"]["rows"].to(device)
+            data["large_rows"] = table[rows].cpu()
+            data["given_storage"]["weight"] = table.untyped_storage().data_ptr()
+        _keep(result, remembered)
+        _save(data, result_path(exchange, index, run))
+    return False
 
 
-FUSED = ("sgd", "rowwise_adagrad")
-"""Backward kinds that update the table in place (compliance.verify.semantics.FUSED_KINDS)."""
-
-
-def _mismatch(case: Any, inputs: Any, output: Any, cmp: Any) -> list[dict[str, Any]]:
-    """verify-mismatch (naming the tables that are wrong for table-batched bags), and the diagnosis
-    verify-accumulation-precision when every wrong element fits a 16-bit accumulation."""
-    import torch
-
-    from compliance.verify.vocabulary import UNIT_ROUNDOFF
-
-    where = ""
-    if case.num_tables > 1 and cmp.bad is not None:  # [B, T * D] pooled, [B, T * L, D] unpooled
-        lookups = 1 if case.op == "embedding_bag" else case.pooling
-        per_table = cmp.bad.reshape(case.batch_size, case.num_tables, lookups * case.dim).any(dim=2).any(dim=0)
-        wrong = per_table.nonzero().flatten().tolist()
-        where = f"; wrong in table(s) {wrong} of {case.num_tables}"
-    found = [_problem(
-        rules.MISMATCH.id, f"{cmp.mismatched - cmp.unwritten} of {output.numel()} elements outside the "
-        f"error bound ({cmp.nonfinite} of them NaN or inf); largest finite error {cmp.max_error:.3g} "
-        f"(worst error/bound {cmp.worst_ratio:.3g}){where}",
-        positions=cmp.positions, max_error=cmp.max_error, worst_ratio=cmp.worst_ratio)]
-    half = inputs.half_sum
-    if half is not None and cmp.bad is not None and not cmp.nonfinite:
-        y = output.detach().to("cpu", torch.float64).reshape(half.shape)
-        u_half = max(UNIT_ROUNDOFF[case.weight_dtype], UNIT_ROUNDOFF[case.out_dtype])
-        close = ((y - half).abs() <= 2 * u_half * half.abs() + inputs.bound.min()).reshape(cmp.bad.shape)
-        # More than one 16-bit rounding of the exact result somewhere: not just a 16-bit temporary.
-        beyond = ((y - inputs.reference.reshape(y.shape)).abs() > 2 * u_half * half.abs()).reshape(cmp.bad.shape)
-        if bool(close[cmp.bad].all()) and bool(beyond[cmp.bad].any()):
-            found.append(_problem(
-                rules.ACCUMULATION_PRECISION.id, f"every element outside the float32 bound ({cmp.mismatched}) "
-                f"equals, to one rounding, a sum in 16 bits ({case.weight_dtype} table, {case.out_dtype} "
-                "output): the kernel accumulates in half precision"))
-    return found
-
-
-def _returned(result: Any, inputs: Any, case: Any, given: Mapping[str, Any], remembered: deque[Any],
-              problems: list[dict[str, Any]]) -> Any:
-    """Validate a returned output; None (with a problem) when unusable."""
-    import torch
-
-    if isinstance(result, (tuple, list)) and result:
-        result = result[0]
-    if not isinstance(result, torch.Tensor):
-        problems.append(_problem(rules.OUTPUT_INVALID.id, f"the function returned {type(result).__name__}, "
-                                 "not a tensor"))
-        return None
-    from compliance.verify.tensors import DTYPES
-
-    want_dtype = DTYPES[case.out_dtype]
-    if result.numel() == inputs.reference.numel() and result.is_contiguous() and result.dtype == want_dtype:
-        result = result.view(inputs.out_shape)  # [B, T * D] and [B, T, D] are the same memory
-    if tuple(result.shape) != inputs.out_shape or result.dtype != want_dtype:
-        problems.append(_problem(rules.OUTPUT_INVALID.id, f"returned {tuple(result.shape)} {result.dtype}, "
-                                 f"expected {inputs.out_shape} {want_dtype}"))
-        return None
-    storage = result.untyped_storage().data_ptr()
-    aliases = sorted(k for k, g in given.items() if g.buffer.untyped_storage().data_ptr() == storage)
-    if any(r.untyped_storage().data_ptr() == storage for r in remembered):
-        aliases.append("the output of an earlier call")
-    if aliases:
-        problems.append(_problem(rules.OUTPUT_INVALID.id, "the returned tensor is the memory of "
-                                 f"{', '.join(aliases)}, not a fresh output"))
-        return None
-    remembered.append(result)
-    return result
-
-
-def run_case(backend: Any, case: Any, bound: Any, remembered: deque[Any]) -> dict[str, Any]:
-    """Both runs of one case; the result event's fields."""
-    import torch
-
-    from compliance.verify.tensors import Guarded, half_accumulation, make_inputs
-
-    started = time.perf_counter()
-    inputs = make_inputs(case, bound, backend.device)
-    inputs.half_sum = half_accumulation(case, inputs)
-    large_table = None
-    if case.large:
-        large_table = Guarded(inputs.weight, inputs.weight, None)
-        inputs.weight_rows = inputs.weight[inputs.rows.to(inputs.weight.device)].cpu()
-    runs, problems = [], []
-    for _ in range(2):
-        run, found = _run_once(backend, case, inputs, large_table, remembered)
-        problems += [p for p in found if p not in problems]
-        if run is not None:
-            runs.append(run)
-    if len(runs) == 2 and not torch.equal(_bytes(runs[0]["output"]), _bytes(runs[1]["output"])):
-        problems.append(_problem(rules.NONDETERMINISTIC.id, "two runs on the same inputs gave different "
-                                 "results"))
-    worst = max(runs, key=lambda r: r["cmp"].worst_ratio)["cmp"] if runs else None
-    return {"status": "fail" if problems else "pass", "problems": problems,
-            "max_error": worst.max_error if worst else None, "bound": worst.bound_at_max if worst else None,
-            "worst_ratio": worst.worst_ratio if worst else None, "seconds": time.perf_counter() - started}
-
-
-def _bytes(t: Any) -> Any:
-    import torch
-
-    return t.contiguous().reshape(-1).view(torch.uint8)
-
-
-def case_bound(case: Any, bounds: Mapping[str, Any]) -> Any:
-    """The rule set's bound parameters for a case: those of the table's dtype for an in-place update,
-    else of the narrower of the table and output dtypes (the last rounding is into it)."""
-    from compliance.verify.vocabulary import ELEM_SIZE
-
-    if case.backward in FUSED:
-        return bounds[case.weight_dtype]
-    return bounds[min((case.weight_dtype, case.out_dtype), key=lambda d: ELEM_SIZE[d])]
-
-
-def _missing_runtime(kind: str) -> str | None:
-    """Why the runtime of a build kind cannot be loaded here (None: it can)."""
-    try:
-        if kind == "nvrtc":
-            from compliance.verify.nvrtc import bindings
-
-            bindings()
-        elif kind == "triton":
-            import triton  # type: ignore[import-not-found]  # noqa: F401
-    except ImportError as exc:
-        return f"the {kind} runtime is not installed ({exc})"
-    return None
+def _numel(shape: list[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
 
 
 def main(argv: list[str]) -> int:
@@ -239,7 +157,6 @@ def main(argv: list[str]) -> int:
 def _main(job: dict[str, Any], events: Events) -> int:
     from compliance.verify.build import BuildError, parse_build
     from compliance.verify.cases import Case
-    from compliance.verify.tolerance import Bound
 
     try:
         spec = parse_build(job["build"], language=job["language"], sources=job["sources"],
@@ -247,24 +164,12 @@ def _main(job: dict[str, Any], events: Events) -> int:
     except BuildError as exc:
         events.emit("invalid", message=str(exc))
         return 0
-    try:
-        import torch
-    except ImportError as exc:
-        events.emit("unavailable", message=f"torch is not installed ({exc}); pip install "
-                    "'mlperf-kernel-compliance[kernels]'")
-        return 0
-    # The verifier's own tensors (inputs, float64 references, comparisons) are small: one intra-op
-    # thread avoids the spin-waits of an oversubscribed pool, which on a busy CI machine made them
-    # 30 times slower. It does not limit the kernel: a C++ kernel may still start threads of its own.
+    import torch
+
+    # The kernel's process copies buffers and little else: one intra-op thread avoids the spin-waits of
+    # an oversubscribed pool on a busy CI machine. A C++ kernel may still start threads of its own.
     torch.set_num_threads(1)
-    if spec.device == "cuda" and not torch.cuda.is_available():
-        events.emit("unavailable", message="this kernel needs an NVIDIA GPU and torch sees none")
-        return 0
-    missing = _missing_runtime(spec.kind)
-    if missing:
-        events.emit("unavailable", message=missing)
-        return 0
-    from compliance.verify.backends import BuildFailed, LaunchInvalid, make_backend
+    from compliance.verify.backends import BuildFailed, make_backend
 
     backend = make_backend(spec, Path(job["build_root"]))
     events.emit("build-start")
@@ -275,25 +180,15 @@ def _main(job: dict[str, Any], events: Events) -> int:
         events.emit("build-failed", message=str(exc))
         return 0
     events.emit("build-done", seconds=time.perf_counter() - started)
-    bounds = {k: Bound(**v) for k, v in job["bounds"].items()}
     remembered: deque[Any] = deque(maxlen=REMEMBERED_OUTPUTS)
+    exchange = Path(job["exchange"])
     for index, raw in enumerate(job["cases"]):
-        case = Case.from_json(raw)
-        events.emit("case-start", index=index, case=case.id, description=case.describe())
-        try:
-            result = run_case(backend, case, case_bound(case, bounds), remembered)
-        except (BuildFailed, LaunchInvalid) as exc:
-            rule = rules.BUILD_FAILED.id if isinstance(exc, BuildFailed) else rules.BUILD_INVALID.id
-            result = {"status": "fail", "problems": [_problem(rule, str(exc))]}
-        except Exception as exc:  # noqa: BLE001  (the kernel raised; on a GPU the context may be gone)
-            message = f"the kernel call raised {type(exc).__name__}: {exc}"
-            result = {"status": "fail", "problems": [_problem(rules.CRASH.id, message)]}
-            events.emit("case-result", index=index, case=case.id, **result)
-            if backend.device.type == "cuda" and index + 1 < len(job["cases"]):
-                events.emit("aborted", message="stopped after a CUDA error; later cases were not run")
-                return 0
-            continue
-        events.emit("case-result", index=index, case=case.id, **result)
+        events.emit("case-start", index=index)
+        stop = run_case(backend, Case.from_json(raw), exchange, index, remembered)
+        events.emit("case-done", index=index)
+        if stop and index + 1 < len(job["cases"]):
+            events.emit("aborted", message="stopped after a CUDA error; later cases were not run")
+            return 0
     events.emit("done", compile_seconds=getattr(backend, "compile_seconds", None))
     return 0
 

@@ -37,3 +37,6 @@ class VerifyOptions:
     """Include the case with a table of more than 2^31 elements."""
     progress: Progress | None = print_to_stderr
     """Where progress lines go (None: nowhere)."""
+    allow_unverified: bool = False
+    """Accept kernels this machine cannot run (a verify-skipped warning) instead of failing the run
+    (the error verify-not-run; ``compliance verify`` exits 4)."""

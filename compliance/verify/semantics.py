@@ -9,6 +9,8 @@ layouts and dtypes it may declare (docs/verification.md, "Semantics"):
   (table-batched lookups, FBGEMM's and NVIDIA's DLRM layout);
 * ``backward``: the kernel is a backward pass: the weight gradient (dense or
   sparse) or a fused in-place optimizer update (SGD, row-wise Adagrad);
+* ``dtypes``: the supported combinations of table, output, incoming and returned
+  gradient dtypes, when crossing ``weight_dtypes`` with ``output_dtypes`` says too much;
 * ``domain``: the shapes the kernel supports; cases are generated only inside it.
 
 The manifest schema guarantees the shape of the mapping; ``from_mapping``
@@ -48,8 +50,9 @@ class Backward:
     kind: str
     """``gradient``, ``sgd`` or ``rowwise_adagrad``."""
     gradient: str = "dense"
-    """For ``gradient``: ``dense`` ([rows, D], zeros for rows not referenced) or ``sparse``
-    (torch's uncoalesced sparse gradient: one row per lookup, in the order of the indices)."""
+    """For ``gradient``: ``dense`` ([rows, D], zeros for rows not referenced), ``sparse`` (a dense
+    [num_indices, D]: one row per lookup, in the order of the indices), ``sparse_coo`` (a torch sparse
+    COO tensor [rows, D], coalesced by the verifier) or ``rows`` (row ids and their rows)."""
 
     @property
     def fused(self) -> bool:
@@ -58,13 +61,61 @@ class Backward:
 
     @property
     def label(self) -> str:
-        """Short name for case ids: grad-dense, grad-sparse, sgd, rowwise_adagrad."""
+        """Short name for case ids: grad-dense, grad-sparse, grad-sparse_coo, grad-rows, sgd, rowwise_adagrad."""
         return f"grad-{self.gradient}" if self.kind == "gradient" else self.kind
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> Backward | None:
         """None for a forward kernel."""
         return None if data is None else cls(kind=str(data["kind"]), gradient=str(data.get("gradient", "dense")))
+
+
+@dataclass(frozen=True)
+class DtypeCombination:
+    """One supported combination of dtypes (``semantics.dtypes``)."""
+
+    weight: str
+    """The table's."""
+    output: str = ""
+    """The forward output's, which is also the incoming gradient's (empty: the table's)."""
+    grad_weight: str = ""
+    """The returned weight gradient's (empty: the incoming gradient's)."""
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> DtypeCombination:
+        """``{weight, output | grad_output, grad_weight}``."""
+        return cls(str(data["weight"]), str(data.get("grad_output", data.get("output", ""))),
+                   str(data.get("grad_weight", "")))
+
+
+@dataclass(frozen=True)
+class DimRange:
+    """Supported dims as ``{min, max, multiple_of}``."""
+
+    low: int
+    """Smallest dim."""
+    high: int
+    """Largest dim."""
+    multiple_of: int = 1
+    """Every supported dim is a multiple of this."""
+
+    @property
+    def values_exist(self) -> bool:
+        """True when some multiple lies in the range."""
+        return -(-self.low // self.multiple_of) * self.multiple_of <= self.high
+
+    def fit(self, dim: int) -> int:
+        """The supported dim nearest ``dim`` (ties: the smaller)."""
+        m = self.multiple_of
+        low, high = -(-self.low // m) * m, self.high // m * m
+        below = max(low, min(high, dim // m * m))
+        above = max(low, min(high, -(-dim // m) * m))
+        return below if dim - below <= above - dim else above
+
+    def describe(self) -> str:
+        """``dim 4..1024, a multiple of 4``."""
+        step = f", a multiple of {self.multiple_of}" if self.multiple_of > 1 else ""
+        return f"dim {self.low}..{self.high}{step}"
 
 
 @dataclass(frozen=True)
@@ -109,7 +160,7 @@ class Domain:
     """The shapes a kernel declares it supports; cases never leave it."""
 
     dims: tuple[int, ...] = ()
-    """Supported embedding dims (empty: any)."""
+    """Supported embedding dims (empty: any, or ``dim_range``)."""
     lookups: Span = Span()
     """Lookups per bag (the fixed L; csr bag lengths); min 1 excludes empty bags."""
     batch_multiple: int = 1
@@ -118,6 +169,8 @@ class Domain:
     """Number of tables (table-batched kernels)."""
     max_rows: int | None = None
     """Rows of the largest table it supports."""
+    dim_range: DimRange | None = None
+    """Supported dims as a range (None: ``dims``)."""
 
     @property
     def unrestricted(self) -> bool:
@@ -132,6 +185,10 @@ class Domain:
                 out.append(f"semantics.domain.{name}: min {span.low} > max {span.high}")
         if self.tables.high is not None and self.tables.high < 1:
             out.append("semantics.domain.tables: at most 0 tables")
+        if self.dim_range is not None and (self.dim_range.low > self.dim_range.high
+                                           or not self.dim_range.values_exist):
+            out.append(f"semantics.domain.dims: no multiple of {self.dim_range.multiple_of} in "
+                       f"{self.dim_range.low}..{self.dim_range.high}")
         if self.lookups.high is not None and self.lookups.high < 1:
             out.append("semantics.domain.lookups: at most 0 lookups per bag (every bag empty)")
         return out
@@ -143,6 +200,8 @@ class Domain:
         parts = []
         if self.dims:
             parts.append(f"dim {', '.join(map(str, self.dims))} only")
+        if self.dim_range is not None:
+            parts.append(self.dim_range.describe())
         if self.tables != Span():
             parts.append(f"{self.tables.describe()} tables")
         if self.lookups != Span():
@@ -159,7 +218,12 @@ class Domain:
         """The unrestricted domain when absent."""
         if not data:
             return cls()
-        return cls(dims=tuple(int(d) for d in data.get("dims", ())),
+        dims = data.get("dims", ())
+        dim_range = None
+        if isinstance(dims, Mapping):
+            dim_range = DimRange(int(dims.get("min", 1)), int(dims["max"]), int(dims.get("multiple_of", 1)))
+            dims = ()
+        return cls(dims=tuple(int(d) for d in dims), dim_range=dim_range,
                    lookups=Span.from_value(data.get("lookups", {})),
                    batch_multiple=int(data.get("batch_multiple", 1)),
                    tables=Span.from_value(data.get("tables", {})),

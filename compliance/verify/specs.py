@@ -89,8 +89,9 @@ OUT_OF_BOUNDS_WRITE = CheckSpec(
 OUTPUT_INVALID = CheckSpec(
     id="verify-output-invalid", title="Returned output unusable", default_level="error", stage="verify",
     doc="An extension function that returns its output returned something other than a fresh tensor of "
-        "the reference's shape and dtype: a wrong shape or dtype, a view of an input, or the same "
-        "memory it returned for an earlier call (a cached result).",
+        "the reference's shape and dtype: a wrong shape or dtype (a gradient in the wrong dtype included), "
+        "a view of an input, or the same memory it returned for an earlier call (a cached result); or the "
+        "kernel's process sent back a result file that is not tensors of the expected form.",
     hint="Allocate and return a new output tensor on every call.",
     passing="return torch::empty({B, D}, weight.options()) filled", failing="static Tensor cached; return cached;")
 NONDETERMINISTIC = CheckSpec(
@@ -101,13 +102,35 @@ NONDETERMINISTIC = CheckSpec(
     hint="Use a fixed reduction order if results must be reproducible.",
     passing="a fixed reduction order", failing="atomicAdd into the output")
 SKIPPED = CheckSpec(
-    id="verify-skipped", title="Kernel could not be verified here", default_level="warning",
+    id="verify-skipped", title="Kernel could not be verified here (allowed)", default_level="warning",
     stage="verify",
-    doc="Verification was asked for but this machine cannot run the kernel: torch is not installed, or "
-        "the kernel needs an NVIDIA GPU and none is visible. The kernel is neither passed nor failed; "
-        "run the verification on a machine that has what it needs.",
+    doc="Verification was asked for with `--allow-unverified` and this machine cannot run the kernel: "
+        "torch is not installed, or the kernel needs an NVIDIA GPU and none is visible. The kernel is "
+        "neither passed nor failed; run the verification on a machine that has what it needs. Without "
+        "`--allow-unverified` the same situation is the error verify-not-run.",
     hint="Install the `kernels` extra (torch), or run on a GPU machine for CUDA kernels.",
     passing="compliance verify on a GPU machine", failing="compliance verify of a CUDA kernel on a laptop")
+NOT_RUN = CheckSpec(
+    id="verify-not-run", title="Verification asked for but not done", default_level="error", stage="verify",
+    doc="`check --verify` (or `compliance verify`) was asked to verify the kernels, and a declared kernel "
+        "could not be verified on this machine: torch is not installed, the kernel needs an NVIDIA GPU and "
+        "none is visible, or its runtime (NVRTC bindings, Triton) is missing. Nothing was checked, so the "
+        "run cannot pass; `compliance verify` exits 4 (not verified) instead of 1 when this is the only "
+        "error. `--allow-unverified` turns it into the warning verify-skipped. The verifier's own process "
+        "decides this before the kernel's process starts: nothing the submission's code writes can claim it.",
+    hint="Run the verification where the kernel can run (a GPU machine for CUDA kernels, torch installed), "
+         "or pass --allow-unverified to accept that it was not verified.",
+    passing="compliance verify on a GPU machine", failing="compliance verify of a CUDA kernel on a laptop")
+GRADIENT_ROWS = CheckSpec(
+    id="verify-gradient-rows", title="Sparse gradient on the wrong rows", default_level="error", stage="verify",
+    doc="A backward kernel that returns its gradient as a sparse COO tensor (`gradient: sparse_coo`) or as row "
+        "ids with their rows (`gradient: rows`): after coalescing, the row ids differ from the rows the batch "
+        "references (table offsets included), or lie outside the table. The message names the rows returned "
+        "that no lookup references, the referenced rows that are missing and, for table-batched kernels, "
+        "the tables they belong to.",
+    hint="Add each table's row offset to the indices you return (table_offsets[t] + index), and keep every "
+         "lookup's row.",
+    passing="indices = indices + table_offsets[table_of_lookup]", failing="indices returned without the offset")
 UPDATE_MISMATCH = CheckSpec(
     id="verify-update-mismatch", title="Fused update wrong on a touched row", default_level="error",
     stage="verify",
@@ -140,6 +163,6 @@ ACCUMULATION_PRECISION = CheckSpec(
     hint="Convert each row to float32 before adding (`float acc`), and round to the output dtype once.",
     passing="float acc = 0; acc += float(w[i])", failing="at::Half acc = 0; acc += w[i]")
 VERIFY_SPECS = (PASSED, BUILD_MISSING, BUILD_INVALID, BUILD_FAILED, CRASH, TIMEOUT, MISMATCH, UNWRITTEN,
-                INPUT_MODIFIED, OUT_OF_BOUNDS_WRITE, OUTPUT_INVALID, NONDETERMINISTIC, SKIPPED, UPDATE_MISMATCH,
-                UNTOUCHED_MODIFIED, ACCUMULATION_PRECISION)
+                INPUT_MODIFIED, OUT_OF_BOUNDS_WRITE, OUTPUT_INVALID, NONDETERMINISTIC, SKIPPED, NOT_RUN,
+                GRADIENT_ROWS, UPDATE_MISMATCH, UNTOUCHED_MODIFIED, ACCUMULATION_PRECISION)
 """Every rule the verification stage emits (their ``.id`` is what code refers to)."""

@@ -145,30 +145,40 @@ def _offsets(case: Case) -> torch.Tensor | None:
     return torch.tensor(values, dtype=DTYPES[case.index_dtype])
 
 
-def _table(case: Case, gen: torch.Generator, rows: torch.Tensor, device: torch.device) -> torch.Tensor:
+def _table(case: Case, gen: torch.Generator, rows: torch.Tensor) -> torch.Tensor:
+    """The table; for the large case only the rows the indices reference (``rows``, in order), which
+    the kernel's process writes into a table of 2^31 elements (``large_table``)."""
     dtype = DTYPES[case.weight_dtype]
     if not case.large:
         return torch.randn(case.num_embeddings, case.dim, generator=gen).to(dtype)
-    # Only the referenced rows are written: the rest of the table stays as the allocator
-    # gave it (zero pages on the CPU, zeros on the GPU), so a table of 2^31 elements
-    # costs only the pages that are touched.
+    return torch.randn(rows.numel(), case.dim, generator=gen).to(dtype)
+
+
+def large_table(case: Case, rows: torch.Tensor, values: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """The table of the large case on ``device``, between NaN guard bands: ``values`` in ``rows``.
+
+    Only the referenced rows are written: the rest of the table stays as the allocator gave it
+    (zero pages on the CPU, zeros on the GPU), so a table of 2^31 elements costs only the pages
+    that are touched."""
+    dtype = DTYPES[case.weight_dtype]
     numel = case.num_embeddings * case.dim
     buffer = (torch.empty(numel + 2 * GUARD, dtype=dtype, device=device) if device.type == "cpu"
               else torch.zeros(numel + 2 * GUARD, dtype=dtype, device=device))
     buffer[:GUARD] = math.nan
     buffer[GUARD + numel:] = math.nan
     table = buffer[GUARD:GUARD + numel].view(case.num_embeddings, case.dim)
-    table[rows.to(device)] = torch.randn(rows.numel(), case.dim, generator=gen).to(dtype).to(device)
+    table[rows.to(device)] = values.to(device)
     return table
 
 
-def make_inputs(case: Case, bound: Bound, device: torch.device) -> CaseInputs:
-    """Random inputs of ``case`` (from its seed), with reference and bound."""
+def make_inputs(case: Case, bound: Bound) -> CaseInputs:
+    """Random inputs of ``case`` (from its seed), with reference and bound, on the CPU (for the
+    large case ``weight`` holds only the referenced rows: see ``large_table``)."""
     gen = torch.Generator().manual_seed(case.seed)
     indices = _indices(case, gen)
     offsets = _offsets(case)
     rows = torch.unique(absolute_rows(case, indices))
-    weight = _table(case, gen, rows, device)
+    weight = _table(case, gen, rows)
     psw = None
     if case.per_sample_weights:
         psw = (torch.randn(indices.shape, generator=gen) * 2).to(DTYPES[case.weight_dtype])
@@ -208,7 +218,7 @@ def _reference(case: Case, weight: torch.Tensor, indices: torch.Tensor, offsets:
                psw: torch.Tensor | None, rows: torch.Tensor,
                bound: Bound) -> tuple[torch.Tensor, torch.Tensor, tuple[int, ...]]:
     """float64 reference computed by torch on the CPU over the referenced rows only."""
-    sub = weight[rows.to(weight.device)].to("cpu", torch.float64)
+    sub = (weight if case.large else weight[rows]).to(torch.float64)
     abs_idx, offsets = as_single_table(case, indices, offsets)
     local = torch.searchsorted(rows, abs_idx.reshape(-1)).view(abs_idx.shape)
     if case.op == "embedding":

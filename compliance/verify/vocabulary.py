@@ -74,5 +74,5 @@ ELEM_SIZE: Mapping[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2, "int3
 UNIT_ROUNDOFF: Mapping[str, float] = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 """Unit roundoff u of each weight dtype (half the distance from 1 to the next number)."""
 
-SCALAR_TYPES: Mapping[str, str] = {"int32": "i", "int64": "q", "uint32": "I", "uint64": "Q"}
+SCALAR_TYPES: Mapping[str, str] = {"int32": "i", "int64": "q", "uint32": "I", "uint64": "Q", "bool": "?"}
 """C scalar types an NVRTC argument may be passed as (struct format codes)."""

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import os
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
+
+from compliance.engine import build_context
+from compliance.findings import Finding
+from compliance.verify import run_verification_checks
+from compliance.verify.options import VerifyOptions
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CPU_TREE = FIXTURES / "cpu"
@@ -20,3 +26,15 @@ def build_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(reuse) if reuse else tmp_path_factory.mktemp("verify-builds")
 CPU_BATCHED_TREE = FIXTURES / "cpu_batched"
 CUDA_BATCHED_TREE = FIXTURES / "cuda_batched"
+CPU_SHAPES_TREE = FIXTURES / "cpu_shapes"
+CUDA_SHAPES_TREE = FIXTURES / "cuda_shapes"
+
+
+def findings_by_kernel(tree: Path, build_root: Path, seed: int) -> dict[str, list[Finding]]:
+    """Verify every kernel of ``tree`` on the CPU (no large table, no progress): findings per kernel id."""
+    ctx, _ = build_context(tree, RULES)
+    options = VerifyOptions(seed=seed, build_dir=build_root, large=False, progress=None)
+    by_kernel: dict[str, list[Finding]] = defaultdict(list)
+    for f in run_verification_checks(ctx, options):
+        by_kernel[f.kernel or "-"].append(f)
+    return by_kernel

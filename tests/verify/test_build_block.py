@@ -172,10 +172,30 @@ def test_fused_update_needs_no_out() -> None:
 @pytest.mark.parametrize(("semantics", "expected"), [
     ("{op: embedding_bag, backward: {kind: sgd, gradient: dense}}", "should not be valid under"),
     ("{op: embedding_bag, tables: {indices: shifted}}", "'shifted' is not one of"),
-    ("{op: embedding_bag, domain: {dims: []}}", "should be non-empty"),
+    ("{op: embedding_bag, domain: {dims: []}}", "dims: [] is not valid"),
     ("{op: embedding_bag, output_dtypes: [float64]}", "'float64' is not one of"),
 ])
 def test_semantics_schema_refuses(semantics: str, expected: str) -> None:
     text = _manifest(EXT).replace("{op: embedding_bag, modes: [sum], layouts: [csr]}", semantics)
     problems = [p.message for p in parse_manifest(text, Path("m.yaml")).problems]
     assert any(expected in p for p in problems), problems
+
+
+def test_dependencies_shims_and_booleans() -> None:
+    spec = _spec(EXT.replace("mode, null, out]", "mode, null, out, true, {value: csr, type: bool}]")
+                 + "\n      build_dependencies: [pybind.cpp]\n      verification_shims: [shim/glue.cpp]")
+    assert isinstance(spec, ExtensionBuild)
+    assert spec.compiled == (Path("/tree/Org/impl/k.cu"), Path("/tree/Org/impl/pybind.cpp"),
+                             Path("/tree/Org/impl/shim/glue.cpp"))
+    assert [a.ctype for a in spec.arguments[-2:]] == ["bool", "bool"]
+
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    ("build_dependencies: [k.cu]", "already a source"),
+    ("verification_shims: [../../../x.cpp]", "leaves the checked tree"),
+    ("build_dependencies: [p.cpp]\n      verification_shims: [p.cpp]", "already a source"),
+])
+def test_dependencies_and_shims_refused(extra: str, expected: str) -> None:
+    with pytest.raises(BuildError) as info:
+        _spec(EXT + "\n      " + extra)
+    assert expected in str(info.value)

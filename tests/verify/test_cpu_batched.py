@@ -4,17 +4,13 @@ sparse gradients, fused SGD and row-wise Adagrad). Each adversarial twin fails w
 
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
-from compliance.engine import build_context
 from compliance.findings import Finding
-from compliance.verify import run_verification_checks
-from compliance.verify.options import VerifyOptions
 
-from .conftest import CPU_BATCHED_TREE, RULES
+from .conftest import CPU_BATCHED_TREE, findings_by_kernel
 
 pytestmark = pytest.mark.slow
 
@@ -34,12 +30,7 @@ CAUGHT = {
 
 @pytest.fixture(scope="module")
 def findings(build_root: Path) -> dict[str, list[Finding]]:
-    ctx, _ = build_context(CPU_BATCHED_TREE, RULES)
-    options = VerifyOptions(seed=20261123, build_dir=build_root, large=False)
-    by_kernel: dict[str, list[Finding]] = defaultdict(list)
-    for f in run_verification_checks(ctx, options):
-        by_kernel[f.kernel or "-"].append(f)
-    return by_kernel
+    return findings_by_kernel(CPU_BATCHED_TREE, build_root, 20261123)
 
 
 @pytest.mark.parametrize("kernel", PASSING)

@@ -15,7 +15,9 @@ from compliance.findings import Finding
 from compliance.verify import run_verification_checks
 from compliance.verify.options import VerifyOptions
 
-from .conftest import CUDA_BATCHED_TREE, CUDA_TREE, RULES
+from .conftest import CUDA_BATCHED_TREE, CUDA_SHAPES_TREE, CUDA_TREE, RULES
+from .test_cpu_shapes import CAUGHT as SHAPES_CAUGHT
+from .test_cpu_shapes import PASSING as SHAPES_PASSING
 
 pytestmark = pytest.mark.cuda
 
@@ -51,6 +53,7 @@ def fixtures(build_root: Path) -> dict[str, list[Finding]]:
 # fixture (a whole verification run) is built once, on one worker, while the others run beside it.
 NVRTC_GROUP = pytest.mark.xdist_group("nvrtc-fixtures")
 BATCHED_GROUP = pytest.mark.xdist_group("batched-fixtures")
+SHAPES_GROUP = pytest.mark.xdist_group("shapes-fixtures")
 
 
 @NVRTC_GROUP
@@ -114,3 +117,22 @@ def test_triton_gather_report_states_its_domain(batched: dict[str, list[Finding]
     passed = batched["triton-dlrm-gather"][0]
     assert "domain: dim 128 only, 26 tables" in passed.message
     assert "imported only triton_kernels.py" in passed.message and dict(passed.details)["imported"]
+
+
+@pytest.fixture(scope="module")
+def shapes(build_root: Path) -> dict[str, list[Finding]]:
+    """Issue 35's real-kernel shapes in CUDA (the twins of tests/verify/fixtures/cpu_shapes)."""
+    return _verify(CUDA_SHAPES_TREE, build_root, RULES)
+
+
+@SHAPES_GROUP
+@pytest.mark.parametrize("kernel", SHAPES_PASSING)
+def test_real_shape_passes_on_the_gpu(shapes: dict[str, list[Finding]], kernel: str) -> None:
+    assert {f.rule_id for f in shapes[kernel]} == {"verify-passed"}, [f.message for f in shapes[kernel]]
+
+
+@SHAPES_GROUP
+@pytest.mark.parametrize("kernel", sorted(SHAPES_CAUGHT))
+def test_real_shape_mutant_caught_on_the_gpu(shapes: dict[str, list[Finding]], kernel: str) -> None:
+    rules = {f.rule_id for f in shapes[kernel]}
+    assert SHAPES_CAUGHT[kernel] in rules and "verify-passed" not in rules, [f.message for f in shapes[kernel]]

@@ -19,7 +19,9 @@ EXAMPLES = [block for block in re.findall(r"```yaml\n(.*?)```", DOC.read_text(),
 def test_one_example_per_semantics() -> None:
     text = "\n".join(EXAMPLES)
     for needle in ("output_dtypes:", "tables:", "domain:", "gradient: dense", "gradient: sparse", "kind: sgd",
-                   "kind: rowwise_adagrad", "kind: triton", "kind: nvrtc", "kind: torch_extension"):
+                   "kind: rowwise_adagrad", "kind: triton", "kind: nvrtc", "kind: torch_extension",
+                   "gradient: sparse_coo", "gradient: rows", "dtypes:", "grad_weight:", "multiple_of:",
+                   "build_dependencies:", "verification_shims:", ", true]"):
         assert needle in text, needle
 
 

@@ -41,7 +41,7 @@ def _bags(case, inputs):  # type: ignore[no-untyped-def]
 
 def test_table_batched_reference_is_the_per_table_bag() -> None:
     for case in generate_cases(TABLED, 11, large=False)[:12]:
-        inputs = make_inputs(case, DEFAULT_BOUNDS["float32"], torch.device("cpu"))
+        inputs = make_inputs(case, DEFAULT_BOUNDS["float32"])
         offsets = inputs.extra["table_offsets"].tolist()
         assert offsets[-1] == case.num_embeddings and len(offsets) == case.num_tables + 1
         assert inputs.extra["weights_offsets"].tolist() == [o * case.dim for o in offsets[:-1]]
@@ -57,7 +57,7 @@ def test_table_batched_reference_is_the_per_table_bag() -> None:
 
 def test_every_table_sees_its_first_and_last_row() -> None:
     case = next(c for c in generate_cases(TABLED, 12, large=False) if c.num_indices > 4 * c.num_tables)
-    inputs = make_inputs(case, DEFAULT_BOUNDS["float32"], torch.device("cpu"))
+    inputs = make_inputs(case, DEFAULT_BOUNDS["float32"])
     used = {r for rows in _bags(case, inputs).values() for r in rows}
     starts = inputs.extra["table_offsets"].tolist()
     for t in range(case.num_tables):
@@ -68,7 +68,7 @@ def test_dense_gradient_equals_autograd() -> None:
     sem = Semantics(op="embedding_bag", modes=("sum", "mean"), layouts=("csr", "fixed"), per_sample_weights=True,
                     padding_idx=True, backward=Backward("gradient"))
     for case in generate_cases(sem, 13, large=False)[:16]:
-        inputs = make_inputs(case, DEFAULT_BOUNDS["float32"], torch.device("cpu"))
+        inputs = make_inputs(case, DEFAULT_BOUNDS["float32"])
         weight = inputs.weight.to(torch.float64).requires_grad_()
         offsets = None if inputs.offsets is None else inputs.offsets.to(torch.int64)
         psw = None if inputs.psw is None else inputs.psw.to(torch.float64)
@@ -83,7 +83,7 @@ def test_dense_gradient_equals_autograd() -> None:
 
 def test_lookup_list_of_table_batched_csr_maps_to_the_output_row() -> None:
     case = next(c for c in generate_cases(TABLED, 14, large=False) if c.layout == "csr")
-    inputs = make_inputs(case, DEFAULT_BOUNDS["float32"], torch.device("cpu"))
+    inputs = make_inputs(case, DEFAULT_BOUNDS["float32"])
     lk = lookups(case, inputs.indices, None)
     assert forward_shape(case) == (case.batch_size, case.num_tables * case.dim)
     for (b, t), rows in _bags(case, inputs).items():
@@ -94,7 +94,7 @@ def test_lookup_list_of_table_batched_csr_maps_to_the_output_row() -> None:
 def test_sgd_reference_touches_only_referenced_rows() -> None:
     sem = Semantics(op="embedding_bag", modes=("sum",), layouts=("fixed",), tables=Tables(), backward=Backward("sgd"))
     case = generate_cases(sem, 15, large=False)[0]
-    inputs = make_inputs(case, DEFAULT_BOUNDS["float32"], torch.device("cpu"))
+    inputs = make_inputs(case, DEFAULT_BOUNDS["float32"])
     touched = inputs.expected["touched"]
     weight = inputs.weight.to(torch.float64)
     assert torch.equal(inputs.reference[~touched], weight[~touched])
