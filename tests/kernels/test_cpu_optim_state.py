@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from reference_kernels import optim  # noqa: E402
+from reference_kernels import _sparse, optim  # noqa: E402
 from reference_kernels.modules import Embedding, EmbeddingBag  # noqa: E402
 from reference_kernels.tbe import TableBatchedEmbeddingBag  # noqa: E402
 
@@ -134,3 +134,18 @@ def test_step_must_be_one_integer() -> None:
     state["optimizer_step"] = torch.tensor([1.5])
     with pytest.raises(RuntimeError, match="optimizer_step must be one integer"):
         tbe(SPECS["sgd"]).load_state_dict(state)
+
+
+@pytest.mark.parametrize(("spec", "dtype"), [(optim.Adam(), torch.float32),
+                                             (optim.SGD(lr=0.1, stochastic_rounding=True), torch.float16)])
+def test_step_dependent_updates_refuse_graph_capture(spec: optim.OptimizerSpec, dtype: torch.dtype,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replayed graph repeats the captured step count: Adam and stochastic rounding refuse
+    capture (before any kernel runs, so this runs on the CPU); the step count is unchanged."""
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    weight = torch.zeros(5, 4, dtype=dtype)
+    fused = _sparse.FusedState.for_weight(spec, weight)
+    lookups = _sparse.Lookups(torch.tensor([1, 2]), None, 1, None, None, 1.0, -1)
+    with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph"):
+        _sparse.sparse_or_fused_backward(torch.ones(2, 4, dtype=dtype), lookups, weight, fused)
+    assert fused.step == 0
