@@ -20,7 +20,8 @@ kept full (harness.host_us: what the host spends enqueueing one step; a step tha
 GPU shows up as the GPU's sleep). Before timing, one step of ours and one of FBGEMM from the same
 weights: the rows they updated must agree (``check``).
 
-Writes ``PREFIX.json`` (every figure, the environment, the summary) and ``PREFIX.txt`` (the table).
+Writes ``PREFIX.json`` (every figure, the environment, the summary), ``PREFIX.txt`` (the table) and
+``PREFIX.host_profile.txt`` (per case, cProfile of 20 of our steps: where the host time goes).
 ``--only SUBSTRING`` runs the cases whose name contains it (a long suite in several calls).
 """
 
@@ -47,7 +48,9 @@ STEPS = 20  # timed steps per figure (GPU time: median; wall: back to back)
 LR = 0.01
 EPS = 1e-8
 OPTIMIZERS = ("sgd", "rowwise_adagrad")
-TOOLS = Path(__file__).resolve().parent.parent.parent / "shared" / "tools"  # ../shared/tools from the repo root
+ROOT = Path(__file__).resolve().parent.parent
+# where fbgemm_training.py lives: ../shared/tools beside the checkout, or shared/tools inside it
+TOOLS = [ROOT.parent / "shared" / "tools", ROOT / "shared" / "tools"]
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,7 @@ class CaseResult:
     ours: Figures = field(default_factory=Figures)
     fbgemm: Figures = field(default_factory=Figures)
     torch: Figures = field(default_factory=Figures)
+    host_profile: str = ""  # cProfile of our steps' host time (PREFIX.host_profile.txt)
     check: str = ""  # FBGEMM's and our updated rows: "ok (...)", "MISMATCH (...)" or why not checked
     gpu_vs_fbgemm: float | None = None  # FBGEMM's GPU time over ours: above 1, ours is faster
     gpu_vs_torch: float | None = None
@@ -177,6 +181,27 @@ def measure(step: Callable[[], object], timer: harness.Timer) -> Figures:
     wall = (time.perf_counter() - t0) / STEPS * 1e6
     host = harness.host_us(step, calls=STEPS)
     return Figures(gpu_us=gpu, wall_us=wall, host_us=host)
+
+
+def host_profile(step: Callable[[], object], top: int = 25) -> str:
+    """Where the host time of STEPS steps goes (cProfile, the GPU held asleep so that no step
+    waits for it unless it synchronises): the top functions by their own time."""
+    import cProfile
+    import io
+    import pstats
+
+    step()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(400_000_000)  # ~0.2 s: profiled steps run slower than plain ones
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(STEPS):
+        step()
+    profiler.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(top)
+    return text.getvalue()
 
 
 def ours_module(case: Case, check: str) -> Any:
@@ -256,6 +281,7 @@ def run_case(case: Case, timer: harness.Timer, fbgemm_reason: str, check: str, s
         _free()
     try:
         result.ours = measure(ours_step, timer)
+        result.host_profile = host_profile(ours_step)
         from reference_kernels import check_index_errors
 
         check_index_errors()  # the deferred check found nothing (raises otherwise)
@@ -339,7 +365,10 @@ def load_fbgemm(directory: str | None) -> str:
         return "no FBGEMM: --fbgemm DIR not given"
     if not Path(directory, "fbgemm_gpu").is_dir():
         return f"no FBGEMM: {directory}/fbgemm_gpu missing (unpack the pack with its unpack.sh first)"
-    sys.path.insert(0, str(TOOLS))
+    tools = next((d for d in TOOLS if (d / "fbgemm_training.py").is_file()), None)
+    if tools is None:
+        return f"no FBGEMM: fbgemm_training.py not found in {' or '.join(map(str, TOOLS))}"
+    sys.path.insert(0, str(tools))
     try:
         import fbgemm_training
 
@@ -421,12 +450,15 @@ def main(argv: list[str] | None = None) -> int:
               f"torch {_fmt(r.torch.gpu_us)}; {r.check} {r.ours.error}", flush=True)
     summary_ = summary(results)
     report = {"environment": harness.environment(), "check": args.check, "fbgemm": fbgemm_reason or "loaded",
-              "steps": STEPS, "lr": LR, "results": [asdict(r) for r in results], "summary": summary_}
+              "steps": STEPS, "lr": LR, "summary": summary_,
+              "results": [{k: v for k, v in asdict(r).items() if k != "host_profile"} for r in results]}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out}.json").write_text(json.dumps(report, indent=1) + "\n")
     table = text_table(results, summary_)
     Path(f"{out}.txt").write_text(table)
+    Path(f"{out}.host_profile.txt").write_text("".join(f"== {r.case}: {STEPS} steps of ours\n{r.host_profile}\n"
+                                                       for r in results))
     print(table)
     return 0
 
