@@ -359,15 +359,18 @@ def _ratios(r: CaseResult) -> None:
     r.wall_vs_torch = _ratio(r.torch.wall_us, r.ours.wall_us)
 
 
-def load_fbgemm(directory: str | None) -> str:
-    """'' when FBGEMM's training module loaded from ``directory``, else why not."""
+def load_fbgemm(directory: str | None, tools_dir: str | None = None) -> str:
+    """'' when FBGEMM's training module loaded from ``directory``, else why not. The loader,
+    fbgemm_training.py, from ``tools_dir``, else ../shared/tools or shared/tools (the device
+    machine gets neither: copy it into the carried pack folder and name that)."""
     if not directory:
         return "no FBGEMM: --fbgemm DIR not given"
     if not Path(directory, "fbgemm_gpu").is_dir():
         return f"no FBGEMM: {directory}/fbgemm_gpu missing (unpack the pack with its unpack.sh first)"
-    tools = next((d for d in TOOLS if (d / "fbgemm_training.py").is_file()), None)
+    places = [Path(tools_dir)] if tools_dir else TOOLS
+    tools = next((d for d in places if (d / "fbgemm_training.py").is_file()), None)
     if tools is None:
-        return f"no FBGEMM: fbgemm_training.py not found in {' or '.join(map(str, TOOLS))}"
+        return f"no FBGEMM: fbgemm_training.py not found in {' or '.join(map(str, places))}"
     sys.path.insert(0, str(tools))
     try:
         import fbgemm_training
@@ -425,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="output prefix: writes PREFIX.json and PREFIX.txt")
     parser.add_argument("--fbgemm", default=os.environ.get("FBGEMM_TRAINING_DIR"),
                         help="the unpacked fbgemm-training pack (unpack.sh's target)")
+    parser.add_argument("--tools", default=None,
+                        help="the folder holding fbgemm_training.py (default: ../shared/tools, shared/tools)")
     parser.add_argument("--quick", action="store_true", help="a few-minute subset (one case of each kind)")
     parser.add_argument("--only", default="", help="only the cases whose name contains this")
     parser.add_argument("--check", choices=("default", "none"), default="default",
@@ -436,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
         print("the training suite needs a CUDA GPU", file=sys.stderr)
         return 2
     cases = [c for c in (quick_cases() if args.quick else all_cases()) if args.only in c.name]
-    fbgemm_reason = load_fbgemm(args.fbgemm)
+    fbgemm_reason = load_fbgemm(args.fbgemm, args.tools)
     if fbgemm_reason:
         print(fbgemm_reason, file=sys.stderr)
     timer = harness.Timer(reps=STEPS)

@@ -3,6 +3,8 @@ check of FBGEMM's against our updated rows, and the report."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -59,3 +61,11 @@ def test_report_ratios_and_table() -> None:
     assert summary["wall_over_gpu_ours"] == {"case a": 1.5}
     text = ts.text_table([r], summary)
     assert "case a" in text and "torch: OutOfMemoryError" in text and "update checks failed: none" in text
+
+
+def test_fbgemm_unavailable_reasons(tmp_path: Path) -> None:
+    """No FBGEMM is a recorded reason, never a crash: no folder, no package in it, no loader."""
+    assert "not given" in ts.load_fbgemm(None)
+    assert "fbgemm_gpu missing" in ts.load_fbgemm(str(tmp_path))
+    (tmp_path / "fbgemm_gpu").mkdir()
+    assert "fbgemm_training.py not found" in ts.load_fbgemm(str(tmp_path), str(tmp_path))
