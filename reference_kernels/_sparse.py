@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import _segments, ops
-from .optim import OptimizerSpec, check_spec, new_state
+from . import _optim_state, _segments, ops
+from .optim import Adam, OptimizerSpec, check_spec, new_state
 
 
 @dataclass
@@ -80,12 +80,22 @@ def sparse_or_fused_backward(grad_out: Tensor, lookups: Lookups, weight: Tensor,
                                          bag_scale=lookups.bag_scale, padding_idx=lookups.padding_idx,
                                          scale=lookups.scale)
         return _segments.sparse_coo(seg, dim, weight.dtype)
+    if (isinstance(fused.spec, Adam) or _segments._stochastic(fused.spec, weight)) \
+            and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(_STEP_IN_GRAPH)
     fused.step += 1
     _segments.fused_update(grad_out, lookups.rows, bag_of=lookups.bag_of, bag_size=bag_size,
                            per_sample_weights=lookups.per_sample_weights, bag_scale=lookups.bag_scale,
                            padding_idx=lookups.padding_idx, scale=lookups.scale, spec=fused.spec, weight=weight,
                            state1=fused.state1, state2=fused.state2, step=fused.step, seed=fused.seed)
     return None
+
+
+# A CUDA graph replays the parameters its kernels were captured with, and the step count is one
+# of them: Adam's bias correction and stochastic rounding would repeat the captured step forever.
+_STEP_IN_GRAPH = ("reference_kernels: a fused Adam update, or one with stochastic rounding, cannot be captured "
+                  "in a CUDA graph (both depend on the step count, which a replay cannot advance); capture SGD or "
+                  "RowWiseAdagrad without stochastic rounding, or run those steps eagerly")
 
 
 class SparseBag(torch.autograd.Function):
@@ -141,7 +151,8 @@ class FusedOptimizerMixin:
     """For modules with one ``weight``: ``optimizer`` (a spec from ``reference_kernels.optim``,
     or None) fuses that optimizer into the backward; ``optimizer_state`` holds its state,
     created on the first forward on the weight's device (``optimizer_seed``: the stochastic
-    rounding seed, random unless set)."""
+    rounding seed, random unless set). The state, step count and seed are part of the module's
+    ``state_dict()`` and restored exactly by ``load_state_dict`` (``_optim_state.py``)."""
 
     optimizer: OptimizerSpec | None = None
     optimizer_state: FusedState | None = None
@@ -156,3 +167,15 @@ class FusedOptimizerMixin:
         if state is None or state.spec is not self.optimizer or state.state1.device != weight.device:
             state = self.optimizer_state = FusedState.for_weight(self.optimizer, weight, self.optimizer_seed)
         return state
+
+    # The optimizer's state, step count and seed in state_dict() / load_state_dict (_optim_state.py).
+    def _save_to_state_dict(self, destination: dict[str, Any], prefix: str, keep_vars: bool) -> None:
+        super()._save_to_state_dict(destination, prefix, keep_vars)  # type: ignore[misc]
+        _optim_state.save(self, destination, prefix, keep_vars)
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, local_metadata: dict[str, Any],
+                              strict: bool, missing_keys: list[str], unexpected_keys: list[str],
+                              error_msgs: list[str]) -> None:
+        super()._load_from_state_dict(  # type: ignore[misc]
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+        _optim_state.load(self, state_dict, prefix, strict, missing_keys, unexpected_keys, error_msgs)

@@ -117,8 +117,11 @@ class SparseTBE(torch.autograd.Function):
                 fused: Optional[_sparse.FusedState]) -> Tensor:
         ctx.mode, ctx.fused = mode, fused
         ctx.save_for_backward(weight, table_rows, indices, offsets, psw)
-        out: Tensor = tbe_forward_op(weight, table_rows, table_sizes, indices, offsets, psw, mode)
-        return out
+        if torch.compiler.is_compiling():  # traced: the registered op
+            traced: Tensor = tbe_forward_op(weight, table_rows, table_sizes, indices, offsets, psw, mode)
+            return traced
+        # eager: the op's implementation without the custom op's Python dispatch (host time per step)
+        return tbe_forward_impl(weight, table_rows, table_sizes, indices, offsets, psw, mode)
 
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], ...]:

@@ -97,7 +97,8 @@ def test_fused_modules_on_cpu_refuse_clearly() -> None:
     with pytest.raises(RuntimeError, match="needs CUDA tensors"):
         bag(torch.tensor([[1, 2]]))
     assert isinstance(bag, torch.nn.EmbeddingBag) and bag.optimizer == optim.Adam()
-    assert set(bag.state_dict()) == {"weight"}
+    assert set(bag.state_dict()) == {"weight", "optimizer_state1", "optimizer_state2", "optimizer_step",
+                                     "optimizer_seed"}  # the optimizer's state is checkpointed with the weight
 
 
 def test_adam_step_size_is_sparse_adams_bias_correction() -> None:

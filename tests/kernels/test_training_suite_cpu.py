@@ -1,0 +1,71 @@
+"""CPU tests of the training suite's pure parts (benchmarks/training_suite.py): its cases, the
+check of FBGEMM's against our updated rows, and the report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from benchmarks import training_suite as ts  # noqa: E402
+
+
+def test_cases_cover_the_issue_and_quick_is_a_subset() -> None:
+    cases = ts.all_cases()
+    names = [c.name for c in cases]
+    assert len(names) == len(set(names))
+    assert {c.alpha for c in cases} == {0.0, 1.05, 1.2}
+    assert {c.optimizer for c in cases} == set(ts.OPTIMIZERS)
+    assert any(c.weights == "fp16" for c in cases) and any(c.psw for c in cases)
+    assert not any(c.psw and c.weights == "fp16" for c in cases)  # FBGEMM's per-sample weights are float32
+    dcn = [c for c in cases if c.name.startswith("DCNv2")]
+    assert dcn and all(len(c.rows) == 26 and max(c.rows) == 4_000_000 for c in dcn)
+    quick = ts.quick_cases()
+    assert set(quick) <= set(cases) and len(quick) == len(ts.QUICK)
+
+
+def _inputs(starts: list[int]) -> ts.Inputs:
+    empty = torch.empty(0)
+    return ts.Inputs(empty.long(), empty.long(), None, empty, starts)
+
+
+def test_compare_updates_accepts_summation_order_and_refuses_a_wrong_row() -> None:
+    case = ts.Case("c", (4, 6), 3, 2, (1, 1), 0.0, "sgd")
+    gen = torch.Generator().manual_seed(0)
+    before = torch.randn(10, 3, generator=gen)
+    ours = before.clone()
+    touched = torch.tensor([1, 4, 9])
+    ours[touched] -= 0.01 * torch.randn(3, 3, generator=gen)
+    fbgemm = [ours[:4].clone(), ours[4:].clone()]
+    fbgemm[1][0] += 1e-7  # row 4: within 1e-3 of the largest change
+    verdict = ts.compare_updates(case, _inputs([0, 4]), ours, fbgemm, before[touched], touched)
+    assert verdict.startswith("ok"), verdict
+    fbgemm[1][5] += 1e-3  # row 9 (table 1, row 5): a real difference
+    verdict = ts.compare_updates(case, _inputs([0, 4]), ours, fbgemm, before[touched], touched)
+    assert verdict.startswith("MISMATCH"), verdict
+    verdict = ts.compare_updates(case, _inputs([0, 4]), before, [before[:4], before[4:]], before[touched], touched)
+    assert verdict.startswith("MISMATCH"), "no change at all is not an agreement"
+
+
+def test_report_ratios_and_table() -> None:
+    r = ts.CaseResult("case a", "sgd", "fp32", False, 0.0, 100,
+                      ours=ts.Figures(100.0, 150.0, 80.0), fbgemm=ts.Figures(120.0, 300.0, 200.0),
+                      torch=ts.Figures(error="OutOfMemoryError: x"), check="ok (...)")
+    ts._ratios(r)
+    assert r.gpu_vs_fbgemm == pytest.approx(1.2) and r.wall_vs_fbgemm == pytest.approx(2.0)
+    assert r.gpu_vs_torch is None
+    summary = ts.summary([r])
+    assert summary["gpu_vs_fbgemm"]["geomean"] == pytest.approx(1.2) and summary["gpu_vs_torch"]["cases"] == 0
+    assert summary["wall_over_gpu_ours"] == {"case a": 1.5}
+    text = ts.text_table([r], summary)
+    assert "case a" in text and "torch: OutOfMemoryError" in text and "update checks failed: none" in text
+
+
+def test_fbgemm_unavailable_reasons(tmp_path: Path) -> None:
+    """No FBGEMM is a recorded reason, never a crash: no folder, no package in it, no loader."""
+    assert "not given" in ts.load_fbgemm(None)
+    assert "fbgemm_gpu missing" in ts.load_fbgemm(str(tmp_path))
+    (tmp_path / "fbgemm_gpu").mkdir()
+    assert "fbgemm_training.py not found" in ts.load_fbgemm(str(tmp_path), str(tmp_path))
