@@ -19,13 +19,13 @@ import re
 import stat
 import warnings
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from compliance.errors import InputError
-from compliance.layout import LayoutMapper, Location, Organization, find_organizations
+from compliance.layout import LayoutMapper, Location, Organization, find_organizations, implementation_roots
 from compliance.manifest import MANIFEST_NAME
 from compliance.paths import parent_dir
 from compliance.upstream.blobs import file_normalized_blob_hash, normalized_blob_hash
@@ -92,7 +92,14 @@ class NativeFile:
     location: Location
     """Where it sits in the layout."""
     vendored_tree: str | None = None
-    """Root-relative path of the vendored tree it belongs to, if any."""
+    """Root-relative path of the (outermost) vendored tree it sits in, if any: a grouping for
+    reports, never a verdict."""
+    unproven: bool = False
+    """Inside a catalogued or declared copy at a path upstream may have had: counted in one
+    ``vendored-unproven`` finding per tree instead of one by one (``--upstream`` proves it)."""
+    not_upstream_of: str | None = None
+    """The catalogued copy it sits in whose upstream never had this path (so it is the
+    submitter's own kernel), if any."""
 
     @property
     def line(self) -> int | None:
@@ -199,6 +206,9 @@ class Inventory:
     """Committed build directories (their files are neither native code nor loose binaries)."""
     digests: dict[str, str] = field(default_factory=dict)
     """Native file -> git blob hash of its content with CRLF line endings made LF."""
+    declared_vendored: frozenset[str] = frozenset()
+    """Root-relative directories that ``vendored:`` declarations may group (strictly inside an
+    implementation, none of its roots); other declarations are ``manifest-invalid``."""
 
     def locate(self, relpath: str) -> Location:
         """Layout location of a root-relative path."""
@@ -436,17 +446,39 @@ def _languages(rel: str, evidence: list[Evidence]) -> tuple[str, ...]:
 
 
 def _protected_dirs(walk: Walk, organizations: list[Organization], mapper: LayoutMapper) -> set[str]:
-    """The root, organization and implementation roots and every directory above them."""
+    """The root, organization and implementation roots (whatever their depth: framework-named
+    levels and chains of single directories below the layout's implementation directory) and
+    every directory above them."""
     tops = {"/".join(o.prefix) for o in organizations}
+    children: dict[str, list[str]] = {}
+    for directory in walk.dirs:
+        children.setdefault(parent_dir(directory), []).append(directory)
+    with_files = {parent_dir(rel) for rel in walk.files}
     for directory in walk.dirs:
         parts = tuple(directory.split("/"))
         if mapper.implementation_dir(parts + ("-",)) == parts:
-            tops.add(directory)
+            tops.update(implementation_roots(directory, children, with_files))
     protected = {""}
     for top in tops:
         names = top.split("/")
         protected.update("/".join(names[:depth]) for depth in range(1, len(names) + 1))
     return protected
+
+
+def _declarable(tree: str, protected: set[str], mapper: LayoutMapper) -> bool:
+    """A ``vendored:`` declaration groups only a strict subdirectory of an implementation that
+    is none of its roots (never the root, an ancestor of it, or anything outside it)."""
+    parts = tuple(tree.split("/"))
+    impl = mapper.implementation_dir(parts)
+    return tree not in protected and impl is not None and len(impl) < len(parts)
+
+
+def _size_reader(root: Path) -> Callable[[str], int]:
+    """Size of a root-relative file, never following a link (catalogue evidence needs sizes of
+    a few signature files only, so they are read on demand rather than kept for every file)."""
+    def size_of(rel: str) -> int:
+        return os.stat(root / rel, follow_symlinks=False).st_size
+    return size_of
 
 
 def walk_tree(root: Path) -> Walk:
@@ -472,7 +504,7 @@ def _add_setup_sources(walk: Walk) -> None:
 
 def classify(walk: Walk, style: str, divisions: tuple[str, ...] = (),
              vendored_markers: tuple[str, ...] = ("third_party",), min_vendored_native: int = 50,
-             declared_vendored: tuple[str, ...] = ()) -> Inventory:
+             declared_vendored: Mapping[str, str] | None = None) -> Inventory:
     """Map a walk onto the layout ``style``; recognise vendored trees, forks and build directories."""
     root = walk.root
     _add_setup_sources(walk)
@@ -487,11 +519,13 @@ def classify(walk: Walk, style: str, divisions: tuple[str, ...] = (),
         return mapper.locate((*rel.split("/"), "-")) if rel else Location()
 
     protected = _protected_dirs(walk, organizations, mapper)
+    declared = {d: repo for d, repo in (declared_vendored or {}).items() if _declarable(d, protected, mapper)}
     facts = TreeFacts(frozenset(walk.files), frozenset(walk.dirs), frozenset(walk.native),
-                      frozenset(walk.licensed_dirs))
+                      frozenset(walk.licensed_dirs), _size_reader(root))
     found = recognise(facts, protected.__contains__, locate_dir, vendored_markers, min_vendored_native,
-                      declared_vendored, load_catalogue())
-    native = tuple(NativeFile(rel, _languages(rel, ev), tuple(ev), locate(rel), found.outermost(rel))
+                      declared, load_catalogue())
+    native = tuple(NativeFile(rel, _languages(rel, ev), tuple(ev), locate(rel), found.owner.get(rel),
+                              rel in found.unproven, found.not_upstream.get(rel))
                    for rel, ev in sorted(walk.native.items()))
     return Inventory(
         root=root.resolve(), style=style, organizations=tuple(organizations),
@@ -504,6 +538,7 @@ def classify(walk: Walk, style: str, divisions: tuple[str, ...] = (),
         build_directories=tuple(BuildDirectory(d, tuple(sorted(p)), locate(d))
                                 for d, p in sorted(walk.build_products.items())),
         digests=dict(walk.digests), unparseable_setups=tuple(sorted(walk.unparseable_setups)),
+        declared_vendored=frozenset(declared),
     )
 
 

@@ -37,6 +37,27 @@ ENTRY_FILE = "entry.json"
 """``results/<system>/entry.json``: the system description of Training v0.5/v0.6 trees."""
 IMPLEMENTATIONS = "implementations"
 V05_ROUND_DIR = "v0.5.0"
+FRAMEWORK_NAMES = frozenset({"pytorch", "torch", "tensorflow", "tf", "tf2", "mxnet", "paddle",
+                             "paddlepaddle", "jax", "hugectr", "mindspore", "merlin_hugectr"})
+"""Directory names of a framework level inside an implementation
+(``benchmarks/<b>/implementation/pytorch/``, ``implementations/<system>/mxnet/``): such a
+directory is the implementation's own root too, never a vendored copy."""
+
+
+def implementation_roots(impl_dir: str, children: dict[str, list[str]], with_files: set[str]) -> list[str]:
+    """``impl_dir`` and the deeper roots of the same implementation: framework-named child
+    directories, and the only child of a directory that holds no file (a chain of single
+    directories), recursively. Paths are root-relative POSIX strings."""
+    roots, pending = [], [impl_dir]
+    while pending:
+        current = pending.pop()
+        roots.append(current)
+        below = children.get(current, [])
+        for child in below:
+            name = child.rsplit("/", 1)[-1].lower()
+            if name in FRAMEWORK_NAMES or (len(below) == 1 and current not in with_files):
+                pending.append(child)
+    return roots
 
 
 def code_dirs(style: str) -> tuple[str, ...]:

@@ -10,6 +10,7 @@ from compliance.checks.interface import CheckSpec
 from compliance.checks.readability import PATH_UNREADABLE
 from compliance.context import DeclaredKernel
 from compliance.manifest import MANIFEST_NAME
+from compliance.paths import parent_dir, tree_relative
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext
@@ -41,8 +42,11 @@ UNDECLARED = CheckSpec(
         "`@triton.jit` functions, `load_inline(...)`/`cpp_extension.load(...)` builds, torch "
         "extension sources, or sources of a setup.py CUDAExtension/CppExtension) that is not "
         "listed as a source of any kernel in a manifest. Detection is by content, not only by "
-        "file extension. Files inside a grouped vendored tree are reported by "
-        "`vendored-undeclared` instead.",
+        "file extension. A vendored grouping never hides a file: only files of a catalogued or "
+        "declared copy at paths upstream may have had are counted by `vendored-unproven` instead; "
+        "files of such a copy that upstream never had (the catalogue's list of upstream native "
+        "paths), and every native file of a tree grouped by a marker directory (`third_party/`, "
+        "`submodules/`, ...) or a licence heuristic, are reported here one by one.",
     hint=f"Declare the kernel in the implementation's {MANIFEST_NAME} (id, category, language, "
          "sources, entry symbols, upstream, semantics), or remove the code.",
     passing=f"kernels/emb.cu listed under `sources:` of a kernel in {MANIFEST_NAME}",
@@ -111,17 +115,23 @@ ENTRY_SYMBOL = CheckSpec(
     failing="entry_symbols: [embedding_bag_sum] and the source defines only `emb_sum(...)`",
 )
 VENDORED = CheckSpec(
-    id="vendored-undeclared", title="Vendored third-party tree not declared", default_level="warning",
-    doc="A grouped vendored tree (a copy of a catalogued upstream project such as NCCL or "
-        "CUTLASS, recognised by its signature files; a library in third_party/, vendor/, ...; or "
-        "a directory with a licence file and many C/C++/CUDA sources, never an organization's or "
-        "implementation's own root) holds native code but no manifest declares where it comes "
-        "from. Custom kernels can hide in a framework copy; a declared upstream lets "
-        "`compliance check --upstream` prove the copy verbatim.",
-    hint=f"Add a `vendored:` entry (path, repository, commit) to the {MANIFEST_NAME}.",
-    passing=f"third_party/apex declared under `vendored:` in {MANIFEST_NAME}",
-    failing="third_party/apex with 300 .cu files and no declaration",
+    id="vendored-unproven", title="Vendored copy not proven upstream", default_level="warning",
+    doc="A catalogued copy of an upstream project (NCCL, apex, CUTLASS, maskrcnn-benchmark, ...; "
+        "recognised from signature files of real size, never from one empty marker) or a tree "
+        "declared under `vendored:` holds native files at paths upstream may have had. A static "
+        "check cannot prove they are upstream's code, so they are counted here, one finding per "
+        "tree, at warning level; `compliance check --upstream` compares each file's git blob with "
+        "the declared repository and commit, and every file that is not byte-identical there is "
+        "the submitter's own (`upstream-vendored-differs`). With `--upstream` an undeclared copy "
+        "cannot be proven and with `--require-upstream` (for gates) no copy counts as proven "
+        "without it: both make this finding an error. Native files of a copy that upstream never "
+        "had are not counted here: they are `undeclared-kernel` errors one by one.",
+    hint=f"Declare the copy under `vendored:` (path, repository, commit) in the {MANIFEST_NAME} "
+         "and run `compliance check --upstream` to prove it.",
+    passing="no copy, or third_party/apex declared and proven with --upstream",
+    failing="third_party/apex with 300 native files and no --upstream run",
 )
+VENDORED_DECLARATION = "a `vendored:` path must be a directory strictly inside the implementation"
 
 _READ_LIMIT = 8 * 1024 * 1024
 """Bytes of each declared source searched for its entry symbols (sources are read no further)."""
@@ -131,6 +141,14 @@ def _manifest_findings(ctx: CheckContext) -> Iterator[Finding | None]:
     for relpath, manifest in ctx.manifests:
         for problem in manifest.problems:
             yield ctx.finding(MANIFEST_INVALID.id, relpath, problem.message, line=problem.line)
+        for entry in manifest.vendored:
+            tree = tree_relative(parent_dir(relpath), entry.path)
+            if tree not in ctx.inventory.declared_vendored:
+                where = "outside the tree" if tree is None else f"{tree or '.'}"
+                yield ctx.finding(MANIFEST_INVALID.id, relpath, f"vendored path {entry.path!r} ({where}) "
+                                  f"groups nothing: {VENDORED_DECLARATION} (below its root and any "
+                                  "framework level), never the implementation itself, an ancestor "
+                                  "of it or anything outside it", line=entry.line)
         if ctx.inventory.locate(relpath).implementation is None:
             yield ctx.finding(MANIFEST_MISPLACED.id, relpath,
                               "kernel manifest is not inside an implementation directory")
@@ -146,11 +164,17 @@ def _declared_sources(ctx: CheckContext) -> set[str]:
 def _undeclared(ctx: CheckContext) -> Iterator[Finding | None]:
     declared = _declared_sources(ctx)
     for native in ctx.inventory.native:
-        if native.vendored_tree or native.path in declared:
+        if native.unproven or native.path in declared:
             continue
         markers = ", ".join(sorted({e.marker for e in native.evidence}))
+        inside = ""
+        if native.not_upstream_of:
+            inside = f"; it sits in a copy at {native.not_upstream_of}/ whose upstream never had this path"
+        elif native.vendored_tree:
+            inside = f"; it sits in {native.vendored_tree}/, grouped by a heuristic that proves nothing"
         yield ctx.finding(UNDECLARED.id, native.path, f"native kernel code ({', '.join(native.languages)}; "
-                          f"found: {markers}) is not declared in any {MANIFEST_NAME}", line=native.line)
+                          f"found: {markers}) is not declared in any {MANIFEST_NAME}{inside}",
+                          line=native.line)
 
 
 def _unshipped_extension_sources(ctx: CheckContext) -> Iterator[Finding | None]:
@@ -163,11 +187,16 @@ def _unshipped_extension_sources(ctx: CheckContext) -> Iterator[Finding | None]:
 
 def _vendored(ctx: CheckContext) -> Iterator[Finding | None]:
     for tree in ctx.inventory.vendored:
-        if tree.native_files and not tree.declared and tree.parent is None:
-            what = f"{tree.project_name} ({tree.repository})" if tree.project_name else tree.reason
-            yield ctx.finding(VENDORED.id, tree.path, f"vendored tree {what} with {tree.native_files} "
-                              "native files has no declared upstream",
-                              details={"project": tree.project, "repository": tree.repository})
+        if not tree.unproven or (tree.declared and ctx.proof == "upstream"):
+            continue  # nothing to prove, or the upstream stage judges it file by file
+        what = f"{tree.project_name} ({tree.repository})" if tree.project_name else "declared under vendored:"
+        why = {"static": "a static check proves nothing; `--upstream` compares blobs",
+               "upstream": "it is not declared under vendored:, so --upstream cannot prove it",
+               "required": "--require-upstream: only --upstream proves a copy"}[ctx.proof]
+        yield ctx.finding(VENDORED.id, tree.path, f"copy of {what}: {tree.unproven} of {tree.native_files} "
+                          f"native file(s) unproven ({why})",
+                          details={"project": tree.project, "repository": tree.repository,
+                                   "unproven": tree.unproven, "declared": tree.declared})
 
 
 def _allowlist(ctx: CheckContext, item: DeclaredKernel) -> Iterator[Finding | None]:
