@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from compliance.checks.interface import CheckSpec
-from compliance.paths import tree_relative
+
+LISTED_IN_MESSAGE = 5
+"""Build products named in a message (details list them all)."""
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext
@@ -15,26 +18,36 @@ if TYPE_CHECKING:
     from compliance.inventory import BinaryFile
 
 WITHOUT_SOURCE = CheckSpec(
-    id="binary-without-source", title="Binary with no source for it", default_level="error",
+    id="binary-without-source", title="Binary that nothing in the tree builds", default_level="error",
     doc="A compiled artifact (ELF shared object, object file or executable, cubin, fatbin, `ar` "
-        "archive, PE or Mach-O; recognised by magic bytes whatever its name) has no matching "
-        "source in the tree: neither a kernel manifest lists it under `binaries`, nor does a "
-        "source file or setup.py extension of the same name exist. Binary-only kernels are not "
-        "allowed. The level is set by the rule set's `binary_policy.without_source`.",
+        "archive, PE or Mach-O; recognised by magic bytes whatever its name, in build directories "
+        "such as `build/temp.*` and `build/lib.*` too) that nothing in the tree builds. A binary is "
+        "built by the tree when, in its implementation (or its directory outside one), there is "
+        "(1) a plausible source of the same stem (`graph_lib.so` and `graph_lib.cc`; `lib` prefixes "
+        "and `.cpython-*` suffixes ignored), (2) a setup.py `Extension`/`CppExtension`/"
+        "`CUDAExtension` named like it whose sources are present and plausible, or (3) a build "
+        "file (CMakeLists.txt, *.cmake, Bazel BUILD, Makefile, *.mk) that names its stem and lists "
+        "a plausible source present in the tree. *Plausible* means at least "
+        "40 bytes of code once comments and whitespace are removed: an empty or decoy "
+        "`.cu` beside a binary builds nothing. A binary whose own name has a source or text "
+        "extension (an ELF named `emb.cu`) is never a build product, and a manifest's `binaries:` "
+        "listing alone proves no source. Binary-only kernels are not allowed. The level is set by "
+        "the rule set's `binary_policy.without_source`.",
     hint="Remove the binary and ship its source (declared in the manifest); the tool builds "
          "from source when verifying.",
     passing="kernels/emb.cu committed (and no emb.so)",
     failing="lib/libemb.so committed with no emb.cu anywhere in the implementation",
 )
 WITH_SOURCE = CheckSpec(
-    id="build-product-with-source", title="Committed build product", default_level="warning",
-    doc="A compiled artifact whose source is present (declared under a kernel's `binaries`, or "
-        "named like a source file or setup.py extension beside it). Build products are never "
-        "used by verification and make review harder. The level is set by the rule set's "
+    id="build-products-committed", title="Committed build products", default_level="warning",
+    doc="Compiled artifacts that something in the tree builds (see `binary-without-source` for "
+        "what counts), committed anyway: one finding per directory (for a vendored tree, one for "
+        "the whole tree), listing the products. Build products are never used by verification and "
+        "make review harder. The level is set by the rule set's "
         "`binary_policy.build_product_with_source`.",
-    hint="Delete the build product from the submission and build it from source at run time.",
+    hint="Delete the build products from the submission and build them from source at run time.",
     passing="kernels/emb.cu only",
-    failing="kernels/emb.cu and kernels/emb.o",
+    failing="kernels/emb.cu and kernels/emb.o; build/temp.linux-x86_64-3.8/kernels/emb.o",
 )
 SYMLINK = CheckSpec(
     id="symlink-escapes-tree", title="Symbolic link leaving the tree", default_level="error",
@@ -44,6 +57,20 @@ SYMLINK = CheckSpec(
     passing="kernels/common.cuh -> ../include/common.cuh (inside the tree)",
     failing="kernels/emb.cu -> /home/me/src/emb.cu",
 )
+
+
+PLAUSIBLE_CODE_BYTES = 40
+"""Bytes of code (comments and whitespace removed) a source needs to count as building a binary."""
+SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".cu", ".f90", ".f", ".rs", ".go", ".s", ".S")
+"""What a binary can be built from (headers alone build nothing)."""
+TEXT_SUFFIXES = frozenset({".c", ".cc", ".cpp", ".cxx", ".c++", ".cu", ".cuh", ".h", ".hh", ".hpp", ".py",
+                           ".txt", ".md", ".json", ".yaml", ".yml", ".ptx", ".s", ".sh"})
+"""A binary wearing one of these extensions pretends to be something else: never a build product."""
+BUILD_FILE_NAMES = frozenset({"CMakeLists.txt", "BUILD", "BUILD.bazel", "Makefile", "makefile", "GNUmakefile"})
+BUILD_FILE_SUFFIXES = (".cmake", ".mk", ".bzl")
+_READ = 256 * 1024
+_COMMENTS = re.compile(rb"/\*.*?\*/|//[^\n]*|#[^\n]*", re.S)
+_SOURCE_TOKEN = re.compile(rb"[\w./+-]+\.(?:c|cc|cpp|cxx|cu)\b")
 
 
 def _stem(name: str) -> str:
@@ -58,34 +85,100 @@ def _scope(path: str, ctx: CheckContext) -> tuple[str | None, ...]:
     return (os.path.dirname(path),)
 
 
-def _source_names(ctx: CheckContext) -> tuple[set[tuple[tuple[str | None, ...], str]], set[str]]:
-    """(scope, stem) of every source and extension, and every declared binary path."""
-    names = set()
-    for native in ctx.inventory.native:
-        names.add((_scope(native.path, ctx), _stem(native.path)))
-    for ext in ctx.inventory.setup_extensions:
-        if ext.name:
-            names.add((_scope(ext.setup_path, ctx), ext.name.rsplit(".", 1)[-1]))
-    declared: set[str] = set()
-    for item in ctx.kernels():
-        declared.update(r for r in (tree_relative(item.manifest_dir, b) for b in item.kernel.binaries) if r)
-    return names, declared
+class _Builders:
+    """What in the tree can build a binary, read lazily and once per file."""
+
+    def __init__(self, ctx: CheckContext) -> None:
+        self.ctx = ctx
+        self._plausible: dict[str, bool] = {}
+        self.stems: dict[tuple[tuple[str | None, ...], str], list[str]] = {}
+        self.build_files: dict[tuple[str | None, ...], list[str]] = {}
+        for rel in ctx.inventory.files:
+            name = rel.rsplit("/", 1)[-1]
+            if name.endswith(SOURCE_SUFFIXES):
+                self.stems.setdefault((_scope(rel, ctx), _stem(rel)), []).append(rel)
+            elif name in BUILD_FILE_NAMES or name.endswith(BUILD_FILE_SUFFIXES):
+                self.build_files.setdefault(_scope(rel, ctx), []).append(rel)
+
+    def _read(self, rel: str) -> bytes:
+        try:
+            with open(self.ctx.root / rel, "rb") as handle:
+                return handle.read(_READ)
+        except OSError:
+            return b""
+
+    def plausible(self, rel: str) -> bool:
+        """True when ``rel`` is a file of the tree holding real code (not empty, not a decoy)."""
+        if rel not in self._plausible:
+            code = b"".join(_COMMENTS.sub(b"", self._read(rel)).split()) if rel in self.ctx.inventory.files else b""
+            self._plausible[rel] = len(code) >= PLAUSIBLE_CODE_BYTES
+        return self._plausible[rel]
+
+    def by_stem(self, binary: str, scope: tuple[str | None, ...]) -> bool:
+        return any(self.plausible(s) for s in self.stems.get((scope, _stem(binary)), ()))
+
+    def by_setup(self, binary: str, scope: tuple[str | None, ...]) -> bool:
+        stem = _stem(binary)
+        return any(ext.name and _stem(ext.name.rsplit(".", 1)[-1]) == stem and ext.shipped
+                   and all(self.plausible(s) for s in ext.shipped)
+                   for ext in self.ctx.inventory.setup_extensions if _scope(ext.setup_path, self.ctx) == scope)
+
+    def by_build_file(self, binary: str, scope: tuple[str | None, ...]) -> bool:
+        word = re.compile(rb"\b" + re.escape(_stem(binary).encode()) + rb"\b")
+        for build in self.build_files.get(scope, ()):
+            text = self._read(build)
+            if not word.search(text):
+                continue
+            base = os.path.dirname(build)
+            for token in _SOURCE_TOKEN.findall(text):
+                source = os.path.normpath(os.path.join(base, token.decode(errors="replace"))).replace(os.sep, "/")
+                if self.plausible(source):
+                    return True
+        return False
+
+    def builds(self, binary: BinaryFile) -> bool:
+        """True when something in the tree plausibly builds ``binary``."""
+        if os.path.splitext(binary.path)[1].lower() in TEXT_SUFFIXES:
+            return False
+        scope = _scope(binary.path, self.ctx)
+        return self.by_stem(binary.path, scope) or self.by_setup(binary.path, scope) \
+            or self.by_build_file(binary.path, scope)
 
 
-def _binary_finding(ctx: CheckContext, binary: BinaryFile, has_source: bool) -> Finding | None:
-    if has_source:
-        return ctx.finding(WITH_SOURCE.id, binary.path, f"committed build product ({binary.kind}, "
-                           f"{binary.size} bytes); its source is present")
-    return ctx.finding(WITHOUT_SOURCE.id, binary.path, f"{binary.kind} ({binary.size} bytes) with no "
-                       "source in the tree")
+def _group_of(ctx: CheckContext, binary: BinaryFile) -> str:
+    """Where a build product is reported: its vendored tree, else its build directory, else its directory."""
+    owner = ctx.inventory.vendored_owner(binary.path)
+    if owner is not None:
+        return owner
+    parts = binary.path.split("/")
+    for depth in range(len(parts) - 2):
+        if parts[depth] == "build" and parts[depth + 1].startswith(("temp.", "lib.")):
+            return "/".join(parts[:depth + 2])
+    return os.path.dirname(binary.path) or "."
+
+
+def _products_finding(ctx: CheckContext, where: str, products: list[BinaryFile]) -> Finding | None:
+    names = [b.path[len(where) + 1:] if where != "." else b.path for b in products]
+    listed = ", ".join(names[:LISTED_IN_MESSAGE])
+    more = f" and {len(names) - LISTED_IN_MESSAGE} more" if len(names) > LISTED_IN_MESSAGE else ""
+    return ctx.finding(WITH_SOURCE.id, where, f"{len(products)} committed build product(s) whose sources "
+                       f"are in the tree: {listed}{more}",
+                       details={"products": [{"path": b.path, "kind": b.kind, "size": b.size} for b in products]})
 
 
 def run(ctx: CheckContext) -> Iterator[Finding | None]:
     """Binary and symlink findings."""
-    names, declared = _source_names(ctx)
+    builders = _Builders(ctx)
+    grouped: dict[str, list[BinaryFile]] = {}
     for binary in ctx.inventory.binaries:
-        has_source = binary.path in declared or (_scope(binary.path, ctx), _stem(binary.path)) in names
-        yield _binary_finding(ctx, binary, has_source)
+        if builders.builds(binary):
+            grouped.setdefault(_group_of(ctx, binary), []).append(binary)
+        else:
+            yield ctx.finding(WITHOUT_SOURCE.id, binary.path, f"{binary.kind} ({binary.size} bytes) that "
+                              "nothing in the tree builds (no plausible source, setup.py extension or "
+                              "build rule for it)")
+    for where, products in sorted(grouped.items()):
+        yield _products_finding(ctx, where, products)
     for link in ctx.inventory.symlinks:
         if link.escapes:
             yield ctx.finding(SYMLINK.id, link.path, f"symbolic link to {link.target!r} leaves the tree")

@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING
 from compliance.checks.interface import CheckSpec
 from compliance.checks.readability import PATH_UNREADABLE
 from compliance.context import DeclaredKernel
+from compliance.kernel_symbols import kernel_functions
 from compliance.manifest import MANIFEST_NAME
 from compliance.paths import parent_dir, tree_relative
+from compliance.setup_sources import fnmatch_under
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext
@@ -133,6 +135,34 @@ VENDORED = CheckSpec(
 )
 VENDORED_DECLARATION = "a `vendored:` path must be a directory strictly inside the implementation"
 
+KERNEL_FUNCTION = CheckSpec(
+    id="kernel-function-undeclared", title="Kernel function in declared sources that is not declared",
+    default_level="error",
+    doc="A declared kernel is exactly what it declares: every kernel function its sources define "
+        "(CUDA `__global__` or `__attribute__((global))`, Triton `@triton.jit`/`@jit` functions; "
+        "comments ignored, line continuations joined) must be one of its `entry_symbols` or its "
+        "`helpers`, and each is judged by the category of the kernel that declares it. Anything "
+        "else rides on another kernel's allowlist entry: an attention kernel listed as an extra "
+        "source of an allowlisted DLRM embedding kernel, or a `__global__` appended to a declared "
+        "source.",
+    hint="Declare the function as a helper of this kernel if it belongs to it, declare it as its "
+         "own kernel with its own category, or remove it.",
+    passing="entry_symbols: [emb_fwd], helpers: [emb_bwd] and the sources define exactly those",
+    failing="sources: [emb.cu, attention.cu] where attention.cu defines __global__ attn_fwd",
+)
+UNSHIPPED = CheckSpec(
+    id="unshipped-source", title="Build script names sources the tree does not ship", default_level="error",
+    doc="A setup.py extension (`CUDAExtension`, `CppExtension`, `Extension`, ...) builds from "
+        "sources that resolve to nothing in the tree: a literal path that is not a file, or a "
+        "pattern (`glob.glob(os.path.join(extensions_dir, '*.cu'))`, `os.listdir(d)`, names "
+        "assigned once, read from the AST, never run) that matches no file. The extension would "
+        "build a kernel whose source is not shipped. Sources computed in ways the static reader "
+        "does not follow are not reported.",
+    hint="Commit the sources the build script compiles (or remove the extension).",
+    passing="CUDAExtension('fast._C', glob.glob('csrc/*.cu')) and csrc/gather.cu committed",
+    failing="CUDAExtension('fast._C', glob.glob('csrc/*.cu')) and no csrc/ directory",
+)
+
 _READ_LIMIT = 8 * 1024 * 1024
 """Bytes of each declared source searched for its entry symbols (sources are read no further)."""
 
@@ -180,9 +210,12 @@ def _undeclared(ctx: CheckContext) -> Iterator[Finding | None]:
 def _unshipped_extension_sources(ctx: CheckContext) -> Iterator[Finding | None]:
     for ext in ctx.inventory.setup_extensions:
         missing = [s for s in ext.sources if s not in ctx.inventory.files]
-        if missing:
-            yield ctx.finding(UNDECLARED.id, ext.setup_path, f"{ext.kind} {ext.name or ''} is built "
-                              f"from sources that are not in the tree: {', '.join(missing)}", line=ext.line)
+        empty = [p for p in ext.patterns if not any(fnmatch_under(p, m) for m in ext.matched)]
+        if missing or empty:
+            what = [*missing, *(f"{p} (pattern matching nothing)" for p in empty)]
+            yield ctx.finding(UNSHIPPED.id, ext.setup_path, f"{ext.kind} {ext.name or ''} is built "
+                              f"from sources that are not in the tree: {', '.join(what)}", line=ext.line,
+                              details={"missing": missing, "empty_patterns": empty})
 
 
 def _vendored(ctx: CheckContext) -> Iterator[Finding | None]:
@@ -237,6 +270,7 @@ def _symbol_pattern(symbol: str) -> re.Pattern[bytes]:
 def _sources(ctx: CheckContext, item: DeclaredKernel) -> Iterator[Finding | None]:
     kernel = item.kernel
     contents: list[bytes] = []
+    named: list[tuple[str, bytes]] = []
     for declared, rel in item.source_relpaths():
         if rel is None:
             yield ctx.finding(SOURCE_OUTSIDE.id, item.manifest_path, f"kernel {kernel.id!r}: source "
@@ -256,13 +290,36 @@ def _sources(ctx: CheckContext, item: DeclaredKernel) -> Iterator[Finding | None
                 yield ctx.finding(SOURCE_EMPTY.id, rel, f"kernel {kernel.id!r}: source is empty",
                                   kernel=kernel.id)
             contents.append(data)
+            named.append((rel, data))
     if not contents:
         return
+    yield from _undeclared_functions(ctx, item, named)
     for symbol in kernel.entry_symbols:
         if not any(_symbol_pattern(symbol).search(c) for c in contents):
             yield ctx.finding(ENTRY_SYMBOL.id, item.manifest_path,
                               f"kernel {kernel.id!r}: entry symbol {symbol!r} is not defined in "
                               f"{', '.join(kernel.sources)}", line=kernel.line, kernel=kernel.id)
+
+
+def _declared_in(ctx: CheckContext, rel: str) -> set[str]:
+    """Kernel functions declared (entry symbols or helpers) by any kernel listing source ``rel``:
+    kernels sharing a source each declare their own functions, judged by their own category."""
+    return {name for other in ctx.kernels() if rel in {r for _, r in other.source_relpaths()}
+            for name in (*other.kernel.entry_symbols, *other.kernel.helpers)}
+
+
+def _undeclared_functions(ctx: CheckContext, item: DeclaredKernel,
+                          named: list[tuple[str, bytes]]) -> Iterator[Finding | None]:
+    kernel = item.kernel
+    own = set(kernel.entry_symbols) | set(kernel.helpers)
+    for rel, data in named:
+        python = rel.endswith((".py", ".pyi"))
+        for function in dict.fromkeys(kernel_functions(data, python=python)):
+            if function not in own and function not in _declared_in(ctx, rel):
+                yield ctx.finding(KERNEL_FUNCTION.id, rel, f"kernel {kernel.id!r} (category {kernel.category!r}) "
+                                  f"ships kernel function {function!r}, which is neither one of its "
+                                  "entry_symbols nor its helpers", kernel=kernel.id,
+                                  details={"function": function, "manifest": item.manifest_path})
 
 
 def run(ctx: CheckContext) -> Iterator[Finding | None]:

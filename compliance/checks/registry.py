@@ -30,10 +30,11 @@ def specs() -> tuple[CheckSpec, ...]:
         declarations.MANIFEST_INVALID, declarations.MANIFEST_MISPLACED, declarations.UNDECLARED,
         declarations.NOT_ALLOWLISTED,
         declarations.LANGUAGE, declarations.REFERENCE_OP, declarations.SOURCE_MISSING, declarations.SOURCE_OUTSIDE,
-        declarations.SOURCE_EMPTY, declarations.ENTRY_SYMBOL, declarations.VENDORED,
+        declarations.SOURCE_EMPTY, declarations.ENTRY_SYMBOL, declarations.VENDORED, declarations.UNSHIPPED,
+        declarations.KERNEL_FUNCTION,
         binaries.WITHOUT_SOURCE, binaries.WITH_SOURCE, binaries.SYMLINK,
         upstream_links.MISSING, upstream_links.MALFORMED, upstream_links.HOST, upstream_links.NOT_PINNED,
-        vendoring.FORK, vendoring.BUILD_DIRECTORY,
+        vendoring.FORK,
         readability.PATH_UNREADABLE, readability.SETUP_UNPARSEABLE,
     )
     upstream_stage = (
