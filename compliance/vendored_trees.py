@@ -33,7 +33,6 @@ TransformerEngine); a native file belongs to its outermost tree.
 from __future__ import annotations
 
 import functools
-import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -308,13 +307,28 @@ def _marker_candidates(facts: TreeFacts, markers: tuple[str, ...]) -> dict[str, 
     return found
 
 
+def _is_source(name: str) -> bool:
+    dot = name.rfind(".")
+    return dot > 0 and name[dot:].lower() in SOURCE_EXTENSIONS
+
+
 def _licence_candidates(facts: TreeFacts, min_sources: int) -> dict[str, str]:
-    sources: Counter[str] = Counter()
+    """Licensed directories holding at least ``min_sources`` C/C++/CUDA sources (at any depth).
+
+    Sources are counted per directory in one pass, then each directory's count is added to
+    its licensed ancestors only: linear in the files plus the directories, not files x depth."""
+    if not facts.licensed_dirs:
+        return {}
+    per_dir: Counter[str] = Counter()
     for rel in facts.files:
-        if os.path.splitext(rel)[1].lower() in SOURCE_EXTENSIONS:
-            parts = rel.split("/")[:-1]
-            for depth in range(1, len(parts) + 1):
-                sources["/".join(parts[:depth])] += 1
+        parent, _, name = rel.rpartition("/")
+        if _is_source(name):
+            per_dir[parent] += 1
+    sources: Counter[str] = Counter()
+    for directory, count in per_dir.items():
+        for above in (directory, *_ancestors(directory)):
+            if above in facts.licensed_dirs:
+                sources[above] += count
     return {d: f"licence file and {sources[d]} C/C++/CUDA source files"
             for d in facts.licensed_dirs if d and sources[d] >= min_sources}
 
@@ -383,13 +397,25 @@ def _proof(rel: str, chain: list[str], matches: dict[str, CatalogueEntry],
 
 def _count(facts: TreeFacts, watched: set[str], matches: dict[str, CatalogueEntry],
            declared: tuple[str, ...]) -> tuple[_Counts, dict[str, str], set[str], dict[str, str]]:
-    """One pass over every file: per-tree counts, each native file's owner and proof."""
-    counts, owner, unproven, not_upstream = _Counts(), {}, set(), {}
+    """One pass over every file: per-tree counts, each native file's owner and proof.
+
+    The trees around a file depend only on its directory, so they are looked up once per
+    directory (a round has a few thousand directories for its tens of thousands of files)."""
+    counts = _Counts()
+    owner: dict[str, str] = {}
+    unproven: set[str] = set()
+    not_upstream: dict[str, str] = {}
+    if not watched:
+        return counts, owner, unproven, not_upstream
+    chains: dict[str, list[str]] = {}
     for rel in facts.files:
-        chain = [d for d in _ancestors(rel) if d in watched] if watched else []
+        parent, _, name = rel.rpartition("/")
+        chain = chains.get(parent)
+        if chain is None:
+            chain = chains[parent] = [d for d in (parent, *_ancestors(parent)) if d in watched]
         if not chain:
             continue
-        is_source = os.path.splitext(rel)[1].lower() in SOURCE_EXTENSIONS
+        is_source = _is_source(name)
         is_native = rel in facts.native
         for directory in chain:
             counts.files[directory] += 1
