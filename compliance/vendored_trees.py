@@ -141,8 +141,10 @@ class VendoredTree:
     source_files: int = 0
     """C/C++/CUDA source files inside."""
     unproven: int = 0
-    """Native files grouped as unproven upstream code (catalogued or declared trees only; the
-    others are the submitter's own and reported one by one)."""
+    """Native files grouped as unproven upstream code in this copy (catalogued or declared trees
+    only; a nested copy counts its own)."""
+    reported: int = 0
+    """Native files inside (nested trees included) reported one by one as the submitter's own."""
 
 
 @dataclass(frozen=True)
@@ -370,6 +372,7 @@ class _Counts:
     sources: Counter[str] = field(default_factory=Counter)
     native: Counter[str] = field(default_factory=Counter)
     unproven: Counter[str] = field(default_factory=Counter)
+    reported: Counter[str] = field(default_factory=Counter)
 
 
 def _accepted(candidates: dict[str, str], matches: dict[str, CatalogueEntry],
@@ -425,11 +428,14 @@ def _count(facts: TreeFacts, watched: set[str], matches: dict[str, CatalogueEntr
             continue
         owner[rel] = chain[-1]
         tree, never_had = _proof(rel, chain, matches, declared)
-        if tree is not None and never_had:
-            not_upstream[rel] = tree
-        elif tree is not None:
+        if tree is not None and not never_had:
             unproven.add(rel)
             counts.unproven[tree] += 1
+            continue
+        if tree is not None:
+            not_upstream[rel] = tree
+        for directory in chain:
+            counts.reported[directory] += 1
     return counts, owner, unproven, not_upstream
 
 
@@ -478,7 +484,7 @@ def recognise(facts: TreeFacts, protected: Callable[[str], bool], locate: Callab
             directory, candidates[directory], counts.native[directory], locate(directory),
             directory in declared, entry.id if entry else None, entry.name if entry else None,
             entry.repository if entry else None, parent, counts.files[directory],
-            counts.sources[directory], counts.unproven[directory]))
+            counts.sources[directory], counts.unproven[directory], counts.reported[directory]))
     return Recognition(tuple(trees), tuple(forks), owner, frozenset(unproven), not_upstream)
 
 
