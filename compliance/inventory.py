@@ -25,7 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from compliance.errors import InputError
-from compliance.layout import LayoutMapper, Location, Organization, find_organizations, implementation_roots
+from compliance.layout import (
+    LayoutMapper,
+    Location,
+    Organization,
+    find_organizations,
+    flat_benchmarks,
+    implementation_roots,
+)
 from compliance.manifest import MANIFEST_NAME
 from compliance.paths import parent_dir
 from compliance.setup_sources import FileIndex, SourceItem, extension_sources, module_assignments, relative_to_root
@@ -545,7 +552,7 @@ def classify(walk: Walk, style: str, divisions: tuple[str, ...] = (),
     root = walk.root
     _add_setup_sources(walk)
     organizations = find_organizations(root, style, divisions)
-    mapper = LayoutMapper(organizations, style)
+    mapper = LayoutMapper(organizations, style, flat_benchmarks(walk.files, organizations, style))
 
     def locate(rel: str) -> Location:
         return mapper.locate(tuple(rel.split("/"))) if rel else Location()

@@ -203,6 +203,13 @@ def _training_benchmark(ctx: CheckContext, org: Organization, bench_dir: Path,
     where = Location(org.division, org.name, bench_dir.parent.name, bench_dir.name)
     others = [d for d in _subdir_names(bench_dir) if d != IMPLEMENTATIONS]
     has_canonical = (bench_dir / IMPLEMENTATIONS).is_dir()
+    flat = ctx.inventory.mapper is not None and ctx.inventory.mapper.is_flat(
+        tuple(bench_dir.relative_to(ctx.root).parts))
+    if flat:  # the benchmark directory is the implementation: its subdirectories are its parts
+        yield ctx.finding(VARIANT.id, rel, f"code directly under {bench_dir.name}/, read as its implementation "
+                          f"with its subdirectories (canonical: {bench_dir.name}/implementations/<impl>/)",
+                          location=where)
+        return
     for other in others:
         yield ctx.finding(VARIANT.id, f"{rel}/{other}", f"{other}/ is read as an implementation "
                           f"directory {'beside' if has_canonical else 'instead of'} implementations/ "
