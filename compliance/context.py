@@ -41,10 +41,10 @@ class DeclaredKernel:
         return [(s, tree_relative(self.manifest_dir, s)) for s in self.kernel.sources]
 
 
-def declared_vendored_dirs(manifests: tuple[tuple[str, Manifest], ...]) -> tuple[str, ...]:
-    """Root-relative directories that manifests declare under ``vendored:``."""
-    return tuple(tree for rel, manifest in manifests for tree in
-                 (tree_relative(parent_dir(rel), v.path) for v in manifest.vendored) if tree)
+def declared_vendored_dirs(manifests: tuple[tuple[str, Manifest], ...]) -> dict[str, str]:
+    """Root-relative directories that manifests declare under ``vendored:`` -> the repository named."""
+    return {tree: v.repository for rel, manifest in manifests for v in manifest.vendored
+            for tree in (tree_relative(parent_dir(rel), v.path),) if tree}
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,10 @@ class CheckContext:
     """(root-relative path, manifest) for every manifest found."""
     level_overrides: dict[str, str] = field(default_factory=dict)
     """Levels set by policy sections (binary_policy) rather than ``checks:``."""
+    proof: str = "static"
+    """What proves a vendored copy in this run: ``static`` (nothing: copies are unproven
+    warnings), ``upstream`` (``--upstream``: declared copies are judged by blob; undeclared ones
+    are errors) or ``required`` (``--require-upstream``: every unproven copy is an error)."""
 
     def kernels(self) -> Iterator[DeclaredKernel]:
         """Every valid kernel declaration in every manifest."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compliance.inventory import Inventory, NativeFile, build_inventory
+from compliance.kernel_symbols import kernel_functions
 from compliance.manifest import MANIFEST_NAME, PLACEHOLDER
 from compliance.paths import parent_dir
 from compliance.ruleset import RuleSet
@@ -32,10 +33,7 @@ HEADER_EXTENSIONS = frozenset({".h", ".hh", ".hpp", ".hxx", ".cuh", ".inl", ".in
 READ_LIMIT = 4 * 1024 * 1024
 """Bytes of a source read for its symbols."""
 
-_GLOBAL = re.compile(rb"__global__\s+(?:[\w:<>,*&\s]+?\s+[*&]*)?(\w+)\s*\(")
-_LAUNCH_BOUNDS = re.compile(rb"__launch_bounds__\s*\([^)]*\)")
 _DEF = re.compile(rb"\.def\(\s*\"([A-Za-z_]\w*)")
-_TRITON = re.compile(rb"@triton\.jit[^\n]*\n(?:\s*@[^\n]*\n)*\s*def\s+(\w+)")
 _CALLS = {"load": "cpp_extension.load", "load_inline": "load_inline"}
 
 
@@ -116,8 +114,7 @@ def entry_symbols(contents: list[bytes]) -> tuple[tuple[str, ...], str | None]:
     """(entry symbols, first pybind11/TORCH_LIBRARY name) found in the sources."""
     found: list[str] = []
     for data in contents:
-        found += [m.group(1).decode() for m in _GLOBAL.finditer(_LAUNCH_BOUNDS.sub(b"", data))]
-        found += [m.group(1).decode() for m in _TRITON.finditer(data)]
+        found += kernel_functions(data) + kernel_functions(data, python=True)
     bound = [m.group(1).decode() for data in contents for m in _DEF.finditer(data)]
     found += [b for b in bound if _callable_in(b, contents)]
     return _ordered_unique(found), (bound[0] if bound else None)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from compliance.checks import binaries
+from compliance.checks import binaries, declarations
 from compliance.checks.builtin import StaticStage
 from compliance.context import CheckContext, Stage, declared_vendored_dirs
 from compliance.errors import InputError
@@ -70,9 +70,9 @@ def choose_ruleset(rules: str | None, manifests: tuple[tuple[str, Manifest], ...
     return RuleSetChoice(load_ruleset(DEFAULT_RULESET, roots), "default")
 
 
-def build_context(root: Path, rules: str | None,
-                  rules_dirs: tuple[Path, ...] = ()) -> tuple[CheckContext, RuleSetChoice]:
-    """Walk ``root`` once and assemble everything checks need."""
+def build_context(root: Path, rules: str | None, rules_dirs: tuple[Path, ...] = (),
+                  proof: str = "static") -> tuple[CheckContext, RuleSetChoice]:
+    """Walk ``root`` once and assemble everything checks need (``proof``: see ``CheckContext.proof``)."""
     walk = walk_tree(root)
     manifests = read_manifests(walk)
     choice = choose_ruleset(rules, manifests, root, rules_dirs)
@@ -84,7 +84,9 @@ def build_context(root: Path, rules: str | None,
                          declared_vendored=declared_vendored)
     overrides = {binaries.WITHOUT_SOURCE.id: ruleset.binary_policy.without_source,
                  binaries.WITH_SOURCE.id: ruleset.binary_policy.build_product_with_source}
-    return CheckContext(root.resolve(), ruleset, inventory, manifests, overrides), choice
+    if proof != "static":  # an unproven copy is no longer a warning once proof is asked for
+        overrides[declarations.VENDORED.id] = "error"
+    return CheckContext(root.resolve(), ruleset, inventory, manifests, overrides, proof), choice
 
 
 def stages_for(options: CheckOptions) -> list[Stage]:
@@ -107,5 +109,5 @@ def report_for(ctx: CheckContext, choice: RuleSetChoice, stages: list[Stage]) ->
 def run_check(root: Path, options: CheckOptions | None = None) -> CheckReport:
     """The whole ``compliance check``: static checks plus the stages asked for (None: static only)."""
     options = options or CheckOptions()
-    ctx, choice = build_context(root, options.rules, options.rules_dirs)
+    ctx, choice = build_context(root, options.rules, options.rules_dirs, options.proof)
     return report_for(ctx, choice, stages_for(options))

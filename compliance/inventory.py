@@ -19,15 +19,23 @@ import re
 import stat
 import warnings
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from compliance.errors import InputError
-from compliance.layout import LayoutMapper, Location, Organization, find_organizations
+from compliance.layout import (
+    LayoutMapper,
+    Location,
+    Organization,
+    find_organizations,
+    flat_benchmarks,
+    implementation_roots,
+)
 from compliance.manifest import MANIFEST_NAME
 from compliance.paths import parent_dir
+from compliance.setup_sources import FileIndex, SourceItem, extension_sources, module_assignments, relative_to_root
 from compliance.upstream.blobs import file_normalized_blob_hash, normalized_blob_hash
 from compliance.vendored_trees import (
     Fork,
@@ -92,7 +100,14 @@ class NativeFile:
     location: Location
     """Where it sits in the layout."""
     vendored_tree: str | None = None
-    """Root-relative path of the vendored tree it belongs to, if any."""
+    """Root-relative path of the (outermost) vendored tree it sits in, if any: a grouping for
+    reports, never a verdict."""
+    unproven: bool = False
+    """Inside a catalogued or declared copy at a path upstream may have had: counted in one
+    ``vendored-unproven`` finding per tree instead of one by one (``--upstream`` proves it)."""
+    not_upstream_of: str | None = None
+    """The catalogued copy it sits in whose upstream never had this path (so it is the
+    submitter's own kernel), if any."""
 
     @property
     def line(self) -> int | None:
@@ -141,16 +156,27 @@ class SetupExtension:
     line: int
     """Line of the call."""
     kind: str
-    """CUDAExtension or CppExtension."""
+    """CUDAExtension, CppExtension, Pybind11Extension or Extension (setuptools' plain one: it
+    builds binaries the binary check accepts, but its sources are not kernel code by that alone)."""
     name: str | None
     """Extension name (first argument), when a literal."""
     sources: tuple[str, ...]
-    """Root-relative paths of the literal sources listed."""
+    """Root-relative paths of the sources listed (literal or computed)."""
+    patterns: tuple[str, ...] = ()
+    """Root-relative glob patterns the sources come from (``glob()``, ``os.listdir``)."""
+    matched: tuple[str, ...] = ()
+    """Files of the tree the patterns match (filled when the walk is classified)."""
+
+    @property
+    def shipped(self) -> tuple[str, ...]:
+        """Every source of the extension that the tree holds is one of these (listed or matched)."""
+        return self.sources + self.matched
 
 
 @dataclass(frozen=True)
 class BuildDirectory:
-    """A committed build directory (``build/temp.*``, ``build/lib.*``): one finding, products listed."""
+    """A committed build directory (``build/temp.*``, ``build/lib.*``), listed by the inventory; its files
+    are classified like any other (a binary there needs its source, a source there is a kernel)."""
 
     path: str
     """Root-relative POSIX path."""
@@ -196,13 +222,20 @@ class Inventory:
     forks: tuple[Fork, ...] = ()
     """Organization/implementation roots that are copies of a catalogued project."""
     build_directories: tuple[BuildDirectory, ...] = ()
-    """Committed build directories (their files are neither native code nor loose binaries)."""
+    """Committed build directories (listed; their files are classified like any other)."""
     digests: dict[str, str] = field(default_factory=dict)
     """Native file -> git blob hash of its content with CRLF line endings made LF."""
+    declared_vendored: frozenset[str] = frozenset()
+    """Root-relative directories that ``vendored:`` declarations may group (strictly inside an
+    implementation, none of its roots); other declarations are ``manifest-invalid``."""
 
     def locate(self, relpath: str) -> Location:
         """Layout location of a root-relative path."""
         return self.mapper.locate(tuple(relpath.split("/"))) if self.mapper else Location()
+
+    def vendored_owner(self, relpath: str) -> str | None:
+        """The outermost vendored tree holding ``relpath``, if any."""
+        return next((t.path for t in self.vendored if t.parent is None and relpath.startswith(t.path + "/")), None)
 
     def by_submitter(self) -> dict[str, dict[str, int]]:
         """Counts per submitter: native, vendored native, binaries, manifests."""
@@ -265,6 +298,11 @@ def scan_markers(data: bytes) -> list[Evidence]:
     return found
 
 
+EXTENSION_CALLS = ("CUDAExtension", "CppExtension", "Extension", "Pybind11Extension")
+"""setup.py calls that build a native extension (setuptools' plain ``Extension`` builds fairseq's
+``libbleu``; ``Pybind11Extension`` is pybind11's)."""
+
+
 def _literal_strings(node: ast.AST | None) -> list[str]:
     if isinstance(node, (ast.List, ast.Tuple)):
         return [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
@@ -306,19 +344,27 @@ def setup_extensions(source: bytes, setup_relpath: str) -> list[SetupExtension]:
 
 
 def setup_extensions_of(tree: ast.AST, setup_relpath: str) -> list[SetupExtension]:
-    """The extension calls in a parsed setup.py (``ast.walk`` is iterative: no depth limit)."""
+    """The extension calls in a parsed setup.py (``ast.walk`` is iterative: no depth limit).
+
+    Sources are literal lists or computed ones (``glob``, ``os.path.join``, ``os.listdir``,
+    names assigned once): ``compliance.setup_sources`` evaluates what it can, statically."""
     base = parent_dir(setup_relpath)
+    names = module_assignments(tree)
     found = []
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Call) or _call_name(node) not in ("CUDAExtension", "CppExtension"):
+        if not isinstance(node, ast.Call) or _call_name(node) not in EXTENSION_CALLS:
             continue
         keywords = {k.arg: k.value for k in node.keywords if k.arg}
         name_node = node.args[0] if node.args else keywords.get("name")
-        sources_node = node.args[1] if len(node.args) > 1 else keywords.get("sources")
         name = name_node.value if isinstance(name_node, ast.Constant) and isinstance(name_node.value, str) else None
-        sources = tuple(os.path.normpath(f"{base}/{s}" if base else s).replace(os.sep, "/")
-                        for s in _literal_strings(sources_node))
-        found.append(SetupExtension(setup_relpath, node.lineno, str(_call_name(node)), name, sources))
+        items = extension_sources(node, names)
+        if items is None:
+            sources_node = node.args[1] if len(node.args) > 1 else keywords.get("sources")
+            items = [SourceItem(s, False) for s in _literal_strings(sources_node)]
+        resolved = [(relative_to_root(i.text, base), i) for i in items]
+        sources = tuple(r for r, i in resolved if r is not None and not i.pattern)
+        patterns = tuple(r for r, i in resolved if r is not None and i.pattern)
+        found.append(SetupExtension(setup_relpath, node.lineno, str(_call_name(node)), name, sources, patterns))
     return found
 
 
@@ -376,9 +422,10 @@ def _visit_file(entry: os.DirEntry[str], rel: str, walk: Walk) -> None:
         walk.unreadable.append(rel)
         return
     kind = binary_kind(data[:64])
-    if build_dir is not None:
+    if build_dir is not None:  # listed for the inventory, and classified like any other file
         walk.build_products.setdefault(build_dir, []).append((rel, kind or "file"))
-        return
+        if is_build_noise(rel):
+            return
     if kind is not None:
         walk.binaries.append((rel, kind, size))
         return
@@ -436,17 +483,39 @@ def _languages(rel: str, evidence: list[Evidence]) -> tuple[str, ...]:
 
 
 def _protected_dirs(walk: Walk, organizations: list[Organization], mapper: LayoutMapper) -> set[str]:
-    """The root, organization and implementation roots and every directory above them."""
+    """The root, organization and implementation roots (whatever their depth: framework-named
+    levels and chains of single directories below the layout's implementation directory) and
+    every directory above them."""
     tops = {"/".join(o.prefix) for o in organizations}
+    children: dict[str, list[str]] = {}
+    for directory in walk.dirs:
+        children.setdefault(parent_dir(directory), []).append(directory)
+    with_files = {parent_dir(rel) for rel in walk.files}
     for directory in walk.dirs:
         parts = tuple(directory.split("/"))
         if mapper.implementation_dir(parts + ("-",)) == parts:
-            tops.add(directory)
+            tops.update(implementation_roots(directory, children, with_files))
     protected = {""}
     for top in tops:
         names = top.split("/")
         protected.update("/".join(names[:depth]) for depth in range(1, len(names) + 1))
     return protected
+
+
+def _declarable(tree: str, protected: set[str], mapper: LayoutMapper) -> bool:
+    """A ``vendored:`` declaration groups only a strict subdirectory of an implementation that
+    is none of its roots (never the root, an ancestor of it, or anything outside it)."""
+    parts = tuple(tree.split("/"))
+    impl = mapper.implementation_dir(parts)
+    return tree not in protected and impl is not None and len(impl) < len(parts)
+
+
+def _size_reader(root: Path) -> Callable[[str], int]:
+    """Size of a root-relative file, never following a link (catalogue evidence needs sizes of
+    a few signature files only, so they are read on demand rather than kept for every file)."""
+    def size_of(rel: str) -> int:
+        return os.stat(root / rel, follow_symlinks=False).st_size
+    return size_of
 
 
 def walk_tree(root: Path) -> Walk:
@@ -459,11 +528,17 @@ def walk_tree(root: Path) -> Walk:
 
 
 def _add_setup_sources(walk: Walk) -> None:
-    """Sources listed by setup.py extensions are native code even without markers."""
+    """Sources listed by setup.py extensions (literally or by a pattern) are native code even
+    without markers; each extension learns which files its patterns match."""
+    index = FileIndex(walk.files) if any(ext.patterns for ext in walk.setups) else None
+    if index is not None:
+        walk.setups = [replace(ext, matched=tuple(sorted({m for p in ext.patterns for m in index.matching(p)})))
+                       for ext in walk.setups]
     for ext in walk.setups:
-        for source in ext.sources:
-            if source in walk.files and source not in walk.native and not is_build_noise(source) \
-                    and build_directory_of(source) is None:
+        if ext.kind == "Extension":
+            continue
+        for source in ext.shipped:
+            if source in walk.files and source not in walk.native and not is_build_noise(source):
                 walk.native[source] = [Evidence("setup.py", ext.line)]
                 digest = file_normalized_blob_hash(walk.root / source)
                 if digest is not None:
@@ -472,12 +547,12 @@ def _add_setup_sources(walk: Walk) -> None:
 
 def classify(walk: Walk, style: str, divisions: tuple[str, ...] = (),
              vendored_markers: tuple[str, ...] = ("third_party",), min_vendored_native: int = 50,
-             declared_vendored: tuple[str, ...] = ()) -> Inventory:
+             declared_vendored: Mapping[str, str] | None = None) -> Inventory:
     """Map a walk onto the layout ``style``; recognise vendored trees, forks and build directories."""
     root = walk.root
     _add_setup_sources(walk)
     organizations = find_organizations(root, style, divisions)
-    mapper = LayoutMapper(organizations, style)
+    mapper = LayoutMapper(organizations, style, flat_benchmarks(walk.files, organizations, style))
 
     def locate(rel: str) -> Location:
         return mapper.locate(tuple(rel.split("/"))) if rel else Location()
@@ -487,11 +562,13 @@ def classify(walk: Walk, style: str, divisions: tuple[str, ...] = (),
         return mapper.locate((*rel.split("/"), "-")) if rel else Location()
 
     protected = _protected_dirs(walk, organizations, mapper)
+    declared = {d: repo for d, repo in (declared_vendored or {}).items() if _declarable(d, protected, mapper)}
     facts = TreeFacts(frozenset(walk.files), frozenset(walk.dirs), frozenset(walk.native),
-                      frozenset(walk.licensed_dirs))
+                      frozenset(walk.licensed_dirs), _size_reader(root))
     found = recognise(facts, protected.__contains__, locate_dir, vendored_markers, min_vendored_native,
-                      declared_vendored, load_catalogue())
-    native = tuple(NativeFile(rel, _languages(rel, ev), tuple(ev), locate(rel), found.outermost(rel))
+                      declared, load_catalogue())
+    native = tuple(NativeFile(rel, _languages(rel, ev), tuple(ev), locate(rel), found.owner.get(rel),
+                              rel in found.unproven, found.not_upstream.get(rel))
                    for rel, ev in sorted(walk.native.items()))
     return Inventory(
         root=root.resolve(), style=style, organizations=tuple(organizations),
@@ -504,6 +581,7 @@ def classify(walk: Walk, style: str, divisions: tuple[str, ...] = (),
         build_directories=tuple(BuildDirectory(d, tuple(sorted(p)), locate(d))
                                 for d, p in sorted(walk.build_products.items())),
         digests=dict(walk.digests), unparseable_setups=tuple(sorted(walk.unparseable_setups)),
+        declared_vendored=frozenset(declared),
     )
 
 

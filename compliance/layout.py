@@ -37,6 +37,27 @@ ENTRY_FILE = "entry.json"
 """``results/<system>/entry.json``: the system description of Training v0.5/v0.6 trees."""
 IMPLEMENTATIONS = "implementations"
 V05_ROUND_DIR = "v0.5.0"
+FRAMEWORK_NAMES = frozenset({"pytorch", "torch", "tensorflow", "tf", "tf2", "mxnet", "paddle",
+                             "paddlepaddle", "jax", "hugectr", "mindspore", "merlin_hugectr"})
+"""Directory names of a framework level inside an implementation
+(``benchmarks/<b>/implementation/pytorch/``, ``implementations/<system>/mxnet/``): such a
+directory is the implementation's own root too, never a vendored copy."""
+
+
+def implementation_roots(impl_dir: str, children: dict[str, list[str]], with_files: set[str]) -> list[str]:
+    """``impl_dir`` and the deeper roots of the same implementation: framework-named child
+    directories, and the only child of a directory that holds no file (a chain of single
+    directories), recursively. Paths are root-relative POSIX strings."""
+    roots, pending = [], [impl_dir]
+    while pending:
+        current = pending.pop()
+        roots.append(current)
+        below = children.get(current, [])
+        for child in below:
+            name = child.rsplit("/", 1)[-1].lower()
+            if name in FRAMEWORK_NAMES or (len(below) == 1 and current not in with_files):
+                pending.append(child)
+    return roots
 
 
 def code_dirs(style: str) -> tuple[str, ...]:
@@ -123,13 +144,47 @@ def find_organizations(root: Path, style: str, divisions: tuple[str, ...]) -> li
     return [Organization(o.name, (o.name,), None) for o in subdirs(root) if _is_org(o, style)]
 
 
+DOC_SUFFIXES = (".md", ".txt", ".rst", ".pdf", ".png", ".jpg", ".svg", ".json", ".yaml", ".yml")
+"""Files that do not make a benchmark directory an implementation by themselves."""
+
+
+def flat_benchmarks(files: frozenset[str] | set[str], organizations: list[Organization],
+                    style: str) -> frozenset[tuple[str, ...]]:
+    """Training benchmark directories that are implementations themselves: code files directly
+    in ``benchmarks/<b>/`` and no ``implementations/`` there. Their subdirectories
+    (``mlperf_logger/``, ``configs/``, ...) are parts of that implementation, not implementations."""
+    if style != "training":
+        return frozenset()
+    prefixes = {org.prefix: org for org in organizations}
+    with_code: set[tuple[str, ...]] = set()
+    with_impls: set[tuple[str, ...]] = set()
+    for rel in files:
+        parts = tuple(rel.split("/"))
+        for depth in {len(p) for p in prefixes}:
+            if parts[:depth] not in prefixes or len(parts) < depth + 3 or parts[depth] not in code_dirs(style):
+                continue
+            bench = parts[:depth + 2]
+            if len(parts) == depth + 3 and not parts[-1].lower().endswith(DOC_SUFFIXES) \
+                    and not parts[-1].upper().startswith(("LICENSE", "README")):
+                with_code.add(bench)
+            elif parts[depth + 2] == IMPLEMENTATIONS:
+                with_impls.add(bench)
+    return frozenset(with_code - with_impls)
+
+
 class LayoutMapper:
     """Maps root-relative path parts to a ``Location``."""
 
-    def __init__(self, organizations: list[Organization], style: str) -> None:
+    def __init__(self, organizations: list[Organization], style: str,
+                 flat: frozenset[tuple[str, ...]] = frozenset()) -> None:
         self.style = style
+        self._flat = flat
         self._by_prefix = {org.prefix: org for org in organizations}
         self._depths = sorted({len(p) for p in self._by_prefix}, reverse=True)
+
+    def is_flat(self, bench_parts: tuple[str, ...]) -> bool:
+        """True when the root-relative benchmark directory is an implementation itself."""
+        return bench_parts in self._flat
 
     def org_of(self, parts: tuple[str, ...]) -> tuple[Organization, tuple[str, ...]] | None:
         """The organization a path is in and the path parts below it."""
@@ -148,22 +203,24 @@ class LayoutMapper:
         base = Location(division=org.division, submitter=org.name,
                         area=rest[0] if len(rest) > 1 else None)
         if base.area in code_dirs(self.style):
-            return self._code_location(base, rest)
+            return self._code_location(base, rest, org.prefix)
         if base.area == "results" and len(rest) >= 3:
             return Location(org.division, org.name, "results",
                             benchmark=rest[2] if len(rest) > 3 else None, system=rest[1])
         return base
 
-    def _code_location(self, base: Location, rest: tuple[str, ...]) -> Location:
-        impl = self._implementation_parts(rest)
+    def _code_location(self, base: Location, rest: tuple[str, ...], prefix: tuple[str, ...]) -> Location:
+        impl = self._implementation_parts(rest, prefix)
         if impl is None:
             benchmark = rest[1] if len(rest) > 2 else None
             return Location(base.division, base.submitter, base.area, benchmark, None)
+        if len(impl) == 2:  # flat: the benchmark directory is the implementation
+            return Location(base.division, base.submitter, base.area, impl[1], impl[1])
         if self.style == "training" and rest[1] == IMPLEMENTATIONS:  # inverted
             return Location(base.division, base.submitter, base.area, impl[3], impl[2])
         return Location(base.division, base.submitter, base.area, impl[1], impl[-1])
 
-    def _implementation_parts(self, rest: tuple[str, ...]) -> tuple[str, ...] | None:
+    def _implementation_parts(self, rest: tuple[str, ...], prefix: tuple[str, ...] = ()) -> tuple[str, ...] | None:
         """Org-relative parts of the implementation directory holding ``rest``, if any.
 
         Training: ``benchmarks/<b>/implementations/<impl>``, the inverted
@@ -173,6 +230,8 @@ class LayoutMapper:
         """
         if not rest or rest[0] not in code_dirs(self.style):
             return None
+        if len(rest) > 2 and prefix + rest[:2] in self._flat:
+            return rest[:2]  # a benchmark directory that is the implementation itself
         if self.style != "training":
             return rest[:3] if len(rest) > 3 else None
         if len(rest) > 4 and IMPLEMENTATIONS in rest[1:3]:
@@ -187,5 +246,5 @@ class LayoutMapper:
         if found is None:
             return None
         org, rest = found
-        impl = self._implementation_parts(rest)
+        impl = self._implementation_parts(rest, org.prefix)
         return None if impl is None else org.prefix + impl

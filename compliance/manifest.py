@@ -93,6 +93,8 @@ class KernelDeclaration:
     """Upstream link, if declared."""
     binaries: tuple[str, ...] = ()
     """Declared build products of the sources."""
+    helpers: tuple[str, ...] = ()
+    """Other kernel functions the sources define (launched by the entry symbols)."""
     build: Mapping[str, Any] = field(default_factory=dict)
     """Build description for verification (raw; interpreted by ``compliance.verify``)."""
     line: int | None = None
@@ -181,7 +183,8 @@ def _kernel(document: YamlDocument, index: int, data: Mapping[str, Any]) -> Kern
         upstream=None if up is None else Upstream(
             repository=up["repository"], commit=str(up["commit"]), paths=tuple(up["paths"]),
             pull_request=up.get("pull_request"), line=up_mark.line if up_mark else None),
-        binaries=tuple(data.get("binaries", ())), build=dict(data.get("build", {})),
+        binaries=tuple(data.get("binaries", ())), helpers=tuple(data.get("helpers", ())),
+        build=dict(data.get("build", {})),
         line=mark.line if mark else None, json_path=("kernels", index),
     )
 

@@ -33,6 +33,15 @@ class CheckOptions:
     """Prove upstream links with git (``--upstream``); None: the stage does not run."""
     verify: VerifyOptions | None = None
     """Build and numerically verify declared kernels (``--verify``); None: the stage does not run."""
+    require_upstream: bool = False
+    """``--require-upstream``: vendored copies not proven by ``--upstream`` are errors."""
+
+    @property
+    def proof(self) -> str:
+        """What proves a vendored copy: ``required``, ``upstream`` or ``static`` (see CheckContext.proof)."""
+        if self.require_upstream:
+            return "required"
+        return "upstream" if self.upstream is not None else "static"
 
 
 @dataclass(frozen=True)

@@ -165,6 +165,32 @@ class VendoredPolicy:
 
 
 @dataclass(frozen=True)
+class ModelNameRules:
+    """How the round's MLCommons submission checker resolves a model name (``get_mlperf_model``):
+    after the official names and the round's model mapping (``benchmark_aliases``), the
+    submitter's ``open/<org>/model_mapping.json`` (open division) and substring guesses."""
+
+    source: str
+    """The checker file at the commit the rules were read from."""
+    submitter_mapping: bool
+    """The open division's ``<org>/model_mapping.json`` maps names to official models."""
+    guesses: tuple[tuple[tuple[str, ...], str], ...]
+    """(substrings, model) in the checker's order: the first whose substring is in the name wins."""
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any] | None) -> ModelNameRules | None:
+        """From a rule set's ``model_name_rules`` (None when absent)."""
+        if not data:
+            return None
+        return cls(data["source"], bool(data["submitter_mapping"]),
+                   tuple((tuple(g["contains"]), g["model"]) for g in data.get("guesses", ())))
+
+    def guess(self, name: str) -> str | None:
+        """The model the checker's substring guesses give ``name``, if any."""
+        return next((model for parts, model in self.guesses if any(p in name for p in parts)), None)
+
+
+@dataclass(frozen=True)
 class RuleSet:
     """A resolved rule set (``extends`` applied), ready for the checker."""
 
@@ -192,6 +218,9 @@ class RuleSet:
     """Benchmarks of the round."""
     benchmark_aliases: Mapping[str, str]
     """Directory name -> official benchmark name it stands for."""
+    model_name_rules: ModelNameRules | None
+    """Inference: the submission checker's further name resolution (None: official names and
+    aliases only)."""
     allowlist: tuple[AllowlistEntry, ...]
     """Custom-kernel categories in force."""
     binary_policy: BinaryPolicy
@@ -667,6 +696,7 @@ def _build(merged: dict[str, Any], chain: list[Path], origins: dict[str, str]) -
         layout=merged["layout"], divisions=tuple(merged.get("divisions", ())),
         benchmarks=tuple(merged["benchmarks"]),
         benchmark_aliases=dict(merged.get("benchmark_aliases", {})),
+        model_name_rules=ModelNameRules.from_data(merged.get("model_name_rules")),
         allowlist=tuple(AllowlistEntry.from_data(e) for e in merged.get("allowlist", [])),
         binary_policy=BinaryPolicy(**merged.get("binary_policy", {})),
         upstream_policy=_upstream_policy(merged.get("upstream_policy", {})),

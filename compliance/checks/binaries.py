@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -10,12 +11,28 @@ from typing import TYPE_CHECKING
 from compliance.checks.specs import SYMLINK as SYMLINK
 from compliance.checks.specs import WITH_SOURCE as WITH_SOURCE
 from compliance.checks.specs import WITHOUT_SOURCE as WITHOUT_SOURCE
-from compliance.paths import tree_relative
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext
     from compliance.findings import Finding
     from compliance.inventory import BinaryFile
+
+LISTED_IN_MESSAGE = 5
+"""Build products named in a message (details list them all)."""
+
+
+PLAUSIBLE_CODE_BYTES = 40
+"""Bytes of code (comments and whitespace removed) a source needs to count as building a binary."""
+SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".cu", ".f90", ".f", ".rs", ".go", ".s", ".S")
+"""What a binary can be built from (headers alone build nothing)."""
+TEXT_SUFFIXES = frozenset({".c", ".cc", ".cpp", ".cxx", ".c++", ".cu", ".cuh", ".h", ".hh", ".hpp", ".py",
+                           ".txt", ".md", ".json", ".yaml", ".yml", ".ptx", ".s", ".sh"})
+"""A binary wearing one of these extensions pretends to be something else: never a build product."""
+BUILD_FILE_NAMES = frozenset({"CMakeLists.txt", "BUILD", "BUILD.bazel", "Makefile", "makefile", "GNUmakefile"})
+BUILD_FILE_SUFFIXES = (".cmake", ".mk", ".bzl")
+_READ = 256 * 1024
+_COMMENTS = re.compile(rb"/\*.*?\*/|//[^\n]*|#[^\n]*", re.S)
+_SOURCE_TOKEN = re.compile(rb"[\w./+-]+\.(?:c|cc|cpp|cxx|cu)\b")
 
 
 def _stem(name: str) -> str:
@@ -30,34 +47,100 @@ def _scope(path: str, ctx: CheckContext) -> tuple[str | None, ...]:
     return (os.path.dirname(path),)
 
 
-def _source_names(ctx: CheckContext) -> tuple[set[tuple[tuple[str | None, ...], str]], set[str]]:
-    """(scope, stem) of every source and extension, and every declared binary path."""
-    names = set()
-    for native in ctx.inventory.native:
-        names.add((_scope(native.path, ctx), _stem(native.path)))
-    for ext in ctx.inventory.setup_extensions:
-        if ext.name:
-            names.add((_scope(ext.setup_path, ctx), ext.name.rsplit(".", 1)[-1]))
-    declared: set[str] = set()
-    for item in ctx.kernels():
-        declared.update(r for r in (tree_relative(item.manifest_dir, b) for b in item.kernel.binaries) if r)
-    return names, declared
+class _Builders:
+    """What in the tree can build a binary, read lazily and once per file."""
+
+    def __init__(self, ctx: CheckContext) -> None:
+        self.ctx = ctx
+        self._plausible: dict[str, bool] = {}
+        self.stems: dict[tuple[tuple[str | None, ...], str], list[str]] = {}
+        self.build_files: dict[tuple[str | None, ...], list[str]] = {}
+        for rel in ctx.inventory.files:
+            name = rel.rsplit("/", 1)[-1]
+            if name.endswith(SOURCE_SUFFIXES):
+                self.stems.setdefault((_scope(rel, ctx), _stem(rel)), []).append(rel)
+            elif name in BUILD_FILE_NAMES or name.endswith(BUILD_FILE_SUFFIXES):
+                self.build_files.setdefault(_scope(rel, ctx), []).append(rel)
+
+    def _read(self, rel: str) -> bytes:
+        try:
+            with open(self.ctx.root / rel, "rb") as handle:
+                return handle.read(_READ)
+        except OSError:
+            return b""
+
+    def plausible(self, rel: str) -> bool:
+        """True when ``rel`` is a file of the tree holding real code (not empty, not a decoy)."""
+        if rel not in self._plausible:
+            code = b"".join(_COMMENTS.sub(b"", self._read(rel)).split()) if rel in self.ctx.inventory.files else b""
+            self._plausible[rel] = len(code) >= PLAUSIBLE_CODE_BYTES
+        return self._plausible[rel]
+
+    def by_stem(self, binary: str, scope: tuple[str | None, ...]) -> bool:
+        return any(self.plausible(s) for s in self.stems.get((scope, _stem(binary)), ()))
+
+    def by_setup(self, binary: str, scope: tuple[str | None, ...]) -> bool:
+        stem = _stem(binary)
+        return any(ext.name and _stem(ext.name.rsplit(".", 1)[-1]) == stem and ext.shipped
+                   and all(self.plausible(s) for s in ext.shipped)
+                   for ext in self.ctx.inventory.setup_extensions if _scope(ext.setup_path, self.ctx) == scope)
+
+    def by_build_file(self, binary: str, scope: tuple[str | None, ...]) -> bool:
+        word = re.compile(rb"\b" + re.escape(_stem(binary).encode()) + rb"\b")
+        for build in self.build_files.get(scope, ()):
+            text = self._read(build)
+            if not word.search(text):
+                continue
+            base = os.path.dirname(build)
+            for token in _SOURCE_TOKEN.findall(text):
+                source = os.path.normpath(os.path.join(base, token.decode(errors="replace"))).replace(os.sep, "/")
+                if self.plausible(source):
+                    return True
+        return False
+
+    def builds(self, binary: BinaryFile) -> bool:
+        """True when something in the tree plausibly builds ``binary``."""
+        if os.path.splitext(binary.path)[1].lower() in TEXT_SUFFIXES:
+            return False
+        scope = _scope(binary.path, self.ctx)
+        return self.by_stem(binary.path, scope) or self.by_setup(binary.path, scope) \
+            or self.by_build_file(binary.path, scope)
 
 
-def _binary_finding(ctx: CheckContext, binary: BinaryFile, has_source: bool) -> Finding | None:
-    if has_source:
-        return ctx.finding(WITH_SOURCE.id, binary.path, f"committed build product ({binary.kind}, "
-                           f"{binary.size} bytes); its source is present")
-    return ctx.finding(WITHOUT_SOURCE.id, binary.path, f"{binary.kind} ({binary.size} bytes) with no "
-                       "source in the tree")
+def _group_of(ctx: CheckContext, binary: BinaryFile) -> str:
+    """Where a build product is reported: its vendored tree, else its build directory, else its directory."""
+    owner = ctx.inventory.vendored_owner(binary.path)
+    if owner is not None:
+        return owner
+    parts = binary.path.split("/")
+    for depth in range(len(parts) - 2):
+        if parts[depth] == "build" and parts[depth + 1].startswith(("temp.", "lib.")):
+            return "/".join(parts[:depth + 2])
+    return os.path.dirname(binary.path) or "."
+
+
+def _products_finding(ctx: CheckContext, where: str, products: list[BinaryFile]) -> Finding | None:
+    names = [b.path[len(where) + 1:] if where != "." else b.path for b in products]
+    listed = ", ".join(names[:LISTED_IN_MESSAGE])
+    more = f" and {len(names) - LISTED_IN_MESSAGE} more" if len(names) > LISTED_IN_MESSAGE else ""
+    return ctx.finding(WITH_SOURCE.id, where, f"{len(products)} committed build product(s) whose sources "
+                       f"are in the tree: {listed}{more}",
+                       details={"products": [{"path": b.path, "kind": b.kind, "size": b.size} for b in products]})
 
 
 def run(ctx: CheckContext) -> Iterator[Finding | None]:
     """Binary and symlink findings."""
-    names, declared = _source_names(ctx)
+    builders = _Builders(ctx)
+    grouped: dict[str, list[BinaryFile]] = {}
     for binary in ctx.inventory.binaries:
-        has_source = binary.path in declared or (_scope(binary.path, ctx), _stem(binary.path)) in names
-        yield _binary_finding(ctx, binary, has_source)
+        if builders.builds(binary):
+            grouped.setdefault(_group_of(ctx, binary), []).append(binary)
+        else:
+            yield ctx.finding(WITHOUT_SOURCE.id, binary.path, f"{binary.kind} ({binary.size} bytes) that "
+                              "nothing in the tree builds (no plausible source, setup.py extension or "
+                              "build rule for it)")
+    for where, products in sorted(grouped.items()):
+        yield _products_finding(ctx, where, products)
     for link in ctx.inventory.symlinks:
         if link.escapes:
             yield ctx.finding(SYMLINK.id, link.path, f"symbolic link to {link.target!r} leaves the tree")

@@ -10,6 +10,7 @@ from compliance.checks.readability import PATH_UNREADABLE
 
 # The specs live below the checks (compliance.checks.specs); re-exported under their old names.
 from compliance.checks.specs import ENTRY_SYMBOL as ENTRY_SYMBOL
+from compliance.checks.specs import KERNEL_FUNCTION as KERNEL_FUNCTION
 from compliance.checks.specs import LANGUAGE as LANGUAGE
 from compliance.checks.specs import MANIFEST_INVALID as MANIFEST_INVALID
 from compliance.checks.specs import MANIFEST_MISPLACED as MANIFEST_MISPLACED
@@ -19,15 +20,21 @@ from compliance.checks.specs import SOURCE_EMPTY as SOURCE_EMPTY
 from compliance.checks.specs import SOURCE_MISSING as SOURCE_MISSING
 from compliance.checks.specs import SOURCE_OUTSIDE as SOURCE_OUTSIDE
 from compliance.checks.specs import UNDECLARED as UNDECLARED
+from compliance.checks.specs import UNSHIPPED as UNSHIPPED
 from compliance.checks.specs import VENDORED as VENDORED
 from compliance.context import DeclaredKernel
+from compliance.kernel_symbols import kernel_functions
 from compliance.manifest import MANIFEST_NAME
+from compliance.paths import parent_dir, tree_relative
+from compliance.setup_sources import fnmatch_under
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext
     from compliance.findings import Finding
     from compliance.layout import Location
     from compliance.ruleset import AllowlistEntry
+
+VENDORED_DECLARATION = "a `vendored:` path must be a directory strictly inside the implementation"
 
 
 _READ_LIMIT = 8 * 1024 * 1024
@@ -38,6 +45,14 @@ def _manifest_findings(ctx: CheckContext) -> Iterator[Finding | None]:
     for relpath, manifest in ctx.manifests:
         for problem in manifest.problems:
             yield ctx.finding(MANIFEST_INVALID.id, relpath, problem.message, line=problem.line)
+        for entry in manifest.vendored:
+            tree = tree_relative(parent_dir(relpath), entry.path)
+            if tree not in ctx.inventory.declared_vendored:
+                where = "outside the tree" if tree is None else f"{tree or '.'}"
+                yield ctx.finding(MANIFEST_INVALID.id, relpath, f"vendored path {entry.path!r} ({where}) "
+                                  f"groups nothing: {VENDORED_DECLARATION} (below its root and any "
+                                  "framework level), never the implementation itself, an ancestor "
+                                  "of it or anything outside it", line=entry.line)
         if ctx.inventory.locate(relpath).implementation is None:
             yield ctx.finding(MANIFEST_MISPLACED.id, relpath,
                               "kernel manifest is not inside an implementation directory")
@@ -53,28 +68,42 @@ def _declared_sources(ctx: CheckContext) -> set[str]:
 def _undeclared(ctx: CheckContext) -> Iterator[Finding | None]:
     declared = _declared_sources(ctx)
     for native in ctx.inventory.native:
-        if native.vendored_tree or native.path in declared:
+        if native.unproven or native.path in declared:
             continue
         markers = ", ".join(sorted({e.marker for e in native.evidence}))
+        inside = ""
+        if native.not_upstream_of:
+            inside = f"; it sits in a copy at {native.not_upstream_of}/ whose upstream never had this path"
+        elif native.vendored_tree:
+            inside = f"; it sits in {native.vendored_tree}/, grouped by a heuristic that proves nothing"
         yield ctx.finding(UNDECLARED.id, native.path, f"native kernel code ({', '.join(native.languages)}; "
-                          f"found: {markers}) is not declared in any {MANIFEST_NAME}", line=native.line)
+                          f"found: {markers}) is not declared in any {MANIFEST_NAME}{inside}",
+                          line=native.line)
 
 
 def _unshipped_extension_sources(ctx: CheckContext) -> Iterator[Finding | None]:
     for ext in ctx.inventory.setup_extensions:
         missing = [s for s in ext.sources if s not in ctx.inventory.files]
-        if missing:
-            yield ctx.finding(UNDECLARED.id, ext.setup_path, f"{ext.kind} {ext.name or ''} is built "
-                              f"from sources that are not in the tree: {', '.join(missing)}", line=ext.line)
+        empty = [p for p in ext.patterns if not any(fnmatch_under(p, m) for m in ext.matched)]
+        if missing or empty:
+            what = [*missing, *(f"{p} (pattern matching nothing)" for p in empty)]
+            yield ctx.finding(UNSHIPPED.id, ext.setup_path, f"{ext.kind} {ext.name or ''} is built "
+                              f"from sources that are not in the tree: {', '.join(what)}", line=ext.line,
+                              details={"missing": missing, "empty_patterns": empty})
 
 
 def _vendored(ctx: CheckContext) -> Iterator[Finding | None]:
     for tree in ctx.inventory.vendored:
-        if tree.native_files and not tree.declared and tree.parent is None:
-            what = f"{tree.project_name} ({tree.repository})" if tree.project_name else tree.reason
-            yield ctx.finding(VENDORED.id, tree.path, f"vendored tree {what} with {tree.native_files} "
-                              "native files has no declared upstream",
-                              details={"project": tree.project, "repository": tree.repository})
+        if not tree.unproven or (tree.declared and ctx.proof == "upstream"):
+            continue  # nothing to prove, or the upstream stage judges it file by file
+        what = f"{tree.project_name} ({tree.repository})" if tree.project_name else "declared under vendored:"
+        why = {"static": "a static check proves nothing; `--upstream` compares blobs",
+               "upstream": "it is not declared under vendored:, so --upstream cannot prove it",
+               "required": "--require-upstream: only --upstream proves a copy"}[ctx.proof]
+        yield ctx.finding(VENDORED.id, tree.path, f"copy of {what}: {tree.unproven} of {tree.native_files} "
+                          f"native file(s) unproven ({why})",
+                          details={"project": tree.project, "repository": tree.repository,
+                                   "unproven": tree.unproven, "declared": tree.declared})
 
 
 def _not_covered(ctx: CheckContext, entry: AllowlistEntry | None, where: Location) -> str:
@@ -124,6 +153,7 @@ def _symbol_pattern(symbol: str) -> re.Pattern[bytes]:
 def _sources(ctx: CheckContext, item: DeclaredKernel) -> Iterator[Finding | None]:
     kernel = item.kernel
     contents: list[bytes] = []
+    named: list[tuple[str, bytes]] = []
     for declared, rel in item.source_relpaths():
         if rel is None:
             yield ctx.finding(SOURCE_OUTSIDE.id, item.manifest_path, f"kernel {kernel.id!r}: source "
@@ -143,13 +173,36 @@ def _sources(ctx: CheckContext, item: DeclaredKernel) -> Iterator[Finding | None
                 yield ctx.finding(SOURCE_EMPTY.id, rel, f"kernel {kernel.id!r}: source is empty",
                                   kernel=kernel.id)
             contents.append(data)
+            named.append((rel, data))
     if not contents:
         return
+    yield from _undeclared_functions(ctx, item, named)
     for symbol in kernel.entry_symbols:
         if not any(_symbol_pattern(symbol).search(c) for c in contents):
             yield ctx.finding(ENTRY_SYMBOL.id, item.manifest_path,
                               f"kernel {kernel.id!r}: entry symbol {symbol!r} is not defined in "
                               f"{', '.join(kernel.sources)}", line=kernel.line, kernel=kernel.id)
+
+
+def _declared_in(ctx: CheckContext, rel: str) -> set[str]:
+    """Kernel functions declared (entry symbols or helpers) by any kernel listing source ``rel``:
+    kernels sharing a source each declare their own functions, judged by their own category."""
+    return {name for other in ctx.kernels() if rel in {r for _, r in other.source_relpaths()}
+            for name in (*other.kernel.entry_symbols, *other.kernel.helpers)}
+
+
+def _undeclared_functions(ctx: CheckContext, item: DeclaredKernel,
+                          named: list[tuple[str, bytes]]) -> Iterator[Finding | None]:
+    kernel = item.kernel
+    own = set(kernel.entry_symbols) | set(kernel.helpers)
+    for rel, data in named:
+        python = rel.endswith((".py", ".pyi"))
+        for function in dict.fromkeys(kernel_functions(data, python=python)):
+            if function not in own and function not in _declared_in(ctx, rel):
+                yield ctx.finding(KERNEL_FUNCTION.id, rel, f"kernel {kernel.id!r} (category {kernel.category!r}) "
+                                  f"ships kernel function {function!r}, which is neither one of its "
+                                  "entry_symbols nor its helpers", kernel=kernel.id,
+                                  details={"function": function, "manifest": item.manifest_path})
 
 
 def run(ctx: CheckContext) -> Iterator[Finding | None]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,10 +48,53 @@ def _rel(org_rel: str, *parts: str) -> str:
     return "/".join(p for p in (org_rel, *parts) if p and p != ".")
 
 
+MODEL_MAPPING_FILE = "model_mapping.json"
+"""``open/<org>/model_mapping.json``: the submitter's own model names -> official models."""
+_MAPPING_LIMIT = 1024 * 1024
+
+
+def submitter_mapping(org_dir: Path) -> dict[str, str]:
+    """The organization's ``model_mapping.json`` (names -> official models); empty when absent,
+    unreadable, over 1 MiB, or not a JSON object of strings (the checker would fail on it too)."""
+    path = org_dir / MODEL_MAPPING_FILE
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > _MAPPING_LIMIT:
+            return {}
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def resolved_model(ctx: CheckContext, name: str, division: str | None, mapping: dict[str, str]) -> str | None:
+    """The round's model a results directory ``name`` stands for, resolved as the round's MLCommons
+    submission checker resolves it (``model_name_rules``), or None."""
+    official = ctx.ruleset.official_benchmark(name)
+    rules = ctx.ruleset.model_name_rules
+    if official is not None or rules is None:
+        return official
+    if rules.submitter_mapping and division == "open" and name in mapping:
+        mapped = ctx.ruleset.official_benchmark(mapping[name])
+        if mapped is not None:
+            return mapped
+    guessed = rules.guess(name)
+    return ctx.ruleset.official_benchmark(guessed) if guessed else None
+
+
 def _benchmark_name(ctx: CheckContext, name: str, rel: str, where: Location,
-                    what: str) -> Iterator[Finding | None]:
+                    what: str, mapping: dict[str, str] | None = None) -> Iterator[Finding | None]:
     """Unknown benchmark (error) or alias (its level), for a directory named ``name``."""
     official = ctx.ruleset.official_benchmark(name)
+    if official is None and mapping is not None:
+        checker = resolved_model(ctx, name, where.division, mapping)
+        if checker is not None:
+            yield ctx.finding(ALIAS.id, rel, f"{what} {name!r} is read as model {checker!r}, as the "
+                              f"submission checker of {ctx.ruleset.id} resolves it (official names, the "
+                              "round's model mapping, the organization's model_mapping.json, its name "
+                              "rules)", location=where)
+            return
     if official is None:
         aliases = ", ".join(f"{a}->{b}" for a, b in sorted(ctx.ruleset.benchmark_aliases.items()))
         yield ctx.finding(UNKNOWN_BENCHMARK.id, rel, f"{what} {name!r}, which is not a benchmark of "
@@ -104,6 +148,13 @@ def _training_benchmark(ctx: CheckContext, org: Organization, bench_dir: Path,
     where = Location(org.division, org.name, bench_dir.parent.name, bench_dir.name)
     others = [d for d in _subdir_names(bench_dir) if d != IMPLEMENTATIONS]
     has_canonical = (bench_dir / IMPLEMENTATIONS).is_dir()
+    flat = ctx.inventory.mapper is not None and ctx.inventory.mapper.is_flat(
+        tuple(bench_dir.relative_to(ctx.root).parts))
+    if flat:  # the benchmark directory is the implementation: its subdirectories are its parts
+        yield ctx.finding(VARIANT.id, rel, f"code directly under {bench_dir.name}/, read as its implementation "
+                          f"with its subdirectories (canonical: {bench_dir.name}/implementations/<impl>/)",
+                          location=where)
+        return
     for other in others:
         yield ctx.finding(VARIANT.id, f"{rel}/{other}", f"{other}/ is read as an implementation "
                           f"directory {'beside' if has_canonical else 'instead of'} implementations/ "
@@ -144,6 +195,7 @@ def _results_findings(ctx: CheckContext, org: Organization, org_dir: Path,
                       org_rel: str) -> Iterator[Finding | None]:
     has_systems = "systems" in ORG_DIRS[ctx.ruleset.layout]
     systems = {p.stem for p in (org_dir / "systems").glob("*.json")} | _entry_systems(org_dir)
+    mapping = submitter_mapping(org_dir) if ctx.ruleset.layout == "inference" else None
     for system in _subdir_names(org_dir / "results"):
         rel = _rel(org_rel, "results", system)
         here = Location(org.division, org.name, "results")
@@ -157,7 +209,8 @@ def _results_findings(ctx: CheckContext, org: Organization, org_dir: Path,
                               f"results/{system}/<benchmark>/result_N.txt)", location=here)
         for bench in _subdir_names(org_dir / "results" / system):
             yield from _benchmark_name(ctx, bench, f"{rel}/{bench}",
-                                       Location(org.division, org.name, "results", bench), "results for")
+                                       Location(org.division, org.name, "results", bench), "results for",
+                                       mapping)
 
 
 def _org_findings(ctx: CheckContext, org: Organization) -> Iterator[Finding | None]:

@@ -29,10 +29,11 @@ def specs() -> tuple[CheckSpec, ...]:
         static.MANIFEST_INVALID, static.MANIFEST_MISPLACED, static.UNDECLARED,
         static.NOT_ALLOWLISTED,
         static.LANGUAGE, static.REFERENCE_OP, static.SOURCE_MISSING, static.SOURCE_OUTSIDE,
-        static.SOURCE_EMPTY, static.ENTRY_SYMBOL, static.VENDORED,
+        static.SOURCE_EMPTY, static.ENTRY_SYMBOL, static.VENDORED, static.UNSHIPPED,
+        static.KERNEL_FUNCTION,
         static.WITHOUT_SOURCE, static.WITH_SOURCE, static.SYMLINK,
         static.MISSING, static.MALFORMED, static.HOST, static.NOT_PINNED,
-        static.FORK, static.BUILD_DIRECTORY,
+        static.FORK,
         static.PATH_UNREADABLE, static.SETUP_UNPARSEABLE,
     )
     upstream_stage = (

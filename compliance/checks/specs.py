@@ -106,8 +106,11 @@ UNDECLARED = CheckSpec(
         "`@triton.jit` functions, `load_inline(...)`/`cpp_extension.load(...)` builds, torch "
         "extension sources, or sources of a setup.py CUDAExtension/CppExtension) that is not "
         "listed as a source of any kernel in a manifest. Detection is by content, not only by "
-        "file extension. Files inside a grouped vendored tree are reported by "
-        "`vendored-undeclared` instead.",
+        "file extension. A vendored grouping never hides a file: only files of a catalogued or "
+        "declared copy at paths upstream may have had are counted by `vendored-unproven` instead; "
+        "files of such a copy that upstream never had (the catalogue's list of upstream native "
+        "paths), and every native file of a tree grouped by a marker directory (`third_party/`, "
+        "`submodules/`, ...) or a licence heuristic, are reported here one by one.",
     hint=f"Declare the kernel in the implementation's {MANIFEST_NAME} (id, category, language, "
          "sources, entry symbols, upstream, semantics), or remove the code.",
     passing=f"kernels/emb.cu listed under `sources:` of a kernel in {MANIFEST_NAME}",
@@ -184,27 +187,41 @@ ENTRY_SYMBOL = CheckSpec(
 )
 
 VENDORED = CheckSpec(
-    id="vendored-undeclared", title="Vendored third-party tree not declared", default_level="warning",
-    doc="A grouped vendored tree (a copy of a catalogued upstream project such as NCCL or "
-        "CUTLASS, recognised by its signature files; a library in third_party/, vendor/, ...; or "
-        "a directory with a licence file and many C/C++/CUDA sources, never an organization's or "
-        "implementation's own root) holds native code but no manifest declares where it comes "
-        "from. Custom kernels can hide in a framework copy; a declared upstream lets "
-        "`compliance check --upstream` prove the copy verbatim.",
-    hint=f"Add a `vendored:` entry (path, repository, commit) to the {MANIFEST_NAME}.",
-    passing=f"third_party/apex declared under `vendored:` in {MANIFEST_NAME}",
-    failing="third_party/apex with 300 .cu files and no declaration",
+    id="vendored-unproven", title="Vendored copy not proven upstream", default_level="warning",
+    doc="A catalogued copy of an upstream project (NCCL, apex, CUTLASS, maskrcnn-benchmark, ...; "
+        "recognised from signature files of real size, never from one empty marker) or a tree "
+        "declared under `vendored:` holds native files at paths upstream may have had. A static "
+        "check cannot prove they are upstream's code, so they are counted here, one finding per "
+        "tree, at warning level; `compliance check --upstream` compares each file's git blob with "
+        "the declared repository and commit, and every file that is not byte-identical there is "
+        "the submitter's own (`upstream-vendored-differs`). With `--upstream` an undeclared copy "
+        "cannot be proven and with `--require-upstream` (for gates) no copy counts as proven "
+        "without it: both make this finding an error. Native files of a copy that upstream never "
+        "had are not counted here: they are `undeclared-kernel` errors one by one.",
+    hint=f"Declare the copy under `vendored:` (path, repository, commit) in the {MANIFEST_NAME} "
+         "and run `compliance check --upstream` to prove it.",
+    passing="no copy, or third_party/apex declared and proven with --upstream",
+    failing="third_party/apex with 300 native files and no --upstream run",
 )
 
 # compliance/checks/binaries.py
 
 WITHOUT_SOURCE = CheckSpec(
-    id="binary-without-source", title="Binary with no source for it", default_level="error",
+    id="binary-without-source", title="Binary that nothing in the tree builds", default_level="error",
     doc="A compiled artifact (ELF shared object, object file or executable, cubin, fatbin, `ar` "
-        "archive, PE or Mach-O; recognised by magic bytes whatever its name) has no matching "
-        "source in the tree: neither a kernel manifest lists it under `binaries`, nor does a "
-        "source file or setup.py extension of the same name exist. Binary-only kernels are not "
-        "allowed. The level is set by the rule set's `binary_policy.without_source`.",
+        "archive, PE or Mach-O; recognised by magic bytes whatever its name, in build directories "
+        "such as `build/temp.*` and `build/lib.*` too) that nothing in the tree builds. A binary is "
+        "built by the tree when, in its implementation (or its directory outside one), there is "
+        "(1) a plausible source of the same stem (`graph_lib.so` and `graph_lib.cc`; `lib` prefixes "
+        "and `.cpython-*` suffixes ignored), (2) a setup.py `Extension`/`CppExtension`/"
+        "`CUDAExtension` named like it whose sources are present and plausible, or (3) a build "
+        "file (CMakeLists.txt, *.cmake, Bazel BUILD, Makefile, *.mk) that names its stem and lists "
+        "a plausible source present in the tree. *Plausible* means at least "
+        "40 bytes of code once comments and whitespace are removed: an empty or decoy "
+        "`.cu` beside a binary builds nothing. A binary whose own name has a source or text "
+        "extension (an ELF named `emb.cu`) is never a build product, and a manifest's `binaries:` "
+        "listing alone proves no source. Binary-only kernels are not allowed. The level is set by "
+        "the rule set's `binary_policy.without_source`.",
     hint="Remove the binary and ship its source (declared in the manifest); the tool builds "
          "from source when verifying.",
     passing="kernels/emb.cu committed (and no emb.so)",
@@ -212,14 +229,15 @@ WITHOUT_SOURCE = CheckSpec(
 )
 
 WITH_SOURCE = CheckSpec(
-    id="build-product-with-source", title="Committed build product", default_level="warning",
-    doc="A compiled artifact whose source is present (declared under a kernel's `binaries`, or "
-        "named like a source file or setup.py extension beside it). Build products are never "
-        "used by verification and make review harder. The level is set by the rule set's "
+    id="build-products-committed", title="Committed build products", default_level="warning",
+    doc="Compiled artifacts that something in the tree builds (see `binary-without-source` for "
+        "what counts), committed anyway: one finding per directory (for a vendored tree, one for "
+        "the whole tree), listing the products. Build products are never used by verification and "
+        "make review harder. The level is set by the rule set's "
         "`binary_policy.build_product_with_source`.",
-    hint="Delete the build product from the submission and build it from source at run time.",
+    hint="Delete the build products from the submission and build them from source at run time.",
     passing="kernels/emb.cu only",
-    failing="kernels/emb.cu and kernels/emb.o",
+    failing="kernels/emb.cu and kernels/emb.o; build/temp.linux-x86_64-3.8/kernels/emb.o",
 )
 
 SYMLINK = CheckSpec(
@@ -289,17 +307,6 @@ FORK = CheckSpec(
     failing="Acme/benchmarks/dlrm/implementations/hugectr/HugeCTR/include/... (a HugeCTR fork)",
 )
 
-BUILD_DIRECTORY = CheckSpec(
-    id="build-directory-committed", title="Committed build directory", default_level="warning",
-    doc="A setuptools build directory (`build/temp.*` with object files and ninja logs, "
-        "`build/lib.*` with built extension modules) is part of the submission. Its files are "
-        "build products, never source: they are reported once per directory, listed in the "
-        "finding's details, and not counted as kernel code or as loose binaries.",
-    hint="Delete the build directory from the submission; the sources beside it are what is "
-         "checked and built.",
-    passing="csrc/emb.cu and setup.py only",
-    failing="build/temp.linux-x86_64-3.8/csrc/emb.o and build/temp.linux-x86_64-3.8/.ninja_deps",
-)
 
 # compliance/checks/readability.py
 
@@ -322,4 +329,31 @@ SETUP_UNPARSEABLE = CheckSpec(
     hint="Make setup.py plain, valid Python 3 that lists its extension sources literally.",
     passing="setup(ext_modules=[CUDAExtension('emb', ['emb.cu'])])",
     failing="setup.py with a syntax error, or an expression nested 100,000 levels deep",
+)
+KERNEL_FUNCTION = CheckSpec(
+    id="kernel-function-undeclared", title="Kernel function in declared sources that is not declared",
+    default_level="error",
+    doc="A declared kernel is exactly what it declares: every kernel function its sources define "
+        "(CUDA `__global__` or `__attribute__((global))`, Triton `@triton.jit`/`@jit` functions; "
+        "comments ignored, line continuations joined) must be one of its `entry_symbols` or its "
+        "`helpers`, and each is judged by the category of the kernel that declares it. Anything "
+        "else rides on another kernel's allowlist entry: an attention kernel listed as an extra "
+        "source of an allowlisted DLRM embedding kernel, or a `__global__` appended to a declared "
+        "source.",
+    hint="Declare the function as a helper of this kernel if it belongs to it, declare it as its "
+         "own kernel with its own category, or remove it.",
+    passing="entry_symbols: [emb_fwd], helpers: [emb_bwd] and the sources define exactly those",
+    failing="sources: [emb.cu, attention.cu] where attention.cu defines __global__ attn_fwd",
+)
+UNSHIPPED = CheckSpec(
+    id="unshipped-source", title="Build script names sources the tree does not ship", default_level="error",
+    doc="A setup.py extension (`CUDAExtension`, `CppExtension`, `Extension`, ...) builds from "
+        "sources that resolve to nothing in the tree: a literal path that is not a file, or a "
+        "pattern (`glob.glob(os.path.join(extensions_dir, '*.cu'))`, `os.listdir(d)`, names "
+        "assigned once, read from the AST, never run) that matches no file. The extension would "
+        "build a kernel whose source is not shipped. Sources computed in ways the static reader "
+        "does not follow are not reported.",
+    hint="Commit the sources the build script compiles (or remove the extension).",
+    passing="CUDAExtension('fast._C', glob.glob('csrc/*.cu')) and csrc/gather.cu committed",
+    failing="CUDAExtension('fast._C', glob.glob('csrc/*.cu')) and no csrc/ directory",
 )

@@ -27,6 +27,8 @@ from compliance.verify.options import VerifyOptions
 @click.option("--upstream-cache", type=click.Path(file_okay=False, path_type=Path),
               help="Cache directory for upstream repositories (default: the user's cache directory).")
 @click.option("--offline", is_flag=True, help="With --upstream: use only what the cache holds.")
+@click.option("--require-upstream", is_flag=True,
+              help="For gates: a vendored copy that --upstream has not proven is an error, not a warning.")
 @click.option("--verify", is_flag=True,
               help="Also build each declared kernel from source and verify it numerically.")
 @click.option("--seed", type=int, help="With --verify: seed for the generated inputs.")
@@ -39,8 +41,8 @@ from compliance.verify.options import VerifyOptions
               help="Text format: one line per organization and benchmark (verdict and counts).")
 @reports_input_errors
 def check_command(path: Path, rules: str | None, fmt: str, output: Path | None, upstream: bool,
-                  upstream_cache: Path | None, offline: bool, verify: bool, seed: int | None,
-                  allow_unverified: bool, verbose: bool, summary: bool) -> None:
+                  upstream_cache: Path | None, offline: bool, require_upstream: bool, verify: bool,
+                  seed: int | None, allow_unverified: bool, verbose: bool, summary: bool) -> None:
     """Check the submission tree at PATH (one organization or a directory of them).
 
     Exit codes: 0 compliant, 1 error-level findings, 2 usage or input errors.
@@ -53,7 +55,8 @@ def check_command(path: Path, rules: str | None, fmt: str, output: Path | None, 
         raise click.UsageError("--verbose and --summary apply to --format text (JSON and SARIF keep every finding)")
     options = CheckOptions(rules=rules, rules_dirs=tuple(operator_rules_dirs()),
                            upstream=UpstreamOptions(cache_dir=upstream_cache, offline=offline) if upstream else None,
-                           verify=VerifyOptions(seed=seed, allow_unverified=allow_unverified) if verify else None)
+                           verify=VerifyOptions(seed=seed, allow_unverified=allow_unverified) if verify else None,
+                           require_upstream=require_upstream)
     report = run_check(path, options)
     text = render_text(report, verbose=verbose, summary=summary) if fmt == "text" else FORMATS[fmt](report)
     emit(text, output, checked_root=path)

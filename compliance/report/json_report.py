@@ -47,7 +47,9 @@ def vendored_tree_dict(tree: VendoredTree) -> dict[str, Any]:
     return {"path": tree.path, "project": tree.project, "name": tree.project_name,
             "repository": tree.repository, "reason": tree.reason, "parent": tree.parent,
             "declared": tree.declared, "files": tree.files, "source_files": tree.source_files,
-            "native_files": tree.native_files, "submitter": tree.location.submitter,
+            "native_files": tree.native_files, "unproven_files": tree.unproven,
+            "reported_files": tree.reported,
+            "submitter": tree.location.submitter,
             "benchmark": tree.location.benchmark, "implementation": tree.location.implementation}
 
 

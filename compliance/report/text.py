@@ -85,8 +85,11 @@ def _view(report: CheckReport) -> _View:
 def _tree_line(tree: VendoredTree, indent: str) -> str:
     name = f"{tree.project_name} ({tree.repository})" if tree.project_name else f"third-party tree ({tree.reason})"
     declared = "; declared" if tree.declared else ""
+    own = tree.reported
+    proof = f" ({tree.unproven} unproven, {own} reported one by one)" if tree.unproven and own else (
+        f" ({tree.unproven} unproven)" if tree.unproven else (" (reported one by one)" if own else ""))
     return (f"{indent}vendored {name}: {tree.path}/ — {tree.files} files, {tree.source_files} C/C++/CUDA "
-            f"sources, {tree.native_files} with kernel code{declared}")
+            f"sources, {tree.native_files} with kernel code{proof}{declared}")
 
 
 def _trees_lines(trees: list[VendoredTree], indent: str) -> list[str]:

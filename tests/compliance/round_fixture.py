@@ -21,6 +21,8 @@ from tests.compliance.test_vendored_trees import signature_files
 from tests.compliance.treeutil import fake_binary
 
 KERNEL = "__global__ void {name}(float* x) {{ x[threadIdx.x] = {n}.f; }}\n"
+SETUP = ("from setuptools import setup\nfrom torch.utils.cpp_extension import CUDAExtension\n"
+         "setup(name='fused', ext_modules=[CUDAExtension('fused_ext', ['csrc/fused.cu'])])\n")
 GATHER = "// gather rows\n__global__ void gather_rows(const float* t, const long* i, float* o) { o[0] = t[i[0]]; }\n"
 
 
@@ -68,6 +70,7 @@ def round_files() -> dict[str, str | bytes]:
         files[f"{impl}/build/temp.linux-x86_64-3.8/csrc/fused.o"] = fake_binary("elf-o")
         files[f"{impl}/build/lib.linux-x86_64-3.8/fused_ext.so"] = fake_binary("elf-so")
         files[f"{impl}/csrc/fused.cu"] = KERNEL.format(name="fused_bias_gelu", n=1)
+        files[f"{impl}/setup.py"] = SETUP
         for bench in ("bert", "resnet", "ssd", "rnnt", "unet3d"):
             files.update(_kernels(f"{org}/benchmarks/{bench}/implementations/pytorch/csrc", 110, f"{org}_{bench}"))
     nemo = "Intel/benchmarks/rnnt/implementations/pytorch/nemo_copy/nemo/collections/asr/parts/submodules"

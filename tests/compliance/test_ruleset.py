@@ -84,11 +84,11 @@ def test_extends_cycle_and_missing_parent(tmp_path: Path) -> None:
 def test_extends_overrides(tmp_path: Path) -> None:
     child = write(tmp_path, "training/child.yaml", minimal("training/child", (
         "extends: training/v0.7\nbenchmarks: [dlrm]\nupstream_policy: {allow_local: true}\n"
-        "checks: {vendored-undeclared: {level: error}}\n")))
+        "checks: {vendored-unproven: {level: error}}\n")))
     rs = load_ruleset(child)
     assert rs.benchmarks == ("dlrm",)  # lists replace
     assert rs.upstream_policy.allow_local and rs.upstream_policy.require_commit  # mappings merge
-    assert rs.check_config("vendored-undeclared").level == "error"
+    assert rs.check_config("vendored-unproven").level == "error"
     assert rs.entry("dlrm-embedding") is not None  # allowlist inherited
     assert rs.status == "proposal"  # never inherited
 

@@ -27,7 +27,7 @@ def signature_files(entry_id: str, top: str) -> dict[str, str]:
     files = {}
     for sig in entry.signature:
         rel = f"{top}/{sig}README.md" if sig.endswith("/") else f"{top}/{sig}"
-        files[rel] = f"signature file of {entry.name}\n"
+        files[rel] = f"signature file of {entry.name}, long enough to count as evidence of a copy\n" * 2
     return files
 
 
@@ -80,7 +80,7 @@ def test_licence_at_organization_and_implementation_root_hides_nothing(tmp_path:
     assert not report.inventory.vendored and not report.inventory.forks
     undeclared = {f.path for f in report.findings if f.rule_id == "undeclared-kernel"}
     assert undeclared == {f"{IMPL}/csrc/k{i}.cu" for i in range(60)}
-    assert "vendored-undeclared" not in {f.rule_id for f in report.findings}
+    assert "vendored-unproven" not in {f.rule_id for f in report.findings}
 
 
 def test_licensed_library_counts_sources_not_only_kernel_markers(tmp_path: Path) -> None:
@@ -100,8 +100,8 @@ def test_nested_cutlass_inside_transformer_engine(tmp_path: Path) -> None:
     report = run_check(round_tree(tmp_path, files))
     trees = [(t.path, t.project, t.parent, t.native_files) for t in report.inventory.vendored]
     assert trees == [(te, "transformer-engine", None, 2), (f"{te}/3rdparty/cutlass", "cutlass", te, 1)]
-    warned = [f.path for f in report.findings if f.rule_id == "vendored-undeclared"]
-    assert warned == [te]
+    warned = [(f.path, dict(f.details)["unproven"]) for f in report.findings if f.rule_id == "vendored-unproven"]
+    assert warned == [(te, 1), (f"{te}/3rdparty/cutlass", 1)]  # each copy counts its own unproven files
     assert "undeclared-kernel" not in {f.rule_id for f in report.findings}
 
 
@@ -114,12 +114,15 @@ def test_own_python_package_named_like_a_marker_is_not_vendored(tmp_path: Path) 
     assert [f.path for f in report.findings if f.rule_id == "undeclared-kernel"] == [f"{pkg}/rnnt/fast_loss.py"]
 
 
-def test_build_directory_is_one_finding_and_logs_are_never_source(tmp_path: Path) -> None:
+def test_build_directory_products_are_judged_like_any_and_logs_are_never_source(tmp_path: Path) -> None:
+    """Issue 40 item 4: an object file of a shipped source is one build-products-committed warning
+    for its build directory; a module nothing builds is binary-without-source; logs and caches
+    are never kernel code."""
     temp = f"{IMPL}/build/temp.linux-x86_64-3.10"
     files: dict[str, str | bytes] = {
         f"{temp}/.ninja_deps": b"\x00\x01 /usr/include/torch/extension.h __global__",
         f"{temp}/build.ninja": "command = nvcc __global__ torch/extension.h\n",
-        f"{temp}/kernels/a.o": fake_binary("elf-o"), f"{temp}/kernels/b.o": fake_binary("elf-o"),
+        f"{temp}/kernels/emb.o": fake_binary("elf-o"),
         f"{IMPL}/build/lib.linux-x86_64-3.10/fastemb.so": fake_binary("elf-so"),
         f"{IMPL}/.ninja_log": "# ninja log v5 __global__\n",
         f"{IMPL}/fastemb.egg-info/SOURCES.txt": "kernels/emb.cu\n",
@@ -127,8 +130,34 @@ def test_build_directory_is_one_finding_and_logs_are_never_source(tmp_path: Path
     }
     report = run_check(round_tree(tmp_path, files))
     assert {n.path for n in report.inventory.native} == {f"{IMPL}/kernels/emb.cu"}
-    assert not report.inventory.binaries
-    builds = {f.path: dict(f.details)["products"] for f in report.findings if f.rule_id == "build-directory-committed"}
-    assert set(builds) == {temp, f"{IMPL}/build/lib.linux-x86_64-3.10"}
-    assert [p["kind"] for p in builds[temp]] == ["file", "file", "elf-relocatable", "elf-relocatable"]
-    assert report.passed
+    found = {(f.rule_id, f.path) for f in report.findings}
+    assert found == {("build-products-committed", temp),
+                     ("binary-without-source", f"{IMPL}/build/lib.linux-x86_64-3.10/fastemb.so")}
+
+
+def test_implementation_root_is_never_vendored_whatever_its_depth(tmp_path: Path) -> None:
+    """Issue 39 item 1: benchmarks/<b>/implementation/<framework>/ and
+    implementations/<system>/<framework>/ roots holding a maskrcnn-benchmark signature are forks:
+    every kernel is reported, as for the usual depth."""
+    tops = ("Acme/benchmarks/dlrm/implementation/pytorch", "Acme/benchmarks/dlrm/implementations/dgx_a100/pytorch")
+    files: dict[str, str | bytes] = {}
+    for top in tops:
+        files.update({**signature_files("maskrcnn-benchmark", top),
+                      f"{top}/maskrcnn_benchmark/csrc/cuda/nhwc/conv.cu": KERNEL})
+    report = run_check(round_tree(tmp_path, files))
+    assert {f.path for f in report.inventory.forks} == set(tops)
+    assert not report.inventory.vendored
+    undeclared = {f.path for f in report.findings if f.rule_id == "undeclared-kernel"}
+    assert {f"{top}/maskrcnn_benchmark/csrc/cuda/nhwc/conv.cu" for top in tops} <= undeclared
+
+
+def test_require_upstream_makes_an_unproven_copy_an_error(tmp_path: Path) -> None:
+    from compliance.model import CheckOptions
+
+    top = f"{IMPL}/deps/nccl"
+    tree = round_tree(tmp_path, {**signature_files("nccl", top), f"{top}/src/device/k.cu": KERNEL})
+    static = run_check(tree)
+    gate = run_check(tree, CheckOptions(require_upstream=True))
+    levels = [(f.rule_id, f.severity.value) for r in (static, gate) for f in r.findings if f.path == top]
+    assert levels == [("vendored-unproven", "warning"), ("vendored-unproven", "error")]
+    assert static.exit_code == 0 and gate.exit_code == 1

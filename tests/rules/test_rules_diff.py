@@ -123,7 +123,7 @@ class TestCore:
         hosts = areas[("upstream_policy", "allowed_hosts")]
         assert hosts.fields[0].added == ("gitlab.com",) and hosts.why.ruleset == "training/child"
         assert areas[("vendored", "min_native_files")].fields[0].after == 20
-        assert areas[("checks", "vendored-undeclared")].fields[0].after == "error"
+        assert areas[("checks", "vendored-unproven")].fields[0].after == "error"
 
     def test_reverse_diff_swaps_added_and_removed(self) -> None:
         forward = diff(load_ruleset(fixture("base")), load_ruleset(fixture("child")))

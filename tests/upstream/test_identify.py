@@ -26,6 +26,8 @@ from tests.upstream.trees import IMPL, kernel_entry, write_tree
 COMMITS = 60
 K = 37
 
+PAD = "# an NCCL build file of real size (catalogue evidence needs 64 bytes or more)\n"
+
 
 @pytest.fixture(scope="module")
 def history(tmp_path_factory: pytest.TempPathFactory) -> History:
@@ -113,8 +115,8 @@ def test_catalogued_copy_needs_no_repository_argument_and_unknown_copy_asks_for_
 def test_check_upstream_identifies_a_catalogued_tree(history: History, tmp_path: Path,
                                                      kernel_upstream: KernelUpstream) -> None:
     copy = {f"third_party/nccl/{rel}": text.encode() for rel, text in history.snapshots[K].items()}
-    copy["third_party/nccl/src/nccl.h.in"] = b"#define NCCL_MAJOR ${nccl:Major}\n"
-    copy["third_party/nccl/makefiles/version.mk"] = b"NCCL_MAJOR := 2\n"
+    copy["third_party/nccl/src/nccl.h.in"] = b"#define NCCL_MAJOR ${nccl:Major}\n" + PAD.encode()
+    copy["third_party/nccl/makefiles/version.mk"] = b"NCCL_MAJOR := 2\n" + PAD.encode()
     tree = write_tree(tmp_path / "tree", KERNEL_V1, [kernel_entry(kernel_upstream.url, kernel_upstream.added)],
                       files=copy)
     report = check(tree, tmp_path / "cache", mirrors={"https://github.com/NVIDIA/nccl": str(history.path)})
@@ -127,8 +129,8 @@ def test_check_upstream_identifies_a_catalogued_tree(history: History, tmp_path:
 
 def test_manifest_draft_identify_fills_the_vendored_commit(history: History, tmp_path: Path) -> None:
     impl = tmp_path / "impl"
-    write_copy(impl / "third_party/nccl", {**history.snapshots[20], "src/nccl.h.in": "x\n",
-                                          "makefiles/version.mk": "NCCL_MAJOR := 2\n"})
+    write_copy(impl / "third_party/nccl", {**history.snapshots[20], "src/nccl.h.in": "x\n" + PAD,
+                                          "makefiles/version.mk": "NCCL_MAJOR := 2\n" + PAD})
     nccl = "https://github.com/NVIDIA/nccl"
     mirrored = UpstreamSettings(tmp_path / "cache", mirrors={nccl: str(history.path)})
     assert identify(impl / "third_party/nccl", mirrored).commit == history.commits[20]  # fills the cache

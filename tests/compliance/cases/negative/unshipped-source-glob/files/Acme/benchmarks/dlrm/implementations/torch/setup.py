@@ -1,0 +1,11 @@
+import glob
+import os
+from setuptools import setup
+from torch.utils.cpp_extension import CUDAExtension
+
+this_dir = os.path.dirname(os.path.abspath(__file__))
+extensions_dir = os.path.join(this_dir, 'fast', 'csrc')
+main_file = glob.glob(os.path.join(extensions_dir, '*.cpp'))
+source_cuda = glob.glob(os.path.join(extensions_dir, 'cuda', '*.cu'))
+extra = [os.path.join('ops', f) for f in os.listdir('ops')]
+setup(name='fast', ext_modules=[CUDAExtension('fast._C', main_file + source_cuda + extra)])

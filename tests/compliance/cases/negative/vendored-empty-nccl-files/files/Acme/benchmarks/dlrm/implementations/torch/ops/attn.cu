@@ -1,0 +1,1 @@
+__global__ void attn(float* x) { x[threadIdx.x] = 0.f; }

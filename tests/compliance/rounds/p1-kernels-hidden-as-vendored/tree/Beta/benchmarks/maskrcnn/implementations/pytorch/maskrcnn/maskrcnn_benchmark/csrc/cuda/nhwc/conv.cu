@@ -1,0 +1,1 @@
+__global__ void nhwc_conv(float* x) { x[threadIdx.x] = 1.f; }

@@ -1,0 +1,1 @@
+__global__ void syncfree_adam(float* x) { x[threadIdx.x] = 1.f; }
