@@ -114,7 +114,7 @@ def test_own_python_package_named_like_a_marker_is_not_vendored(tmp_path: Path) 
     assert [f.path for f in report.findings if f.rule_id == "undeclared-kernel"] == [f"{pkg}/rnnt/fast_loss.py"]
 
 
-def test_build_directory_is_one_finding_and_logs_are_never_source(tmp_path: Path) -> None:
+def test_build_directory_is_one_finding_and_logs_are_examined(tmp_path: Path) -> None:
     temp = f"{IMPL}/build/temp.linux-x86_64-3.10"
     files: dict[str, str | bytes] = {
         f"{temp}/.ninja_deps": b"\x00\x01 /usr/include/torch/extension.h __global__",
@@ -126,9 +126,13 @@ def test_build_directory_is_one_finding_and_logs_are_never_source(tmp_path: Path
         f"{IMPL}/__pycache__/setup.cpython-310.pyc": b"\x00PYBIND11_MODULE __global__",
     }
     report = run_check(round_tree(tmp_path, files))
-    assert {n.path for n in report.inventory.native} == {f"{IMPL}/kernels/emb.cu"}
+    # Every file is examined (issue 40): a log or cache outside a build directory holding kernel
+    # markers is reported like any file, and the cache directories themselves are reported.
+    assert {n.path for n in report.inventory.native} == {
+        f"{IMPL}/kernels/emb.cu", f"{IMPL}/.ninja_log", f"{IMPL}/__pycache__/setup.cpython-310.pyc"}
+    assert report.inventory.metadata_dirs == (f"{IMPL}/__pycache__", f"{IMPL}/fastemb.egg-info")
     assert not report.inventory.binaries
     builds = {f.path: dict(f.details)["products"] for f in report.findings if f.rule_id == "build-directory-committed"}
     assert set(builds) == {temp, f"{IMPL}/build/lib.linux-x86_64-3.10"}
     assert [p["kind"] for p in builds[temp]] == ["file", "file", "elf-relocatable", "elf-relocatable"]
-    assert report.passed
+    assert not report.passed
