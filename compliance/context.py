@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from compliance.checks.registry import spec_for
 from compliance.findings import Finding, Severity
-from compliance.inventory import Inventory
+from compliance.inventory import Inventory, Walk
 from compliance.layout import Location
 from compliance.manifest import KernelDeclaration, Manifest
 from compliance.paths import parent_dir, tree_relative
@@ -61,6 +61,8 @@ class CheckContext:
     """(root-relative path, manifest) for every manifest found."""
     level_overrides: dict[str, str] = field(default_factory=dict)
     """Levels set by policy sections (binary_policy) rather than ``checks:``."""
+    walk: Walk | None = None
+    """The walk the inventory was classified from (to judge the same tree under another round)."""
 
     def kernels(self) -> Iterator[DeclaredKernel]:
         """Every valid kernel declaration in every manifest."""

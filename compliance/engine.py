@@ -13,13 +13,14 @@ from pathlib import Path
 from compliance.checks import binaries
 from compliance.checks.builtin import StaticStage
 from compliance.checks.interface import Stage
+from compliance.checks.round_choice import STRICTER_ROUND
 from compliance.context import CheckContext, declared_vendored_dirs
 from compliance.errors import InputError
-from compliance.findings import Finding
+from compliance.findings import Finding, Severity
 from compliance.inventory import Walk, classify, walk_tree
 from compliance.manifest import Manifest, load_manifest
 from compliance.model import CheckOptions, CheckReport, RuleSetChoice
-from compliance.ruleset import DEFAULT_RULESET, available_rulesets, load_named_ruleset, load_ruleset
+from compliance.ruleset import DEFAULT_RULESET, RuleSet, available_rulesets, load_named_ruleset, load_ruleset
 from compliance.upstream import UpstreamStage
 from compliance.verify import VerifyStage
 
@@ -39,42 +40,65 @@ def _named(manifests: tuple[tuple[str, Manifest], ...]) -> dict[str, tuple[str, 
     return named
 
 
+def _candidates() -> list[RuleSet]:
+    return [load_ruleset(ruleset_id) for ruleset_id in available_rulesets()]
+
+
 def _detected(root: Path) -> RuleSetChoice:
     """The round read from the tree (``compliance.detect``), else the default."""
     from compliance.detect import detect_ruleset
 
-    candidates = [load_ruleset(ruleset_id) for ruleset_id in available_rulesets()]
+    candidates = _candidates()
     detection = detect_ruleset(root, candidates)
     if detection.ruleset_id is None:
-        return RuleSetChoice(load_ruleset(DEFAULT_RULESET), f"default ({detection.reason})")
-    return RuleSetChoice(load_ruleset(detection.ruleset_id), f"detected: {detection.reason}")
+        return RuleSetChoice(load_ruleset(DEFAULT_RULESET), f"default ({detection.reason})", signal="default")
+    chosen = load_ruleset(detection.ruleset_id)
+    stricter = _stricter(chosen, detection.fitting, candidates) if detection.signal != "benchmarks" else None
+    return RuleSetChoice(chosen, f"detected: {detection.reason}", signal=detection.signal,
+                         source=detection.source, stricter=stricter)
+
+
+def _stricter(chosen: RuleSet, fitting: tuple[str, ...], candidates: list[RuleSet]) -> str | None:
+    """The strictest round of ``fitting``, when it is stricter than ``chosen``."""
+    from compliance.detect import strictness
+
+    pool = [rs for rs in candidates if rs.id in fitting]
+    if not pool:
+        return None
+    strictest = max(pool, key=lambda rs: (strictness(rs), rs.id))
+    return strictest.id if strictness(strictest) > strictness(chosen) else None
 
 
 def choose_ruleset(rules: str | None, manifests: tuple[tuple[str, Manifest], ...],
                    root: Path | None = None) -> RuleSetChoice:
     """``--rules`` wins (an id or a file: the operator's choice); else the rule-set id the
     manifests name (they must agree; an id only, resolved among the rule roots); else
-    the round detected from the tree at ``root``; else the default."""
+    the round detected from the tree at ``root``; else the default. When the tree named
+    the round (a manifest, README or file name), a stricter round that fits the tree is
+    recorded in ``stricter``."""
     if rules:
-        return RuleSetChoice(load_ruleset(rules), "--rules")
+        return RuleSetChoice(load_ruleset(rules), "--rules", signal="rules-option")
     named = _named(manifests)
     if len(named) > 1:
         listing = "; ".join(f"{rel} names {name!r}" for name, (rel, _) in sorted(named.items()))
         raise InputError(f"manifests name different rule sets ({listing}); choose one with --rules")
     if named:
         name, (rel, line) = next(iter(named.items()))
-        return RuleSetChoice(load_named_ruleset(name, rel, line), f"named by {rel}")
+        chosen = load_named_ruleset(name, rel, line)
+        stricter = None
+        if root is not None:
+            from compliance.detect import detect_ruleset
+
+            candidates = _candidates()
+            stricter = _stricter(chosen, detect_ruleset(root, candidates).fitting, candidates)
+        return RuleSetChoice(chosen, f"named by {rel}", signal="manifest", source=rel, stricter=stricter)
     if root is not None:
         return _detected(root)
-    return RuleSetChoice(load_ruleset(DEFAULT_RULESET), "default")
+    return RuleSetChoice(load_ruleset(DEFAULT_RULESET), "default", signal="default")
 
 
-def build_context(root: Path, rules: str | None) -> tuple[CheckContext, RuleSetChoice]:
-    """Walk ``root`` once and assemble everything checks need."""
-    walk = walk_tree(root)
-    manifests = read_manifests(walk)
-    choice = choose_ruleset(rules, manifests, root)
-    ruleset = choice.ruleset
+def _context(walk: Walk, manifests: tuple[tuple[str, Manifest], ...], ruleset: RuleSet,
+             root: Path) -> CheckContext:
     declared_vendored = declared_vendored_dirs(manifests)
     inventory = classify(walk, ruleset.layout, ruleset.divisions,
                          vendored_markers=ruleset.vendored.markers,
@@ -82,7 +106,31 @@ def build_context(root: Path, rules: str | None) -> tuple[CheckContext, RuleSetC
                          declared_vendored=declared_vendored)
     overrides = {binaries.WITHOUT_SOURCE.id: ruleset.binary_policy.without_source,
                  binaries.WITH_SOURCE.id: ruleset.binary_policy.build_product_with_source}
-    return CheckContext(root.resolve(), ruleset, inventory, manifests, overrides), choice
+    return CheckContext(root.resolve(), ruleset, inventory, manifests, overrides, walk)
+
+
+def build_context(root: Path, rules: str | None) -> tuple[CheckContext, RuleSetChoice]:
+    """Walk ``root`` once and assemble everything checks need."""
+    walk = walk_tree(root)
+    manifests = read_manifests(walk)
+    choice = choose_ruleset(rules, manifests, root)
+    return _context(walk, manifests, choice.ruleset, root), choice
+
+
+def _stricter_verdict(ctx: CheckContext, choice: RuleSetChoice) -> Finding | None:
+    """The static verdict under the stricter round that also fits, as a finding naming it."""
+    if choice.stricter is None or ctx.walk is None:
+        return None
+    stricter = load_ruleset(choice.stricter)
+    other = _context(ctx.walk, ctx.manifests, stricter, ctx.root)
+    findings = StaticStage().run(other)
+    errors = sum(1 for f in findings if f.severity is Severity.ERROR)
+    verdict = "FAIL" if errors else "PASS"
+    return ctx.finding(STRICTER_ROUND.id, choice.source or ".", f"the tree named {choice.ruleset.id} "
+                       f"({choice.signal}), but the stricter {stricter.id} also fits its layout and "
+                       f"benchmarks: under {stricter.id} it would {verdict} with {errors} error(s)",
+                       hint=f"Name the round with --rules (e.g. --rules {stricter.id}); CI should always do so.",
+                       details={"stricter_round": stricter.id, "stricter_errors": errors})
 
 
 def stages_for(options: CheckOptions) -> list[Stage]:
@@ -98,6 +146,9 @@ def stages_for(options: CheckOptions) -> list[Stage]:
 def report_for(ctx: CheckContext, choice: RuleSetChoice, stages: list[Stage]) -> CheckReport:
     """Run ``stages`` on ``ctx``: the report every reporter renders (findings sorted)."""
     findings = [f for stage in stages for f in stage.run(ctx)]
+    stricter = _stricter_verdict(ctx, choice)
+    if stricter is not None:
+        findings.append(stricter)
     return CheckReport(ctx.root, choice, tuple(sorted(findings, key=Finding.sort_key)), ctx.inventory,
                        tuple(stage.name for stage in stages))
 

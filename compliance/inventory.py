@@ -322,6 +322,7 @@ def _read_stream(fd: int, rel: str, name: str, walk: Walk) -> None:
     size = os.fstat(fd).st_size
     if size > MAX_FILE_BYTES:
         walk.unscanned.append((rel, f"{size} bytes, over the {MAX_FILE_BYTES >> 20} MiB limit for one file"))
+        _record_source(rel, name, ext, [], walk, build_directory_of(rel), None)  # a .cu is still native
         return
     build_dir = build_directory_of(rel)
     data = os.read(fd, CHUNK_BYTES)

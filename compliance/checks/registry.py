@@ -21,7 +21,16 @@ from compliance.checks.interface import CheckConfig, CheckSpec
 def specs() -> tuple[CheckSpec, ...]:
     """Every check spec, grouped by stage (the modules are imported here, not at import time,
     because the static checks themselves import ``compliance.context``, which reads this registry)."""
-    from compliance.checks import binaries, declarations, layout, readability, upstream_links, vendoring, walk
+    from compliance.checks import (
+        binaries,
+        declarations,
+        layout,
+        readability,
+        round_choice,
+        upstream_links,
+        vendoring,
+        walk,
+    )
     from compliance.upstream import specs as upstream
     from compliance.verify import specs as verify
 
@@ -35,7 +44,7 @@ def specs() -> tuple[CheckSpec, ...]:
         upstream_links.MISSING, upstream_links.MALFORMED, upstream_links.HOST, upstream_links.NOT_PINNED,
         vendoring.FORK, vendoring.BUILD_DIRECTORY,
         readability.PATH_UNREADABLE, readability.SETUP_UNPARSEABLE,
-        walk.PATH_UNSCANNED, walk.METADATA_DIRECTORY,
+        walk.PATH_UNSCANNED, walk.METADATA_DIRECTORY, round_choice.STRICTER_ROUND,
     )
     upstream_stage = (
         upstream.UNREACHABLE, upstream.AUTH, upstream.CACHE_CORRUPT, upstream.NOT_CACHED,
