@@ -327,7 +327,7 @@ def _read_stream(fd: int, rel: str, name: str, walk: Walk) -> None:
     build_dir = build_directory_of(rel)
     data = os.read(fd, CHUNK_BYTES)
     kind = binary_kind(data[:64])
-    if build_dir is not None:
+    if build_dir is not None:  # grouped per directory by the vendored/build-products logic
         walk.build_products.setdefault(build_dir, []).append((rel, kind or "file"))
     elif kind is not None:
         walk.binaries.append((rel, kind, size))
