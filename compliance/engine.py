@@ -20,7 +20,14 @@ from compliance.findings import Finding, Severity
 from compliance.inventory import Walk, classify, walk_tree
 from compliance.manifest import Manifest, load_manifest
 from compliance.model import CheckOptions, CheckReport, RuleSetChoice
-from compliance.ruleset import DEFAULT_RULESET, RuleSet, available_rulesets, load_named_ruleset, load_ruleset
+from compliance.ruleset import (
+    DEFAULT_RULESET,
+    RuleSet,
+    available_rulesets,
+    load_named_ruleset,
+    load_ruleset,
+    refuse_rule_roots_inside,
+)
 from compliance.upstream import UpstreamStage
 from compliance.verify import VerifyStage
 
@@ -110,7 +117,9 @@ def _context(walk: Walk, manifests: tuple[tuple[str, Manifest], ...], ruleset: R
 
 
 def build_context(root: Path, rules: str | None) -> tuple[CheckContext, RuleSetChoice]:
-    """Walk ``root`` once and assemble everything checks need."""
+    """Walk ``root`` once and assemble everything checks need (rule directories inside ``root``
+    are refused: ``InputError``, exit 2)."""
+    refuse_rule_roots_inside(root)
     walk = walk_tree(root)
     manifests = read_manifests(walk)
     choice = choose_ruleset(rules, manifests, root)

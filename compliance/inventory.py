@@ -316,16 +316,17 @@ def _is_metadata_dir(name: str) -> bool:
     return name in METADATA_DIRS or name.endswith(METADATA_DIR_SUFFIXES)
 
 
-def _read_stream(fd: int, rel: str, name: str, walk: Walk) -> None:
-    """Read the open regular file ``fd`` chunk by chunk and record what it is under ``rel``/``name``."""
+def _read_stream(fd: int, size: int, rel: str, name: str, walk: Walk) -> None:
+    """Read the open regular file ``fd`` (``size`` bytes by fstat) chunk by chunk and record what it
+    is under ``rel``/``name``."""
     ext = os.path.splitext(name)[1].lower()
-    size = os.fstat(fd).st_size
     if size > MAX_FILE_BYTES:
         walk.unscanned.append((rel, f"{size} bytes, over the {MAX_FILE_BYTES >> 20} MiB limit for one file"))
         _record_source(rel, name, ext, [], walk, build_directory_of(rel), None)  # a .cu is still native
         return
     build_dir = build_directory_of(rel)
-    data = os.read(fd, CHUNK_BYTES)
+    # One byte past the size: a file that grew since fstat is still read whole or streamed.
+    data = os.read(fd, min(CHUNK_BYTES, size + 1))
     kind = binary_kind(data[:64])
     if build_dir is not None:  # grouped per directory by the vendored/build-products logic
         walk.build_products.setdefault(build_dir, []).append((rel, kind or "file"))
@@ -333,13 +334,15 @@ def _read_stream(fd: int, rel: str, name: str, walk: Walk) -> None:
         walk.binaries.append((rel, kind, size))
     if kind is not None:
         return
-    scanner = recognisers.MarkerScanner(recognisers.DATA_MARKERS if ext in DATA_EXTENSIONS else recognisers.MARKERS)
-    whole = data if len(data) < CHUNK_BYTES else None
+    is_data = ext in DATA_EXTENSIONS
+    scanner = recognisers.MarkerScanner(recognisers.DATA_MARKERS if is_data else recognisers.MARKERS)
+    whole = data if len(data) <= size and len(data) < CHUNK_BYTES else None
+    base64_too = not is_data or size <= recognisers.DATA_BASE64_LIMIT
     embedded = None
     at_start = True
     while data:
         scanner.feed(data)
-        embedded = embedded or recognisers.embedded_binary(data, at_start)
+        embedded = embedded or recognisers.embedded_binary(data, at_start, base64_too)
         at_start = False
         data = b"" if whole is not None else os.read(fd, CHUNK_BYTES)
     if whole is not None and ext == ".ipynb":
@@ -387,8 +390,8 @@ def _visit_file(dir_fd: int, name: str, rel: str, walk: Walk) -> None:
 
 
 def _examine_open(fd: int, rel: str, name: str, walk: Walk) -> None:
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):  # swapped after the listing, or a FIFO/device: never read
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode):  # swapped after the listing, or a FIFO/device: never read
         walk.unscanned.append((rel, "not a regular file"))
         return
     walk.files.add(rel)
@@ -396,7 +399,7 @@ def _examine_open(fd: int, rel: str, name: str, walk: Walk) -> None:
         walk.manifests.append(rel)
     if name.upper().startswith(("LICENSE", "COPYING")):
         walk.licensed_dirs.add(parent_dir(rel))
-    _read_stream(fd, rel, name, walk)
+    _read_stream(fd, status.st_size, rel, name, walk)
 
 
 def _open_inside(root_fd: int, parts: list[str]) -> int:

@@ -46,8 +46,14 @@ _ARCHIVE_MAGIC = (
 )
 
 
+_FIRST_BYTES = frozenset(b"\x7f!\x50\xfe\xce\xcf\xcaMP\x1f\xfdB\x287")
+"""The first byte of every magic below (most files start with none of them)."""
+
+
 def binary_kind(head: bytes) -> str | None:
     """Binary kind from the first bytes of a file, or None for non-binaries."""
+    if not head or head[0] not in _FIRST_BYTES:
+        return None
     if head.startswith(b"\x7fELF") and len(head) >= 20:
         little = head[5] == 1
         e_type = int.from_bytes(head[16:18], "little" if little else "big")
@@ -88,16 +94,19 @@ _B64_NEEDLES = tuple((needle, name) for magic, name in _B64_MAGIC for needle in 
 _B64_RUN = re.compile(rb"[A-Za-z0-9+/]{64}")
 
 
-def embedded_binary(data: bytes, at_start: bool) -> str | None:
+def embedded_binary(data: bytes, at_start: bool, base64_too: bool = True) -> str | None:
     """``elf-behind-prefix`` or ``embedded-base64`` when ``data`` hides a binary past its start.
 
-    ``at_start``: ``data`` begins at the file's first byte (only then is a prefix window checked).
+    ``at_start``: ``data`` begins at the file's first byte (only then is a prefix window checked);
+    ``base64_too``: also look for base64 text that decodes to a binary.
     """
     if at_start:
         for magic in (b"\x7fELF", b"PK\x03\x04"):
             offset = data.find(magic, 1, PREFIX_WINDOW + len(magic))
             if offset > 0 and (magic != b"\x7fELF" or binary_kind(data[offset:offset + 64])):
                 return "elf-behind-prefix"
+    if not base64_too:
+        return None
     for needle, _ in _B64_NEEDLES:
         offset = data.find(needle)
         while offset >= 0:
@@ -165,14 +174,19 @@ MARKERS: tuple[Marker, ...] = (
                    rb"[ \t]+cpp_extension)[ \t]+as[ \t]+(\w+)"), rb"\s*\.\s*load\w*\s*\("),
     Marker("extension", (b"TORCH_LIBRARY", b"PYBIND11_MODULE", b"torch/extension.h"), None, "cpp"),
 )
-DATA_MARKERS = tuple(m for m in MARKERS if m.name in ("cuda", "ptx"))
-"""What data files and logs are scanned for: kernel source itself (any other form needs code to load it)."""
+DATA_MARKERS = (MARKERS[0], Marker("ptx", (b".entry",), re.compile(rb"(?:^|\s)\.entry\s+[\w$]+"), "ptx"))
+"""What data files and logs are scanned for: CUDA and PTX kernel source itself (two ``bytes.find``
+per byte: these are most of a round's bytes). Any other form needs code to load it, and code is
+scanned for every marker."""
+DATA_BASE64_LIMIT = 1024 * 1024
+"""Data files up to this size are also searched for base64 binaries (larger ones are logs and
+results; a blob in one needs code to decode it, and code is always searched)."""
 LANGUAGE_OF_MARKER = {m.name: m.language for m in MARKERS}
 _CONTINUATION = re.compile(rb"\\\r?\n")
 
 
 def _first_match(data: bytes, marker: Marker) -> int | None:
-    hits = [i for i in (data.find(lit) for lit in marker.literals) if i >= 0]
+    hits = [i for i in map(data.find, marker.literals) if i >= 0]
     if not hits:
         return None
     if marker.pattern is None:
@@ -208,7 +222,7 @@ class MarkerScanner:
             if marker.name in self.found:
                 continue
             offset = _first_match(window, marker)
-            if offset is None and marker.name == "cuda" and b"\\\n" in window:
+            if offset is None and marker is MARKERS[0] and self.families is MARKERS and b"\\\n" in window:
                 if _first_match(_CONTINUATION.sub(b"", window), marker) is not None:
                     offset = window.find(b"\\\n")  # __glo\<newline>bal__ is __global__ to the preprocessor
             if offset is not None:

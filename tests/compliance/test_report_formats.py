@@ -81,3 +81,22 @@ def test_base_tree_chose_by_manifest_everywhere(tmp_path: Path) -> None:
     report = run_check(BASE)
     assert report.choice.signal == "manifest" and report.choice.stricter is None
     assert json.loads(render_sarif(report))["runs"][0]["properties"]["ruleset"]["id"] == "training/v0.7"
+
+
+def test_rule_directory_inside_the_tree_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative COMPLIANCE_RULES_PATH (or --rules-dir) into the checked tree could shadow a
+    shipped id with the submitter's own levels (issue 40 item 11): exit 2, naming it."""
+    from tests.compliance.test_cli import invoke
+
+    tree = tmp_path / "t"
+    build_case(CASES / "negative" / "undeclared-triton", tree)
+    rules = tree / "rules" / "training"
+    rules.mkdir(parents=True)
+    (rules / "v0.7.yaml").write_text("id: training/v0.7\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COMPLIANCE_RULES_PATH", "t/rules")
+    code, _, err = invoke("check", "t")
+    assert code == 2 and "t/rules" in err and "inside the checked tree" in err
+    monkeypatch.delenv("COMPLIANCE_RULES_PATH")
+    code, _, err = invoke("--rules-dir", "t/rules", "check", "t")
+    assert code == 2 and "inside the checked tree" in err
