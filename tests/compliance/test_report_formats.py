@@ -100,3 +100,19 @@ def test_rule_directory_inside_the_tree_is_refused(tmp_path: Path, monkeypatch: 
     monkeypatch.delenv("COMPLIANCE_RULES_PATH")
     code, _, err = invoke("--rules-dir", "t/rules", "check", "t")
     assert code == 2 and "inside the checked tree" in err
+
+
+def test_unwritable_output_is_exit_2_naming_it(tmp_path: Path) -> None:
+    """An --output symlink loop and `> /dev/full` were internal errors (exit 3)."""
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    command = [sys.executable, "-m", "compliance", "check", str(BASE)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    looped = subprocess.run([*command, "--output", str(tmp_path / "a")], capture_output=True, text=True,
+                            env=env, timeout=60, check=False)
+    assert looped.returncode == 2 and str(tmp_path / "a") in looped.stderr, looped.stderr
+    if Path("/dev/full").exists():
+        with open("/dev/full", "w") as full:
+            done = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, env=env, timeout=60,
+                                  check=False)
+        assert done.returncode == 2 and "/dev/full" in done.stderr, done.stderr
