@@ -213,22 +213,26 @@ class MarkerScanner:
         self.families = markers
         self.found: dict[str, int] = {}
         self._tail = b""
+        self._uncounted = b""
         self._lines_before = 0  # newlines in the file before the current window's first byte
 
     def feed(self, new: bytes) -> None:
         """Scan the next bytes of the file."""
+        if self._uncounted:
+            self._lines_before += self._uncounted.count(b"\n", 0, len(self._uncounted) - len(self._tail))
+            self._uncounted = b""
         window = self._tail + new if self._tail else new
         for marker in self.families:
             if marker.name in self.found:
                 continue
             offset = _first_match(window, marker)
-            if offset is None and marker is MARKERS[0] and self.families is MARKERS and b"\\\n" in window:
+            if offset is None and marker is MARKERS[0] and b"\\\n" in window:
                 if _first_match(_CONTINUATION.sub(b"", window), marker) is not None:
                     offset = window.find(b"\\\n")  # __glo\<newline>bal__ is __global__ to the preprocessor
             if offset is not None:
                 self.found[marker.name] = self._lines_before + window.count(b"\n", 0, offset) + 1
         self._tail = window[-OVERLAP:]
-        self._lines_before += window.count(b"\n", 0, len(window) - len(self._tail))
+        self._uncounted = window  # newlines are counted only if the file goes on (a streamed file)
 
     def markers(self) -> list[tuple[str, int]]:
         """(marker, line) in the order of ``MARKERS``."""

@@ -59,7 +59,8 @@ def main() -> int:
     parser.add_argument("--keep", default="", help="build the tree here and keep it (reused when present)")
     args = parser.parse_args()
     ruleset = load_ruleset(args.ruleset)
-    per_benchmark = max(1, args.files // (args.submitters * len(ruleset.benchmarks)) - 6)
+    code_files = min(args.files, 20_000) if args.bulk_gb else args.files  # the rest: logs and JSON
+    per_benchmark = max(1, code_files // (args.submitters * len(ruleset.benchmarks)) - 6)
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="round-speed-"))
     try:
         tree = work / "round"
@@ -106,11 +107,12 @@ def add_bulk(tree: Path, files: int, total_bytes: int) -> None:
     count = max(0, files - existing)
     if not count or not dirs:
         return
-    raw = [rng.lognormvariate(0, 1.6) for _ in range(count)]
-    scale = total_bytes / sum(raw)
-    block = _LOG_LINE * (16 * 1024 * 1024 // len(_LOG_LINE))
-    for index, weight in enumerate(raw):
-        size = min(int(weight * scale), len(block))
+    block = _LOG_LINE * (12 * 1024 * 1024 // len(_LOG_LINE))
+    sizes = [rng.lognormvariate(0, 1.6) for _ in range(count)]
+    for _ in range(20):  # scale to the total with the largest files capped at len(block)
+        sizes = [min(s * total_bytes / sum(sizes), len(block)) for s in sizes]
+    for index, size_f in enumerate(sizes):
+        size = int(size_f)
         name = f"log_{index}.txt" if index % 3 else f"summary_{index}.json"
         with open(dirs[index % len(dirs)] / name, "wb") as handle:
             handle.write(block[:size])
