@@ -116,3 +116,18 @@ def test_unwritable_output_is_exit_2_naming_it(tmp_path: Path) -> None:
             done = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, env=env, timeout=60,
                                   check=False)
         assert done.returncode == 2 and "/dev/full" in done.stderr, done.stderr
+
+
+def test_manifest_draft_comments_escape_newline_names(tmp_path: Path) -> None:
+    """A kernel file named with a newline was copied raw into the draft's YAML comments."""
+    import yaml
+
+    from compliance.draft import draft_manifest, render_draft
+
+    tree = tmp_path / "t"
+    build_case(CASES / "negative" / "undeclared-triton", tree)
+    impl = tree / "Acme/benchmarks/dlrm/implementations/torch"
+    (impl / "kernels" / "evil\nkernels: []\n#.cu").write_text("__global__ void evil(float* x) {}\n")
+    text = render_draft(draft_manifest(impl, load_ruleset("training/v0.7")))
+    assert all(not line.startswith("kernels: []") for line in text.splitlines()[6:]), text
+    assert len(yaml.safe_load(text)["kernels"]) >= 2
