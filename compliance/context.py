@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from compliance.checks.registry import spec_for
 from compliance.findings import Finding, Severity
-from compliance.inventory import Inventory
+from compliance.inventory import Inventory, Walk
 from compliance.layout import Location
 from compliance.manifest import KernelDeclaration, Manifest
 from compliance.paths import parent_dir, tree_relative
@@ -65,6 +65,8 @@ class CheckContext:
     """What proves a vendored copy in this run: ``static`` (nothing: copies are unproven
     warnings), ``upstream`` (``--upstream``: declared copies are judged by blob; undeclared ones
     are errors) or ``required`` (``--require-upstream``: every unproven copy is an error)."""
+    walk: Walk | None = None
+    """The walk the inventory was classified from (to judge the same tree under another round)."""
 
     def kernels(self) -> Iterator[DeclaredKernel]:
         """Every valid kernel declaration in every manifest."""

@@ -26,6 +26,7 @@ from compliance.inventory import Inventory, NativeFile, build_inventory
 from compliance.kernel_symbols import kernel_functions
 from compliance.manifest import MANIFEST_NAME, PLACEHOLDER
 from compliance.paths import parent_dir
+from compliance.report.safetext import one_line
 from compliance.ruleset import RuleSet
 from compliance.vendored_trees import VendoredTree
 
@@ -313,9 +314,9 @@ def _kernel_lines(k: DraftKernel) -> list[str]:
     category = _q(k.category) if k.category else _q(f"{PLACEHOLDER}: allowlist category")
     function = _q(k.module_function) if k.module_function else _q(f"{PLACEHOLDER}: function of the built module")
     return [
-        f"  # from {k.origin}",
+        f"  # from {one_line(k.origin)}",
         f"  - id: {_q(k.id)}",
-        f"    category: {category}    # {k.category_reason}",
+        f"    category: {category}    # {one_line(k.category_reason)}",
         f"    language: {k.language}",
         f"    sources: {_flow(k.sources)}",
         f"    entry_symbols: {symbols}",
@@ -334,7 +335,8 @@ def _kernel_lines(k: DraftKernel) -> list[str]:
 
 def render_draft(draft: Draft) -> str:
     """The draft as YAML text with comments (valid YAML; invalid manifest until filled)."""
-    lines = [f"# Draft {MANIFEST_NAME} for {draft.implementation.name}, written by `compliance manifest draft`.",
+    name = one_line(draft.implementation.name)
+    lines = [f"# Draft {MANIFEST_NAME} for {name}, written by `compliance manifest draft`.",
              f"# Replace every {PLACEHOLDER} value (only you know them); until then this manifest fails",
              "# validation (manifest-invalid). Check the guessed categories and entry symbols.",
              "manifest_version: 1",
@@ -345,7 +347,7 @@ def render_draft(draft: Draft) -> str:
     if draft.vendored:
         lines.append("vendored:")
     for tree in draft.vendored:
-        lines += [f"  # {tree.note}", f"  - path: {_q(tree.path)}",
+        lines += [f"  # {one_line(tree.note)}", f"  - path: {_q(tree.path)}",
                   f"    repository: {_q(tree.repository or PLACEHOLDER + ': upstream clone URL')}",
                   f"    commit: {_q(tree.commit or PLACEHOLDER + ': full 40-hex commit the copy was taken from')}"]
     return "\n".join(lines) + "\n"

@@ -1,7 +1,7 @@
 """The check pipeline: walk once, read manifests, pick the rule set, run the stages.
 
 Only orchestration lives here; the options and the report are in
-``compliance.model``, the stages behind ``compliance.context.Stage``.
+``compliance.model``, the stages behind ``compliance.checks.interface.Stage``.
 Nothing here imports torch, CUDA bindings or git; the optional stages
 (``--upstream``, ``--verify``) import their heavy modules only when they run.
 """
@@ -12,13 +12,22 @@ from pathlib import Path
 
 from compliance.checks import binaries, declarations
 from compliance.checks.builtin import StaticStage
+from compliance.checks.specs import STRICTER_ROUND
 from compliance.context import CheckContext, Stage, declared_vendored_dirs
 from compliance.errors import InputError
-from compliance.findings import Finding
+from compliance.findings import Finding, Severity
 from compliance.inventory import Walk, classify, walk_tree
 from compliance.manifest import Manifest, load_manifest
 from compliance.model import CheckOptions, CheckReport, RuleSetChoice
-from compliance.ruleset import DEFAULT_RULESET, available_rulesets, load_named_ruleset, load_ruleset, rule_roots
+from compliance.ruleset import (
+    DEFAULT_RULESET,
+    RuleSet,
+    available_rulesets,
+    load_named_ruleset,
+    load_ruleset,
+    refuse_rule_roots_inside,
+    rule_roots,
+)
 from compliance.upstream import UpstreamStage
 from compliance.verify import VerifyStage
 
@@ -38,45 +47,67 @@ def _named(manifests: tuple[tuple[str, Manifest], ...]) -> dict[str, tuple[str, 
     return named
 
 
+def _candidates(roots: list[Path]) -> list[RuleSet]:
+    return [load_ruleset(ruleset_id, roots) for ruleset_id in available_rulesets(rule_roots(roots))]
+
+
 def _detected(root: Path, roots: list[Path]) -> RuleSetChoice:
     """The round read from the tree (``compliance.detect``), else the default."""
     from compliance.detect import detect_ruleset
 
-    candidates = [load_ruleset(ruleset_id, roots) for ruleset_id in available_rulesets(rule_roots(roots))]
+    candidates = _candidates(roots)
     detection = detect_ruleset(root, candidates)
     if detection.ruleset_id is None:
-        return RuleSetChoice(load_ruleset(DEFAULT_RULESET, roots), f"default ({detection.reason})")
-    return RuleSetChoice(load_ruleset(detection.ruleset_id, roots), f"detected: {detection.reason}")
+        return RuleSetChoice(load_ruleset(DEFAULT_RULESET, roots), f"default ({detection.reason})", signal="default")
+    chosen = load_ruleset(detection.ruleset_id, roots)
+    stricter = _stricter(chosen, detection.fitting, candidates) if detection.signal != "benchmarks" else None
+    return RuleSetChoice(chosen, f"detected: {detection.reason}", signal=detection.signal,
+                         source=detection.source, stricter=stricter)
+
+
+def _stricter(chosen: RuleSet, fitting: tuple[str, ...], candidates: list[RuleSet]) -> str | None:
+    """The strictest round of ``fitting``, when it is stricter than ``chosen``."""
+    from compliance.detect import strictness
+
+    pool = [rs for rs in candidates if rs.id in fitting]
+    if not pool:
+        return None
+    strictest = max(pool, key=lambda rs: (strictness(rs), rs.id))
+    return strictest.id if strictness(strictest) > strictness(chosen) else None
 
 
 def choose_ruleset(rules: str | None, manifests: tuple[tuple[str, Manifest], ...],
                    root: Path | None = None, rules_dirs: tuple[Path, ...] = ()) -> RuleSetChoice:
     """``--rules`` wins (an id or a file: the operator's choice); else the rule-set id the
     manifests name (they must agree; an id only, resolved among the rule roots); else
-    the round detected from the tree at ``root``; else the default. ``rules_dirs``: the
-    operator's rule directories (``--rules-dir``), searched first."""
+    the round detected from the tree at ``root``; else the default. When the tree named
+    the round (a manifest, README or file name), a stricter round that fits the tree is
+    recorded in ``stricter``. ``rules_dirs``: the operator's rule directories (``--rules-dir``),
+    searched first."""
     roots = list(rules_dirs)
     if rules:
-        return RuleSetChoice(load_ruleset(rules, roots), "--rules")
+        return RuleSetChoice(load_ruleset(rules, roots), "--rules", signal="rules-option")
     named = _named(manifests)
     if len(named) > 1:
         listing = "; ".join(f"{rel} names {name!r}" for name, (rel, _) in sorted(named.items()))
         raise InputError(f"manifests name different rule sets ({listing}); choose one with --rules")
     if named:
         name, (rel, line) = next(iter(named.items()))
-        return RuleSetChoice(load_named_ruleset(name, rel, line, roots), f"named by {rel}")
+        chosen = load_named_ruleset(name, rel, line, roots)
+        stricter = None
+        if root is not None:
+            from compliance.detect import detect_ruleset
+
+            candidates = _candidates(roots)
+            stricter = _stricter(chosen, detect_ruleset(root, candidates).fitting, candidates)
+        return RuleSetChoice(chosen, f"named by {rel}", signal="manifest", source=rel, stricter=stricter)
     if root is not None:
         return _detected(root, roots)
-    return RuleSetChoice(load_ruleset(DEFAULT_RULESET, roots), "default")
+    return RuleSetChoice(load_ruleset(DEFAULT_RULESET, roots), "default", signal="default")
 
 
-def build_context(root: Path, rules: str | None, rules_dirs: tuple[Path, ...] = (),
-                  proof: str = "static") -> tuple[CheckContext, RuleSetChoice]:
-    """Walk ``root`` once and assemble everything checks need (``proof``: see ``CheckContext.proof``)."""
-    walk = walk_tree(root)
-    manifests = read_manifests(walk)
-    choice = choose_ruleset(rules, manifests, root, rules_dirs)
-    ruleset = choice.ruleset
+def _context(walk: Walk, manifests: tuple[tuple[str, Manifest], ...], ruleset: RuleSet,
+             root: Path, proof: str) -> CheckContext:
     declared_vendored = declared_vendored_dirs(manifests)
     inventory = classify(walk, ruleset.layout, ruleset.divisions,
                          vendored_markers=ruleset.vendored.markers,
@@ -86,7 +117,34 @@ def build_context(root: Path, rules: str | None, rules_dirs: tuple[Path, ...] = 
                  binaries.WITH_SOURCE.id: ruleset.binary_policy.build_product_with_source}
     if proof != "static":  # an unproven copy is no longer a warning once proof is asked for
         overrides[declarations.VENDORED.id] = "error"
-    return CheckContext(root.resolve(), ruleset, inventory, manifests, overrides, proof), choice
+    return CheckContext(root.resolve(), ruleset, inventory, manifests, overrides, proof, walk)
+
+
+def build_context(root: Path, rules: str | None, rules_dirs: tuple[Path, ...] = (),
+                  proof: str = "static") -> tuple[CheckContext, RuleSetChoice]:
+    """Walk ``root`` once and assemble everything checks need (``proof``: see
+    ``CheckContext.proof``; rule directories inside ``root`` are refused: ``InputError``, exit 2)."""
+    refuse_rule_roots_inside(root, rules_dirs)
+    walk = walk_tree(root)
+    manifests = read_manifests(walk)
+    choice = choose_ruleset(rules, manifests, root, rules_dirs)
+    return _context(walk, manifests, choice.ruleset, root, proof), choice
+
+
+def _stricter_verdict(ctx: CheckContext, choice: RuleSetChoice) -> Finding | None:
+    """The static verdict under the stricter round that also fits, as a finding naming it."""
+    if choice.stricter is None or ctx.walk is None:
+        return None
+    stricter = load_ruleset(choice.stricter)
+    other = _context(ctx.walk, ctx.manifests, stricter, ctx.root, ctx.proof)
+    findings = StaticStage().run(other)
+    errors = sum(1 for f in findings if f.severity is Severity.ERROR)
+    verdict = "FAIL" if errors else "PASS"
+    return ctx.finding(STRICTER_ROUND.id, choice.source or ".", f"the tree named {choice.ruleset.id} "
+                       f"({choice.signal}), but the stricter {stricter.id} also fits its layout and "
+                       f"benchmarks: under {stricter.id} it would {verdict} with {errors} error(s)",
+                       hint=f"Name the round with --rules (e.g. --rules {stricter.id}); CI should always do so.",
+                       details={"stricter_round": stricter.id, "stricter_errors": errors})
 
 
 def stages_for(options: CheckOptions) -> list[Stage]:
@@ -102,6 +160,9 @@ def stages_for(options: CheckOptions) -> list[Stage]:
 def report_for(ctx: CheckContext, choice: RuleSetChoice, stages: list[Stage]) -> CheckReport:
     """Run ``stages`` on ``ctx``: the report every reporter renders (findings sorted)."""
     findings = [f for stage in stages for f in stage.run(ctx)]
+    stricter = _stricter_verdict(ctx, choice)
+    if stricter is not None:
+        findings.append(stricter)
     return CheckReport(ctx.root, choice, tuple(sorted(findings, key=Finding.sort_key)), ctx.inventory,
                        tuple(stage.name for stage in stages))
 

@@ -1,29 +1,35 @@
 """Inventory: one walk of a submission tree, classifying what it contains.
 
-The walk follows no symlinks (a link is recorded; one that leaves the tree is
-reported), never executes or imports anything, and reads each file at most
-once: binaries are recognised by magic bytes whatever their name, native
-kernel code by content (``__global__``, inline ``asm(``, ``@triton.jit``,
-``load_inline(``, torch extension markers) as well as by extension, and
-``setup.py`` files are read as an AST for ``CUDAExtension``/``CppExtension``
-sources. Vendored third-party trees are recognised and grouped by
-``compliance.vendored_trees``; build logs, packaging metadata and committed
-build directories (``build/temp.*``, ``build/lib.*``) never count as source.
+Every file is examined: no directory or name is skipped (a version-control
+directory, an interpreter cache or a build log inside the tree is recorded and
+reported, and its files are read like any other). The walk opens every
+directory and file relative to its parent's handle with ``O_NOFOLLOW`` (no
+path is resolved twice, so a file swapped for a symlink mid-walk is refused,
+never followed); a symlink that resolves inside the tree is examined as the
+file it points to under the link's own name, one that leaves the tree is
+reported. Files are streamed in chunks whatever their size, up to
+``MAX_FILE_BYTES`` (a larger one is a ``path-unscanned`` error). Nothing is
+executed or imported. What a file *is* comes from ``compliance.recognise``
+(binaries and archives by magic bytes, also behind a prefix or in base64;
+kernels by content in every form listed there), and ``setup.py`` files are
+read as an AST for ``CUDAExtension``/``CppExtension`` sources. Vendored
+third-party trees are recognised and grouped by ``compliance.vendored_trees``.
 """
 
 from __future__ import annotations
 
 import ast
+import errno
 import os
-import re
 import stat
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from compliance import recognisers
 from compliance.errors import InputError
 from compliance.layout import (
     LayoutMapper,
@@ -35,6 +41,7 @@ from compliance.layout import (
 )
 from compliance.manifest import MANIFEST_NAME
 from compliance.paths import parent_dir
+from compliance.recognisers import LANGUAGE_OF_MARKER, binary_kind
 from compliance.setup_sources import FileIndex, SourceItem, extension_sources, module_assignments, relative_to_root
 from compliance.upstream.blobs import file_normalized_blob_hash, normalized_blob_hash
 from compliance.vendored_trees import (
@@ -47,33 +54,24 @@ from compliance.vendored_trees import (
     recognise,
 )
 
-MAX_SCAN_BYTES = 4 * 1024 * 1024
-"""Text files larger than this are classified by extension only."""
+CHUNK_BYTES = 8 * 1024 * 1024
+"""Bytes read and scanned at a time (memory stays about this size whatever the file's)."""
+MAX_FILE_BYTES = 1024 * 1024 * 1024
+"""Largest file scanned (1 GiB); a larger one is reported ``path-unscanned`` (an error)."""
+MAX_DEPTH = 256
+"""Deepest directory entered (one open handle per level); deeper ones are ``path-unscanned``."""
 MAX_SETUP_BYTES = 128 * 1024
 """Largest setup.py parsed (Python's AST costs up to ~500 bytes of memory per source byte;
 real ones are under 40 KB, apex's is 35 KB). A larger one that mentions extensions is ``setup-py-unparseable``."""
 CUDA_EXTENSIONS = {".cu", ".cuh"}
 CPP_EXTENSIONS = {".c", ".cc", ".cpp", ".cxx", ".c++", ".h", ".hh", ".hpp", ".hxx", ".inl", ".inc"}
-NOT_CODE_EXTENSIONS = {".md", ".rst", ".txt", ".json", ".yaml", ".yml", ".csv", ".log", ".html",
-                       ".htm", ".svg", ".png", ".jpg", ".jpeg", ".gif", ".pdf", ".ipynb", ".toml",
-                       ".cfg", ".ini", ".xml", ".pbtxt", ".license"}
-SKIP_DIRS = {".git", ".hg", ".svn"}
-"""Version-control metadata is not part of a submission's content."""
-
-# Each marker: the literal bytes any match must contain (found with a fast
-# ``bytes.find``) and, where the literal alone is too loose, a regex that runs
-# only on files containing the literal. A regex alternation over every byte of
-# every file was 10x slower on a 20,000-file tree.
-_MARKERS: tuple[tuple[str, tuple[bytes, ...], re.Pattern[bytes] | None], ...] = (
-    ("cuda", (b"__global__",), None),
-    ("ptx", (b"asm",), re.compile(rb"\basm\s*(?:volatile\s*)?\(|__asm__")),
-    ("triton", (b"@triton.jit",), None),
-    ("inline", (b"load_inline", b"cpp_extension.load"),
-     re.compile(rb"\bload_inline\s*\(|\bcpp_extension\.load\s*\(")),
-    ("extension", (b"TORCH_LIBRARY", b"PYBIND11_MODULE", b"torch/extension.h"), None),
-)
-_LANGUAGE_OF_MARKER = {"cuda": "cuda", "ptx": "ptx", "triton": "triton", "inline": "cpp",
-                       "extension": "cpp"}
+DATA_EXTENSIONS = {".json", ".log", ".csv", ".txt", ".pbtxt"}
+"""Data and logs: a kernel there needs a loader, which is code and is scanned for every marker;
+these are scanned for CUDA/PTX source and hidden binaries only (the bulk of a round's bytes)."""
+METADATA_DIRS = {".git", ".hg", ".svn", "__pycache__"}
+"""Version-control and cache directories: reported, and their content examined like any other."""
+METADATA_DIR_SUFFIXES = (".egg-info",)
+"""Packaging metadata directories (reported and examined the same way)."""
 
 
 @dataclass(frozen=True)
@@ -115,18 +113,19 @@ class NativeFile:
         return next((e.line for e in self.evidence if e.line), None)
 
 
-BINARY_KINDS = ("elf-shared-object", "elf-relocatable", "elf-executable", "cubin", "fatbin",
-                "ar-archive", "pe", "mach-o")
 
 
 @dataclass(frozen=True)
+
+
+
 class BinaryFile:
     """A compiled artifact recognised by its magic bytes."""
 
     path: str
     """Root-relative POSIX path."""
     kind: str
-    """One of ``BINARY_KINDS``."""
+    """One of ``compliance.recognisers.BINARY_KINDS``."""
     size: int
     """Bytes."""
     location: Location
@@ -228,6 +227,11 @@ class Inventory:
     declared_vendored: frozenset[str] = frozenset()
     """Root-relative directories that ``vendored:`` declarations may group (strictly inside an
     implementation, none of its roots); other declarations are ``manifest-invalid``."""
+    unscanned: tuple[tuple[str, str], ...] = ()
+    """(path, why) of what the walk could not scan within its limits (over ``MAX_FILE_BYTES``,
+    deeper than ``MAX_DEPTH``, not a regular file); each is an error-level ``path-unscanned``."""
+    metadata_dirs: tuple[str, ...] = ()
+    """Version-control, cache and packaging-metadata directories (examined, and reported)."""
 
     def locate(self, relpath: str) -> Location:
         """Layout location of a root-relative path."""
@@ -252,50 +256,9 @@ class Inventory:
 
 # --------------------------------------------------------------------------- sniffing
 
-def binary_kind(head: bytes) -> str | None:
-    """Binary kind from the first bytes of a file, or None for non-binaries."""
-    if head.startswith(b"\x7fELF") and len(head) >= 20:
-        little = head[5] == 1
-        e_type = int.from_bytes(head[16:18], "little" if little else "big")
-        e_machine = int.from_bytes(head[18:20], "little" if little else "big")
-        if e_machine == 190:  # EM_CUDA
-            return "cubin"
-        return {1: "elf-relocatable", 2: "elf-executable", 3: "elf-shared-object"}.get(e_type, "elf-shared-object")
-    if head.startswith(b"!<arch>\n"):
-        return "ar-archive"
-    if head[:4] == b"\x50\xed\x55\xba":  # fatbin magic 0xBA55ED50, little-endian
-        return "fatbin"
-    if head[:4] in (b"\xfe\xed\xfa\xce", b"\xfe\xed\xfa\xcf", b"\xce\xfa\xed\xfe", b"\xcf\xfa\xed\xfe",
-                    b"\xca\xfe\xba\xbe"):
-        return "mach-o"
-    if head.startswith(b"MZ") and len(head) >= 64:
-        pe_offset = int.from_bytes(head[60:64], "little")
-        return "pe" if pe_offset < 4096 else None
-    return None
-
-
-def _line_of(data: bytes, offset: int) -> int:
-    return data.count(b"\n", 0, offset) + 1
-
-
-def _first_match(data: bytes, literals: tuple[bytes, ...], pattern: re.Pattern[bytes] | None) -> int | None:
-    hits = [i for i in (data.find(lit) for lit in literals) if i >= 0]
-    if not hits:
-        return None
-    if pattern is None:
-        return min(hits)
-    match = pattern.search(data, max(0, min(hits) - 16))
-    return match.start() if match else None
-
-
 def scan_markers(data: bytes) -> list[Evidence]:
-    """First occurrence of each native-code marker in ``data``."""
-    found = []
-    for kind, literals, pattern in _MARKERS:
-        offset = _first_match(data, literals, pattern)
-        if offset is not None:
-            found.append(Evidence(kind, _line_of(data, offset)))
-    return found
+    """First occurrence of each native-code marker family in ``data`` (a whole file)."""
+    return [Evidence(name, line) for name, line in recognisers.scan_markers(data)]
 
 
 EXTENSION_CALLS = ("CUDAExtension", "CppExtension", "Extension", "Pybind11Extension")
@@ -387,92 +350,235 @@ class Walk:
     dirs: set[str] = field(default_factory=set)
     build_products: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     digests: dict[str, str] = field(default_factory=dict)
+    unscanned: list[tuple[str, str]] = field(default_factory=list)
+    metadata_dirs: list[str] = field(default_factory=list)
+    link_targets: dict[str, str] = field(default_factory=dict)
 
 
-def _entries(directory: str, walk: Walk, relprefix: str) -> Iterator[os.DirEntry[str]]:
-    try:
-        with os.scandir(directory) as it:
-            yield from sorted(it, key=lambda e: e.name)
-    except OSError:
-        walk.unreadable.append(relprefix or ".")
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
-def _escapes(root_real: str, link_path: str) -> bool:
-    target = os.path.realpath(link_path)
-    return not (target == root_real or target.startswith(root_real + os.sep))
+def _is_metadata_dir(name: str) -> bool:
+    return name in METADATA_DIRS or name.endswith(METADATA_DIR_SUFFIXES)
 
 
-def _visit_file(entry: os.DirEntry[str], rel: str, walk: Walk) -> None:
-    walk.files.add(rel)
-    name = entry.name
+def _read_stream(fd: int, size: int, rel: str, name: str, walk: Walk) -> None:
+    """Read the open regular file ``fd`` (``size`` bytes by fstat) chunk by chunk and record what it
+    is under ``rel``/``name``."""
     ext = os.path.splitext(name)[1].lower()
-    if name == MANIFEST_NAME:
-        walk.manifests.append(rel)
-    if name.upper().startswith(("LICENSE", "COPYING")):
-        walk.licensed_dirs.add(parent_dir(rel))
+    if size > MAX_FILE_BYTES:
+        walk.unscanned.append((rel, f"{size} bytes, over the {MAX_FILE_BYTES >> 20} MiB limit for one file"))
+        _record_source(rel, name, ext, [], walk, None)  # a .cu is still native
+        return
     build_dir = build_directory_of(rel)
-    if build_dir is None and is_build_noise(rel):
-        return
-    try:
-        size = entry.stat(follow_symlinks=False).st_size
-        scan = ext not in NOT_CODE_EXTENSIONS and size <= MAX_SCAN_BYTES
-        with open(entry.path, "rb") as handle:
-            data = handle.read(size if scan else 64)
-    except OSError:
-        walk.unreadable.append(rel)
-        return
+    # One byte past the size: a file that grew since fstat is still read whole or streamed.
+    data = os.read(fd, min(CHUNK_BYTES, size + 1))
     kind = binary_kind(data[:64])
-    if build_dir is not None:  # listed for the inventory, and classified like any other file
+    if build_dir is not None:  # listed as a build product, and classified like any other file
         walk.build_products.setdefault(build_dir, []).append((rel, kind or "file"))
-        if is_build_noise(rel):
+        if is_build_noise(rel):  # ninja's logs and dependency lists name headers: products, not code
             return
     if kind is not None:
         walk.binaries.append((rel, kind, size))
         return
-    evidence = scan_markers(data) if scan else []
+    is_data = ext in DATA_EXTENSIONS
+    scanner = recognisers.MarkerScanner(recognisers.DATA_MARKERS if is_data else recognisers.MARKERS)
+    whole = data if len(data) <= size and len(data) < CHUNK_BYTES else None
+    base64_too = not is_data or size <= recognisers.DATA_BASE64_LIMIT
+    embedded = None
+    at_start = True
+    while data:
+        scanner.feed(data)
+        embedded = embedded or recognisers.embedded_binary(data, at_start, base64_too)
+        at_start = False
+        data = b"" if whole is not None else os.read(fd, CHUNK_BYTES)
+    if whole is not None and ext == ".ipynb":
+        cells = recognisers.notebook_text(whole)
+        if cells is not None:
+            scanner.feed(cells)
+    if embedded is not None:
+        walk.binaries.append((rel, embedded, size))
+    _record_source(rel, name, ext, scanner.markers(), walk, whole)
+
+
+def _record_source(rel: str, name: str, ext: str, markers: list[tuple[str, int]], walk: Walk,
+                   whole: bytes | None) -> None:
+    """Record kernel evidence and setup.py extensions (``whole``: the content, None when streamed)."""
+    evidence = [Evidence(marker, line) for marker, line in markers]
     if ext in CUDA_EXTENSIONS or ext == ".ptx":
         evidence.insert(0, Evidence("extension-file", None))
-    if name == "setup.py" and scan and b"Extension" in data:
-        extensions, problem = parse_setup(data, rel)
-        walk.setups.extend(extensions)
-        if problem is not None:
-            walk.unparseable_setups.append((rel, problem))
+    if name == "setup.py":
+        if whole is None:  # streamed: far past the parse limit, and never a plain setup.py
+            walk.unparseable_setups.append((rel, f"larger than the {MAX_SETUP_BYTES // 1024} KiB limit for parsing"))
+        elif b"Extension" in whole:
+            extensions, problem = parse_setup(whole, rel)
+            walk.setups.extend(extensions)
+            if problem is not None:
+                walk.unparseable_setups.append((rel, problem))
     if evidence:
         walk.native[rel] = evidence
-        if scan:
-            walk.digests[rel] = normalized_blob_hash(data)
+        if whole is not None:
+            walk.digests[rel] = normalized_blob_hash(whole)
+
+
+def _visit_file(dir_fd: int, name: str, rel: str, walk: Walk) -> None:
+    """Open ``name`` in ``dir_fd`` (never following a link) and examine it."""
+    try:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        walk.unreadable.append(rel)
+        return
+    try:
+        _examine_open(fd, rel, name, walk)
+    except OSError:
+        walk.unreadable.append(rel)
+    finally:
+        os.close(fd)
+
+
+def _examine_open(fd: int, rel: str, name: str, walk: Walk) -> None:
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode):  # swapped after the listing, or a FIFO/device: never read
+        walk.unscanned.append((rel, "not a regular file"))
+        return
+    walk.files.add(rel)
+    if name == MANIFEST_NAME:
+        walk.manifests.append(rel)
+    if name.upper().startswith(("LICENSE", "COPYING")):
+        walk.licensed_dirs.add(parent_dir(rel))
+    _read_stream(fd, status.st_size, rel, name, walk)
+
+
+def _open_inside(root_fd: int, parts: list[str]) -> int:
+    """Open the root-relative path ``parts`` component by component, following no link."""
+    fd = os.dup(root_fd)
+    try:
+        for part in parts[:-1]:
+            child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        return os.open(parts[-1], _FILE_FLAGS, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _visit_link(dir_fd: int, root_fd: int, root_real: str, name: str, rel: str, walk: Walk) -> None:
+    """Record a symlink; one to a file inside the tree is examined as that file, under its own name."""
+    try:
+        target = os.readlink(name, dir_fd=dir_fd)
+        resolved = os.path.realpath(os.path.join(root_real, parent_dir(rel), target))
+    except OSError:
+        walk.unreadable.append(rel)
+        return
+    inside = resolved == root_real or resolved.startswith(root_real + os.sep)
+    walk.symlinks.append((rel, target, not inside))
+    if name == MANIFEST_NAME:  # a manifest is read only as a regular file of the tree, never via a link
+        walk.unscanned.append((rel, f"{MANIFEST_NAME} is a symbolic link; a manifest must be a regular file"))
+        return
+    if not inside or resolved == root_real:
+        return
+    target_rel = os.path.relpath(resolved, root_real)
+    walk.link_targets[rel] = target_rel.replace(os.sep, "/")
+    try:
+        fd = _open_inside(root_fd, target_rel.split(os.sep))
+    except OSError as exc:
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ELOOP):
+            walk.unreadable.append(rel)
+        return  # a dangling link, or one to a directory (walked where it is)
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            _examine_open(fd, rel, name, walk)
+    except OSError:
+        walk.unreadable.append(rel)
+    finally:
+        os.close(fd)
+
+
+def _visit_dir(dir_fd: int, name: str, rel: str, depth: int, walk: Walk) -> int | None:
+    """Open subdirectory ``name`` for walking (None: reported instead)."""
+    if depth >= MAX_DEPTH:
+        walk.unscanned.append((rel, f"deeper than {MAX_DEPTH} directories"))
+        return None
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        walk.unreadable.append(rel)
+        return None
+    walk.dirs.add(rel)
+    if _is_metadata_dir(name):
+        walk.metadata_dirs.append(rel)
+    return fd
+
+
+def _listing(fd: int, rel: str, walk: Walk) -> list[tuple[str, int | None]]:
+    """(name, lstat mode or None) of each entry of the directory open as ``fd``, sorted."""
+    try:
+        with os.scandir(fd) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError:
+        walk.unreadable.append(rel or ".")
+        return []
+    listed: list[tuple[str, int | None]] = []
+    for entry in entries:
+        try:
+            listed.append((entry.name, entry.stat(follow_symlinks=False).st_mode))
+        except OSError:
+            listed.append((entry.name, None))
+    return listed
+
+
+def _walk_dir(fd: int, relprefix: str, depth: int, walk: Walk, root_fd: int, root_real: str) -> None:
+    """Walk the directory open as ``fd`` (closed by the caller), depth first."""
+    for name, mode in _listing(fd, relprefix, walk):
+        rel = f"{relprefix}/{name}" if relprefix else name
+        if mode is None:
+            walk.unreadable.append(rel)
+        elif stat.S_ISLNK(mode):
+            _visit_link(fd, root_fd, root_real, name, rel, walk)
+        elif stat.S_ISDIR(mode):
+            child = _visit_dir(fd, name, rel, depth + 1, walk)
+            if child is not None:
+                try:
+                    _walk_dir(child, rel, depth + 1, walk, root_fd, root_real)
+                finally:
+                    os.close(child)
+        elif stat.S_ISREG(mode):
+            _visit_file(fd, name, rel, walk)
+        else:
+            what = "kernel manifest" if name == MANIFEST_NAME else "entry"
+            walk.unscanned.append((rel, f"{what} is not a regular file (a FIFO, socket or device)"))
 
 
 def _walk(root: Path) -> Walk:
     walk = Walk(root)
     root_real = os.path.realpath(root)
-    stack = [(str(root), "")]
-    while stack:
-        directory, relprefix = stack.pop()
-        for entry in _entries(directory, walk, relprefix):
-            rel = f"{relprefix}/{entry.name}" if relprefix else entry.name
-            try:
-                mode = entry.stat(follow_symlinks=False).st_mode
-            except OSError:
-                walk.unreadable.append(rel)
-                continue
-            if stat.S_ISLNK(mode):
-                try:
-                    walk.symlinks.append((rel, os.readlink(entry.path), _escapes(root_real, entry.path)))
-                except OSError:
-                    walk.unreadable.append(rel)
-            elif stat.S_ISDIR(mode):
-                if entry.name not in SKIP_DIRS:
-                    walk.dirs.add(rel)
-                    stack.append((entry.path, rel))
-            elif stat.S_ISREG(mode):
-                _visit_file(entry, rel, walk)
+    try:
+        root_fd = os.open(root_real, _DIR_FLAGS)
+    except OSError as exc:
+        raise InputError(f"cannot open the directory: {exc.strerror}", root) from exc
+    try:
+        _walk_dir(root_fd, "", 0, walk, root_fd, root_real)
+    finally:
+        os.close(root_fd)
+    _drop_redundant_links(walk)
     return walk
+
+
+def _drop_redundant_links(walk: Walk) -> None:
+    """A link inside the tree is its target's second name: when the target (examined where it
+    is) shows every marker the link's name showed, the target alone is judged."""
+    for link, target in walk.link_targets.items():
+        linked, direct = walk.native.get(link), walk.native.get(target)
+        if linked is not None and direct is not None and \
+                {e.marker for e in linked} <= {e.marker for e in direct}:
+            del walk.native[link]
+            walk.digests.pop(link, None)
 
 
 def _languages(rel: str, evidence: list[Evidence]) -> tuple[str, ...]:
     ext = os.path.splitext(rel)[1].lower()
-    langs = {_LANGUAGE_OF_MARKER[e.marker] for e in evidence if e.marker in _LANGUAGE_OF_MARKER}
+    langs = {LANGUAGE_OF_MARKER[e.marker] for e in evidence if e.marker in LANGUAGE_OF_MARKER}
     if ext in CUDA_EXTENSIONS:
         langs.add("cuda")
     if ext == ".ptx":
@@ -582,6 +688,7 @@ def classify(walk: Walk, style: str, divisions: tuple[str, ...] = (),
                                 for d, p in sorted(walk.build_products.items())),
         digests=dict(walk.digests), unparseable_setups=tuple(sorted(walk.unparseable_setups)),
         declared_vendored=frozenset(declared),
+        unscanned=tuple(sorted(walk.unscanned)), metadata_dirs=tuple(sorted(walk.metadata_dirs)),
     )
 
 

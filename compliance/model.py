@@ -51,7 +51,18 @@ class RuleSetChoice:
     ruleset: RuleSet
     """The resolved rule set."""
     reason: str
-    """``--rules``, ``named by <manifest>`` or ``default``."""
+    """``--rules``, ``named by <manifest>``, ``detected: ...`` or ``default``."""
+    signal: str = "rules-option"
+    """What decided: rules-option, manifest, readme, file-name, v0.5-directory, benchmarks or default."""
+    source: str = ""
+    """Root-relative path of what named it (the manifest, README or file), when a file did."""
+    stricter: str | None = None
+    """A stricter round that also fits the tree, when the tree itself named the round (else None)."""
+
+    def to_dict(self) -> dict[str, str | None]:
+        """The rule set and why it was chosen, for every machine-readable format."""
+        return {"id": self.ruleset.id, "chosen_by": self.reason, "signal": self.signal,
+                "stricter_round_fits": self.stricter}
 
 
 @dataclass(frozen=True)

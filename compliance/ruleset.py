@@ -308,6 +308,20 @@ def env_rules_dirs() -> tuple[Path, ...]:
     return tuple(Path(p) for p in raw.split(os.pathsep) if p)
 
 
+def refuse_rule_roots_inside(tree: Path, rules_dirs: tuple[Path, ...] = ()) -> None:
+    """Raise ``InputError`` when a ``--rules-dir`` or ``$COMPLIANCE_RULES_PATH`` directory lies in
+    ``tree`` (or is it): the submitter writes that tree, so a rule set there could shadow a shipped
+    id (``training/v0.7``) with lenient levels. Refused rather than ignored, so the operator learns
+    that the rules they meant are not the ones that would run."""
+    checked = tree.resolve()
+    for directory in (*rules_dirs, *env_rules_dirs()):
+        resolved = directory.resolve()
+        if resolved == checked or checked in resolved.parents:
+            raise InputError(f"the rule directory {str(directory)!r} is inside the checked tree; a rule set "
+                             "there could shadow a shipped one. Keep rule directories outside the tree",
+                             directory)
+
+
 def rule_roots(extra: list[Path] | None = None) -> list[Path]:
     """Where ids are looked up, first match wins: ``extra`` (the operator's ``--rules-dir``
     directories, passed down by the caller; no module state), the environment variable's

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from compliance.checks import binaries, declarations, layout, readability, upstream_links, vendoring
+from compliance.checks import binaries, declarations, layout, readability, upstream_links, vendoring, walk
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 STATIC_CHECKS: tuple[Callable[[CheckContext], Iterable[Finding | None]], ...] = (
     layout.run, declarations.run, binaries.run, upstream_links.run, vendoring.run, readability.run,
+    walk.run,
 )
 
 

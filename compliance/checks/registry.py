@@ -35,6 +35,7 @@ def specs() -> tuple[CheckSpec, ...]:
         static.MISSING, static.MALFORMED, static.HOST, static.NOT_PINNED,
         static.FORK,
         static.PATH_UNREADABLE, static.SETUP_UNPARSEABLE,
+        static.PATH_UNSCANNED, static.METADATA_DIRECTORY, static.STRICTER_ROUND,
     )
     upstream_stage = (
         upstream.UNREACHABLE, upstream.AUTH, upstream.CACHE_CORRUPT, upstream.NOT_CACHED,

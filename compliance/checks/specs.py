@@ -357,3 +357,36 @@ UNSHIPPED = CheckSpec(
     passing="CUDAExtension('fast._C', glob.glob('csrc/*.cu')) and csrc/gather.cu committed",
     failing="CUDAExtension('fast._C', glob.glob('csrc/*.cu')) and no csrc/ directory",
 )
+PATH_UNSCANNED = CheckSpec(
+    id="path-unscanned", title="Path the checker could not scan", default_level="error",
+    doc="A file larger than the walk's limit for one file (1 GiB), a directory deeper than its "
+        "limit (256 levels), or an entry that is not a regular file, directory or symlink (a "
+        "FIFO, socket or device; also a kernel manifest that is any of these) could not be "
+        "scanned. Whatever it holds was not checked, so the tree cannot be shown compliant.",
+    hint="Remove the entry, or split the data so that no file exceeds the limit.",
+    passing="every file under 1 GiB, plain files and directories only",
+    failing="a 2 GiB results.json, or a FIFO named kernel_manifest.yaml",
+)
+METADATA_DIRECTORY = CheckSpec(
+    id="metadata-directory-committed", title="Version-control or cache directory committed",
+    default_level="warning",
+    doc="A version-control directory (`.git`, `.hg`, `.svn`), an interpreter cache "
+        "(`__pycache__`) or packaging metadata (`*.egg-info`) is part of the tree. Its files are "
+        "examined like any other (a kernel or binary there is reported as such); this finding "
+        "tells the reviewer it is there.",
+    hint="Remove the directory from the submission (`git archive` or a clean copy never has it).",
+    passing="a tree exported with `git archive`",
+    failing="Acme/benchmarks/dlrm/implementations/torch/__pycache__/",
+)
+STRICTER_ROUND = CheckSpec(
+    id="ruleset-stricter-round-fits", title="A stricter round also fits the tree", default_level="warning",
+    doc="The rule set was named by the tree itself (a kernel manifest's `ruleset:`, a README or a "
+        "file name at the root), and a stricter round whose benchmarks the tree also fits exists "
+        "(stricter: more checks at error level in its rule data, e.g. undeclared kernels as "
+        "errors). The tree was checked under that round as well; this finding gives its verdict. "
+        "The round a submission is judged by is the reviewer's choice, not the submitter's.",
+    hint="Name the round on the command line (`compliance check --rules training/v0.7 ...`); in CI "
+         "always pass --rules.",
+    passing="compliance check --rules training/v1.0 tree/",
+    failing="a DLRM-only tree whose manifest says ruleset: training/v1.0 (training/v0.7 also fits)",
+)

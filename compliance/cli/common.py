@@ -51,9 +51,19 @@ def emit(text: str, output: Path | None, checked_root: Path | None = None) -> No
     such as /dev/null, a FIFO, /dev/stdout) is opened and written in place.
     """
     if output is None:
-        echo(text, nl=False)
+        try:
+            echo(text, nl=False)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:  # > /dev/full: a write error is the operator's input problem (exit 2)
+            raise InputError(f"cannot write the report to standard output: {exc.strerror or exc}",
+                             _stdout_name()) from exc
         return
-    if checked_root is not None and is_inside(output, checked_root):
+    try:
+        inside = checked_root is not None and is_inside(output, checked_root)
+    except (OSError, RuntimeError) as exc:  # a symlink loop: RuntimeError from Path.resolve
+        raise InputError(f"cannot write the report: {exc}", output) from exc
+    if inside:
         raise InputError("refusing to write the report inside the checked tree; choose a path "
                          "outside it", output)
     data = encodable(text).encode("utf-8")
@@ -68,8 +78,16 @@ def emit(text: str, output: Path | None, checked_root: Path | None = None) -> No
             _write_in_place(output, data)
         else:
             _write_atomically(output, data, stat.S_IMODE(existing.st_mode) if existing else None)
-    except OSError as exc:
-        raise InputError(f"cannot write the report: {exc.strerror or exc}", output) from exc
+    except (OSError, RuntimeError) as exc:
+        raise InputError(f"cannot write the report: {getattr(exc, 'strerror', None) or exc}", output) from exc
+
+
+def _stdout_name() -> str:
+    """What standard output is (``/dev/full``, a file), for the error message."""
+    try:
+        return os.readlink(f"/proc/self/fd/{sys.stdout.fileno()}")
+    except (OSError, ValueError):
+        return "<stdout>"
 
 
 def _write_in_place(output: Path, data: bytes) -> None:

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import click
 
+from compliance.cli.common import echo
 from compliance.cli.exits import EXIT_FINDINGS, EXIT_OK, reports_input_errors
 from compliance.errors import InputError
+from compliance.report.safetext import one_line
 from compliance.vendored_trees import load_catalogue
 
 FORMAT_OPTION = click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
@@ -73,14 +75,14 @@ def identify_command(path: Path, repository: str | None, upstream_path: str | No
         result = identify(path, settings, repository, upstream_path)
     except GitFailure as exc:
         raise InputError(exc.message) from exc
-    if fmt == "json":
-        click.echo(json.dumps(result.to_dict(), indent=2))
-    else:
-        click.echo(f"{path}: {result.describe()}")
+    if fmt == "json":  # ensure_ascii: a lone surrogate (undecodable name) becomes \\udcXX
+        echo(json.dumps(result.to_dict(), indent=2))
+    else:  # names are the tree's: control characters and escapes never reach the terminal raw
+        echo(f"{one_line(str(path))}: {one_line(result.describe())}")
         for m in result.modified:
-            click.echo(f"  modified  {m.path}: {m.diff.describe()}")
+            echo(f"  modified  {one_line(m.path)}: {m.diff.describe()}")
         for rel in result.added:
-            click.echo(f"  added     {rel}")
+            echo(f"  added     {one_line(rel)}")
         for rel in result.removed:
-            click.echo(f"  removed   {rel}")
+            echo(f"  removed   {one_line(rel)}")
     raise SystemExit(EXIT_OK if result.commit is not None else EXIT_FINDINGS)

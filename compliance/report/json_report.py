@@ -22,7 +22,7 @@ def report_dict(report: CheckReport) -> dict[str, Any]:
         "schema_version": REPORT_SCHEMA_VERSION,
         "tool": {"name": "compliance", "version": __version__},
         "root": str(report.root),
-        "ruleset": {**report.ruleset.summary(), "chosen_by": report.choice.reason},
+        "ruleset": {**report.ruleset.summary(), **report.choice.to_dict()},
         "stages": list(report.stages),
         "summary": {
             "passed": report.passed,

@@ -37,7 +37,9 @@ def test_native_code_found_by_content(tmp_path: Path) -> None:
                     "x.cpp": "#include <torch/extension.h>\n", "plain.cpp": "int main() { return 0; }\n",
                     "docs.md": "write `__global__ void k()`\n", "h.cuh": "#pragma once\n"})
     native = {n.path: n.languages for n in build_inventory(tmp_path, "training").native}
-    assert native == {"k.py": ("triton",), "raw.py": ("cuda",), "x.cpp": ("cpp",), "h.cuh": ("cuda",)}
+    # Every file is examined (issue 40): documentation quoting a kernel definition is reviewed too.
+    assert native == {"k.py": ("triton",), "raw.py": ("cuda",), "x.cpp": ("cpp",), "h.cuh": ("cuda",),
+                      "docs.md": ("cuda",)}
 
 
 def test_setup_py_extension_read_from_ast_never_run(tmp_path: Path) -> None:
@@ -56,15 +58,19 @@ def test_setup_py_extension_read_from_ast_never_run(tmp_path: Path) -> None:
     assert "impl/csrc/b.cpp" in {n.path for n in inv.native}
 
 
-def test_symlinks_recorded_not_followed(tmp_path: Path) -> None:
+def test_symlinks_recorded_inside_ones_examined_as_their_target(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     make(outside, {"secret.cu": "__global__ void k() {}\n"})
-    tree = make(tmp_path / "tree", {"a.cu": "__global__ void a() {}\n"})
+    tree = make(tmp_path / "tree", {"a.cu": "__global__ void a() {}\n", ".hg/store/t.txt": "@triton.jit\n"})
     os.symlink(outside, tree / "linkdir")
     os.symlink("a.cu", tree / "alias.cu")
+    os.symlink(".hg/store/t.txt", tree / "k.py")
     inv = build_inventory(tree, "training")
-    assert {(s.path, s.escapes) for s in inv.symlinks} == {("linkdir", True), ("alias.cu", False)}
-    assert [n.path for n in inv.native] == ["a.cu"]
+    assert {(s.path, s.escapes) for s in inv.symlinks} == {("linkdir", True), ("alias.cu", False),
+                                                           ("k.py", False)}
+    # alias.cu is a second name of a.cu (judged once); k.py reads as Python what t.txt holds.
+    assert [(n.path, n.languages) for n in inv.native] == [("a.cu", ("cuda",)), ("k.py", ("triton",))]
+    assert inv.metadata_dirs == (".hg",)
 
 
 def test_vendored_framework_copy_grouped(tmp_path: Path) -> None:

@@ -85,19 +85,19 @@ def test_mode_000_directory_is_an_error(tmp_path: Path) -> None:
 
 
 def test_unreadable_directory_simulated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """As root chmod 000 does not stop reads, so os.scandir is made to fail as it would."""
+    """As root chmod 000 does not stop reads, so opening the directory is made to fail as it would."""
     tree = _tree(tmp_path)
     hidden = tree / IMPL / "hidden"
     hidden.mkdir()
     (hidden / "k.cu").write_text("__global__ void k() {}\n")
-    real_scandir = os.scandir
+    real_open = os.open
 
-    def scandir(path: Any) -> Any:
-        if str(path).endswith("/hidden"):
+    def failing_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> Any:
+        if str(path) == "hidden" and flags & os.O_DIRECTORY:
             raise PermissionError(13, "Permission denied", str(path))
-        return real_scandir(path)
+        return real_open(path, flags, *args, **kwargs)
 
-    monkeypatch.setattr(os, "scandir", scandir)
+    monkeypatch.setattr(os, "open", failing_open)
     report = run_check(tree)
     assert [(f.rule_id, f.path, f.severity.value) for f in report.findings] == [
         ("path-unreadable", f"{IMPL}/hidden", "error")]
@@ -138,7 +138,8 @@ def _sparse(path: Path, size: int, head: bytes = b"") -> None:
 
 
 def test_huge_sparse_source_is_read_bounded(tmp_path: Path) -> None:
-    """A 4 GiB sparse declared source: the old code read it whole (4 GiB of memory)."""
+    """A 4 GiB sparse declared source: the old code read it whole (4 GiB of memory). Over the
+    walk's 1 GiB limit for one file it is ``path-unscanned`` (an error), with memory bounded."""
     tree = _tree(tmp_path)
     _sparse(tree / SOURCE, 4 << 30, b"__global__ void emb_sum(float* x) {}\n")
     # Peak memory of the checking process itself: VmHWM belongs to the process's own address
@@ -153,9 +154,9 @@ def test_huge_sparse_source_is_read_bounded(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code, str(tree)], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120, check=True).stdout
     elapsed = time.monotonic() - started
-    peak_kib, exit_code, torch_loaded, _ = out.split(" ", 3)
+    peak_kib, exit_code, torch_loaded, rule_ids = out.split(" ", 3)
     assert int(peak_kib) < 300 * 1024 and torch_loaded == "False", out
-    assert exit_code == "0", out
+    assert exit_code == "1" and "path-unscanned" in rule_ids, out
     assert elapsed < 30
 
 

@@ -115,9 +115,10 @@ def test_own_python_package_named_like_a_marker_is_not_vendored(tmp_path: Path) 
 
 
 def test_build_directory_products_are_judged_like_any_and_logs_are_never_source(tmp_path: Path) -> None:
-    """Issue 40 item 4: an object file of a shipped source is one build-products-committed warning
-    for its build directory; a module nothing builds is binary-without-source; logs and caches
-    are never kernel code."""
+    """Issue 40 items 3 and 4: an object file of a shipped source is one build-products-committed
+    warning for its build directory; a module nothing builds is binary-without-source; ninja's logs
+    inside a build directory are products, not code; a log or cache outside one is examined like
+    any file (its markers count), and the cache directories are reported."""
     temp = f"{IMPL}/build/temp.linux-x86_64-3.10"
     files: dict[str, str | bytes] = {
         f"{temp}/.ninja_deps": b"\x00\x01 /usr/include/torch/extension.h __global__",
@@ -129,10 +130,13 @@ def test_build_directory_products_are_judged_like_any_and_logs_are_never_source(
         f"{IMPL}/__pycache__/setup.cpython-310.pyc": b"\x00PYBIND11_MODULE __global__",
     }
     report = run_check(round_tree(tmp_path, files))
-    assert {n.path for n in report.inventory.native} == {f"{IMPL}/kernels/emb.cu"}
+    assert {n.path for n in report.inventory.native} == {
+        f"{IMPL}/kernels/emb.cu", f"{IMPL}/.ninja_log", f"{IMPL}/__pycache__/setup.cpython-310.pyc"}
+    assert report.inventory.metadata_dirs == (f"{IMPL}/__pycache__", f"{IMPL}/fastemb.egg-info")
     found = {(f.rule_id, f.path) for f in report.findings}
-    assert found == {("build-products-committed", temp),
-                     ("binary-without-source", f"{IMPL}/build/lib.linux-x86_64-3.10/fastemb.so")}
+    assert {("build-products-committed", temp),
+            ("binary-without-source", f"{IMPL}/build/lib.linux-x86_64-3.10/fastemb.so")} <= found
+    assert not any(f.path.startswith(f"{temp}/") for f in report.findings)
 
 
 def test_implementation_root_is_never_vendored_whatever_its_depth(tmp_path: Path) -> None:

@@ -21,6 +21,10 @@ ELF_HEADERS = {
     "fatbin": b"\x50\xed\x55\xba\x01\x00\x10\x00",
     "macho": b"\xcf\xfa\xed\xfe\x07\x00\x00\x01",
     "pe": b"MZ" + b"\x00" * 58 + (128).to_bytes(4, "little"),
+    "zip": b"PK\x03\x04\x14\x00\x00\x00\x08\x00",
+    "gzip": b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03",
+    "elf-behind-prefix": b"#" + b"\x7fELF\x02\x01\x01" + b"\x00" * 9 + (3).to_bytes(2, "little")
+                         + (62).to_bytes(2, "little"),
 }
 
 
@@ -45,6 +49,9 @@ def build_case(case_dir: Path, dest: Path) -> dict:
     for rel, kind in (case.get("binary") or {}).items():
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         (dest / rel).write_bytes(fake_binary(kind))
+    for rel in case.get("fifos") or []:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(dest / rel)
     for rel, target in (case.get("symlinks") or {}).items():
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         os.symlink(target, dest / rel)
@@ -94,6 +101,8 @@ def tree_digest(root: Path) -> str:
             digest.update(os.fsencode(os.path.relpath(path, root)))
             if os.path.islink(path):
                 digest.update(os.fsencode(os.readlink(path)))
+            elif not os.path.isfile(path):  # a FIFO would block a reader
+                digest.update(b"special")
             else:
                 with open(path, "rb") as handle:
                     digest.update(handle.read())

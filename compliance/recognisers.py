@@ -1,0 +1,265 @@
+"""Recognisers: what a file's bytes are, whatever the file is called.
+
+Two questions are asked of every file the walk examines (docs/security.md lists
+every form recognised, each with a fixture under tests/compliance/cases/negative/):
+
+* Is it a compiled artifact or an opaque archive? ``binary_kind`` reads magic
+  bytes at the start (ELF, cubin, fatbin, ``ar``, PE, Mach-O, zip/wheel, gzip,
+  xz, bzip2, zstd, 7z) and ``embedded_binary`` looks a little further: an ELF or
+  zip magic behind a small prefix, and base64 text that decodes to one of those.
+* Does it hold native kernel code? ``MarkerScanner`` looks for CUDA
+  (``__global__`` also split by a line continuation, ``__attribute__((global))``),
+  inline PTX and PTX modules (``.entry``), Triton (``@triton.jit`` however spaced,
+  ``from triton import jit``, any alias of the module), Numba ``cuda.jit``, CuPy
+  ``RawKernel``/``RawModule``/``ElementwiseKernel``/``ReductionKernel``,
+  ``torch.cuda.jiterator``, ``load_inline``/``load`` of ``torch.utils.cpp_extension``
+  under any name, and PyTorch extension markers. Notebooks are scanned as the text
+  of their cells.
+
+Speed: each marker family is anchored on one short literal found with
+``bytes.find`` (memchr-speed); only files holding the literal run the family's
+regular expression. A single regex alternation over every byte was ten times
+slower (measured in benchmarks/compliance/round_speed.py's notes).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from dataclasses import dataclass
+
+ARCHIVE_KINDS = ("zip", "gzip", "xz", "bzip2", "zstd", "7z")
+"""Opaque archives: what they hold cannot be reviewed in the tree (a wheel is a zip)."""
+BINARY_KINDS = ("elf-shared-object", "elf-relocatable", "elf-executable", "cubin", "fatbin",
+                "ar-archive", "pe", "mach-o", *ARCHIVE_KINDS, "elf-behind-prefix", "embedded-base64")
+"""Every kind a ``BinaryFile`` may have."""
+PREFIX_WINDOW = 4096
+"""An ELF or zip magic this far into a file (behind a prefix a loader strips) is still a binary."""
+OVERLAP = 4096
+"""Bytes of one chunk carried into the next while streaming, so a marker across the edge is seen."""
+
+_ARCHIVE_MAGIC = (
+    (b"PK\x03\x04", "zip"), (b"PK\x05\x06", "zip"), (b"\x1f\x8b", "gzip"), (b"\xfd7zXZ\x00", "xz"),
+    (b"BZh", "bzip2"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"7z\xbc\xaf\x27\x1c", "7z"),
+)
+
+
+_FIRST_BYTES = frozenset(b"\x7f!\x50\xfe\xce\xcf\xcaMP\x1f\xfdB\x287")
+"""The first byte of every magic below (most files start with none of them)."""
+
+
+def binary_kind(head: bytes) -> str | None:
+    """Binary kind from the first bytes of a file, or None for non-binaries."""
+    if not head or head[0] not in _FIRST_BYTES:
+        return None
+    if head.startswith(b"\x7fELF") and len(head) >= 20:
+        little = head[5] == 1
+        e_type = int.from_bytes(head[16:18], "little" if little else "big")
+        e_machine = int.from_bytes(head[18:20], "little" if little else "big")
+        if e_machine == 190:  # EM_CUDA
+            return "cubin"
+        return {1: "elf-relocatable", 2: "elf-executable", 3: "elf-shared-object"}.get(e_type, "elf-shared-object")
+    if head.startswith(b"!<arch>\n"):
+        return "ar-archive"
+    if head[:4] == b"\x50\xed\x55\xba":  # fatbin magic 0xBA55ED50, little-endian
+        return "fatbin"
+    if head[:4] in (b"\xfe\xed\xfa\xce", b"\xfe\xed\xfa\xcf", b"\xce\xfa\xed\xfe", b"\xcf\xfa\xed\xfe",
+                    b"\xca\xfe\xba\xbe"):
+        return "mach-o"
+    if head.startswith(b"MZ") and len(head) >= 64:
+        pe_offset = int.from_bytes(head[60:64], "little")
+        return "pe" if pe_offset < 4096 else None
+    for magic, kind in _ARCHIVE_MAGIC:
+        if head.startswith(magic) and (kind != "bzip2" or head[3:4] in b"123456789" and len(head) > 3):
+            return kind
+    return None
+
+
+# base64 of each magic, for the three alignments a blob may start at: the characters of
+# the encoding that depend only on the magic's own bytes.
+def _b64_needles(magic: bytes) -> tuple[bytes, ...]:
+    needles = []
+    for shift in range(3):
+        encoded = base64.b64encode(b"\x00" * shift + magic + b"\x00\x00\x00")
+        start = (shift * 8 + 5) // 6  # first character with no bits of the zero prefix
+        stop = ((shift + len(magic)) * 8) // 6  # last character with no bits of the zero suffix
+        needles.append(encoded[start:stop])
+    return tuple(needles)
+
+
+_B64_MAGIC = ((b"\x7fELF", "ELF"), (b"PK\x03\x04", "zip"), (b"\x1f\x8b\x08", "gzip"))
+_B64_NEEDLES = tuple((needle, name) for magic, name in _B64_MAGIC for needle in _b64_needles(magic))
+_B64_RUN = re.compile(rb"[A-Za-z0-9+/]{64}")
+
+
+def embedded_binary(data: bytes, at_start: bool, base64_too: bool = True) -> str | None:
+    """``elf-behind-prefix`` or ``embedded-base64`` when ``data`` hides a binary past its start.
+
+    ``at_start``: ``data`` begins at the file's first byte (only then is a prefix window checked);
+    ``base64_too``: also look for base64 text that decodes to a binary.
+    """
+    if at_start:
+        for magic in (b"\x7fELF", b"PK\x03\x04"):
+            offset = data.find(magic, 1, PREFIX_WINDOW + len(magic))
+            if offset > 0 and (magic != b"\x7fELF" or binary_kind(data[offset:offset + 64])):
+                return "elf-behind-prefix"
+    if not base64_too:
+        return None
+    for needle, _ in _B64_NEEDLES:
+        offset = data.find(needle)
+        while offset >= 0:
+            if _decodes_to_magic(data, offset):
+                return "embedded-base64"
+            offset = data.find(needle, offset + 1)
+    return None
+
+
+def _decodes_to_magic(data: bytes, offset: int) -> bool:
+    """A base64 run of at least 64 characters around ``offset`` decodes to a known magic."""
+    for back in range(4):
+        start = offset - back
+        if start < 0 or not _B64_RUN.match(data, start):
+            continue
+        try:
+            decoded = base64.b64decode(data[start:start + 16], validate=True)
+        except (binascii.Error, ValueError):
+            continue
+        if any(magic in decoded[:8] for magic, _ in _B64_MAGIC):
+            return True
+    return False
+
+
+# --------------------------------------------------------------------------- kernel markers
+
+@dataclass(frozen=True)
+class Marker:
+    """One family of kernel evidence: a literal that must occur and the expression confirming it."""
+
+    name: str
+    """Evidence name (cuda, ptx, triton, numba, cupy, jiterator, inline, extension)."""
+    literals: tuple[bytes, ...]
+    """Bytes any match contains (found with ``bytes.find``)."""
+    pattern: re.Pattern[bytes] | None
+    """Confirmation, run only on data holding a literal; None: the literal is the evidence."""
+    language: str
+    """Language the evidence implies (cuda, cpp, ptx, triton)."""
+    alias: re.Pattern[bytes] | None = None
+    """An import that names the module something else (group 1: the name)."""
+    alias_use: bytes = b""
+    """What, after ``<alias>``, is the evidence (a regex fragment)."""
+
+
+MARKERS: tuple[Marker, ...] = (
+    Marker("cuda", (b"global",), re.compile(
+        rb"__global__|__attribute__\s*\(\(\s*(?:__)?global(?:__)?\s*\)\)"), "cuda"),
+    Marker("ptx", (b"asm", b".entry"), re.compile(
+        rb"\basm\s*(?:volatile\s*|__volatile__\s*)?\(|__asm__|(?:^|\s)\.entry\s+[\w$]+"), "ptx"),
+    Marker("triton", (b"triton",), re.compile(
+        rb"triton\s*\.\s*jit\b|from[ \t]+triton(?:\.\w+)*[ \t]+import\b[^\n]*\bjit\b"), "triton",
+        re.compile(rb"import[ \t]+triton[ \t]+as[ \t]+(\w+)"), rb"\s*\.\s*jit\b"),
+    Marker("numba", (b"numba", b"cuda"), re.compile(
+        rb"\bcuda\s*\.\s*jit\b|from[ \t]+numba[ \t]+import\b[^\n]*\bcuda\b"), "cuda",
+        re.compile(rb"(?:import[ \t]+numba\.cuda|from[ \t]+numba[ \t]+import[ \t]+cuda)[ \t]+as[ \t]+(\w+)"),
+        rb"\s*\.\s*jit\b"),
+    Marker("cupy", (b"Kernel", b"RawModule"), re.compile(
+        rb"\b(?:RawKernel|RawModule|ElementwiseKernel|ReductionKernel)\b"), "cuda"),
+    Marker("jiterator", (b"jiterator",), re.compile(rb"\bjiterator\b"), "cuda"),
+    Marker("inline", (b"load_inline", b"cpp_extension"), re.compile(
+        rb"\bload_inline\b|cpp_extension\s*\.\s*load\w*\s*\(|"
+        rb"from[ \t]+torch\.utils\.cpp_extension[ \t]+import[ \t(\\\s]*(?:\w+[ \t]*(?:as[ \t]+\w+)?"
+        rb"[ \t]*,[ \t\\\s]*)*load\b"), "cpp",
+        re.compile(rb"(?:import[ \t]+torch\.utils\.cpp_extension|from[ \t]+torch\.utils[ \t]+import"
+                   rb"[ \t]+cpp_extension)[ \t]+as[ \t]+(\w+)"), rb"\s*\.\s*load\w*\s*\("),
+    Marker("extension", (b"TORCH_LIBRARY", b"PYBIND11_MODULE", b"torch/extension.h"), None, "cpp"),
+)
+DATA_MARKERS = (MARKERS[0], Marker("ptx", (b".entry",), re.compile(rb"(?:^|\s)\.entry\s+[\w$]+"), "ptx"))
+"""What data files and logs are scanned for: CUDA and PTX kernel source itself (two ``bytes.find``
+per byte: these are most of a round's bytes). Any other form needs code to load it, and code is
+scanned for every marker."""
+DATA_BASE64_LIMIT = 1024 * 1024
+"""Data files up to this size are also searched for base64 binaries (larger ones are logs and
+results; a blob in one needs code to decode it, and code is always searched)."""
+LANGUAGE_OF_MARKER = {m.name: m.language for m in MARKERS}
+_CONTINUATION = re.compile(rb"\\\r?\n")
+
+
+def _first_match(data: bytes, marker: Marker) -> int | None:
+    hits = [i for i in map(data.find, marker.literals) if i >= 0]
+    if not hits:
+        return None
+    if marker.pattern is None:
+        return min(hits)
+    match = marker.pattern.search(data, max(0, min(hits) - 256))
+    if match:
+        return match.start()
+    if marker.alias is not None:
+        for imported in marker.alias.finditer(data):
+            use = re.compile(rb"\b" + re.escape(imported.group(1)) + marker.alias_use).search(data)
+            if use:
+                return use.start()
+    return None
+
+
+class MarkerScanner:
+    """First occurrence (line) of each marker family in a file fed one chunk at a time.
+
+    The last ``OVERLAP`` bytes of each chunk are scanned again with the next, so a marker
+    across a chunk edge is seen; line numbers count from the file's start.
+    """
+
+    def __init__(self, markers: tuple[Marker, ...] = MARKERS) -> None:
+        self.families = markers
+        self.found: dict[str, int] = {}
+        self._tail = b""
+        self._uncounted = b""
+        self._lines_before = 0  # newlines in the file before the current window's first byte
+
+    def feed(self, new: bytes) -> None:
+        """Scan the next bytes of the file."""
+        if self._uncounted:
+            self._lines_before += self._uncounted.count(b"\n", 0, len(self._uncounted) - len(self._tail))
+            self._uncounted = b""
+        window = self._tail + new if self._tail else new
+        for marker in self.families:
+            if marker.name in self.found:
+                continue
+            offset = _first_match(window, marker)
+            if offset is None and marker is MARKERS[0] and b"\\\n" in window:
+                if _first_match(_CONTINUATION.sub(b"", window), marker) is not None:
+                    offset = window.find(b"\\\n")  # __glo\<newline>bal__ is __global__ to the preprocessor
+            if offset is not None:
+                self.found[marker.name] = self._lines_before + window.count(b"\n", 0, offset) + 1
+        self._tail = window[-OVERLAP:]
+        self._uncounted = window  # newlines are counted only if the file goes on (a streamed file)
+
+    def markers(self) -> list[tuple[str, int]]:
+        """(marker, line) in the order of ``MARKERS``."""
+        return [(m.name, self.found[m.name]) for m in MARKERS if m.name in self.found]
+
+
+def scan_markers(data: bytes) -> list[tuple[str, int]]:
+    """(marker, line) of each kernel marker family found in ``data`` (a whole file)."""
+    scanner = MarkerScanner()
+    scanner.feed(data)
+    return scanner.markers()
+
+
+def notebook_text(data: bytes) -> bytes | None:
+    """The concatenated cell sources of a Jupyter notebook (None if ``data`` is not one)."""
+    try:
+        document = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    cells = document.get("cells") if isinstance(document, dict) else None
+    if not isinstance(cells, list):
+        return None
+    parts = []
+    for cell in cells:
+        source = cell.get("source") if isinstance(cell, dict) else None
+        if isinstance(source, list):
+            source = "".join(s for s in source if isinstance(s, str))
+        if isinstance(source, str):
+            parts.append(source)
+    return "\n".join(parts).encode("utf-8", "surrogatepass")

@@ -1,0 +1,2 @@
+import torch.utils.cpp_extension as ce
+m = ce.load(name="k", sources=["k.cu.txt"])

@@ -1,0 +1,2 @@
+import cupy
+mod = cupy.RawModule(code=open("k.txt").read())

@@ -1,0 +1,2 @@
+import torch
+f = torch.cuda.jiterator._create_jit_fn("template <typename T> T f(T x) { return x; }")

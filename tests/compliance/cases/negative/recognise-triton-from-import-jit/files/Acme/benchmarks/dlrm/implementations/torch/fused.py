@@ -1,0 +1,5 @@
+from triton import jit
+
+@jit
+def k(x):
+    pass

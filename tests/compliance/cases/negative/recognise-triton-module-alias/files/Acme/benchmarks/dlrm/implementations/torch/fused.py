@@ -1,0 +1,5 @@
+import triton as tr
+
+@tr.jit
+def k(x):
+    pass

@@ -1,0 +1,5 @@
+import triton
+
+@triton.jit
+def k(x):
+    pass
