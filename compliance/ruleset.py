@@ -299,7 +299,9 @@ def shipped_rules_dir() -> Path:
     them there), else ``rules/`` beside the package (a source checkout or an editable install)."""
     package = Path(__file__).resolve().parent
     packaged = package / "rulesets"
-    return packaged if packaged.is_dir() else package.parent / "rules"
+    # A checkout that predates the move may keep an emptied compliance/rulesets/ (directories git
+    # leaves behind): only a packaged copy that holds rule files counts.
+    return packaged if any(packaged.glob("*/*.yaml")) else package.parent / "rules"
 
 
 def env_rules_dirs() -> tuple[Path, ...]:

@@ -464,7 +464,7 @@ def _gather_kernels_used(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             names.append(name)
         return real(filename, name, defines, device)
 
-    monkeypatch.setattr(launch._nvrtc, "get_function", spy)
+    monkeypatch.setattr(launch.nvrtc, "get_function", spy)
     launch.clear_plans()  # compiled functions are kept with their plans: ask afresh
     return names
 

@@ -86,8 +86,9 @@ def test_table_batched_steps_do_not_synchronise(name: str, dtype: torch.dtype, g
     outside it give the same outputs, weights and state."""
     watched, plain = tbe_pair(SPECS[name], dtype)
     warm_indices, warm_offsets = tbe_batch(gen)
-    for module in (watched, plain):  # kernels compiled, ledger and optimizer state created
-        tbe_step(module, warm_indices, warm_offsets, torch.randn(BATCH, len(ROWS) * DIM, device="cuda", dtype=dtype))
+    warm_grad = torch.randn(BATCH, len(ROWS) * DIM, generator=gen, device="cuda").to(dtype)
+    for module in (watched, plain):  # kernels compiled, ledger and optimizer state created: the same step
+        tbe_step(module, warm_indices, warm_offsets, warm_grad)
     steps = [(*tbe_batch(gen), torch.randn(BATCH, len(ROWS) * DIM, generator=gen, device="cuda").to(dtype))
              for _ in range(3)]
     torch.cuda.synchronize()

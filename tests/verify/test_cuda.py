@@ -128,7 +128,11 @@ def shapes(build_root: Path) -> dict[str, list[Finding]]:
 @SHAPES_GROUP
 @pytest.mark.parametrize("kernel", SHAPES_PASSING)
 def test_real_shape_passes_on_the_gpu(shapes: dict[str, list[Finding]], kernel: str) -> None:
-    assert {f.rule_id for f in shapes[kernel]} == {"verify-passed"}, [f.message for f in shapes[kernel]]
+    """Every case within its bound: verify-passed, or (a rows gradient summed with atomics, as the
+    CUDA twin of tb-gather-backward-rows does) the nondeterminism warning in its place; no error."""
+    rules = {f.rule_id for f in shapes[kernel]}
+    assert rules in ({"verify-passed"}, {"verify-nondeterministic"}), [f.message for f in shapes[kernel]]
+    assert all(f.severity.value != "error" for f in shapes[kernel])
 
 
 @SHAPES_GROUP
