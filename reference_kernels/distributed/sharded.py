@@ -58,9 +58,12 @@ class _AllToAll(torch.autograd.Function):
         return back, None, None, None
 
 
-def local_layout(plan: ShardingPlan, rank: int) -> list[list[Shard]]:
+def local_layout(plan: ShardingPlan, rank: int, weight_per_shard: bool = False) -> list[list[Shard]]:
     """Rank ``rank``'s shards grouped by embedding dim (one weight per group), groups in order of
-    first appearance; the local output's columns are the groups' shards in this order."""
+    first appearance; the local output's columns are the groups' shards in this order.
+    ``weight_per_shard``: every shard a group of its own (plan order)."""
+    if weight_per_shard:
+        return [[shard] for shard in plan.shards_on(rank)]
     groups: dict[int, list[Shard]] = {}
     for shard in plan.shards_on(rank):
         groups.setdefault(plan.tables[shard.table].embedding_dim, []).append(shard)
@@ -84,12 +87,21 @@ class ShardedTableBatchedEmbeddingBag(nn.Module):
     samples in ``TableBatchedEmbeddingBag``'s layout (indices relative to their table, offsets
     with T * B + 1 entries, table-major) and pools with sum; columns in table order.
     ``lookup``: "auto" (our kernels on CUDA, torch elsewhere), "kernels" or "torch".
+
+    ``weight_per_shard``: each shard in a weight (and, on CUDA, a ``TableBatchedEmbeddingBag``)
+    of its own instead of one per embedding dim. The kernels' backward sums a row's gradient in
+    chunks of a fixed number of *sorted positions of the whole weight*, so with shared weights
+    a row's summation order depends on how many lookups the other tables of its weight received;
+    alone in its weight, a table-wise table is summed exactly as on one GPU holding it alone, bit
+    for bit (docs/sharding.md, "Bit equality"). It costs a lookup and a backward launch series
+    per shard instead of per dim.
     """
 
     def __init__(self, plan: ShardingPlan, batch_size: int, optimizer: SGD | RowWiseAdagrad, device: Any = None,
                  dtype: torch.dtype = torch.float32, group: dist.ProcessGroup | None = None, lookup: str = "auto",
-                 seed: int = 0) -> None:
+                 seed: int = 0, weight_per_shard: bool = False) -> None:
         super().__init__()
+        self.weight_per_shard = weight_per_shard
         distributed = dist.is_available() and dist.is_initialized()
         world = dist.get_world_size(group) if distributed else 1
         if world != plan.world_size:
@@ -105,7 +117,7 @@ class ShardedTableBatchedEmbeddingBag(nn.Module):
         if lookup not in ("auto", "kernels", "torch"):
             raise ValueError(f"lookup must be 'auto', 'kernels' or 'torch', got {lookup!r}")
         self._build_input_exchange(device)
-        self.groups = local_layout(plan, self.rank)
+        self.groups = local_layout(plan, self.rank, weight_per_shard)
         make = KernelShards if use_kernels else TorchShards
         shards: list[KernelShards | TorchShards] = [
             make([s.rows for s in g], plan.tables[g[0].table].embedding_dim, self.optimizer, dtype, device)
@@ -153,7 +165,7 @@ class ShardedTableBatchedEmbeddingBag(nn.Module):
         base = 0
         for r in range(self.world_size):
             col = base
-            for group in local_layout(plan, r):
+            for group in local_layout(plan, r, self.weight_per_shard):
                 for shard in group:
                     where[(r, shard.table)] = col
                     col += dims[shard.table]

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 from reference_kernels.distributed import ShardedTableBatchedEmbeddingBag, merge_shard_state_dicts  # noqa: E402
 from tests.distributed import scenario as sc  # noqa: E402
 from tests.distributed.launch import launch_forked  # noqa: E402
-from tests.distributed.worker import KINDS, OPTIMIZERS  # noqa: E402
+from tests.distributed.worker import EXACT, KINDS, OPTIMIZERS  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +56,18 @@ def test_two_ranks_equal_one_process(two_ranks: list[dict[str, Any]], opt: str, 
             torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
     # the training moved the tables (a comparison of untouched tables would prove nothing)
     assert not torch.equal(tables["big"]["weight"], sc.initial_tables()["big"])
+
+
+def test_a_weight_per_shard_changes_nothing_but_the_layout(two_ranks: list[dict[str, Any]]) -> None:
+    """weight_per_shard=True (each table in a weight of its own): the same outputs, in the same
+    columns, and the same tables as the shared weights' single process."""
+    outputs, tables = gathered(two_ranks, EXACT)
+    want_outputs, want_tables, module = sc.single_process("sgd", 2, weight_per_shard=True)
+    assert len(module.shard_lookups) == len(sc.TABLES)
+    _, shared_tables, _ = sc.single_process("sgd", 2)
+    assert_tables_equal(tables, want_tables)
+    assert_tables_equal(tables, shared_tables)
+    assert all(torch.equal(a, b) for a, b in zip(outputs, want_outputs, strict=True))
 
 
 def test_two_ranks_hold_their_shards(two_ranks: list[dict[str, Any]]) -> None:

@@ -18,13 +18,14 @@ torch = pytest.importorskip("torch")
 from reference_kernels.distributed import merge_shard_state_dicts  # noqa: E402
 from tests.distributed import scenario as sc  # noqa: E402
 from tests.distributed.launch import launch  # noqa: E402
-from tests.distributed.worker import KINDS, OPTIMIZERS  # noqa: E402
+from tests.distributed.worker import EXACT, KINDS, OPTIMIZERS  # noqa: E402
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not cuda_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")]
 
 # weights after STEPS fused steps: float32 sums of the same terms in another order (row-wise
-# partials added per rank; a row's gradient split into other chunks by the kernels' sort)
+# partials added per rank; a row's gradient split into other chunks by the kernels' sort, whose
+# chunks of sorted positions span every table of a shared weight)
 RTOL, ATOL = 1e-5, 1e-6
 
 
@@ -53,13 +54,18 @@ def test_two_gpus_equal_one_gpu(two_gpus: list[dict[str, Any]], opt: str, kind: 
 
 
 def test_table_wise_sgd_is_bit_equal_to_one_gpu(two_gpus: list[dict[str, Any]]) -> None:
-    """Table-wise: each table is looked up and updated by one GPU on the whole global batch, as
-    on one GPU; the forward and the SGD-updated weights are the same bits."""
-    outputs, tables = gathered(two_gpus, "sgd-table")
-    want_outputs, want_tables, _ = sc.single_process("sgd", 2, device="cuda:0")
+    """Table-wise SGD with a weight per shard: each table is looked up and updated by one GPU on
+    the whole global batch, alone in its weight as on the one GPU, so its backward sorts and
+    chunks the same positions: the forward and the updated weights are the same bits. (With
+    weights shared per dim the chunks depend on the other tables' lookups: test above, within
+    RTOL / ATOL; docs/sharding.md, "Bit equality".)"""
+    outputs, tables = gathered(two_gpus, EXACT)
+    want_outputs, want_tables, _ = sc.single_process("sgd", 2, device="cuda:0", weight_per_shard=True)
+    assert tables.keys() == want_tables.keys()
     for name, want in want_tables.items():
         assert torch.equal(tables[name]["weight"], want["weight"]), name
     assert all(torch.equal(a, b) for a, b in zip(outputs, want_outputs, strict=True))
+    assert not torch.equal(tables["big"]["weight"], sc.initial_tables()["big"])
 
 
 def test_resharded_one_gpu_checkpoint_continues_on_two(two_gpus: list[dict[str, Any]]) -> None:
