@@ -15,7 +15,7 @@ from tests.conftest import cuda_available
 
 torch = pytest.importorskip("torch")
 
-from reference_kernels.distributed import merge_shard_state_dicts  # noqa: E402
+from reference_kernels.distributed import ShardedTableBatchedEmbeddingBag, merge_shard_state_dicts  # noqa: E402
 from tests.distributed import scenario as sc  # noqa: E402
 from tests.distributed.launch import launch  # noqa: E402
 from tests.distributed.worker import EXACT, KINDS, OPTIMIZERS  # noqa: E402
@@ -75,6 +75,12 @@ def test_resharded_one_gpu_checkpoint_continues_on_two(two_gpus: list[dict[str, 
     for name, want in want_tables.items():
         torch.testing.assert_close(tables[name]["weight"], want["weight"], rtol=RTOL, atol=ATOL)
         torch.testing.assert_close(tables[name]["optimizer_state"], want["optimizer_state"], rtol=RTOL, atol=ATOL)
+    # the GPU ranks' state_dict()s (kernel-backed shards) load on one CPU process: the same tables
+    back = ShardedTableBatchedEmbeddingBag(sc.plan_for(1, "table"), sc.LOCAL_BATCH, sc.optimizer_for("adagrad"))
+    back.load_state_dict({k: v for r in two_gpus for k, v in r["state_dict"].items()})
+    for name, got in merge_shard_state_dicts([sc.snapshot(back)]).items():
+        assert torch.equal(got["weight"], tables[name]["weight"]), name
+        assert torch.equal(got["optimizer_state"], tables[name]["optimizer_state"]), name
 
 
 def test_a_step_reads_nothing_to_the_host(two_gpus: list[dict[str, Any]]) -> None:

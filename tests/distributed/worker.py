@@ -72,6 +72,7 @@ def run(out: Path, device_name: str) -> None:
     module.load_shard_state_dicts(start["checkpoints"])
     outputs = sc.train(module, world, mine, first=start["steps_done"], device=device)
     results["resharded"] = {"outputs": outputs, "state": sc.snapshot(module)}
+    results["state_dict"] = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
     results["dropped"] = int(module.dropped_lookups)
     results["host_sync"] = host_sync_in_step(module, world, mine, device)
     torch.save(results, out / f"rank{rank}.pt")
