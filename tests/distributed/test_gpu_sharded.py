@@ -87,3 +87,32 @@ def test_a_step_reads_nothing_to_the_host(two_gpus: list[dict[str, Any]]) -> Non
     """A training step (input exchange, lookups, output exchange, backward with the fused
     update) under torch.cuda.set_sync_debug_mode("error") makes no synchronising call."""
     assert [r["host_sync"] for r in two_gpus] == ["none", "none"]
+
+
+@pytest.mark.skipif(not cuda_available() or torch.cuda.device_count() < 4, reason="needs four GPUs")
+def test_four_gpus_equal_one_gpu(tmp_path: Path) -> None:
+    """Four NCCL ranks, every scenario: within RTOL / ATOL of one GPU, and table-wise SGD with a
+    weight per shard bit-equal to it; the resharding run starts from one GPU's checkpoint (1 -> 4)."""
+    sc.start_checkpoint(tmp_path, 4, device="cuda:0")
+    four = launch(4, tmp_path, device="cuda", timeout=300.0)
+    for opt in OPTIMIZERS:
+        for kind in KINDS:
+            outputs, tables = gathered(four, f"{opt}-{kind}")
+            want_outputs, want_tables, _ = sc.single_process(opt, 4, device="cuda:0")
+            for name, want in want_tables.items():
+                for part in ("weight", "optimizer_state"):
+                    torch.testing.assert_close(tables[name][part], want[part], rtol=RTOL, atol=ATOL,
+                                               msg=f"{opt} {kind} {name} {part}")
+            for got, want in zip(outputs, want_outputs, strict=True):
+                torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL)
+    outputs, tables = gathered(four, EXACT)
+    want_outputs, want_tables, _ = sc.single_process("sgd", 4, device="cuda:0", weight_per_shard=True)
+    for name, want in want_tables.items():
+        assert torch.equal(tables[name]["weight"], want["weight"]), name
+    assert all(torch.equal(a, b) for a, b in zip(outputs, want_outputs, strict=True))
+    _, tables = gathered(four, "resharded")
+    _, _, first = sc.single_process("adagrad", 4, device="cuda:0")
+    _, want_tables, _ = sc.single_process("adagrad", 4, first=sc.STEPS, start=[sc.snapshot(first)], device="cuda:0")
+    for name, want in want_tables.items():
+        torch.testing.assert_close(tables[name]["weight"], want["weight"], rtol=RTOL, atol=ATOL)
+    assert [r["host_sync"] for r in four] == ["none"] * 4
