@@ -17,9 +17,12 @@ local batches in rank order):
    gradient of any table exists, and nothing is read to the host (no ``.item()``, no
    ``nonzero``): the collectives are the only synchronisation.
 
-Checkpoints: ``shard_state_dict()`` on each rank; ``load_shard_state_dicts`` takes the
-dicts saved by any number of ranks (resharding N -> M); ``merge_shard_state_dicts`` rebuilds
-whole tables (a gather for one process).
+Checkpoints: ``state_dict()`` holds this rank's shards under names that say which rows they are
+(``shards.<table>.<row_start>-<row_end>.weight`` and ``.optimizer_state``), whatever the local
+layout; ``load_state_dict`` takes one rank's dict back, or the union of every rank's dicts saved
+on any number of ranks (resharding N -> M). ``shard_state_dict()`` / ``load_shard_state_dicts``
+are the same as lists of pieces; ``merge_shard_state_dicts`` rebuilds whole tables (a gather for
+one process).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from .lookup import KernelShards, TorchShards
 from .planner import ROW_WISE, TABLE_WISE, Shard, ShardingPlan
 
 CHECKPOINT_FORMAT = 1
+SHARD_KEYS = "shards."  # state_dict(): shards.<table>.<row_start>-<row_end>.{weight,optimizer_state}
 INIT_CHUNK = 1 << 18  # rows per generator draw of the default initialisation
 
 
@@ -58,9 +62,12 @@ class _AllToAll(torch.autograd.Function):
         return back, None, None, None
 
 
-def local_layout(plan: ShardingPlan, rank: int) -> list[list[Shard]]:
+def local_layout(plan: ShardingPlan, rank: int, weight_per_shard: bool = False) -> list[list[Shard]]:
     """Rank ``rank``'s shards grouped by embedding dim (one weight per group), groups in order of
-    first appearance; the local output's columns are the groups' shards in this order."""
+    first appearance; the local output's columns are the groups' shards in this order.
+    ``weight_per_shard``: every shard a group of its own (plan order)."""
+    if weight_per_shard:
+        return [[shard] for shard in plan.shards_on(rank)]
     groups: dict[int, list[Shard]] = {}
     for shard in plan.shards_on(rank):
         groups.setdefault(plan.tables[shard.table].embedding_dim, []).append(shard)
@@ -84,12 +91,21 @@ class ShardedTableBatchedEmbeddingBag(nn.Module):
     samples in ``TableBatchedEmbeddingBag``'s layout (indices relative to their table, offsets
     with T * B + 1 entries, table-major) and pools with sum; columns in table order.
     ``lookup``: "auto" (our kernels on CUDA, torch elsewhere), "kernels" or "torch".
+
+    ``weight_per_shard``: each shard in a weight (and, on CUDA, a ``TableBatchedEmbeddingBag``)
+    of its own instead of one per embedding dim. The kernels' backward sums a row's gradient in
+    chunks of a fixed number of *sorted positions of the whole weight*, so with shared weights
+    a row's summation order depends on how many lookups the other tables of its weight received;
+    alone in its weight, a table-wise table is summed exactly as on one GPU holding it alone, bit
+    for bit (docs/sharding.md, "Bit equality"). It costs a lookup and a backward launch series
+    per shard instead of per dim.
     """
 
     def __init__(self, plan: ShardingPlan, batch_size: int, optimizer: SGD | RowWiseAdagrad, device: Any = None,
                  dtype: torch.dtype = torch.float32, group: dist.ProcessGroup | None = None, lookup: str = "auto",
-                 seed: int = 0) -> None:
+                 seed: int = 0, weight_per_shard: bool = False) -> None:
         super().__init__()
+        self.weight_per_shard = weight_per_shard
         distributed = dist.is_available() and dist.is_initialized()
         world = dist.get_world_size(group) if distributed else 1
         if world != plan.world_size:
@@ -105,7 +121,7 @@ class ShardedTableBatchedEmbeddingBag(nn.Module):
         if lookup not in ("auto", "kernels", "torch"):
             raise ValueError(f"lookup must be 'auto', 'kernels' or 'torch', got {lookup!r}")
         self._build_input_exchange(device)
-        self.groups = local_layout(plan, self.rank)
+        self.groups = local_layout(plan, self.rank, weight_per_shard)
         make = KernelShards if use_kernels else TorchShards
         shards: list[KernelShards | TorchShards] = [
             make([s.rows for s in g], plan.tables[g[0].table].embedding_dim, self.optimizer, dtype, device)
@@ -116,6 +132,8 @@ class ShardedTableBatchedEmbeddingBag(nn.Module):
         self.register_buffer("dropped_lookups", torch.zeros((), dtype=torch.int64, device=device))
         self.dropped_lookups: Tensor
         self.reset_parameters(seed)
+        self.register_state_dict_post_hook(_shards_into_state_dict)  # type: ignore[no-untyped-call]
+        self.register_load_state_dict_pre_hook(_shards_from_state_dict)  # type: ignore[no-untyped-call]
 
     # ----------------------------------------------------------------------------- layout
     def _build_input_exchange(self, device: torch.device) -> None:
@@ -153,7 +171,7 @@ class ShardedTableBatchedEmbeddingBag(nn.Module):
         base = 0
         for r in range(self.world_size):
             col = base
-            for group in local_layout(plan, r):
+            for group in local_layout(plan, r, self.weight_per_shard):
                 for shard in group:
                     where[(r, shard.table)] = col
                     col += dims[shard.table]
@@ -333,6 +351,44 @@ class ShardedTableBatchedEmbeddingBag(nn.Module):
         pieces = [{"table": name, "row_start": 0, "row_end": w.shape[0], "weight": w,
                    "optimizer_state": states[name] if states is not None else empty} for name, w in weights.items()]
         self.load_shard_state_dicts([{"format": CHECKPOINT_FORMAT, "shards": pieces}])
+
+
+def _shards_into_state_dict(module: ShardedTableBatchedEmbeddingBag, destination: dict[str, Any], prefix: str,
+                            local_metadata: Any) -> None:
+    """``state_dict()``'s post-hook: the local weights' entries (named by the layout: which
+    shards share a weight) become one entry per shard named by table and rows. The fused
+    optimizers' step count and seed are left out: SGD and row-wise Adagrad without stochastic
+    rounding (the only ones allowed here) do not use them."""
+    for key in [k for k in destination if k.startswith(prefix + "lookups.")]:
+        del destination[key]
+    for shard, weight, state in module.local_shards():
+        base = f"{prefix}{SHARD_KEYS}{module.plan.tables[shard.table].name}.{shard.row_start}-{shard.row_end}."
+        destination[base + "weight"] = weight
+        if state.numel():
+            destination[base + "optimizer_state"] = state
+
+
+def _shards_from_state_dict(module: ShardedTableBatchedEmbeddingBag, state_dict: dict[str, Any], prefix: str,
+                            local_metadata: Any, strict: bool, missing_keys: list[str], unexpected_keys: list[str],
+                            error_msgs: list[str]) -> None:
+    """``load_state_dict``'s pre-hook: the shard entries (of one rank or the union of many) load
+    this rank's rows (``load_shard_state_dicts``); the local weights' own entries are then filled
+    in with what they now hold, so that ``nn.Module`` copies each onto itself."""
+    pieces: dict[tuple[str, int, int], dict[str, Tensor]] = {}
+    for key in [k for k in state_dict if k.startswith(prefix + SHARD_KEYS)]:
+        table, rows, part = key[len(prefix + SHARD_KEYS):].rsplit(".", 2)
+        start, _, end = rows.partition("-")
+        pieces.setdefault((table, int(start), int(end)), {})[part] = state_dict.pop(key)
+    if not pieces:
+        return  # nothing of ours: nn.Module reports the weights as missing
+    empty = torch.empty(0)
+    shards = [{"table": table, "row_start": start, "row_end": end, "weight": parts["weight"],
+               "optimizer_state": parts.get("optimizer_state", empty)} for (table, start, end), parts in pieces.items()]
+    try:
+        module.load_shard_state_dicts([{"format": CHECKPOINT_FORMAT, "shards": shards}])
+    except (KeyError, ValueError) as error:
+        error_msgs.append(str(error))
+    state_dict.update(module.lookups.state_dict(prefix=prefix + "lookups.", keep_vars=True))
 
 
 def merge_shard_state_dicts(saved: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Tensor]]:

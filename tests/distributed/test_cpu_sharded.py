@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 from reference_kernels.distributed import ShardedTableBatchedEmbeddingBag, merge_shard_state_dicts  # noqa: E402
 from tests.distributed import scenario as sc  # noqa: E402
 from tests.distributed.launch import launch_forked  # noqa: E402
-from tests.distributed.worker import KINDS, OPTIMIZERS  # noqa: E402
+from tests.distributed.worker import EXACT, KINDS, OPTIMIZERS  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +56,34 @@ def test_two_ranks_equal_one_process(two_ranks: list[dict[str, Any]], opt: str, 
             torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
     # the training moved the tables (a comparison of untouched tables would prove nothing)
     assert not torch.equal(tables["big"]["weight"], sc.initial_tables()["big"])
+
+
+def test_a_weight_per_shard_changes_nothing_but_the_layout(two_ranks: list[dict[str, Any]]) -> None:
+    """weight_per_shard=True (each table in a weight of its own): the same outputs, in the same
+    columns, and the same tables as the shared weights' single process."""
+    outputs, tables = gathered(two_ranks, EXACT)
+    want_outputs, want_tables, module = sc.single_process("sgd", 2, weight_per_shard=True)
+    assert len(module.shard_lookups) == len(sc.TABLES)
+    _, shared_tables, _ = sc.single_process("sgd", 2)
+    assert_tables_equal(tables, want_tables)
+    assert_tables_equal(tables, shared_tables)
+    assert all(torch.equal(a, b) for a, b in zip(outputs, want_outputs, strict=True))
+
+
+def test_state_dicts_name_the_shards_and_reshard(two_ranks: list[dict[str, Any]]) -> None:
+    """Each rank's state_dict() holds its shards, named by table and rows (row-wise "big" split
+    in two, table-wise "small" on rank 1 only); the union of both ranks' dicts loads on one
+    process (2 -> 1) through load_state_dict, to the tables of the shard-dict route; a dict that
+    misses rows is refused."""
+    dicts = [r["state_dict"] for r in two_ranks]
+    assert "shards.big.0-26.weight" in dicts[0] and "shards.big.26-53.optimizer_state" in dicts[1]
+    assert "shards.small.0-7.weight" in dicts[1] and not any(".small." in k for k in dicts[0])
+    assert not any(k.startswith("lookups.") for d in dicts for k in d)
+    back = ShardedTableBatchedEmbeddingBag(sc.plan_for(1, "table"), sc.LOCAL_BATCH, sc.optimizer_for("adagrad"))
+    assert not back.load_state_dict({**dicts[0], **dicts[1]}).missing_keys
+    assert_tables_equal(merge_shard_state_dicts([sc.snapshot(back)]), gathered(two_ranks, "resharded")[1])
+    with pytest.raises(RuntimeError, match=r"'big': the checkpoint covers 27 of rows \[0, 53\)"):
+        back.load_state_dict(dicts[1])
 
 
 def test_two_ranks_hold_their_shards(two_ranks: list[dict[str, Any]]) -> None:

@@ -18,6 +18,7 @@ from tests.distributed import scenario as sc
 
 OPTIMIZERS = ("sgd", "adagrad")
 KINDS = ("table", "row", "mixed")
+EXACT = "sgd-table-weight-per-shard"
 CONTINUED = "continued.pt"  # the resharding run's checkpoint: what a larger world starts from
 
 
@@ -58,6 +59,12 @@ def run(out: Path, device_name: str) -> None:
             module.load_tables(sc.initial_tables())
             outputs = sc.train(module, world, mine, device=device)
             results[f"{opt}-{kind}"] = {"outputs": outputs, "state": sc.snapshot(module)}
+    # table-wise SGD with a weight per shard: each table summed as when it is alone (bit equality)
+    module = ShardedTableBatchedEmbeddingBag(sc.plan_for(world, "table"), sc.LOCAL_BATCH, sc.optimizer_for("sgd"),
+                                             device=device, group=group, weight_per_shard=True)
+    module.load_tables(sc.initial_tables())
+    outputs = sc.train(module, world, mine, device=device)
+    results[EXACT] = {"outputs": outputs, "state": sc.snapshot(module)}
     # resharding: start from a checkpoint saved on another number of ranks (START), train on
     start = torch.load(out / "start.pt", weights_only=False)
     module = ShardedTableBatchedEmbeddingBag(sc.plan_for(world, "mixed"), sc.LOCAL_BATCH,
@@ -65,6 +72,7 @@ def run(out: Path, device_name: str) -> None:
     module.load_shard_state_dicts(start["checkpoints"])
     outputs = sc.train(module, world, mine, first=start["steps_done"], device=device)
     results["resharded"] = {"outputs": outputs, "state": sc.snapshot(module)}
+    results["state_dict"] = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
     results["dropped"] = int(module.dropped_lookups)
     results["host_sync"] = host_sync_in_step(module, world, mine, device)
     torch.save(results, out / f"rank{rank}.pt")
