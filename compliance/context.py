@@ -40,6 +40,13 @@ class DeclaredKernel:
         """(declared source, root-relative path or None if it leaves the tree)."""
         return [(s, tree_relative(self.manifest_dir, s)) for s in self.kernel.sources]
 
+    def glue_relpaths(self) -> list[str]:
+        """Root-relative paths of the files the kernel's ``build:`` compiles with it but that are not
+        the kernel: ``build_dependencies`` and ``verification_shims`` (those inside the tree)."""
+        listed = [f for key in ("build_dependencies", "verification_shims")
+                  for f in (self.kernel.build.get(key) or ()) if isinstance(f, str)]
+        return [rel for rel in (tree_relative(self.manifest_dir, f) for f in listed) if rel]
+
 
 def declared_vendored_dirs(manifests: tuple[tuple[str, Manifest], ...]) -> dict[str, str]:
     """Root-relative directories that manifests declare under ``vendored:`` -> the repository named."""

@@ -65,11 +65,24 @@ def _declared_sources(ctx: CheckContext) -> set[str]:
     return declared
 
 
+BINDING_MARKERS = frozenset({"extension"})
+"""Evidence that a file binds kernels to Python (PYBIND11_MODULE, TORCH_LIBRARY, torch/extension.h)
+rather than holding one."""
+
+
+def _declared_glue(ctx: CheckContext) -> set[str]:
+    """Files a kernel's ``build:`` lists as build dependencies or verification shims."""
+    return {rel for item in ctx.kernels() for rel in item.glue_relpaths()}
+
+
 def _undeclared(ctx: CheckContext) -> Iterator[Finding | None]:
     declared = _declared_sources(ctx)
+    glue = _declared_glue(ctx)
     for native in ctx.inventory.native:
         if native.unproven or native.path in declared:
             continue
+        if native.path in glue and {e.marker for e in native.evidence} <= BINDING_MARKERS:
+            continue  # a binding a kernel's build declares; a kernel function in it is still undeclared
         markers = ", ".join(sorted({e.marker for e in native.evidence}))
         inside = ""
         if native.not_upstream_of:
