@@ -168,10 +168,11 @@ def test_require_upstream_makes_an_unproven_copy_an_error(tmp_path: Path) -> Non
     ("apex", "csrc/megatron/scaled_masked_softmax_cuda.cu", "csrc/megatron/my_fused_rope.cu"),
     ("megatron-lm", "megatron/fused_kernels/scaled_masked_softmax_cuda.cu", "megatron/fused_kernels/my_gelu.cu"),
     ("megatron-lm", "megatron/core/datasets/helpers.cpp", "megatron/core/datasets/my_sampler.cu"),
+    ("cutlass-1", "cutlass/gemm/block_task.h", "cutlass/gemm/my_fused_epilogue.h"),
 ])
 def test_a_file_upstream_never_had_is_the_submitters_kernel(tmp_path: Path, project: str, upstream_file: str,
                                                             own_file: str) -> None:
-    """Issue 39 item 1 (catalogue path lists): inside a vendored apex or Megatron-LM copy, a native
+    """Issue 39 item 1 (catalogue path lists): inside a vendored apex, Megatron-LM or CUTLASS 1.x copy, a native
     file upstream never had under the listed directories is reported one by one; upstream's own
     files stay with the copy."""
     top = f"{IMPL}/third_party/{project}"
