@@ -241,7 +241,9 @@ def detect_ruleset(root: Path, candidates: Sequence[RuleSet]) -> Detection:
     kinds = Counter(u.kind for u in units)
     if not kinds:
         return Detection(None, "no training or inference organization recognised")
-    kind, count = kinds.most_common(1)[0]
+    kind = kinds.most_common(1)[0][0]
+    # one organization in both divisions, or with several v0.5 entries, counts once (as in the report)
+    count = len({(u.path.parent if u.kind == "training-v0.5" else u.path).name for u in units if u.kind == kind})
     usage = "inference" if kind == "inference" else "training"
     what = f"{usage} layout ({count} organization(s)" + (f", {kind}" if kind != usage else "")
     if len(kinds) > 1:

@@ -6,7 +6,7 @@ from collections import defaultdict
 from typing import Any
 
 from compliance.inventory import Inventory
-from compliance.layout import Location
+from compliance.layout import Location, organization_names
 from compliance.report.safetext import one_line
 
 INVENTORY_SCHEMA_VERSION = 1
@@ -55,7 +55,7 @@ def inventory_text(inv: Inventory) -> str:
     """Text form."""
     data = inventory_dict(inv)
     lines = [f"inventory of {inv.root} ({inv.style} layout, {inv.file_count} files, "
-             f"{len(inv.organizations)} organization(s))"]
+             f"{len(organization_names(inv.organizations))} organization(s))"]
     for submitter, benchmarks in data["submitters"].items():
         lines.append(f"{submitter}")
         for benchmark, items in benchmarks.items():

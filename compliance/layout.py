@@ -100,6 +100,13 @@ class Organization:
     """Division for inference layouts."""
 
 
+def organization_names(organizations: tuple[Organization, ...] | list[Organization]) -> list[str]:
+    """Distinct organization names, in order: an organization in both divisions (``closed/X``,
+    ``open/X``) or with several Training v0.5 entries is one organization. Every report counts
+    organizations with this, so a report gives one count."""
+    return list(dict.fromkeys(o.name for o in organizations))
+
+
 def _is_org(path: Path, style: str) -> bool:
     names = ORG_DIRS[style] + CODE_DIR_VARIANTS.get(style, ())
     return any((path / d).is_dir() for d in names)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from compliance.findings import Finding, Severity
 from compliance.inventory import Inventory
+from compliance.layout import organization_names
 from compliance.ruleset import RuleSet
 from compliance.upstream.options import UpstreamOptions
 from compliance.verify.options import VerifyOptions
@@ -124,6 +125,6 @@ class CheckReport:
             bucket = errors if f.severity is Severity.ERROR else warnings if f.severity is Severity.WARNING else None
             if bucket is not None:
                 bucket[f.submitter or "-"] += 1
-        names = list(dict.fromkeys(o.name for o in self.inventory.organizations))
+        names = organization_names(self.inventory.organizations)
         names += sorted(n for n in set(errors) | set(warnings) if n not in names)
         return [OrganizationSummary(n, errors[n], warnings[n]) for n in names]

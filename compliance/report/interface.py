@@ -14,6 +14,7 @@ Reporter = Callable[["CheckReport"], str]
 def status_line(report: CheckReport) -> str:
     """The one summary line every human-facing format ends with."""
     from compliance.findings import Severity
+    from compliance.layout import organization_names
     from compliance.report.safetext import one_line
 
     errors, warnings = report.count(Severity.ERROR), report.count(Severity.WARNING)
@@ -21,5 +22,5 @@ def status_line(report: CheckReport) -> str:
     rs = report.ruleset
     status = "PROPOSAL, not MLPerf policy" if rs.status == "proposal" else rs.status
     return (f"{verdict}: {errors} error(s), {warnings} warning(s) in "
-            f"{len(report.inventory.organizations)} organization(s); rule set {rs.id} ({status}; "
+            f"{len(organization_names(report.inventory.organizations))} organization(s); rule set {rs.id} ({status}; "
             f"{one_line(report.choice.reason)}); checks: {', '.join(report.stages)}")

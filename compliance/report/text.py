@@ -3,12 +3,20 @@
 Per implementation each rule id is one block: its count, its fix hint once,
 and at most a few findings ("... and N more"). Vendored trees are one line
 each (nested trees under their parent), forks are named, and identical native
-sources across submitters are listed once per group. By default the report
-stays within ``DEFAULT_MAX_LINES``: when the grouped listing would be longer,
-fewer findings are shown per block, then none, then one line per
-implementation (rule counts inline, hints once in a legend), and finally only
-the summary table. ``verbose`` lists every finding; ``summary`` prints the one-screen
-table (organization x benchmark). JSON and SARIF always keep every finding.
+sources across submitters are listed once per group. ``layout-variant`` notes
+are one line per organization (they say how the tree is read, nothing to fix).
+Inference code directories that are no model of the round (``code/plugin``,
+``code/harness``, ``code/common``) are shown as the organization's shared code,
+never as a benchmark. By default the report stays within ``DEFAULT_MAX_LINES``:
+when the grouped listing would be longer, fewer findings are shown per block,
+then none, then one line per implementation (rule counts inline, hints once in
+a legend), then one line per organization. Whatever the length, the default
+text shows every shared-source group that spans organizations (one line each)
+and every named vendored project (one line each, with where its copies are):
+they are the story of a round. ``verbose`` lists every finding; ``summary``
+prints the one-screen table (organization x benchmark). JSON and SARIF always
+keep every finding. Every part counts organizations by name
+(``compliance.layout.organization_names``), so a report gives one count.
 """
 
 from __future__ import annotations
@@ -18,8 +26,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from compliance.checks.specs import VARIANT
 from compliance.checks.vendoring import FORK
 from compliance.findings import Finding, Severity
+from compliance.layout import Location, organization_names
 from compliance.report.interface import status_line
 from compliance.report.safetext import one_line
 from compliance.shared_sources import SharedSource, shared_sources
@@ -27,6 +37,7 @@ from compliance.shared_sources import SharedSource, shared_sources
 if TYPE_CHECKING:
     from compliance.inventory import Inventory
     from compliance.model import CheckReport
+    from compliance.ruleset import RuleSet
     from compliance.vendored_trees import VendoredTree
 
 DEFAULT_MAX_LINES = 200
@@ -36,18 +47,35 @@ EXAMPLES_PER_BLOCK = (3, 1, 0)
 COMPACT = -1
 """Examples value for the most compact listing: one line per implementation, hints in a legend."""
 SHARED_GROUPS_LISTED = 10
-"""Shared-source groups listed by default."""
+"""Shared-source groups within one organization listed by default (those spanning
+organizations are always listed)."""
 ORGANIZATIONS_LISTED = 20
 """Organizations given a verdict line each at the end of the default report."""
 OUTSIDE = "(outside any organization)"
 NO_BENCHMARK = "(no benchmark)"
 NO_IMPLEMENTATION = "(not in an implementation)"
+SHARED_CODE = "(shared code)"
+"""Summary-table label of inference code directories that are no model of the round."""
 
 Key = tuple[str, str, str]
 
 
 def _key(submitter: str | None, benchmark: str | None, implementation: str | None) -> Key:
     return (submitter or OUTSIDE, benchmark or NO_BENCHMARK, implementation or NO_IMPLEMENTATION)
+
+
+def is_shared_code(ruleset: RuleSet, where: Location, benchmark: str | None) -> bool:
+    """An inference ``code/<name>/`` directory that is no model of the round (``plugin``,
+    ``harness``, ``common``): code the organization's models share, not a benchmark."""
+    return (ruleset.layout == "inference" and benchmark is not None and where.area == "code"
+            and ruleset.official_benchmark(benchmark) is None)
+
+
+def _benchmark_label(ruleset: RuleSet, where: Location, benchmark: str | None, table: bool = False) -> str | None:
+    """The benchmark a row or heading is under: shared code is named as such, never as a benchmark."""
+    if not is_shared_code(ruleset, where, benchmark):
+        return benchmark
+    return SHARED_CODE if table else f"code/{benchmark}/ {SHARED_CODE}"
 
 
 @dataclass(frozen=True)
@@ -58,6 +86,8 @@ class _View:
     trees: dict[Key, list[VendoredTree]]
     forks: dict[Key, list[str]]
     shared: tuple[SharedSource, ...]
+    variants: dict[str, list[Finding]]
+    """``layout-variant`` findings per organization (one line each by default)."""
 
 
 def _implementation_of(inv: Inventory, path: str) -> str | None:
@@ -66,20 +96,27 @@ def _implementation_of(inv: Inventory, path: str) -> str | None:
 
 
 def _view(report: CheckReport) -> _View:
-    inv = report.inventory
+    inv, rs = report.inventory, report.ruleset
     findings: dict[Key, list[Finding]] = defaultdict(list)
+    variants: dict[str, list[Finding]] = defaultdict(list)
     for f in report.findings:
-        findings[_key(f.submitter, f.benchmark, _implementation_of(inv, f.path))].append(f)
+        if f.rule_id == VARIANT.id:
+            variants[f.submitter or OUTSIDE].append(f)
+            continue
+        where = inv.locate(f.path if f.path in inv.files else f"{f.path}/-")
+        findings[_key(f.submitter, _benchmark_label(rs, where, f.benchmark),
+                      _implementation_of(inv, f.path))].append(f)
     trees: dict[Key, list[VendoredTree]] = defaultdict(list)
     for tree in inv.vendored:
-        trees[_key(tree.location.submitter, tree.location.benchmark, tree.location.implementation)].append(tree)
+        at = tree.location
+        trees[_key(at.submitter, _benchmark_label(rs, at, at.benchmark), at.implementation)].append(tree)
     forks: dict[Key, list[str]] = defaultdict(list)
     for fork in inv.forks:
         where = fork.location
-        forks[_key(where.submitter, where.benchmark, where.implementation)].append(
+        forks[_key(where.submitter, _benchmark_label(rs, where, where.benchmark), where.implementation)].append(
             f"fork of {fork.project_name} ({fork.repository}) at {fork.path or '.'}; "
             f"{fork.native_files} native file(s) checked one by one")
-    return _View(findings, trees, forks, shared_sources(inv))
+    return _View(findings, trees, forks, shared_sources(inv), variants)
 
 
 def _tree_line(tree: VendoredTree, indent: str) -> str:
@@ -153,34 +190,107 @@ def _hint_legend(view: _View) -> list[str]:
     return ["how to fix:"] + [f"  {rule}: {hint}" for rule, hint in sorted(hints.items())] + [""]
 
 
-def _shared_lines(shared: tuple[SharedSource, ...], limit: int | None) -> list[str]:
+def _spans_organizations(group: SharedSource) -> bool:
+    return len({f.submitter for f in group.files}) > 1
+
+
+def _shared_lines(shared: tuple[SharedSource, ...], limit: int | None, compact: bool = False) -> list[str]:
+    """Every group spanning organizations, then up to ``limit`` groups within one organization
+    (None: all). ``compact``: one line per group (its file name, then where each copy is)."""
     if not shared:
         return []
-    lines = [f"shared sources ({len(shared)} group(s) of identical native files in several implementations):"]
-    listed = shared if limit is None else shared[:limit]
+    across = [g for g in shared if _spans_organizations(g)]
+    within = [g for g in shared if not _spans_organizations(g)]
+    listed = across + (within if limit is None else within[:limit])
+    lines = [f"shared sources ({len(shared)} group(s) of identical native files in several implementations, "
+             f"{len(across)} across organizations):"]
     for group in listed:
         first, others = group.files[0], group.files[1:]
+        if compact:
+            copies = "; ".join(f.path for f in group.files)
+            lines.append(f"  {first.path.rsplit('/', 1)[-1]} x{len(group.files)} ({group.relation}): {copies}")
+            continue
         lines.append(f"  {first.path}")
         lines += [f"    same source: {f.path} ({group.relation})" for f in others]
     if len(shared) > len(listed):
-        lines.append(f"  ... and {len(shared) - len(listed)} more group(s) (--verbose lists them)")
+        lines.append(f"  ... and {len(shared) - len(listed)} more group(s) within one organization "
+                     "(--verbose lists them)")
     return lines + [""]
 
 
-def _grouped(view: _View, examples: int | None, with_trees: bool, shared_limit: int | None) -> list[str]:
+def _variant_lines(found: list[Finding], verbose: bool) -> list[str]:
+    """An organization's layout variants: one line (every one with ``verbose``)."""
+    if verbose:
+        return [f"  {VARIANT.id}: {len(found)} warning(s)"] + [
+            f"    {f.location()}: {f.severity.value}: {f.message} [{f.rule_id}]" for f in found]
+    first = found[0]
+    more = f" (and {len(found) - 1} more; --verbose lists them)" if len(found) > 1 else ""
+    return [f"  {VARIANT.id}: {len(found)} warning(s), read as the canonical form: {first.location()}: "
+            f"{first.message}{more}"]
+
+
+def _grouped(view: _View, examples: int | None, with_trees: bool, shared_limit: int | None,
+             compact_shared: bool = False) -> list[str]:
     keys = sorted(set(view.findings) | set(view.trees) | set(view.forks))
     lines: list[str] = []
     submitter = benchmark = None
+    for org in sorted(set(view.variants) - {k[0] for k in keys}):
+        lines += [org] + _variant_lines(view.variants[org], examples is None)
     for key in keys:
         if key[0] != submitter:
             submitter, benchmark = key[0], None
             lines.append(key[0])
+            if key[0] in view.variants:
+                lines += _variant_lines(view.variants[key[0]], examples is None)
         if key[1] != benchmark:
             benchmark = key[1]
             lines.append(f"  {key[1]}")
         lines += _implementation_lines(key, view, examples, with_trees)
     legend = _hint_legend(view) if examples == COMPACT else []
-    return (lines + [""] if lines else []) + legend + _shared_lines(view.shared, shared_limit)
+    trees = [] if with_trees else _vendored_projects(view)
+    return ((lines + [""] if lines else []) + legend + trees
+            + _shared_lines(view.shared, shared_limit, compact_shared))
+
+
+def _vendored_projects(view: _View) -> list[str]:
+    """One line per vendored project: its copies' count and where they are; unnamed trees counted."""
+    by_project: dict[str, list[VendoredTree]] = defaultdict(list)
+    for trees in view.trees.values():
+        for tree in trees:
+            name = f"{tree.project_name} ({tree.repository})" if tree.project_name else "third-party trees"
+            by_project[name].append(tree)
+    if not by_project:
+        return []
+    lines = [f"vendored trees ({sum(len(t) for t in by_project.values())}; --verbose lists each):"]
+    for name, trees in sorted(by_project.items(), key=lambda item: (item[0] == "third-party trees", item[0])):
+        kernels = sum(t.native_files for t in trees)
+        unproven = sum(t.unproven for t in trees)
+        own = sum(t.reported for t in trees)
+        where = Counter(t.location.submitter or OUTSIDE for t in trees)
+        places = ", ".join(f"{org} x{n}" if n > 1 else org for org, n in sorted(where.items()))
+        lines.append(f"  {name}: {len(trees)} tree(s), {kernels} with kernel code ({unproven} unproven, "
+                     f"{own} reported one by one) in {places}")
+    return lines + [""]
+
+
+def _organization_lines(view: _View, budget: int) -> list[str]:
+    """One line per organization (verdict, counts per rule), at most ``budget`` lines."""
+    per_org: dict[str, list[Finding]] = defaultdict(list)
+    for key, found in view.findings.items():
+        per_org[key[0]] += found
+    for org, found in view.variants.items():
+        per_org[org] += found
+    lines = []
+    for org, found in sorted(per_org.items()):
+        errors = sum(1 for f in found if f.severity is Severity.ERROR)
+        warnings = sum(1 for f in found if f.severity is Severity.WARNING)
+        rules = Counter(f.rule_id for f in found)
+        lines.append(f"{org}: {'FAIL' if errors else 'pass'} ({errors} error(s), {warnings} warning(s)): "
+                     + ", ".join(f"{rule} x{n}" for rule, n in sorted(rules.items())))
+    if len(lines) > budget:
+        lines = lines[:max(budget - 1, 0)] + [f"... and {len(lines) - budget + 1} more organization(s) "
+                                               "(--summary lists them)"]
+    return lines
 
 
 def _count_by(items: Iterable[tuple[str | None, str | None]]) -> Counter[tuple[str, str]]:
@@ -188,15 +298,29 @@ def _count_by(items: Iterable[tuple[str | None, str | None]]) -> Counter[tuple[s
 
 
 def summary_table(report: CheckReport) -> list[str]:
-    """One line per organization x benchmark: verdict, errors, warnings, kernels, trees, binaries."""
+    """One line per organization x benchmark: verdict, errors, warnings, kernels, trees, binaries.
+    Inference code that is no model of the round is one ``(shared code)`` row per organization."""
     inv: Inventory = report.inventory
-    errors = _count_by((f.submitter, f.benchmark) for f in report.findings if f.severity is Severity.ERROR)
-    warnings = _count_by((f.submitter, f.benchmark) for f in report.findings if f.severity is Severity.WARNING)
-    kernels = _count_by((n.location.submitter, n.location.benchmark) for n in inv.native if not n.vendored_tree)
-    trees = _count_by((t.location.submitter, t.location.benchmark) for t in inv.vendored if t.parent is None)
-    binaries = _count_by((b.location.submitter, b.location.benchmark) for b in inv.binaries)
+    rs = report.ruleset
+
+    def cell(submitter: str | None, where: Location, benchmark: str | None) -> tuple[str | None, str | None]:
+        return submitter, _benchmark_label(rs, where, benchmark, table=True)
+
+    def at(f: Finding) -> Location:
+        return inv.locate(f.path if f.path in inv.files else f"{f.path}/-")
+
+    errors = _count_by(cell(f.submitter, at(f), f.benchmark) for f in report.findings
+                       if f.severity is Severity.ERROR)
+    warnings = _count_by(cell(f.submitter, at(f), f.benchmark) for f in report.findings
+                         if f.severity is Severity.WARNING)
+    kernels = _count_by(cell(n.location.submitter, n.location, n.location.benchmark)
+                        for n in inv.native if not n.vendored_tree)
+    trees = _count_by(cell(t.location.submitter, t.location, t.location.benchmark)
+                      for t in inv.vendored if t.parent is None)
+    binaries = _count_by(cell(b.location.submitter, b.location, b.location.benchmark) for b in inv.binaries)
     counted = set(errors) | set(warnings) | set(kernels) | set(trees) | set(binaries)
-    silent = {(o.name, NO_BENCHMARK) for o in inv.organizations if not any(k[0] == o.name for k in counted)}
+    silent = {(name, NO_BENCHMARK) for name in organization_names(inv.organizations)
+              if not any(k[0] == name for k in counted)}
     rows = sorted(counted | silent)  # an organization with nothing to count still gets its row
     width = max([len("organization / benchmark")] + [len(f"{s} / {b}") for s, b in rows])
     header = (f"{'organization / benchmark':<{width}}  verdict  errors  warnings  custom-kernel-files  "
@@ -217,36 +341,48 @@ def _header(report: CheckReport) -> list[str]:
             f"provenance: {rs.provenance.decision} ({rs.provenance.date})", ""]
 
 
-def _footer(report: CheckReport, verbose: bool) -> list[str]:
-    lines = []
-    orgs = report.organizations()
-    if len(report.inventory.organizations) > 1 and (verbose or len(orgs) <= ORGANIZATIONS_LISTED):
-        for org in orgs:
-            verdict = "pass" if org.passed else "FAIL"
-            lines.append(f"  {org.name}: {verdict} ({org.errors} error(s), {org.warnings} warning(s))")
-        lines.append("")
-    elif len(report.inventory.organizations) > 1:
-        failed = sum(1 for org in orgs if not org.passed)
-        folded = (f"  {len(orgs)} organizations: {len(orgs) - failed} pass, {failed} FAIL "
-                  "(--summary or --verbose lists them)")
-        lines += [folded, ""]
-    return lines + [status_line(report)]
+def _footer(report: CheckReport, verbose: bool, listed_in_body: bool = False) -> list[str]:
+    """A verdict line per organization (folded to one line for many, or when the body has them)."""
+    orgs = [o for o in report.organizations() if o.name != "-"]
+    if len(orgs) <= 1:
+        return [status_line(report)]
+    if not listed_in_body and (verbose or len(orgs) <= ORGANIZATIONS_LISTED):
+        lines = [f"  {o.name}: {'pass' if o.passed else 'FAIL'} ({o.errors} error(s), {o.warnings} warning(s))"
+                 for o in orgs]
+        return lines + ["", status_line(report)]
+    failed = sum(1 for org in orgs if not org.passed)
+    return [f"  {len(orgs)} organizations: {len(orgs) - failed} pass, {failed} FAIL "
+            "(--summary or --verbose lists them)", "", status_line(report)]
 
 
-def _fitting_body(report: CheckReport, view: _View, budget: int) -> list[str]:
-    """The most detailed grouped listing within ``budget`` lines, else the summary table."""
-    tries = [(examples, True) for examples in (*EXAMPLES_PER_BLOCK, COMPACT)] + [(COMPACT, False)]
-    for examples, with_trees in tries:
-        body = _grouped(view, examples, with_trees, SHARED_GROUPS_LISTED)
+def _fitting_body(view: _View, budget: int) -> tuple[list[str], bool]:
+    """The most detailed listing within ``budget`` lines, and whether it is one line per
+    organization. Shared groups across organizations and vendored projects are always in."""
+    tries = [(examples, True, False) for examples in (*EXAMPLES_PER_BLOCK, COMPACT)]
+    tries += [(COMPACT, False, False), (COMPACT, False, True)]
+    for examples, with_trees, compact in tries:
+        body = _grouped(view, examples, with_trees, SHARED_GROUPS_LISTED, compact)
         if len(body) <= budget:
-            return body
-    note = "(the grouped listing is longer than one report; --verbose prints it, --format json keeps all)"
-    shared = _shared_lines(view.shared, 3)
-    table = summary_table(report)
-    room = budget - len(shared) - 4
-    if len(table) > room:
-        table = table[:room - 1] + [f"... and {len(table) - room + 1} more row(s) (--summary prints all)"]
-    return table + ["", note, ""] + shared
+            return body, False
+    kept = _vendored_projects(view) + _shared_lines(view.shared, 0, compact=True)
+    note = ["(the grouped listing is longer than one report: one line per organization; --verbose prints "
+            "it, --summary gives the table, --format json keeps all)"]
+    orgs = _organization_lines(view, budget - len(kept) - len(note) - 1)
+    errors = _error_lines(view, budget - len(kept) - len(note) - len(orgs) - 2)
+    return note + orgs + [""] + errors + kept, True
+
+
+def _error_lines(view: _View, budget: int) -> list[str]:
+    """Error findings, one line each, as many as ``budget`` allows (a count for the rest)."""
+    errors = sorted((f for found in view.findings.values() for f in found if f.severity is Severity.ERROR),
+                    key=lambda f: f.sort_key())
+    if not errors or budget < 3:
+        return []
+    shown = errors if len(errors) <= budget - 2 else errors[:budget - 3]
+    lines = ["errors:"] + [f"  {f.location()}: {f.message} [{f.rule_id}]" for f in shown]
+    if len(errors) > len(shown):
+        lines.append(f"  ... and {len(errors) - len(shown)} more error(s) (--verbose lists them)")
+    return lines + [""]
 
 
 def render_text(report: CheckReport, verbose: bool = False, summary: bool = False) -> str:
@@ -261,7 +397,9 @@ def render_text(report: CheckReport, verbose: bool = False, summary: bool = Fals
         if verbose:
             body = _grouped(view, None, True, None)
         else:
-            body = _fitting_body(report, view, DEFAULT_MAX_LINES - len(head) - len(foot))
+            body, per_org = _fitting_body(view, DEFAULT_MAX_LINES - len(head) - len(foot))
+            if per_org:
+                foot = _footer(report, False, listed_in_body=True)
     # Names, messages and hints come from the tree: each line is escaped once here, so no
     # string from a submission can forge a report line or break the output stream.
     return "\n".join(one_line(line) for line in head + body + foot) + "\n"

@@ -8,7 +8,10 @@ gather kernel in two submitters (one with CRLF line endings), NeMo's own
 ``submodules/`` package, and enough undeclared kernels for 2,000+ findings.
 Signature files only: nothing here is copied from the projects.
 
-    PYTHONPATH=$PWD python3 -m tests.compliance.round_fixture ROUND_DIR   # then: compliance check ROUND_DIR
+    PYTHONPATH=$PWD python3 -m tests.compliance.round_fixture ROUND_DIR [--wide]   # then: compliance check ROUND_DIR
+
+``--wide`` adds 28 organizations (34 in all) with 30 kernels shared across organizations and
+vendored copies of four more projects: the largest fixture round, too long for the grouped listing.
 """
 
 from __future__ import annotations
@@ -80,10 +83,37 @@ def round_files() -> dict[str, str | bytes]:
     return files
 
 
-def build_round(root: Path) -> Path:
-    """Write the round under ``root``."""
-    return make(root, round_files())
+WIDE_ORGS = 28
+"""Organizations the wide round adds to the six of ``round_files`` (34 in all, as in Training v4.0)."""
+SHARED_GROUPS = 30
+"""Kernels each copied by two of the added organizations: 30 groups across organizations."""
+WIDE_VENDORED = ("apex", "cutlass-1", "megatron-lm", "fairseq")
+"""Projects the added organizations copy, one each in turn (besides the six's NCCL, TE, CUTLASS)."""
+
+
+def wide_round_files() -> dict[str, str | bytes]:
+    """``round_files`` plus 28 organizations: 30 kernels shared across organizations, vendored
+    apex/CUTLASS 1.x/Megatron-LM/fairseq copies, benchmarks under the ``implementation/``
+    variant (one layout note per organization), so the grouped listing cannot fit one report."""
+    files = round_files()
+    names = [f"Wide{i:02d}" for i in range(WIDE_ORGS)]
+    for i, org in enumerate(names):
+        files.update(_org(org))
+        for bench in ("bert", "resnet", "ssd"):
+            files.update(_kernels(f"{org}/benchmarks/{bench}/implementation/pytorch/csrc", 4, f"{org}_{bench}"))
+        project = WIDE_VENDORED[i % len(WIDE_VENDORED)]
+        files.update(signature_files(project, f"{org}/benchmarks/bert/implementation/pytorch/third_party/{project}"))
+    for g in range(SHARED_GROUPS):
+        kernel = KERNEL.format(name=f"shared_op_{g}", n=g)
+        for org in (names[g % WIDE_ORGS], names[(g + 1) % WIDE_ORGS]):
+            files[f"{org}/benchmarks/ssd/implementation/pytorch/ops/shared_op_{g}.cu"] = kernel
+    return files
+
+
+def build_round(root: Path, wide: bool = False) -> Path:
+    """Write the round under ``root`` (``wide``: the 34-organization round)."""
+    return make(root, wide_round_files() if wide else round_files())
 
 
 if __name__ == "__main__":
-    build_round(Path(sys.argv[1]))
+    build_round(Path(sys.argv[1]), wide="--wide" in sys.argv[2:])

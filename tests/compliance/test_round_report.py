@@ -14,7 +14,7 @@ from compliance.engine import run_check
 from compliance.findings import Finding, Severity
 from compliance.inventory import Inventory
 from compliance.layout import LayoutMapper, Organization
-from compliance.model import CheckReport, RuleSetChoice
+from compliance.model import CheckOptions, CheckReport, RuleSetChoice
 from compliance.report.text import DEFAULT_MAX_LINES, render_text
 from compliance.ruleset import load_ruleset
 from compliance.shared_sources import shared_sources
@@ -166,14 +166,15 @@ def synthetic_reports(draw: st.DrawFn) -> CheckReport:
                             draw(st.integers(0, 3000)))
 
 
-def test_the_widest_round_falls_back_to_a_truncated_summary() -> None:
+def test_the_widest_round_falls_back_to_one_line_per_organization() -> None:
     report = synthetic_report(60, len(BENCHMARKS), RULE_IDS[:6], 3000)
     lines = render_text(report).splitlines()
     assert len(lines) <= DEFAULT_MAX_LINES
-    assert any("more row(s) (--summary prints all)" in line for line in lines)
+    org_lines = [line for line in lines if line.startswith("Org")]
+    assert len(org_lines) == 60 and org_lines[0].startswith("Org0: pass (0 error(s), 50 warning(s)): ")
     # every 4th finding is a warning and 60 is a multiple of 4: Org0, Org4, ... have warnings only
     assert "  60 organizations: 15 pass, 45 FAIL (--summary or --verbose lists them)" in lines
-    assert not any(line.startswith("Org0 / (no benchmark)") for line in lines)
+    assert lines[-1].startswith("FAIL: 2250 error(s), 750 warning(s) in 60 organization(s);")
 
 
 @given(synthetic_reports())
@@ -181,3 +182,61 @@ def test_the_widest_round_falls_back_to_a_truncated_summary() -> None:
 def test_default_text_never_exceeds_the_line_budget(report: CheckReport) -> None:
     assert len(render_text(report).splitlines()) <= DEFAULT_MAX_LINES
     assert render_text(report, verbose=True).count(" [") >= len(report.findings)
+
+
+def test_the_wide_fixture_round_shows_every_cross_organization_group_and_vendored_project(tmp_path: Path) -> None:
+    """Issue 39 item 6: 34 organizations, 32 groups across organizations, seven vendored projects.
+    The old default fell back to a table that hid the vendored names and cut the groups at 3."""
+    from tests.compliance.round_fixture import build_round
+
+    report = run_check(build_round(tmp_path / "round", wide=True))
+    lines = render_text(report).splitlines()
+    text = "\n".join(lines)
+    assert len(lines) <= DEFAULT_MAX_LINES
+    across = [g for g in shared_sources(report.inventory) if len({f.submitter for f in g.files}) > 1]
+    assert len(across) == 32
+    assert all(f.path in text for g in across for f in g.files)
+    projects = {t.project_name for t in report.inventory.vendored}
+    assert len(projects) == 7 and all(f"  {name} (https://github.com/" in text for name in projects)
+    # one organization count: the rule-set line, the folded verdicts and the last line agree
+    assert "training layout (34 organization(s)" in lines[1]
+    assert "  34 organizations: 33 pass, 1 FAIL (--summary or --verbose lists them)" in lines
+    assert " in 34 organization(s); " in lines[-1]
+    assert sum(line.startswith("Wide") for line in lines) == 28  # one line per organization
+    assert any(line.startswith("  NVIDIA/benchmarks/gnmt: ") for line in lines)  # its one error is shown
+
+
+def _inference_org(tree: Path, division: str) -> dict[str, str | bytes]:
+    org = f"{division}/Acme"
+    return {f"{org}/systems/sys1.json": "{}\n",
+            f"{org}/results/sys1/resnet/Offline/performance/run_1/mlperf_log_summary.txt": "Result is : VALID\n",
+            f"{org}/code/resnet/tensorrt/main.py": "print(1)\n",
+            f"{org}/code/plugin/nms/nms.cu": kernel(f"nms_{division}"),
+            f"{org}/code/harness/lwis/lwis.cpp": "int main() { return 0; }\n"}
+
+
+def test_inference_shared_code_is_no_benchmark_and_one_organization_in_two_divisions_counts_once(
+        tmp_path: Path) -> None:
+    tree = make(tmp_path / "round", {**_inference_org(tmp_path, "closed"), **_inference_org(tmp_path, "open")})
+    code, out, _ = invoke("check", "--summary", "--rules", "inference/v4.1", str(tree))
+    rows = [line.split("  ")[0].strip() for line in out.splitlines() if line.startswith("Acme /")]
+    assert code == 0 and rows == ["Acme / (shared code)"]  # was: Acme / harness, Acme / plugin
+    report = run_check(tree)
+    text = render_text(report)
+    assert "  plugin" not in text.splitlines() and "  code/plugin/ (shared code)" in text.splitlines()
+    assert " in 1 organization(s); " in text.splitlines()[-1] and "(1 organization(s)" in text.splitlines()[1]
+
+
+def test_layout_variants_are_one_line_per_organization(tmp_path: Path) -> None:
+    files: dict[str, str | bytes] = {"Acme/systems/sys.json": "{}\n"}
+    for bench in ("bert", "resnet", "ssd", "rnnt", "unet3d"):
+        files[f"Acme/benchmarks/{bench}/implementation/train.py"] = "print(1)\n"
+        files[f"Acme/results/sys/{bench}/result_0.txt"] = ":::MLLOG {}\n"
+    report = run_check(make(tmp_path / "round", files), CheckOptions(rules="training/v3.0"))
+    assert sum(f.rule_id == "layout-variant" for f in report.findings) == 5  # JSON keeps each
+    lines = render_text(report).splitlines()
+    assert [line for line in lines if "layout-variant" in line] == [
+        "  layout-variant: 5 warning(s), read as the canonical form: Acme/benchmarks/bert/implementation: "
+        "implementation/ is read as an implementation directory instead of implementations/ (canonical: "
+        "bert/implementations/<impl>/) (and 4 more; --verbose lists them)"]
+    assert sum("[layout-variant]" in line for line in render_text(report, verbose=True).splitlines()) == 5

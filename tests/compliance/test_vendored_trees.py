@@ -165,3 +165,25 @@ def test_require_upstream_makes_an_unproven_copy_an_error(tmp_path: Path) -> Non
     levels = [(f.rule_id, f.severity.value) for r in (static, gate) for f in r.findings if f.path == top]
     assert levels == [("vendored-unproven", "warning"), ("vendored-unproven", "error")]
     assert static.exit_code == 0 and gate.exit_code == 1
+
+
+@pytest.mark.parametrize(("project", "upstream_file", "own_file"), [
+    ("apex", "csrc/multi_tensor_adam.cu", "csrc/my_custom_kernel.cu"),
+    ("apex", "csrc/megatron/scaled_masked_softmax_cuda.cu", "csrc/megatron/my_fused_rope.cu"),
+    ("megatron-lm", "megatron/fused_kernels/scaled_masked_softmax_cuda.cu", "megatron/fused_kernels/my_gelu.cu"),
+    ("megatron-lm", "megatron/core/datasets/helpers.cpp", "megatron/core/datasets/my_sampler.cu"),
+    ("cutlass-1", "cutlass/gemm/block_task.h", "cutlass/gemm/my_fused_epilogue.h"),
+])
+def test_a_file_upstream_never_had_is_the_submitters_kernel(tmp_path: Path, project: str, upstream_file: str,
+                                                            own_file: str) -> None:
+    """Issue 39 item 1 (catalogue path lists): inside a vendored apex, Megatron-LM or CUTLASS 1.x copy, a native
+    file upstream never had under the listed directories is reported one by one; upstream's own
+    files stay with the copy."""
+    top = f"{IMPL}/third_party/{project}"
+    tree = round_tree(tmp_path, {**signature_files(project, top), f"{top}/{upstream_file}": KERNEL,
+                                 f"{top}/{own_file}": KERNEL.replace("k(", "own(")})
+    report = run_check(tree)
+    undeclared = {f.path for f in report.findings if f.rule_id == "undeclared-kernel"}
+    assert f"{top}/{own_file}" in undeclared
+    assert f"{top}/{upstream_file}" not in undeclared
+    assert [t.path for t in report.inventory.vendored if t.project == project] == [top]
