@@ -16,8 +16,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import host as _host
+from . import host_binding as _host_binding
 from .errors import INDEX_CHECK_MODES, EmbeddingIndexError, EmbeddingIndexWarning
 from .host import LOADED as _HOST_PATH  # imports neither torch nor the CUDA bindings
+
+# The compiled host path, once loaded, is bound by the layers above it (host_binding.py imports
+# them on first use): the top of the package wires it, so host.py imports nothing above it.
+_host.use_binding(_host_binding.BINDING)
 
 if TYPE_CHECKING:
     from torch import Tensor

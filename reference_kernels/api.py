@@ -16,7 +16,7 @@ from . import index_check, launch, ops
 from .index_check import resolve_mode
 
 if TYPE_CHECKING:
-    from ._sparse import FusedState
+    from .sparse_update import FusedState
 
 MODES = ("sum", "mean", "max")
 WEIGHT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -198,7 +198,7 @@ def embedding_bag_with(input: Tensor, weight: Tensor, offsets: Tensor | None, ma
         _renorm(weight, indices, max_norm, norm_type)
     weight = weight.contiguous()
     if (sparse or fused is not None) and grad:
-        from ._sparse import SparseBag
+        from .sparse_update import SparseBag
 
         bag: Tensor = SparseBag.apply(  # type: ignore[no-untyped-call]
             weight, indices, offsets, psw, mode, pad, last, fused)
@@ -246,7 +246,7 @@ def embedding_with(input: Tensor, weight: Tensor, padding_idx: int | None, max_n
         indices, _ = ops.checked(indices, None, weight.shape[0], check, "embedding")
     _renorm(weight, indices, max_norm, norm_type)
     if (sparse or fused is not None) and _needs_grad(weight):
-        from ._sparse import SparseEmbedding
+        from .sparse_update import SparseEmbedding
 
         rows: Tensor = SparseEmbedding.apply(  # type: ignore[no-untyped-call]
             weight.contiguous(), indices, pad, fused)

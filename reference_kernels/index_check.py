@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import os
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -225,8 +226,14 @@ def ledger(device_index: int) -> Ledger:
     if found is None:
         found = _LEDGERS[device_index] = Ledger(device_index)
         if _HOST_PATH:  # the compiled host path's checked calls write through it too
-            host.offer_ledger(_HOST_PATH[2], found)
+            offer_ledger(_HOST_PATH[2], found)
     return found
+
+
+def offer_ledger(library: Any, book: Ledger) -> None:
+    """Tell the compiled host path's library one device's ledger (its checked lookups write
+    through these pointers)."""
+    library.set_ledger(book.device_index, ctypes.addressof(FLAGS), book.pointers["deferred"], book.pointers["warn"])
 
 
 def surface(device_index: int) -> None:
@@ -398,3 +405,8 @@ def _raise_now(book: Ledger) -> None:
     if finding is not None:
         region.zero_()
         raise EmbeddingIndexError(error_message(finding))
+
+
+# The launcher's checked lookups call back into this module (lookup_ledger, raise_sync_finding,
+# run_check); it sits below, so this module registers itself there.
+launch.use_index_check(sys.modules[__name__])

@@ -124,7 +124,7 @@ MAX_LINE = 1 << 20
 
 
 @dataclass
-class _Reader:
+class Reader:
     """Line reader over the progress pipe with deadlines. The kernel's code can write to this pipe too, so
     a line is only ever a hint: malformed lines are dropped, and nothing read here makes a case pass."""
 
@@ -300,7 +300,7 @@ def run_kernel(ctx: CheckContext, dk: DeclaredKernel, spec: BuildSpec, cases: li
                                     env=env, pass_fds=(write_fd,), start_new_session=True)
         os.close(write_fd)
         try:
-            stopped, build_seconds = _collect(_Reader(read_fd), dk, judging, time_limit_s, opts, label, started,
+            stopped, build_seconds = _collect(Reader(read_fd), dk, judging, time_limit_s, opts, label, started,
                                               log_path)
         finally:
             os.close(read_fd)
@@ -332,7 +332,7 @@ STOPPING_EVENTS = {"build-failed": rules.BUILD_FAILED.id, "invalid": rules.BUILD
 """Progress events that end a kernel's run early, and the rule each gives (they can only fail a kernel)."""
 
 
-def _collect(reader: _Reader, dk: DeclaredKernel, judging: _Judging, time_limit_s: int, opts: VerifySettings,
+def _collect(reader: Reader, dk: DeclaredKernel, judging: _Judging, time_limit_s: int, opts: VerifySettings,
              label: str, started: float, log_path: Path) -> tuple[tuple[str, str, str] | None, float | None]:
     """Follow the progress pipe until the process ends or a deadline passes: (why it stopped early, or
     None; build seconds). Cases are judged as their results arrive."""

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from compliance.cli.main import cli
 from compliance.verify.cases import Case
-from compliance.verify.driver import _Reader
+from compliance.verify.driver import Reader
 from compliance.verify.judge import judge, prepare, read_result
 from compliance.verify.tolerance import DEFAULT_BOUNDS
 
@@ -38,7 +38,7 @@ def _events(chunks: list[bytes]) -> tuple[list[dict[str, object]], int]:
 
     writer = threading.Thread(target=write)
     writer.start()
-    reader = _Reader(read_fd)
+    reader = Reader(read_fd)
     try:
         events = [e for e in reader.events(lambda: time.monotonic() + 5) if e is not None]
     finally:
