@@ -27,10 +27,10 @@ import os
 import sys
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any
 
 from . import host, launch, nvrtc
-from .errors import INDEX_CHECK_MODES, EmbeddingIndexError, EmbeddingIndexWarning
+from .errors import CheckMode, EmbeddingIndexError, EmbeddingIndexWarning
 from .host import LOADED as _HOST_PATH
 from .nvrtc import I64, PTR
 from .plan import BLOCK, grid_stride_blocks
@@ -38,22 +38,25 @@ from .plan import BLOCK, grid_stride_blocks
 if TYPE_CHECKING:
     import torch
 
-IndexCheckMode = Literal["deferred", "warn", "sync", "ignore"]
-MODES = cast("tuple[IndexCheckMode, ...]", INDEX_CHECK_MODES)
+MODES: tuple[CheckMode, ...] = tuple(CheckMode)
 MODE_ENV = "REFERENCE_KERNELS_INDEX_CHECK"
 SKIP_ENV = "REFERENCE_KERNELS_SKIP_INDEX_CHECK"  # legacy: 1 means "ignore"
-DEFAULT_MODE: IndexCheckMode = "deferred"
+DEFAULT_MODE = CheckMode.DEFERRED
+_SYNC, _IGNORE = CheckMode.SYNC, CheckMode.IGNORE  # module globals: no enum attribute lookup per call
 
 _SPELLINGS = ("'deferred' (the default), 'warn', 'sync' (also True), 'ignore' (also False), "
               "or None (from the environment)")
 
 
-def resolve_mode(check_indices: object) -> IndexCheckMode:
-    """The mode of one call from its ``check_indices`` argument (or module attribute)."""
+def resolve_mode(check_indices: object) -> CheckMode:
+    """The mode of one call from its ``check_indices`` argument (or module attribute): the one
+    place a spelling (str, bool, None and the environment) becomes a CheckMode; each entry point
+    resolves once and passes the mode on. (The compiled host path, host_path.cpp, maps the
+    spellings of the calls it serves itself, the default through ``default_mode`` below.)"""
     if check_indices is None:
         return default_mode()
     if isinstance(check_indices, bool):
-        return "sync" if check_indices else "ignore"
+        return _SYNC if check_indices else _IGNORE
     if isinstance(check_indices, str):
         for mode in MODES:
             if check_indices == mode:
@@ -71,7 +74,7 @@ def _read_environment() -> tuple[str | None, str | None]:
     return environ.get(MODE_ENV), environ.get(SKIP_ENV)
 
 
-def default_mode() -> IndexCheckMode:
+def default_mode() -> CheckMode:
     """The mode of calls that leave ``check_indices`` None: REFERENCE_KERNELS_INDEX_CHECK (one
     of MODES), else "ignore" if REFERENCE_KERNELS_SKIP_INDEX_CHECK=1, else "deferred"."""
     value, skip = _read_environment()
@@ -83,7 +86,7 @@ def default_mode() -> IndexCheckMode:
         raise ValueError(f"environment variable {MODE_ENV}={value!r} is not an index check mode; "
                          f"valid values: {', '.join(MODES)}")
     if skip in ("1", "true", "True", "yes"):
-        return "ignore"
+        return _IGNORE
     return DEFAULT_MODE
 
 

@@ -17,13 +17,14 @@ from torch import Tensor
 
 from . import api, launch, ops, sparse_update
 from .api import MODES
+from .errors import CheckMode
 from .host import LOADED as _HOST_PATH
 from .index_check import resolve_mode
 from .optim import OptimizerSpec, check_spec
 
 
 def check_tables(indices: Tensor, offsets: Tensor, table_sizes: Tensor, max_rows: int,
-                 mode: str) -> tuple[Tensor, Tensor]:
+                 mode: CheckMode) -> tuple[Tensor, Tensor]:
     """The indices and offsets the lookup reads under check mode ``mode``: one pass checks each
     index against its own table's rows (``table_sizes``) and the offsets (index_check.cu)."""
     bags_per_table = (offsets.numel() - 1) // table_sizes.numel()

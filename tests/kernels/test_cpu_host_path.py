@@ -305,14 +305,25 @@ def test_the_shapes_cover_every_one_table_forward_entry() -> None:
     assert entries == set(launch.FORWARD_KINDS), entries
 
 
-@pytest.mark.parametrize("mode", ["deferred", "warn"])
-def test_a_checked_lookup_gets_the_ledger_and_a_fresh_token(on_cpu: Any, mode: str) -> None:
+@pytest.mark.parametrize(("check", "environment", "mode"), [
+    ("deferred", None, "deferred"), ("warn", None, "warn"), ("CheckMode.WARN", None, "warn"),
+    (None, None, "deferred"), (None, "warn", "warn")])
+def test_a_checked_lookup_gets_the_ledger_and_a_fresh_token(on_cpu: Any, check: str | None, environment: str | None,
+                                                            mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every spelling of a checking mode, the environment's default (index_check.default_mode, a
+    CheckMode, called by the library) and CheckMode members included, reaches that mode's ledger."""
+    import reference_kernels as rk
     from reference_kernels import index_check
     from reference_kernels.plan import plan_checked_bag_forward
 
+    for name in (index_check.MODE_ENV, index_check.SKIP_ENV):
+        monkeypatch.delenv(name, raising=False)
+    if environment is not None:
+        monkeypatch.setenv(index_check.MODE_ENV, environment)
+    spelled = rk.CheckMode.WARN if check == "CheckMode.WARN" else check
     weight = torch.randn(3000, 128)
     idx, offsets = _csr(512, 20, 3000)
-    arguments = (idx, weight, offsets, None, False, "sum", False, None, False, None, mode)
+    arguments = (idx, weight, offsets, None, False, "sum", False, None, False, None, spelled)
     plan, pack = _register(on_cpu, _key(weight, idx, offsets, "sum", None, -1, True), plan_checked_bag_forward)
     assert plan is not None and plan.define("CHECK") == 1
     token = next(index_check._TOKENS) + 1  # the library takes the next one

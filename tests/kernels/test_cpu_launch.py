@@ -211,6 +211,31 @@ def test_dynamo_traces_the_registered_op_not_the_eager_function(monkeypatch: pyt
     assert "EmbeddingBagFunction" not in graphs[0].code
 
 
+@pytest.mark.parametrize("check", [True, None, "warn"])
+def test_dynamo_traces_the_resolved_check_mode_into_the_check_op(monkeypatch: pytest.MonkeyPatch,
+                                                                   check: object) -> None:
+    """The check mode is resolved to a CheckMode in the traced code and reaches the check op as its
+    plain name (fullgraph: the enum breaks no graph)."""
+    import reference_kernels as rk
+    from reference_kernels import index_check
+
+    for name in (index_check.MODE_ENV, index_check.SKIP_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(api, "_require_cuda", lambda fn, **tensors: None)
+    graphs: list[Any] = []
+
+    def record(graph: Any, example_inputs: Any) -> Any:
+        graphs.append(graph)
+        return lambda *args: (torch.zeros(3, 4),)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda w, i: rk.embedding_bag(i, w, mode="sum", check_indices=check),
+                             backend=record, fullgraph=True)
+    compiled(torch.randn(10, 4), torch.randint(0, 10, (3, 2)))
+    expected = {True: "sync", None: "deferred", "warn": "warn"}[check]  # type: ignore[index]
+    assert f"index_check.default(indices, None, None, 10, 1, '{expected}', 'embedding_bag')" in graphs[0].code
+
+
 def test_the_custom_ops_keep_their_autograd_registration() -> None:
     """torch.compile's path: the ops (with fake implementations, tested elsewhere) still carry
     the autograd formula that the eager Functions reuse."""
