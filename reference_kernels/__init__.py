@@ -6,7 +6,8 @@ first use. Public API (see docs/kernels.md):
 * ``embedding_bag(...)``: same arguments and result as ``torch.nn.functional.embedding_bag``
 * ``embedding(...)``: same as ``torch.nn.functional.embedding``
 * ``EmbeddingBag`` / ``Embedding``: drop-ins for the ``torch.nn`` modules
-* ``EmbeddingIndexError``: raised by the index range check; ``EmbeddingIndexWarning``: its
+* ``CheckMode``: the index range check's modes (``check_indices=`` takes them, their names, a bool or None);
+  ``EmbeddingIndexError``: raised by the index range check; ``EmbeddingIndexWarning``: its
   warn mode's warning; ``check_index_errors()``: surface a deferred check's error now
 * ``KERNEL_SOURCES``: the ``.cu`` files, for compile checks and the manifest
 """
@@ -16,8 +17,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import INDEX_CHECK_MODES, EmbeddingIndexError, EmbeddingIndexWarning
+from . import host as _host
+from . import host_binding as _host_binding
+from .errors import INDEX_CHECK_MODES, CheckMode, EmbeddingIndexError, EmbeddingIndexWarning
 from .host import LOADED as _HOST_PATH  # imports neither torch nor the CUDA bindings
+
+# The compiled host path, once loaded, is bound by the layers above it (host_binding.py imports
+# them on first use): the top of the package wires it, so host.py imports nothing above it.
+_host.use_binding(_host_binding.BINDING)
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -31,8 +38,8 @@ KERNEL_SOURCES: tuple[str, ...] = (
     "sparse_update.cu",
 )
 
-__all__ = ["INDEX_CHECK_MODES", "EmbeddingBag", "Embedding", "EmbeddingIndexError", "EmbeddingIndexWarning",
-           "KERNEL_SOURCES", "check_index_errors", "embedding", "embedding_bag"]
+__all__ = ["INDEX_CHECK_MODES", "CheckMode", "EmbeddingBag", "Embedding", "EmbeddingIndexError",
+           "EmbeddingIndexWarning", "KERNEL_SOURCES", "check_index_errors", "embedding", "embedding_bag"]
 
 def check_index_errors(device: Any = None) -> None:
     """Synchronise ``device`` (default: the current CUDA device) and raise the first error its

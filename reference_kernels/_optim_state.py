@@ -10,7 +10,7 @@ resumed from it equals training without the stop, bit for bit. A module without 
 keeps torch's state dict unchanged (none of these entries).
 
 ``save`` and ``load`` are the bodies of ``FusedOptimizerMixin._save_to_state_dict`` and
-``_load_from_state_dict`` (``_sparse.py``); ``module`` is that mixin's instance.
+``_load_from_state_dict`` (``sparse_update.py``); ``module`` is that mixin's instance.
 """
 
 from __future__ import annotations

@@ -13,12 +13,14 @@ import torch
 from torch import Tensor
 
 from . import index_check, launch, ops
+from .errors import CheckMode
 from .index_check import resolve_mode
 
 if TYPE_CHECKING:
-    from ._sparse import FusedState
+    from .sparse_update import FusedState
 
 MODES = ("sum", "mean", "max")
+_IGNORE = CheckMode.IGNORE  # a module global: no enum attribute lookup per call
 WEIGHT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INDEX_DTYPES = (torch.int32, torch.int64)
 _WEIGHT_DTYPES, _INDEX_DTYPES = frozenset(WEIGHT_DTYPES), frozenset(INDEX_DTYPES)  # a hash, not == down a tuple
@@ -178,7 +180,7 @@ def embedding_bag_with(input: Tensor, weight: Tensor, offsets: Tensor | None, ma
     indices, offsets = _bag_layout(input, offsets, include_last_offset)
     psw = None if per_sample_weights is None else _check_per_sample_weights(per_sample_weights, mode, input, weight)
     pad = -1 if padding_idx is None else _normalise_padding_idx("embedding_bag", padding_idx, weight.shape[0])
-    check = "ignore" if check_indices is False else resolve_mode(check_indices)
+    check = _IGNORE if check_indices is False else resolve_mode(check_indices)  # once per call
     device = weight.get_device()
     if not (weight.is_cuda and input.get_device() == device and (offsets is None or offsets.get_device() == device)
             and (psw is None or psw.get_device() == device)):
@@ -198,7 +200,7 @@ def embedding_bag_with(input: Tensor, weight: Tensor, offsets: Tensor | None, ma
         _renorm(weight, indices, max_norm, norm_type)
     weight = weight.contiguous()
     if (sparse or fused is not None) and grad:
-        from ._sparse import SparseBag
+        from .sparse_update import SparseBag
 
         bag: Tensor = SparseBag.apply(  # type: ignore[no-untyped-call]
             weight, indices, offsets, psw, mode, pad, last, fused)
@@ -235,7 +237,7 @@ def embedding_with(input: Tensor, weight: Tensor, padding_idx: int | None, max_n
     _check_index_dtype("embedding", "input", input)
     _reject_unsupported("embedding", scale_grad_by_freq)
     pad = -1 if padding_idx is None else _normalise_padding_idx("embedding", padding_idx, weight.shape[0])
-    check = "ignore" if check_indices is False else resolve_mode(check_indices)
+    check = _IGNORE if check_indices is False else resolve_mode(check_indices)  # once per call
     if not _on_one_cuda_device(weight, input):
         _require_cuda("embedding", input=input, weight=weight)
     compiling = torch.compiler.is_compiling()
@@ -246,7 +248,7 @@ def embedding_with(input: Tensor, weight: Tensor, padding_idx: int | None, max_n
         indices, _ = ops.checked(indices, None, weight.shape[0], check, "embedding")
     _renorm(weight, indices, max_norm, norm_type)
     if (sparse or fused is not None) and _needs_grad(weight):
-        from ._sparse import SparseEmbedding
+        from .sparse_update import SparseEmbedding
 
         rows: Tensor = SparseEmbedding.apply(  # type: ignore[no-untyped-call]
             weight.contiguous(), indices, pad, fused)

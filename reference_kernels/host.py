@@ -151,7 +151,7 @@ def load_library(path: Path) -> Any:
 # ---------------------------------------------------------------------------------------------
 # Binding the loaded library to this process
 
-def _launch_address() -> int:
+def launch_address() -> int:
     """libcuda's cuLaunchKernel (the default-stream-per-process entry, as cuda-bindings binds it)."""
     library = ctypes.CDLL("libcuda.so.1")
     address = ctypes.cast(library.cuLaunchKernel, ctypes.c_void_p).value
@@ -160,7 +160,7 @@ def _launch_address() -> int:
     return address
 
 
-def _transforms_active() -> Callable[[], bool]:
+def transforms_active() -> Callable[[], bool]:
     """Whether functorch transforms are active (never, where this torch lacks the query)."""
     import torch
 
@@ -173,25 +173,37 @@ def raise_launch_error(err: int, grid: int, block: int) -> None:
                              "(compiled host path)")
 
 
+@dataclass(frozen=True)
+class Binding:
+    """How the layers above this module bind a loaded library (host_binding.py, registered by the
+    package's ``__init__``): this module is imported by the launcher and the index check, so it
+    imports neither them nor the ops; the binding brings their callbacks down."""
+
+    init: Callable[[Any], None]
+    """Give a freshly loaded library its entry points and callbacks (``library.init``)."""
+    published: Callable[[Any], None]
+    """After the library is published (LOADED): offer it what was made before (the ledgers)."""
+
+
+_BINDING: list[Binding] = []
+
+
+def use_binding(binding: Binding) -> None:
+    """Register how a loaded library is bound (once, by the package's ``__init__``)."""
+    _BINDING[:] = [binding]
+
+
+def _binding() -> Binding:
+    if not _BINDING:
+        raise HostPathError("no binding registered (reference_kernels/__init__.py registers host_binding's)")
+    return _BINDING[0]
+
+
 def bind(library: Any) -> Any:
     """Give a freshly loaded library its entry points and callbacks (the ledgers follow once it is
     published: _build_and_load)."""
-    import torch
-
-    from . import index_check, launch, ops, tbe, tuning
-
-    library.init(_launch_address(), torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream,
-                 index_check.default_mode, index_check._TOKENS, tuning, raise_launch_error, launch,
-                 _transforms_active(), ops.host_path_backward, tbe.host_path_backward)
+    _binding().init(library)
     return library
-
-
-def offer_ledger(library: Any, book: Any) -> None:
-    """Tell the library one device's ledger (the lookups' check writes through its pointers)."""
-    from . import index_check
-
-    host_flags = ctypes.addressof(index_check.FLAGS)
-    library.set_ledger(book.device_index, host_flags, book.pointers["deferred"], book.pointers["warn"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,11 +248,8 @@ def _build_and_load() -> None:
 
     _STATE.update(state="loaded", library=str(path))
     LOADED[:] = [library.bag, torch.compiler.is_compiling, library, library.tbe]
-    from . import index_check
-
     # the ledgers made so far; index_check.ledger offers those made from now on (it reads LOADED)
-    for book in list(index_check._LEDGERS.values()):
-        offer_ledger(library, book)
+    _binding().published(library)
 
 
 def status() -> HostPathStatus:

@@ -24,12 +24,13 @@ from __future__ import annotations
 import ctypes
 import itertools
 import os
+import sys
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any
 
 from . import host, launch, nvrtc
-from .errors import INDEX_CHECK_MODES, EmbeddingIndexError, EmbeddingIndexWarning
+from .errors import CheckMode, EmbeddingIndexError, EmbeddingIndexWarning
 from .host import LOADED as _HOST_PATH
 from .nvrtc import I64, PTR
 from .plan import BLOCK, grid_stride_blocks
@@ -37,22 +38,25 @@ from .plan import BLOCK, grid_stride_blocks
 if TYPE_CHECKING:
     import torch
 
-IndexCheckMode = Literal["deferred", "warn", "sync", "ignore"]
-MODES = cast("tuple[IndexCheckMode, ...]", INDEX_CHECK_MODES)
+MODES: tuple[CheckMode, ...] = tuple(CheckMode)
 MODE_ENV = "REFERENCE_KERNELS_INDEX_CHECK"
 SKIP_ENV = "REFERENCE_KERNELS_SKIP_INDEX_CHECK"  # legacy: 1 means "ignore"
-DEFAULT_MODE: IndexCheckMode = "deferred"
+DEFAULT_MODE = CheckMode.DEFERRED
+_SYNC, _IGNORE = CheckMode.SYNC, CheckMode.IGNORE  # module globals: no enum attribute lookup per call
 
 _SPELLINGS = ("'deferred' (the default), 'warn', 'sync' (also True), 'ignore' (also False), "
               "or None (from the environment)")
 
 
-def resolve_mode(check_indices: object) -> IndexCheckMode:
-    """The mode of one call from its ``check_indices`` argument (or module attribute)."""
+def resolve_mode(check_indices: object) -> CheckMode:
+    """The mode of one call from its ``check_indices`` argument (or module attribute): the one
+    place a spelling (str, bool, None and the environment) becomes a CheckMode; each entry point
+    resolves once and passes the mode on. (The compiled host path, host_path.cpp, maps the
+    spellings of the calls it serves itself, the default through ``default_mode`` below.)"""
     if check_indices is None:
         return default_mode()
     if isinstance(check_indices, bool):
-        return "sync" if check_indices else "ignore"
+        return _SYNC if check_indices else _IGNORE
     if isinstance(check_indices, str):
         for mode in MODES:
             if check_indices == mode:
@@ -70,7 +74,7 @@ def _read_environment() -> tuple[str | None, str | None]:
     return environ.get(MODE_ENV), environ.get(SKIP_ENV)
 
 
-def default_mode() -> IndexCheckMode:
+def default_mode() -> CheckMode:
     """The mode of calls that leave ``check_indices`` None: REFERENCE_KERNELS_INDEX_CHECK (one
     of MODES), else "ignore" if REFERENCE_KERNELS_SKIP_INDEX_CHECK=1, else "deferred"."""
     value, skip = _read_environment()
@@ -82,7 +86,7 @@ def default_mode() -> IndexCheckMode:
         raise ValueError(f"environment variable {MODE_ENV}={value!r} is not an index check mode; "
                          f"valid values: {', '.join(MODES)}")
     if skip in ("1", "true", "True", "yes"):
-        return "ignore"
+        return _IGNORE
     return DEFAULT_MODE
 
 
@@ -225,8 +229,14 @@ def ledger(device_index: int) -> Ledger:
     if found is None:
         found = _LEDGERS[device_index] = Ledger(device_index)
         if _HOST_PATH:  # the compiled host path's checked calls write through it too
-            host.offer_ledger(_HOST_PATH[2], found)
+            offer_ledger(_HOST_PATH[2], found)
     return found
+
+
+def offer_ledger(library: Any, book: Ledger) -> None:
+    """Tell the compiled host path's library one device's ledger (its checked lookups write
+    through these pointers)."""
+    library.set_ledger(book.device_index, ctypes.addressof(FLAGS), book.pointers["deferred"], book.pointers["warn"])
 
 
 def surface(device_index: int) -> None:
@@ -398,3 +408,8 @@ def _raise_now(book: Ledger) -> None:
     if finding is not None:
         region.zero_()
         raise EmbeddingIndexError(error_message(finding))
+
+
+# The launcher's checked lookups call back into this module (lookup_ledger, raise_sync_finding,
+# run_check); it sits below, so this module registers itself there.
+launch.use_index_check(sys.modules[__name__])

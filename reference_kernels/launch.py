@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import host, nvrtc, tuning
@@ -295,14 +296,21 @@ def bag_forward(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tens
 _NO_CHECK = (0, 0, 0, 0, 0, 0)  # the general kernel's ledger arguments when it does not check
 # plan_bag_forward, or (checked calls) plan_checked_bag_forward: None where the kernel cannot check
 _FORWARD_SELECT = (plan_bag_forward, plan_checked_bag_forward)
-_INDEX_CHECK: list[Any] = []  # the index_check module, imported on first use (it imports this module)
+# The index check module (index_check.py), registered by it at its import: it launches its pass
+# through this module, so this module does not import it. Checked calls come through the ops and
+# api.py, which import it.
+_INDEX_CHECK: list[ModuleType] = []
+
+
+def use_index_check(module: ModuleType) -> None:
+    """Register the index check module whose ledger and pass checked lookups use (index_check.py)."""
+    _INDEX_CHECK[:] = [module]
 
 
 def _index_check() -> Any:
     if not _INDEX_CHECK:
-        from . import index_check
-
-        _INDEX_CHECK.append(index_check)
+        raise RuntimeError("reference_kernels.launch: a checked lookup needs reference_kernels.index_check "
+                           "imported (it registers itself with use_index_check)")
     return _INDEX_CHECK[0]
 
 

@@ -10,10 +10,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._sparse import FusedOptimizerMixin
 from .api import embedding_bag_with, embedding_with
 from .host import LOADED as _HOST_PATH
 from .optim import OptimizerSpec, check_spec
+from .sparse_update import FusedOptimizerMixin
 
 
 class EmbeddingBag(FusedOptimizerMixin, torch.nn.EmbeddingBag):

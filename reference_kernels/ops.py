@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from . import index_check, launch
-from .errors import EmbeddingIndexError
+from .errors import CheckMode, EmbeddingIndexError
 
 
 def num_bags_of(indices: Tensor, offsets: Tensor | None, include_last_offset: bool) -> int:
@@ -59,7 +59,7 @@ def _(indices: Tensor, offsets: Tensor | None, table_sizes: Tensor | None, num_r
             indices.new_empty(offsets.shape if offsets is not None else (0,), dtype=dtype))
 
 
-def checked(indices: Tensor, offsets: Tensor | None, num_rows: int, mode: str, op: str,
+def checked(indices: Tensor, offsets: Tensor | None, num_rows: int, mode: CheckMode, op: str,
             table_sizes: Tensor | None = None, bags_per_table: int = 1) -> tuple[Tensor, Tensor | None]:
     """The indices and offsets a lookup reads under check mode ``mode`` (a custom op under
     torch.compile; a direct call otherwise: the check has no gradient, and this saves the
@@ -70,7 +70,8 @@ def checked(indices: Tensor, offsets: Tensor | None, num_rows: int, mode: str, o
         raise EmbeddingIndexError(f"reference_kernels.{op}: the table has no rows, so none of the "
                                   f"{indices.numel()} indices is in range")
     if torch.compiler.is_compiling():
-        clean, clean_offsets = index_check_op(indices, offsets, table_sizes, num_rows, bags_per_table, mode, op)
+        # the op's schema takes a plain str (the mode's value)
+        clean, clean_offsets = index_check_op(indices, offsets, table_sizes, num_rows, bags_per_table, mode.value, op)
         return clean, clean_offsets if offsets is not None else None
     return index_check.run_check(indices, offsets, num_rows=num_rows, table_sizes=table_sizes,
                                  bags_per_table=bags_per_table, mode=mode, op=op)

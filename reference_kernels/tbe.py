@@ -15,15 +15,16 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from . import _sparse, api, launch, ops
+from . import api, launch, ops, sparse_update
 from .api import MODES
+from .errors import CheckMode
 from .host import LOADED as _HOST_PATH
 from .index_check import resolve_mode
 from .optim import OptimizerSpec, check_spec
 
 
 def check_tables(indices: Tensor, offsets: Tensor, table_sizes: Tensor, max_rows: int,
-                 mode: str) -> tuple[Tensor, Tensor]:
+                 mode: CheckMode) -> tuple[Tensor, Tensor]:
     """The indices and offsets the lookup reads under check mode ``mode``: one pass checks each
     index against its own table's rows (``table_sizes``) and the offsets (index_check.cu)."""
     bags_per_table = (offsets.numel() - 1) // table_sizes.numel()
@@ -64,7 +65,7 @@ def _setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
 
 
 def tbe_lookups(table_rows: Tensor, indices: Tensor, offsets: Tensor, mode: str,
-                psw: Optional[Tensor]) -> _sparse.Lookups:
+                psw: Optional[Tensor]) -> sparse_update.Lookups:
     """Where each position's gradient goes: global row = index + table start; output rows
     b * T + t of grad_out [B, T*dim] viewed as [B*T, dim]; mean's bag scale in that numbering."""
     tables = table_rows.numel()
@@ -75,7 +76,7 @@ def tbe_lookups(table_rows: Tensor, indices: Tensor, offsets: Tensor, mode: str,
     rows = indices.to(torch.int64) + table_rows[table]
     grad_row = torch.where(bag >= 0, (bag % bags_per_table) * tables + table, -1)
     scale = ops._bag_scale(indices, grad_row, bags, -1) if mode == "mean" else None
-    return _sparse.Lookups(rows, grad_row, 0, psw, scale, 1.0, -1)
+    return sparse_update.Lookups(rows, grad_row, 0, psw, scale, 1.0, -1)
 
 
 def _backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], ...]:
@@ -114,7 +115,7 @@ class SparseTBE(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, weight: Tensor, table_rows: Tensor, table_sizes: Tensor, indices: Tensor,
                 offsets: Tensor, psw: Optional[Tensor], mode: str,
-                fused: Optional[_sparse.FusedState]) -> Tensor:
+                fused: Optional[sparse_update.FusedState]) -> Tensor:
         ctx.mode, ctx.fused = mode, fused
         ctx.save_for_backward(weight, table_rows, indices, offsets, psw)
         if torch.compiler.is_compiling():  # traced: the registered op
@@ -128,7 +129,7 @@ class SparseTBE(torch.autograd.Function):
         weight, table_rows, indices, offsets, psw = ctx.saved_tensors
         lk = tbe_lookups(table_rows, indices, offsets, ctx.mode, psw)
         grad = grad_out.contiguous().view(-1, weight.shape[1])
-        return (_sparse.sparse_or_fused_backward(grad, lk, weight, ctx.fused),
+        return (sparse_update.sparse_or_fused_backward(grad, lk, weight, ctx.fused),
                 None, None, None, None, None, None, None)
 
 
@@ -155,7 +156,7 @@ class TBEFunction(torch.autograd.Function):
         return _backward(ctx, grad_out)[0], None, None
 
 
-class TableBatchedEmbeddingBag(_sparse.FusedOptimizerMixin, torch.nn.Module):
+class TableBatchedEmbeddingBag(sparse_update.FusedOptimizerMixin, torch.nn.Module):
     """T tables of equal ``embedding_dim`` in one parameter; ``forward(indices, offsets,
     per_sample_weights=None) -> [B, T * dim]`` in one launch (see the module docstring).
     ``sparse=True``: the weight's gradient is torch's sparse COO tensor; ``optimizer``

@@ -305,14 +305,25 @@ def test_the_shapes_cover_every_one_table_forward_entry() -> None:
     assert entries == set(launch.FORWARD_KINDS), entries
 
 
-@pytest.mark.parametrize("mode", ["deferred", "warn"])
-def test_a_checked_lookup_gets_the_ledger_and_a_fresh_token(on_cpu: Any, mode: str) -> None:
+@pytest.mark.parametrize(("check", "environment", "mode"), [
+    ("deferred", None, "deferred"), ("warn", None, "warn"), ("CheckMode.WARN", None, "warn"),
+    (None, None, "deferred"), (None, "warn", "warn")])
+def test_a_checked_lookup_gets_the_ledger_and_a_fresh_token(on_cpu: Any, check: str | None, environment: str | None,
+                                                            mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every spelling of a checking mode, the environment's default (index_check.default_mode, a
+    CheckMode, called by the library) and CheckMode members included, reaches that mode's ledger."""
+    import reference_kernels as rk
     from reference_kernels import index_check
     from reference_kernels.plan import plan_checked_bag_forward
 
+    for name in (index_check.MODE_ENV, index_check.SKIP_ENV):
+        monkeypatch.delenv(name, raising=False)
+    if environment is not None:
+        monkeypatch.setenv(index_check.MODE_ENV, environment)
+    spelled = rk.CheckMode.WARN if check == "CheckMode.WARN" else check
     weight = torch.randn(3000, 128)
     idx, offsets = _csr(512, 20, 3000)
-    arguments = (idx, weight, offsets, None, False, "sum", False, None, False, None, mode)
+    arguments = (idx, weight, offsets, None, False, "sum", False, None, False, None, spelled)
     plan, pack = _register(on_cpu, _key(weight, idx, offsets, "sum", None, -1, True), plan_checked_bag_forward)
     assert plan is not None and plan.define("CHECK") == 1
     token = next(index_check._TOKENS) + 1  # the library takes the next one
@@ -563,3 +574,36 @@ def test_the_module_hands_the_library_its_call(monkeypatch: pytest.MonkeyPatch) 
     assert weight is module.weight and rows is module.table_rows and sizes is module.table_sizes
     assert indices is idx and offs is offsets and psw is None
     assert (mode, check, max_rows, custom) == ("mean", "warn", 9, True)
+
+
+def test_the_package_binds_the_library_from_above(monkeypatch: pytest.MonkeyPatch) -> None:
+    """host.py imports nothing above it: the package's __init__ registers host_binding, which gives a
+    loaded library host_path.cpp's init arguments in its order (the index check's default mode and
+    tokens, the tuning and launch modules whose _CURRENT and POISON_OUTPUTS it reads, the ops' and
+    tbe's backward) and, once published, every ledger made before."""
+    from reference_kernels import host_binding, index_check, tbe, tuning
+
+    calls: list[tuple[str, tuple[Any, ...]]] = []
+    stand_in = type("Library", (), {"init": lambda self, *a: calls.append(("init", a)),
+                                     "set_ledger": lambda self, *a: calls.append(("set_ledger", a))})()
+    monkeypatch.setattr(host, "launch_address", lambda: 0x1234)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0, raising=False)
+    book = type("Book", (), {"device_index": 3, "pointers": LEDGERS})()
+    monkeypatch.setattr(index_check, "_LEDGERS", {3: book})
+    assert host._binding() is host_binding.BINDING
+    assert host.bind(stand_in) is stand_in
+    host._binding().published(stand_in)
+    (_, init), (_, ledger) = calls
+    assert len(init) == 11 and init[0] == 0x1234
+    assert init[3:6] == (index_check.default_mode, index_check._TOKENS, tuning)
+    assert init[6:8] == (host.raise_launch_error, launch)
+    assert init[9:] == (ops.host_path_backward, tbe.host_path_backward)
+    assert hasattr(tuning, "_CURRENT") and hasattr(launch, "POISON_OUTPUTS")  # the names host_path.cpp reads
+    assert ledger == (3, ctypes.addressof(index_check.FLAGS), LEDGERS["deferred"], LEDGERS["warn"])
+
+
+def test_a_checked_lookup_reaches_the_index_check_registered_with_the_launcher() -> None:
+    from reference_kernels import index_check
+
+    assert launch._index_check() is index_check

@@ -34,7 +34,20 @@ def test_modes_are_the_public_ones() -> None:
                                               ("deferred", "deferred"), ("warn", "warn"), ("sync", "sync"),
                                               ("ignore", "ignore")])
 def test_every_accepted_spelling(given_value: object, mode: str, clean_env: pytest.MonkeyPatch) -> None:
-    assert ic.resolve_mode(given_value) == mode
+    """Each spelling resolves once to its CheckMode member (the one value every later step reads)."""
+    assert ic.resolve_mode(given_value) is rk.CheckMode(mode)
+
+
+def test_a_check_mode_is_its_name_wherever_a_name_goes(clean_env: pytest.MonkeyPatch) -> None:
+    """CheckMode members are accepted as check_indices, and read as their names in messages, dict
+    keys (the ledger's regions) and the compiled host path's string compare."""
+    for mode in rk.CheckMode:
+        assert ic.resolve_mode(mode) is mode
+        assert str(mode) == f"{mode}" == mode.value == mode and hash(mode) == hash(mode.value)
+        assert isinstance(mode, str)
+    assert {name: 1 for name in ic.REGIONS}[rk.CheckMode.WARN] == 1
+    clean_env.setenv(ic.MODE_ENV, "Warn")
+    assert ic.default_mode() is rk.CheckMode.WARN
 
 
 @pytest.mark.parametrize("bad", ["", "fatal", "Deferred", "SYNC", " warn", "true", "1", "none"])

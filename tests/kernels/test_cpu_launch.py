@@ -192,8 +192,8 @@ def test_eager_embedding_takes_its_function_only_when_a_gradient_may_flow(monkey
     assert taken == ["forward", "function", "forward"]
 
 
-def test_dynamo_traces_the_registered_op_not_the_eager_function(monkeypatch: pytest.MonkeyPatch) -> None:
-    """End to end on the CPU: torch.compile sees the op (the graph is recorded, never run)."""
+def _traced_code(monkeypatch: pytest.MonkeyPatch, check: object, requires_grad: bool) -> str:
+    """The code of the graph torch.compile records (never run) for one embedding_bag call on the CPU."""
     import reference_kernels as rk
 
     monkeypatch.setattr(api, "_require_cuda", lambda fn, **tensors: None)
@@ -204,11 +204,30 @@ def test_dynamo_traces_the_registered_op_not_the_eager_function(monkeypatch: pyt
         return lambda *args: (torch.zeros(3, 4),)
 
     torch._dynamo.reset()
-    compiled = torch.compile(lambda w, i: rk.embedding_bag(i, w, mode="sum", check_indices=False),
+    compiled = torch.compile(lambda w, i: rk.embedding_bag(i, w, mode="sum", check_indices=check),
                              backend=record, fullgraph=True)
-    compiled(torch.randn(10, 4, requires_grad=True), torch.randint(0, 10, (3, 2)))
-    assert "torch.ops.reference_kernels.embedding_bag.default" in graphs[0].code
-    assert "EmbeddingBagFunction" not in graphs[0].code
+    compiled(torch.randn(10, 4, requires_grad=requires_grad), torch.randint(0, 10, (3, 2)))
+    return str(graphs[0].code)
+
+
+def test_dynamo_traces_the_registered_op_not_the_eager_function(monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end on the CPU: torch.compile sees the op (the graph is recorded, never run)."""
+    code = _traced_code(monkeypatch, False, requires_grad=True)
+    assert "torch.ops.reference_kernels.embedding_bag.default" in code
+    assert "EmbeddingBagFunction" not in code
+
+
+@pytest.mark.parametrize(("check", "expected"), [(True, "sync"), (None, "deferred"), ("warn", "warn")])
+def test_dynamo_traces_the_resolved_check_mode_into_the_check_op(monkeypatch: pytest.MonkeyPatch, check: object,
+                                                                   expected: str) -> None:
+    """The check mode is resolved to a CheckMode in the traced code and reaches the check op as its
+    plain name (fullgraph: the enum breaks no graph)."""
+    from reference_kernels import index_check
+
+    for name in (index_check.MODE_ENV, index_check.SKIP_ENV):
+        monkeypatch.delenv(name, raising=False)
+    code = _traced_code(monkeypatch, check, requires_grad=False)
+    assert f"index_check.default(indices, None, None, 10, 1, '{expected}', 'embedding_bag')" in code
 
 
 def test_the_custom_ops_keep_their_autograd_registration() -> None:

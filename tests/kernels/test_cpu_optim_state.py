@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from reference_kernels import _sparse, optim  # noqa: E402
+from reference_kernels import optim, sparse_update  # noqa: E402
 from reference_kernels.modules import Embedding, EmbeddingBag  # noqa: E402
 from reference_kernels.tbe import TableBatchedEmbeddingBag  # noqa: E402
 
@@ -144,8 +144,8 @@ def test_step_dependent_updates_refuse_graph_capture(spec: optim.OptimizerSpec, 
     capture (before any kernel runs, so this runs on the CPU); the step count is unchanged."""
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     weight = torch.zeros(5, 4, dtype=dtype)
-    fused = _sparse.FusedState.for_weight(spec, weight)
-    lookups = _sparse.Lookups(torch.tensor([1, 2]), None, 1, None, None, 1.0, -1)
+    fused = sparse_update.FusedState.for_weight(spec, weight)
+    lookups = sparse_update.Lookups(torch.tensor([1, 2]), None, 1, None, None, 1.0, -1)
     with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph"):
-        _sparse.sparse_or_fused_backward(torch.ones(2, 4, dtype=dtype), lookups, weight, fused)
+        sparse_update.sparse_or_fused_backward(torch.ones(2, 4, dtype=dtype), lookups, weight, fused)
     assert fused.step == 0
