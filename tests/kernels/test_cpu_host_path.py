@@ -75,6 +75,11 @@ def test_the_argument_sources_reproduce_every_forward_packer() -> None:
     assert entries == set(launch.FORWARD_KINDS), entries
 
 
+# Tests that build the compiled host path (host_path.cpp against torch: about 30 s on two cores, once per
+# run) belong to the slow set, which .ci/run runs as its own step.
+SLOW_BUILD = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def library(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The library, built from the shipped source against this torch (once per module)."""
@@ -102,6 +107,7 @@ def _bind_on_cpu(library: Any) -> None:
                  lambda: False, ops.host_path_backward, tbe.host_path_backward)
 
 
+@SLOW_BUILD
 def test_the_library_builds_loads_and_leaves_cpu_calls_to_python(library: Any) -> None:
     weight = torch.randn(10, 4)
     indices = torch.tensor([1, 2, 3, 4], dtype=torch.int64)
@@ -116,6 +122,7 @@ def test_the_library_builds_loads_and_leaves_cpu_calls_to_python(library: Any) -
         library.bag(indices, weight)
 
 
+@SLOW_BUILD
 def test_offer_rejects_what_it_cannot_register(library: Any) -> None:
     _bind_on_cpu(library)
     library.clear()
@@ -259,6 +266,7 @@ SHAPES = [  # (dtype, dim, layout, bags, length, mode, per-sample weights, paddi
 ]
 
 
+@SLOW_BUILD
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_the_library_packs_what_the_python_packer_packs(on_cpu: Any, shape: tuple[Any, ...]) -> None:
     """For each forward entry: a registered plan is launched with the Python packer's bytes
@@ -305,6 +313,7 @@ def test_the_shapes_cover_every_one_table_forward_entry() -> None:
     assert entries == set(launch.FORWARD_KINDS), entries
 
 
+@SLOW_BUILD
 @pytest.mark.parametrize(("check", "environment", "mode"), [
     ("deferred", None, "deferred"), ("warn", None, "warn"), ("CheckMode.WARN", None, "warn"),
     (None, None, "deferred"), (None, "warn", "warn")])
@@ -339,6 +348,7 @@ def test_a_checked_lookup_gets_the_ledger_and_a_fresh_token(on_cpu: Any, check: 
         _FLAGS[0] = 0
 
 
+@SLOW_BUILD
 def test_a_checked_call_whose_kernel_cannot_check_runs_the_pass_first(on_cpu: Any) -> None:
     """Max mode keeps the pass: the check kernel on the clean copies' one buffer (the offsets'
     copy 16-byte aligned after the indices'), then the unchecked lookup of the copies."""
@@ -370,6 +380,7 @@ def test_a_checked_call_whose_kernel_cannot_check_runs_the_pass_first(on_cpu: An
               launch._NO_CHECK))
 
 
+@SLOW_BUILD
 def test_a_call_with_a_gradient_gets_the_backward_node(on_cpu: Any) -> None:
     weight = torch.randn(2000, 32).requires_grad_(True)
     idx, offsets = _csr(256, 4, 2000)
@@ -392,6 +403,7 @@ def test_a_call_with_a_gradient_gets_the_backward_node(on_cpu: Any) -> None:
         assert on_cpu.bag(*sparse) is not None  # no gradient: served (sparse changes nothing then)
 
 
+@SLOW_BUILD
 def test_a_knob_change_forgets_the_plans(on_cpu: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from dataclasses import replace
 
@@ -407,6 +419,7 @@ def test_a_knob_change_forgets_the_plans(on_cpu: Any, monkeypatch: pytest.Monkey
     assert on_cpu.bag(*arguments) is None and on_cpu.plan_count() == 0
 
 
+@SLOW_BUILD
 def test_a_checked_call_with_a_gradient_saves_the_pass_copies(on_cpu: Any) -> None:
     """With a gradient the check always takes the pass (the backward reads its copies, as on the
     Python path), and the copies are tensors of their own, which the backward node keeps."""
@@ -463,6 +476,7 @@ class _Tables:
                 self.psw is not None, False, False, False)
 
 
+@SLOW_BUILD
 @pytest.mark.parametrize("mode, psw, dtype", [("sum", False, torch.float32), ("mean", False, torch.float16),
                                               ("sum", True, torch.bfloat16), ("max", False, torch.float32)])
 def test_a_table_batched_call_packs_what_the_python_packer_packs(on_cpu: Any, mode: str, psw: bool,
@@ -479,6 +493,7 @@ def test_a_table_batched_call_packs_what_the_python_packer_packs(on_cpu: Any, mo
     assert params == _host_params(plan.entry).layout.pack(*values), plan.entry
 
 
+@SLOW_BUILD
 @pytest.mark.parametrize("mode", ["deferred", "warn"])
 def test_a_checked_table_batched_call_runs_the_table_pass_then_the_lookup(on_cpu: Any, mode: str) -> None:
     """As check_tables: the pass with the tables' sizes (its TABLE_CAP variant, the largest table's
@@ -508,6 +523,7 @@ def test_a_checked_table_batched_call_runs_the_table_pass_then_the_lookup(on_cpu
               launch._NO_CHECK))
 
 
+@SLOW_BUILD
 def test_a_table_batched_call_with_a_gradient_gets_its_node(on_cpu: Any) -> None:
     """The weight's gradient through the module's backward on what its Function saves (the pass's
     own copies when it checks); per-sample weights get none, as from the op."""
@@ -534,6 +550,7 @@ def test_a_table_batched_call_with_a_gradient_gets_its_node(on_cpu: Any) -> None
         assert on_cpu.tbe(*t.arguments("sum", "warn", custom_backward=True)) is not None
 
 
+@SLOW_BUILD
 def test_table_batched_calls_it_must_not_serve_are_left_to_python(on_cpu: Any) -> None:
     from reference_kernels import index_check
 
