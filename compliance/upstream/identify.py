@@ -30,11 +30,10 @@ from compliance.upstream.blobs import DiffSummary, diff_summary, file_blob_hash,
 from compliance.upstream.gitcache import CachedRepository, FailureKind, GitFailure
 from compliance.upstream.resolve import open_cache
 from compliance.vendored_trees import (
+    BUILD_LOG_NAMES,
     CatalogueEntry,
     TreeFacts,
-    build_directory_of,
     catalogue_matches,
-    is_build_noise,
     load_catalogue,
 )
 
@@ -169,13 +168,25 @@ def _copy_blob(path: Path, size: int) -> str | None:
     return f"unhashed:{size}" if size > HASH_LIMIT else file_blob_hash(path)
 
 
+def _codeless_build_output(rel: str) -> bool:
+    """Build output that holds no code: ninja's logs, ``*.pyc``, an egg-info's text files."""
+    parts = rel.split("/")
+    name = parts[-1]
+    if name in BUILD_LOG_NAMES or name.endswith((".pyc", ".pyo")):
+        return True
+    return any(p.endswith(".egg-info") for p in parts[:-1]) and (name.endswith(".txt") or name == "PKG-INFO")
+
+
 def copy_blobs(directory: Path) -> dict[str, str]:
     """Relative path -> git blob hash of every regular file of the copy (no links followed).
 
-    Build output (ninja logs, ``__pycache__``, ``*.egg-info``, ``build/temp.*``)
-    is left out: it is never part of an upstream tree. So is what cannot be
-    read (the inventory reports unreadable paths; here they would only count
-    as "removed").
+    Only build output that cannot hold code is left out: ninja's logs, compiled
+    Python (``*.pyc``) and packaging metadata text (``*.egg-info/*.txt``,
+    ``PKG-INFO``). Anything else in ``__pycache__``, ``*.egg-info`` or
+    ``build/`` (a shared object, an object file, a source) is the copy's own
+    and makes it differ from upstream. What cannot be read is left out too
+    (the inventory reports unreadable paths; here they would only count as
+    "removed").
     """
     found: dict[str, str] = {}
     stack = [(directory, "")]
@@ -192,7 +203,7 @@ def copy_blobs(directory: Path) -> dict[str, str]:
                 mode = entry.stat(follow_symlinks=False).st_mode
                 if stat.S_ISDIR(mode) and entry.name not in SKIP_DIRS:
                     stack.append((Path(entry.path), rel + "/"))
-                elif stat.S_ISREG(mode) and not is_build_noise(rel) and build_directory_of(rel) is None:
+                elif stat.S_ISREG(mode) and not _codeless_build_output(rel):
                     digest = _copy_blob(Path(entry.path), entry.stat(follow_symlinks=False).st_size)
                     if digest is not None:
                         found[rel] = digest

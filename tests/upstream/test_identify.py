@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,31 @@ def test_added_and_removed_files_are_counted(history: History, tmp_path: Path) -
     write_copy(copy, {"build/temp.linux-x86_64-3.10/.ninja_deps": "x", "__pycache__/m.pyc": "x"})
     found = identify(copy, cache_settings(tmp_path), str(history.path))
     assert (found.commit, found.added, found.removed) == (history.commits[K], ("src/mine.cu",), ("src/f0.cu",))
+
+
+def test_a_shared_object_in_a_cache_directory_is_not_identical(history: History, tmp_path: Path) -> None:
+    """Issue 40 item 11: build caches hide nothing. A compiled module under __pycache__/ (or build/)
+    is the copy's own file, so the copy is no longer identical; .pyc files and ninja logs stay out."""
+    files = dict(history.snapshots[K])
+    copy = write_copy(tmp_path / "copy", files)
+    write_copy(copy, {"__pycache__/m.pyc": "x", "build/temp.linux-x86_64-3.10/.ninja_log": "x"})
+    assert identify(copy, cache_settings(tmp_path), str(history.path)).identical
+    write_copy(copy, {"src/__pycache__/_C.cpython-310-x86_64-linux-gnu.so": "\x7fELF hidden kernel"})
+    found = identify(copy, cache_settings(tmp_path), str(history.path))
+    assert not found.identical and found.added == ("src/__pycache__/_C.cpython-310-x86_64-linux-gnu.so",)
+
+
+def test_an_undecodable_name_is_printed_escaped_on_one_line(history: History, tmp_path: Path) -> None:
+    """Issue 40 item 11: a file name that is not UTF-8 (or holds a newline) is reported escaped,
+    with the exit code of a closest commit, never an internal error."""
+    copy = write_copy(tmp_path / "copy", dict(history.snapshots[K]))
+    (copy / "src").mkdir(exist_ok=True)
+    with open(os.fsencode(copy / "src") + b"/bad\xff\nPASS.cu", "w") as handle:
+        handle.write("__global__ void hidden() {}\n")
+    code, out, _ = invoke("vendored", "identify", str(copy), "--repository", str(history.path),
+                          "--upstream-cache", str(tmp_path / "cache"))
+    assert code == 0 and "src/bad\\udcff\\x0aPASS.cu" in out
+    assert "\nPASS" not in out and "\udcff" not in out
 
 
 def test_unrelated_copy_says_it_matches_nothing(history: History, tmp_path: Path) -> None:
