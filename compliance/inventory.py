@@ -377,12 +377,12 @@ def _read_stream(fd: int, size: int, rel: str, name: str, walk: Walk) -> None:
     kind = binary_kind(data[:64])
     if build_dir is not None:  # listed as a build product, and classified like any other file
         walk.build_products.setdefault(build_dir, []).append((rel, kind or "file"))
-        if is_build_noise(rel):  # ninja's logs and dependency lists name headers: products, not code
-            return
     if kind is not None:
         walk.binaries.append((rel, kind, size))
         return
-    is_data = ext in DATA_EXTENSIONS
+    # ninja's logs and dependency lists name headers (torch/extension.h): read like data files, for
+    # kernel definitions (CUDA, PTX) only, so a kernel hidden in one is still found
+    is_data = ext in DATA_EXTENSIONS or (build_dir is not None and is_build_noise(rel))
     scanner = recognisers.MarkerScanner(recognisers.DATA_MARKERS if is_data else recognisers.MARKERS)
     whole = data if len(data) <= size and len(data) < CHUNK_BYTES else None
     base64_too = not is_data or size <= recognisers.DATA_BASE64_LIMIT

@@ -69,7 +69,7 @@ def round_files() -> dict[str, str | bytes]:
     for org in ("Dell", "Lenovo", "HPE"):
         impl = f"{org}/benchmarks/gpt3/implementations/pytorch"
         files.update(_nccl(f"{impl}/nccl"))
-        files[f"{impl}/build/temp.linux-x86_64-3.8/.ninja_deps"] = b"\x00\x01 torch/extension.h __global__"
+        files[f"{impl}/build/temp.linux-x86_64-3.8/.ninja_deps"] = b"\x00\x01 torch/extension.h pybind11/pybind11.h"
         files[f"{impl}/build/temp.linux-x86_64-3.8/csrc/fused.o"] = fake_binary("elf-o")
         files[f"{impl}/build/lib.linux-x86_64-3.8/fused_ext.so"] = fake_binary("elf-so")
         files[f"{impl}/csrc/fused.cu"] = KERNEL.format(name="fused_bias_gelu", n=1)

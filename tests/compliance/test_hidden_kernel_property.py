@@ -50,9 +50,8 @@ BINARY_FORMS = [ELF, b"#" + ELF, fake_binary("zip"), fake_binary("gzip"), fake_b
 CODE_NAMES = ["fused.py", "k.py", "kernel.cu", "k.cpp", "run", "notes.md"]
 ANY_NAMES = CODE_NAMES + ["data.txt", "results.json", "k.log", ".ninja_log", "build.ninja", "x.pyc"]
 PLACES = ["", "kernels", ".git/objects/ab", ".hg/store", ".svn/pristine", "__pycache__", "fastemb.egg-info",
-          "build", "a/b/c/d/e/f/g/h"]
-# third_party/ and build/temp.*/ are left out until the vendored/build-products work (issue 40
-# items 4 and 5, another branch) stops lowering what sits there: today one warning each.
+          "build", "build/temp.linux-x86_64-3.10", "build/lib.linux-x86_64-3.10", "third_party/lib",
+          "submodules/dep", "a/b/c/d/e/f/g/h"]
 
 forms = st.one_of(
     st.tuples(st.sampled_from(CODE_FORMS).map(str.encode), st.sampled_from(CODE_NAMES)),

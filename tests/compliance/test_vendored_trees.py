@@ -121,8 +121,8 @@ def test_build_directory_products_are_judged_like_any_and_logs_are_never_source(
     any file (its markers count), and the cache directories are reported."""
     temp = f"{IMPL}/build/temp.linux-x86_64-3.10"
     files: dict[str, str | bytes] = {
-        f"{temp}/.ninja_deps": b"\x00\x01 /usr/include/torch/extension.h __global__",
-        f"{temp}/build.ninja": "command = nvcc __global__ torch/extension.h\n",
+        f"{temp}/.ninja_deps": b"\x00\x01 /usr/include/torch/extension.h pybind11/pybind11.h",
+        f"{temp}/build.ninja": "command = nvcc -I torch/extension.h -c emb.cu\n",
         f"{temp}/kernels/emb.o": fake_binary("elf-o"),
         f"{IMPL}/build/lib.linux-x86_64-3.10/fastemb.so": fake_binary("elf-so"),
         f"{IMPL}/.ninja_log": "# ninja log v5 __global__\n",
