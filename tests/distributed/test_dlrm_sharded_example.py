@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import cuda_available
-from tests.distributed.launch import free_port
+pytest.importorskip("torch")  # the launcher helpers import torch
+
+from tests.conftest import cuda_available  # noqa: E402
+from tests.distributed.launch import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "dlrm" / "dlrm_sharded.py"

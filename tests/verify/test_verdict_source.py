@@ -11,18 +11,20 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
-from click.testing import CliRunner, Result
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from compliance.cli.main import cli
-from compliance.verify.cases import Case
-from compliance.verify.driver import ProgressReader
-from compliance.verify.judge import judge, prepare, read_result
-from compliance.verify.tolerance import DEFAULT_BOUNDS
+torch = pytest.importorskip("torch")  # the judge compares tensors
 
-from .conftest import CUDA_TREE, RULES
+from click.testing import CliRunner, Result  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from compliance.cli.main import cli  # noqa: E402
+from compliance.verify.cases import Case  # noqa: E402
+from compliance.verify.driver import ProgressReader  # noqa: E402
+from compliance.verify.judge import judge, prepare, read_result  # noqa: E402
+from compliance.verify.tolerance import DEFAULT_BOUNDS  # noqa: E402
+
+from .conftest import CUDA_TREE, RULES  # noqa: E402
 
 GATHER = Case(id="g", op="embedding", mode="", layout="flat", weight_dtype="float32", index_dtype="int64",
               num_embeddings=50, dim=4, num_bags=6, pooling=1, seed=5)
