@@ -54,6 +54,12 @@ __device__ __forceinline__ i64 last_start_at_or_before(const INDEX_T* __restrict
   return lo - 1;
 }
 
+// bag / bags_per_table: 32-bit division where both fit (64-bit division is a long software routine).
+__device__ __forceinline__ i64 table_of(i64 bag, i64 bags_per_table) {
+  return bag <= 0x7fffffff && bags_per_table <= 0x7fffffff ? (i64)((u32)bag / (u32)bags_per_table)
+                                                            : bag / bags_per_table;
+}
+
 extern "C" __global__ void __launch_bounds__(BLOCK) tbe_prepare(
     const INDEX_T* __restrict__ indices, i64 num_indices, const INDEX_T* __restrict__ offsets, i64 num_bags,
     i64 tables, i64 bags_per_table, const i64* __restrict__ table_rows, i64 sentinel, KEY_T* __restrict__ keys,
@@ -66,7 +72,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) tbe_prepare(
       const bool inside = bag >= 0 && i < (i64)__ldg(offsets + bag + 1);
       const i64 index = (i64)__ldg(indices + i);
       if (inside) {
-        const i64 t = bag / bags_per_table;
+        const i64 t = table_of(bag, bags_per_table);
         keys[i] = (KEY_T)(index + __ldg(table_rows + t));
         grad_row[i] = (bag - t * bags_per_table) * tables + t;
       } else {
@@ -76,7 +82,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) tbe_prepare(
     }
 #if MEAN
     if (i < num_bags) {
-      const i64 t = i / bags_per_table;
+      const i64 t = table_of(i, bags_per_table);
       const i64 pooled = (i64)__ldg(offsets + i + 1) - (i64)__ldg(offsets + i);
       bag_scale[(i - t * bags_per_table) * tables + t] = pooled > 0 ? 1.0f / (float)pooled : 0.0f;
     }
