@@ -1,12 +1,12 @@
 """GPU tests of the table-batched backward's preparation kernel (lookup_prepare.cu, issue 37's
 host work per training step).
 
-* The kernel against the torch operations it replaces (``tbe.tbe_lookups``, the sort keys of
-  ``_segments._sort_keys``), bit for bit: one table, several, many (past the index check's
-  largest table cap), empty bags, positions before the first offset and after the last one (in no
-  bag), int32 and int64 indices, sum and mean, the sentinel and the dense backward's rows, int64
-  keys for tables of 2^31 rows or more. Outputs poisoned first (a value the kernel fails to write
-  fails the comparison).
+* The kernel against the torch operations it replaces (``tbe.tbe_lookups``, and the sort keys
+  with the sentinel as the backward's ``_sort_keys`` made them), bit for bit: one table,
+  several, many (past the index check's largest table cap), empty bags, positions before the
+  first offset and after the last one (in no bag), int32 and int64 indices, sum and mean, the
+  sentinel and the dense backward's rows, int64 keys for tables of 2^31 rows or more. Outputs
+  poisoned first (a value the kernel fails to write fails the comparison).
 * Whole training steps (fused SGD and row-wise Adagrad, float32 and float16, per-sample weights,
   mean; the sparse gradient; the dense gradient) with the kernel equal, bit for bit, to the same
   steps with the torch operations.
@@ -22,7 +22,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from reference_kernels import _segments, launch, optim, tbe  # noqa: E402
+from reference_kernels import launch, optim, tbe  # noqa: E402
 from reference_kernels.tbe import TableBatchedEmbeddingBag  # noqa: E402
 
 pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("poison_outputs", "drained_ledger")]
@@ -64,8 +64,9 @@ def test_preparation_equals_the_torch_operations(gen: torch.Generator, case: str
     for num_rows in (100_000, 2**31):  # int32 keys, then int64 keys
         expected = reference_lookups(table_rows, indices, offsets, mode)
         key_dtype = torch.int32 if num_rows < 2**31 - 1 else torch.int64
-        expected_keys = (_segments._sort_keys(expected.rows, expected.bag_of, num_rows, -1) if sentinel
-                         else expected.rows.to(key_dtype))
+        # the sort keys as the backward made them (_segments._sort_keys): the sentinel row in no bag
+        rows = torch.where(expected.bag_of < 0, num_rows, expected.rows) if sentinel else expected.rows
+        expected_keys = rows.to(key_dtype)
         keys, grad_row, scale = launch.prepare_table_lookups(indices, offsets, table_rows, num_rows=num_rows,
                                                              mean=mode == "mean", sentinel=num_rows if sentinel else -1)
         assert keys.dtype == expected_keys.dtype
