@@ -36,6 +36,7 @@ KERNEL_SOURCES: tuple[str, ...] = (
     "embedding_gather.cu",
     "index_check.cu",
     "sparse_update.cu",
+    "lookup_prepare.cu",
 )
 
 __all__ = ["INDEX_CHECK_MODES", "CheckMode", "EmbeddingBag", "Embedding", "EmbeddingIndexError",

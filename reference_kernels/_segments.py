@@ -52,10 +52,12 @@ def _sort_keys(flat: Tensor, bag_of: Tensor | None, num_rows: int, padding_idx: 
 
 def segment_gradient(grad_out: Tensor, flat: Tensor, *, bag_of: Tensor | None, bag_size: int, num_rows: int,
                      per_sample_weights: Tensor | None, bag_scale: Tensor | None, padding_idx: int,
-                     scale: float = 1.0) -> Segments:
-    """``flat``: the table row of each lookup position; the rest as ``launch.bag_backward``."""
+                     scale: float = 1.0, keys_ready: bool = False) -> Segments:
+    """``flat``: the table row of each lookup position; the rest as ``launch.bag_backward``.
+    ``keys_ready``: ``flat`` already is the sort keys (``_sort_keys``' dtype and sentinel:
+    ``launch.prepare_table_lookups``)."""
     n, dim = flat.numel(), grad_out.shape[1]
-    keys = _sort_keys(flat, bag_of, num_rows, padding_idx)
+    keys = flat if keys_ready else _sort_keys(flat, bag_of, num_rows, padding_idx)
     key_dtype = keys.dtype
     sorted_rows, positions = torch.sort(keys, stable=True)
     starts = sorted_rows[1:] != sorted_rows[:-1]
@@ -82,13 +84,20 @@ def sparse_coo(seg: Segments, dim: int, dtype: torch.dtype) -> Tensor:
                                    check_invariants=False)
 
 
+def _optimizer_values(spec: OptimizerSpec, step: int, seed: int) -> tuple[object, ...]:
+    """lr, eps, beta1, beta2, weight_decay, step_size, seed: the kernels' optimizer parameters
+    (six F32, one I64)."""
+    if isinstance(spec, Adam):
+        b1, b2 = spec.betas
+        return (0.0, spec.eps, b1, b2, getattr(spec, "weight_decay", 0.0), spec.step_size(step),
+                (seed * 0x9E3779B97F4A7C15 + step) & (2**63 - 1))
+    return (spec.lr, getattr(spec, "eps", 0.0), 0.0, 0.0, getattr(spec, "weight_decay", 0.0), 0.0,
+            (seed * 0x9E3779B97F4A7C15 + step) & (2**63 - 1))
+
+
 def _optimizer_args(spec: OptimizerSpec, step: int, seed: int) -> list[tuple[object, str]]:
-    """lr, eps, beta1, beta2, weight_decay, step_size, seed: the kernels' optimizer parameters."""
-    b1, b2 = spec.betas if isinstance(spec, Adam) else (0.0, 0.0)
-    return [(0.0 if isinstance(spec, Adam) else spec.lr, F32), (getattr(spec, "eps", 0.0), F32), (b1, F32),
-            (b2, F32), (getattr(spec, "weight_decay", 0.0), F32),
-            (spec.step_size(step) if isinstance(spec, Adam) else 0.0, F32),
-            ((seed * 0x9E3779B97F4A7C15 + step) & (2**63 - 1), I64)]
+    """``_optimizer_values`` with their parameter kinds."""
+    return list(zip(_optimizer_values(spec, step, seed), (F32,) * 6 + (I64,), strict=True))
 
 
 def _stochastic(spec: OptimizerSpec, weight: Tensor) -> int:
@@ -115,33 +124,45 @@ def apply_update(seg: Segments, spec: OptimizerSpec, weight: Tensor, state1: Ten
 
 
 def fits_passes(grad_out: Tensor, weight: Tensor) -> bool:
-    dim, size = weight.shape[1], weight.element_size()
-    vec = vector_width(dim, size, grad_out.data_ptr())
-    # Apply the update inside the backward's chunk and combine kernels (FUSED_OPT) where a row fits
-    # one column tile and the weight is aligned like the output gradient: no compact gradient is
-    # written and read back. The knob off: always the two steps (segment_gradient, apply_update).
-    return (tuning.current().fuse_into_passes and vec == vector_width(dim, size, grad_out.data_ptr(), weight.data_ptr())
-            and RowTiling.for_row(dim, vec).col_tiles == 1)
+    """Apply the update inside the backward's chunk and combine kernels (FUSED_OPT) where a row
+    fits one column tile and the weight is aligned like the output gradient: no compact gradient
+    is written and read back. The knob off: always the two steps (segment_gradient,
+    apply_update). Memoised per (row, element size, both alignments, knob)."""
+    fuse = tuning.current().fuse_into_passes
+    key = (weight.shape[1], weight.element_size(), grad_out.data_ptr() % 16, weight.data_ptr() % 16, fuse)
+    found = _FITS.get(key)
+    if found is None:
+        dim, size = key[0], key[1]
+        vec = vector_width(dim, size, grad_out.data_ptr())
+        found = _FITS[key] = (fuse and vec == vector_width(dim, size, grad_out.data_ptr(), weight.data_ptr())
+                              and RowTiling.for_row(dim, vec).col_tiles == 1)
+    return found
+
+
+_FITS: dict[tuple[int, int, int, int, bool], bool] = {}
 
 
 def fused_update(grad_out: Tensor, flat: Tensor, *, bag_of: Tensor | None, bag_size: int,
                  per_sample_weights: Tensor | None, bag_scale: Tensor | None, padding_idx: int, scale: float,
-                 spec: OptimizerSpec, weight: Tensor, state1: Tensor, state2: Tensor, step: int, seed: int) -> None:
-    """The fused backward + optimizer step on the looked-up rows of ``weight`` (in place)."""
+                 spec: OptimizerSpec, weight: Tensor, state1: Tensor, state2: Tensor, step: int, seed: int,
+                 keys_ready: bool = False) -> None:
+    """The fused backward + optimizer step on the looked-up rows of ``weight`` (in place).
+    ``keys_ready``: ``flat`` already is the sort keys (as ``segment_gradient``)."""
     num_rows = weight.shape[0]
     if flat.numel() == 0 or weight.shape[1] == 0:
         return
     if not fits_passes(grad_out, weight):
         seg = segment_gradient(grad_out, flat, bag_of=bag_of, bag_size=bag_size, num_rows=num_rows,
                                per_sample_weights=per_sample_weights, bag_scale=bag_scale, padding_idx=padding_idx,
-                               scale=scale)
+                               scale=scale, keys_ready=keys_ready)
         apply_update(seg, spec, weight, state1, state2, step, seed)
         return
-    sorted_rows, positions = torch.sort(_sort_keys(flat, bag_of, num_rows, padding_idx), stable=True)
-    fused_defines = {"FUSED_OPT": 1, "OPTIMIZER": spec.code, "STOCHASTIC": _stochastic(spec, weight)}
-    fused_args = [(weight.data_ptr(), PTR), (_ptr(state1), PTR), (_ptr(state2), PTR),
-                  *_optimizer_args(spec, step, seed)]
+    keys = flat if keys_ready else _sort_keys(flat, bag_of, num_rows, padding_idx)
+    sorted_rows, positions = torch.sort(keys, stable=True)
+    fused_defines = (("FUSED_OPT", 1), ("OPTIMIZER", spec.code), ("STOCHASTIC", _stochastic(spec, weight)))
+    fused_values = (weight.data_ptr(), 0 if state1 is None else state1.data_ptr(),
+                    0 if state2 is None else state2.data_ptr(), *_optimizer_values(spec, step, seed))
     # the sentinel row (padding, positions in no bag) goes in as the padding row: skipped
     launch.backward_passes(grad_out, sorted_rows, positions, bag_of=bag_of, bag_size=bag_size,
                             per_sample_weights=per_sample_weights, bag_scale=bag_scale, padding_idx=num_rows,
-                            scale=scale, grad_weight=None, fused_defines=fused_defines, fused_args=fused_args)
+                            scale=scale, grad_weight=None, fused_defines=fused_defines, fused_values=fused_values)

@@ -198,6 +198,9 @@ def planned_launches() -> list[tuple[Plan, int]]:
 def clear_plans() -> None:
     _PLANS.clear()
     _last[:] = [None, None, None]
+    _BACKWARD_BY_TUNING.clear()
+    _BACKWARD_PLANS[:] = [None, {}]
+    _PREPARE.clear()
     if _HOST_PATH:
         _HOST_PATH[2].clear()
 
@@ -415,12 +418,14 @@ def _describe_gather(key: GatherKey) -> GatherCall:
                       num_indices=key.num_indices)
 
 
-# The trailing parameters of the backward kernels when no optimizer is fused (FUSED_OPT = 0):
-# weight, state1, state2, lr, eps, beta1, beta2, weight_decay, step_size, seed.
-_NULL: tuple[object, str] = (0, PTR)
-_ZERO: tuple[object, str] = (0.0, F32)
-NO_FUSED_ARGS: list[tuple[object, str]] = [_NULL] * 3 + [_ZERO] * 6 + [(0, I64)]
-
+# The backward kernels' parameters (embedding_bag_backward.cu), each list ending in the fused
+# optimizer's ten: weight, state1, state2, lr, eps, beta1, beta2, weight_decay, step_size, seed.
+FUSED_KINDS = PTR * 3 + F32 * 6 + I64
+CHUNK_PARAMS = nvrtc.params(PTR + I64 + PTR + PTR + I64 + PTR + I64 + PTR + PTR + F32 + I64 + I32 + PTR + PTR + PTR
+                            + FUSED_KINDS)
+COMBINE_PARAMS = nvrtc.params(PTR + I64 + I64 + I32 + PTR + PTR + PTR + FUSED_KINDS)
+# The fused optimizer's values when none is fused (FUSED_OPT = 0).
+NO_FUSED_VALUES: tuple[object, ...] = (0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0)
 
 def bag_backward(grad_out: torch.Tensor, indices: torch.Tensor, bag_of: torch.Tensor | None, *, bag_size: int,
                  num_weights: int, per_sample_weights: torch.Tensor | None, bag_scale: torch.Tensor | None,
@@ -478,36 +483,129 @@ def sort_by_row(flat: torch.Tensor, num_weights: int) -> tuple[torch.Tensor, tor
 def backward_passes(grad_out: torch.Tensor, sorted_rows: torch.Tensor, positions: torch.Tensor, *,
                     bag_of: torch.Tensor | None, bag_size: int, per_sample_weights: torch.Tensor | None,
                     bag_scale: torch.Tensor | None, padding_idx: int, scale: float,
-                    grad_weight: torch.Tensor | None, fused_defines: Mapping[str, object] | None = None,
-                    fused_args: list[tuple[object, str]] | None = None) -> None:
+                    grad_weight: torch.Tensor | None, fused_defines: tuple[tuple[str, object], ...] = (),
+                    fused_values: tuple[object, ...] = NO_FUSED_VALUES) -> None:
     """The chunk and combine kernels: write every looked-up row of ``grad_weight`` (float32 rows
-    when it is float32 and grad_out is not: GRAD_F32), or, with ``fused_defines`` / ``fused_args``
-    (FUSED_OPT, _segments.py), update those rows in place instead."""
+    when it is float32 and grad_out is not: GRAD_F32), or, with ``fused_defines`` /
+    ``fused_values`` (FUSED_OPT, _segments.py: the optimizer's defines and its ten values, as
+    FUSED_KINDS), update those rows in place instead. Host work: one allocation (the partial
+    sums and the carry flags share it) and two launches; the plan, the compiled functions and
+    the grid are memoised per call shape (``_backward_prepared``)."""
     import torch
 
-    dim = grad_out.shape[1]
     n = sorted_rows.numel()
-    call = BackwardCall(grad_dtype=_dtype_code(grad_out.dtype), elem_bytes=grad_out.element_size(), dim=dim,
-                        grad_align=grad_out.data_ptr() % 16, num_positions=n, row_type=_index_type(sorted_rows.dtype),
-                        has_psw=per_sample_weights is not None, has_scale=bag_scale is not None,
-                        grad_f32=grad_weight is not None and grad_weight.dtype != grad_out.dtype,
-                        fused=tuple((fused_defines or {}).items()))
+    index = grad_out.get_device()
+    grad_f32 = grad_weight is not None and grad_weight.dtype != grad_out.dtype
+    key = (grad_out.dtype, grad_out.shape[1], grad_out.data_ptr() % 16, n, sorted_rows.dtype,
+           per_sample_weights is not None, bag_scale is not None, grad_f32, fused_defines, index)
+    plans = _BACKWARD_PLANS[1] if _BACKWARD_PLANS[0] is tuning._CURRENT else _backward_plans_now()
+    prepared = plans.get(key)
+    if prepared is None:
+        prepared = _backward_prepared(key, grad_out, sorted_rows, plans)
+    chunk_fn, combine_fn, grid, col_tiles, chunks, partial_floats = prepared
+    dim = key[1]
+    # the partial sums (2 rows per chunk, float32), then the chunks' carry flags (int32)
+    work = grad_out.new_empty((partial_floats + chunks,), dtype=torch.float32)
+    partial = work.data_ptr()
+    carries = partial + 4 * partial_floats
+    rows, grad = sorted_rows.data_ptr(), 0 if grad_weight is None else grad_weight.data_ptr()
+    _launch_packed(index, chunk_fn, grid, BLOCK, CHUNK_PARAMS, (
+        grad_out.data_ptr(), dim, rows, positions.data_ptr(), n, 0 if bag_of is None else bag_of.data_ptr(),
+        max(1, bag_size), 0 if per_sample_weights is None else per_sample_weights.data_ptr(),
+        0 if bag_scale is None else bag_scale.data_ptr(), scale, padding_idx, col_tiles, grad, partial, carries,
+        *fused_values))
+    _launch_packed(index, combine_fn, grid, BLOCK, COMBINE_PARAMS,
+                   (rows, n, dim, col_tiles, partial, carries, grad, *fused_values))
+
+
+# The memoised backward plans of the current knobs: [tuning, {call key: BackwardPrepared}].
+# BackwardPrepared: chunk function, combine function, grid (both), column tiles, chunks, floats
+# of partial sums.
+BackwardPrepared = tuple[Any, Any, int, int, int, int]
+_BACKWARD_PLANS: list[Any] = [None, {}]
+_BACKWARD_BY_TUNING: dict[tuning.Tuning, dict[tuple[Any, ...], BackwardPrepared]] = {}
+
+
+def _backward_plans_now() -> dict[tuple[Any, ...], BackwardPrepared]:
+    knobs = tuning.current()
+    _BACKWARD_PLANS[:] = [knobs, _BACKWARD_BY_TUNING.setdefault(knobs, {})]
+    plans: dict[tuple[Any, ...], BackwardPrepared] = _BACKWARD_PLANS[1]
+    return plans
+
+
+def _backward_prepared(key: tuple[Any, ...], grad_out: torch.Tensor, sorted_rows: torch.Tensor,
+                       plans: dict[tuple[Any, ...], BackwardPrepared]) -> BackwardPrepared:
+    """Plan the backward call ``key`` (backward_passes'), compile its two passes, remember them."""
+    dtype, dim, align, n, row_dtype, has_psw, has_scale, grad_f32, fused, index = key
+    call = BackwardCall(grad_dtype=_dtype_code(dtype), elem_bytes=grad_out.element_size(), dim=dim, grad_align=align,
+                        num_positions=n, row_type=_index_type(row_dtype), has_psw=has_psw, has_scale=has_scale,
+                        grad_f32=grad_f32, fused=fused)
     chunk_pass, combine = plan_backward(call, device_props(grad_out.device), tuning.current())
-    tail = fused_args if fused_args is not None else NO_FUSED_ARGS
     device = grad_out.device.index
+    chunk_fn = nvrtc.get_function(chunk_pass.source, chunk_pass.entry, dict(chunk_pass.defines), device)
+    combine_fn = nvrtc.get_function(combine.source, combine.entry, dict(combine.defines), device)
+    assert chunk_pass.blocks == combine.blocks  # one team per chunk and column tile in both
     chunks = -(-n // chunk_pass.chunk_positions)
-    partial = torch.empty((chunks * 2, dim), dtype=torch.float32, device=grad_out.device)
-    carries = torch.empty((chunks,), dtype=torch.int32, device=grad_out.device)
-    fn = nvrtc.get_function(chunk_pass.source, chunk_pass.entry, dict(chunk_pass.defines), device)
-    _launch_on(grad_out, fn, chunk_pass.blocks, [
-        (grad_out.data_ptr(), PTR), (dim, I64), (sorted_rows.data_ptr(), PTR), (positions.data_ptr(), PTR),
-        (n, I64), (_ptr(bag_of), PTR), (max(1, bag_size), I64), (_ptr(per_sample_weights), PTR),
-        (_ptr(bag_scale), PTR), (scale, F32), (padding_idx, I64), (chunk_pass.col_tiles, I32),
-        (_ptr(grad_weight), PTR), (partial.data_ptr(), PTR), (carries.data_ptr(), PTR), *tail])
-    fn = nvrtc.get_function(combine.source, combine.entry, dict(combine.defines), device)
-    _launch_on(grad_out, fn, combine.blocks, [
-        (sorted_rows.data_ptr(), PTR), (n, I64), (dim, I64), (combine.col_tiles, I32), (partial.data_ptr(), PTR),
-        (carries.data_ptr(), PTR), (_ptr(grad_weight), PTR), *tail])
+    if len(plans) >= _MAX_PLANS:  # calls of ever new sizes must not grow it forever
+        plans.clear()
+    plans[key] = (chunk_fn, combine_fn, chunk_pass.blocks, chunk_pass.col_tiles, chunks, chunks * 2 * dim)
+    return plans[key]
+
+
+# The preparation kernel's parameters (lookup_prepare.cu): indices, num_indices, offsets,
+# num_bags, tables, bags_per_table, table_rows, sentinel, keys, grad_row, bag_scale.
+PREPARE_PARAMS = nvrtc.params(PTR + I64 + PTR + I64 + I64 + I64 + PTR + I64 + PTR + PTR + PTR)
+# (device, index dtype, key dtype, mean, positions, bags) -> (compiled function, grid)
+_PREPARE: dict[tuple[Any, ...], tuple[Any, int]] = {}
+PREPARE_BLOCKS_PER_SM = 8  # the preparation's grid cap (a grid-stride loop)
+KEYS_INT32_BELOW = 2**31 - 1  # sort keys are int32 for fewer rows (the sentinel, num_rows, fits too)
+
+
+def prepare_table_lookups(indices: torch.Tensor, offsets: torch.Tensor, table_rows: torch.Tensor, *,
+                          num_rows: int, mean: bool,
+                          sentinel: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """One launch of lookup_prepare.cu for a table-batched call (T = ``table_rows.numel()``
+    tables, ``offsets``: T * B + 1 entries, the indices' dtype, both contiguous on one device):
+    (sort keys, grad rows, bag scales). keys[p]: position p's global row (int32 below
+    KEYS_INT32_BELOW rows, else int64), ``sentinel`` where p is in no bag (``sentinel`` < 0: the
+    index itself, the dense backward's row for it); grad_row[p] (int64): its row of the output
+    gradient viewed as [B * T, dim] (j * T + t for table t's j-th bag), -1 in no bag; with
+    ``mean`` the float32 scale 1 / (bag length) of each grad row (0 for an empty bag), else None.
+    Equal, bit for bit, to ``tbe.tbe_lookups``' torch operations for non-decreasing offsets."""
+    import torch
+
+    n, bags = indices.numel(), offsets.numel() - 1
+    tables = table_rows.numel()
+    key_dtype = torch.int32 if num_rows < KEYS_INT32_BELOW else torch.int64
+    keys = torch.empty_like(indices, dtype=key_dtype)
+    grad_row = torch.empty_like(indices, dtype=torch.int64)
+    bag_scale = indices.new_empty((bags,), dtype=torch.float32) if mean else None
+    if POISON_OUTPUTS:  # an element the kernel fails to write cannot pass a comparison
+        keys.fill_(-7), grad_row.fill_(-7)
+        if bag_scale is not None:
+            bag_scale.fill_(float("nan"))
+    index = indices.get_device()
+    found = _PREPARE.get((index, indices.dtype, key_dtype, mean, n, bags))
+    if found is None:
+        found = _prepare_function(index, indices, key_dtype, mean, n, bags)
+    fn, grid = found
+    _launch_packed(index, fn, grid, BLOCK, PREPARE_PARAMS, (
+        indices.data_ptr(), n, offsets.data_ptr(), bags, tables, bags // tables, table_rows.data_ptr(), sentinel,
+        keys.data_ptr(), grad_row.data_ptr(), 0 if bag_scale is None else bag_scale.data_ptr()))
+    return keys, grad_row, bag_scale
+
+
+def _prepare_function(index: int, indices: torch.Tensor, key_dtype: torch.dtype, mean: bool, n: int,
+                      bags: int) -> tuple[Any, int]:
+    """Compile (once) the preparation's variant and size its grid; remember both."""
+    defines = {"INDEX_T": _index_type(indices.dtype), "KEY_T": _index_type(key_dtype), "MEAN": int(mean),
+               "BLOCK": BLOCK}
+    fn = nvrtc.get_function("lookup_prepare.cu", "tbe_prepare", defines, indices.device.index)
+    grid = grid_stride_blocks(max(n, bags), sm_count(indices.device), PREPARE_BLOCKS_PER_SM)
+    if len(_PREPARE) >= _MAX_PLANS:
+        _PREPARE.clear()
+    found = _PREPARE[(index, indices.dtype, key_dtype, mean, n, bags)] = (fn, grid)
+    return found
 
 
 @functools.cache

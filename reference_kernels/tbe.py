@@ -67,7 +67,9 @@ def _setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
 def tbe_lookups(table_rows: Tensor, indices: Tensor, offsets: Tensor, mode: str,
                 psw: Optional[Tensor]) -> sparse_update.Lookups:
     """Where each position's gradient goes: global row = index + table start; output rows
-    b * T + t of grad_out [B, T*dim] viewed as [B*T, dim]; mean's bag scale in that numbering."""
+    b * T + t of grad_out [B, T*dim] viewed as [B*T, dim]; mean's bag scale in that numbering.
+    In torch operations (about 25 launches): what torch.compile traces, and the reference of
+    ``prepared_lookups`` (one kernel) in the tests."""
     tables = table_rows.numel()
     bags = offsets.numel() - 1
     bags_per_table = bags // tables
@@ -79,15 +81,37 @@ def tbe_lookups(table_rows: Tensor, indices: Tensor, offsets: Tensor, mode: str,
     return sparse_update.Lookups(rows, grad_row, 0, psw, scale, 1.0, -1)
 
 
+def prepared_lookups(table_rows: Tensor, indices: Tensor, offsets: Tensor, mode: str, psw: Optional[Tensor],
+                     num_rows: int, sentinel: bool = True) -> sparse_update.Lookups:
+    """``tbe_lookups`` in one kernel (launch.prepare_table_lookups, lookup_prepare.cu), with the
+    rows already the sort keys: ``sentinel``: positions in no bag get the row ``num_rows``
+    (skipped by the sparse and fused backwards), else their index (the dense backward's row)."""
+    keys, grad_row, scale = launch.prepare_table_lookups(indices, offsets, table_rows, num_rows=num_rows,
+                                                         mean=mode == "mean", sentinel=num_rows if sentinel else -1)
+    return sparse_update.Lookups(keys, grad_row, 0, psw, scale, 1.0, -1, sentinel)
+
+
+def _traced(t: Tensor) -> bool:
+    """A backward being traced (torch.compile: fake or functional tensors) takes torch operations."""
+    return type(t) is not Tensor or torch.compiler.is_compiling()
+
+
 def _backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], ...]:
     """Weight gradient with the deterministic sort-based kernel (positions as tbe_lookups)."""
     if ctx.mode == "max":
         raise NotImplementedError("table-batched max: no backward (use EmbeddingBag per table)")
     table_rows, indices, offsets, psw = ctx.saved_tensors
-    lk = tbe_lookups(table_rows, indices, offsets, ctx.mode, psw)
     dim = grad_out.shape[1] // table_rows.numel()
-    grad_weight = ops.embedding_bag_backward_op(grad_out.contiguous().view(-1, dim), lk.rows, lk.bag_of, 0,
-                                                 ctx.num_weights, psw, lk.bag_scale, -1)
+    grad = grad_out.contiguous().view(-1, dim)
+    if _traced(grad_out):
+        lk = tbe_lookups(table_rows, indices, offsets, ctx.mode, psw)
+        grad_weight = ops.embedding_bag_backward_op(grad, lk.rows, lk.bag_of, 0, ctx.num_weights, psw, lk.bag_scale,
+                                                     -1)
+        return grad_weight, None, None, None, None, None, None
+    # eager: one preparation kernel, and the op's implementation without its Python dispatch
+    lk = prepared_lookups(table_rows, indices, offsets, ctx.mode, psw, ctx.num_weights, sentinel=False)
+    grad_weight = launch.bag_backward(grad, lk.rows, lk.bag_of, bag_size=0, num_weights=ctx.num_weights,
+                                      per_sample_weights=psw, bag_scale=lk.bag_scale, padding_idx=-1)
     return grad_weight, None, None, None, None, None, None
 
 
@@ -127,7 +151,7 @@ class SparseTBE(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], ...]:
         weight, table_rows, indices, offsets, psw = ctx.saved_tensors
-        lk = tbe_lookups(table_rows, indices, offsets, ctx.mode, psw)
+        lk = prepared_lookups(table_rows, indices, offsets, ctx.mode, psw, weight.shape[0])
         grad = grad_out.contiguous().view(-1, weight.shape[1])
         return (sparse_update.sparse_or_fused_backward(grad, lk, weight, ctx.fused),
                 None, None, None, None, None, None, None)

@@ -13,6 +13,7 @@ driver work, a faster host), comparable between two versions of the package run 
     PYTHONPATH=$PWD python3 -m tests.kernels.host_overhead [--calls 2000] [--profile]
     PYTHONPATH=$PWD python3 -m tests.kernels.host_overhead --gpu   # on a GPU: ours and torch's
     PYTHONPATH=$PWD python3 -m tests.kernels.host_overhead --gpu --breakdown   # the call's parts alone
+    PYTHONPATH=$PWD python3 -m tests.kernels.host_overhead --training   # one training step's host work
 
 The case is the issue's: a 1M x 128 float32 table, 2048 CSR bags of 20, sum; with no index check
 (``check_indices=False``) and with the default one (``"deferred"``: its check pass and the
@@ -32,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -230,6 +232,84 @@ def measure(calls: int, profile: bool = False) -> dict[str, float]:
     return results
 
 
+# The training step's case (issue 37): TableBatchedEmbeddingBag, 4 tables x 1000 rows x 128,
+# float32, 64 CSR bags of 4 per table (small: the CPU's own work on the tensors stays negligible
+# beside the host path's), the default index check; forward, backward and fused update.
+TRAINING_CASES = ("sgd sum", "rowwise_adagrad sum", "rowwise_adagrad mean", "sgd sum psw")
+
+
+@dataclass
+class StepWork:
+    """The host work of one training step: the torch operations dispatched (aten names, in order)
+    and our kernel launches (entry names, in order)."""
+
+    ops: list[str]
+    launches: list[str]
+
+
+def training_case(name: str) -> Callable[[], Any]:
+    """One training step of the named TRAINING_CASES case (CPU tensors, under ``without_gpu``)."""
+    import torch
+
+    from reference_kernels import optim
+    from reference_kernels.tbe import TableBatchedEmbeddingBag
+
+    kind, mode, *extra = name.split()
+    spec = optim.SGD(lr=0.1) if kind == "sgd" else optim.RowWiseAdagrad(lr=0.1)
+    tables, bags, length, dim = 4, 64, 4, 128
+    module = TableBatchedEmbeddingBag([1000] * tables, dim, mode=mode, optimizer=spec)
+    gen = torch.Generator().manual_seed(0)
+    indices = torch.randint(0, 1000, (tables * bags * length,), generator=gen)
+    offsets = torch.arange(0, tables * bags * length + 1, length)
+    psw = torch.rand(indices.numel(), generator=gen) if extra else None
+    grad = torch.randn(bags, tables * dim, generator=gen)
+    return lambda: module(indices, offsets, psw).backward(grad)
+
+
+def step_work(step: Callable[[], Any]) -> StepWork:
+    """What one call of ``step`` dispatches and launches (run under ``without_gpu``; the kernels'
+    names from a recording kernel lookup, nothing launched)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from reference_kernels import index_check, launch, nvrtc
+
+    work = StepWork([], [])
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            work.ops.append(str(func.overloadpacket.__name__))
+            return func(*args, **(kwargs or {}))
+
+    saved = nvrtc.get_function, launch._launch_packed, dict(index_check._FUNCTIONS)
+    nvrtc.get_function = lambda filename, name, *args: name  # type: ignore[assignment]
+    launch._launch_packed = lambda index, fn, *args: work.launches.append(fn)  # type: ignore[assignment,misc]
+    launch.clear_plans()
+    index_check._FUNCTIONS.clear()  # the check pass's compiled functions: the recording lookup's names
+    try:
+        step()  # planned, compiled (the names), the optimizer's state made
+        work.launches.clear()
+        with Recorder():
+            step()
+    finally:
+        nvrtc.get_function, launch._launch_packed = saved[0], saved[1]  # type: ignore[assignment]
+        index_check._FUNCTIONS.clear()
+        index_check._FUNCTIONS.update(saved[2])
+        launch.clear_plans()
+    return work
+
+
+def measure_training(calls: int) -> dict[str, tuple[float, StepWork]]:
+    """Per TRAINING_CASES case: host µs per step (CPU lower bound) and the step's work."""
+    import torch
+
+    results = {}
+    with without_gpu(os.environ.get(STUB_ENV) == "1"), torch.enable_grad():
+        for name in TRAINING_CASES:
+            work = step_work(training_case(name))
+            results[name] = (per_call_us(training_case(name), calls), work)
+    return results
+
+
 def measure_on_gpu(calls: int) -> dict[str, float]:
     """The same call on a GPU, ours and torch's: host µs per call while the GPU is held busy
     (a sleep kernel enqueued first, longer than the calls take), so that calls only enqueue."""
@@ -326,6 +406,8 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true", help="also print cProfile's top functions")
     parser.add_argument("--gpu", action="store_true", help="on a GPU instead: ours and torch's, nothing replaced")
     parser.add_argument("--breakdown", action="store_true", help="with --gpu: the call's parts timed alone")
+    parser.add_argument("--training", action="store_true", help="instead: one TableBatchedEmbeddingBag training "
+                        "step (forward, backward, fused update): host us, torch ops and launches per step")
     args = parser.parse_args()
     if args.gpu and args.breakdown:
         for part, (us, ratio) in breakdown_on_gpu(args.calls or 400).items():
@@ -346,6 +428,11 @@ def main() -> int:
                                   env=env, check=False).returncode
     stubbed = os.environ[STUB_ENV] == "1"
     print(f"driver: {'stub libcuda (cuda-bindings runs)' if stubbed else 'launch mocked in Python (no cc)'}")
+    if args.training:
+        for case, (us, work) in measure_training(args.calls or 500).items():
+            print(f"host per training step, ours, CPU lower bound, {case}: {us:6.1f} us, {len(work.ops)} torch ops "
+                  f"({' '.join(work.ops)}), {len(work.launches)} launches ({' '.join(work.launches)})")
+        return 0
     for case, us in measure(args.calls or 2000, args.profile).items():
         print(f"host per call, ours, CPU lower bound, {case}: {us:6.1f} us")
     return 0

@@ -59,6 +59,7 @@ NVCC_VARIANTS: dict[str, list[str]] = {
     "embedding_gather.cu": ["", "-DCHUNK_BYTES=2 -DROW_LANES=4 -DINDEX_T=int"],
     "index_check.cu": ["", "-DINDEX_T=int", "-DCLEAN_T=int", "-DINDEX_T=int -DCLEAN_T=int -DTABLE_CAP=64",
                        "-DCLEAN_T=int -DTABLE_CAP=4096", "-DTABLE_CAP=-1"],
+    "lookup_prepare.cu": ["", "-DINDEX_T=int -DMEAN=1", "-DKEY_T=i64 -DMEAN=1"],
     "sparse_update.cu": ["", "-DOPTIMIZER=1 -DROW_T=int -DITERS=2", "-DOPTIMIZER=2 -DWEIGHT_DTYPE=1 -DSTOCHASTIC=1",
                          "-DOPTIMIZER=1 -DWEIGHT_DTYPE=2 -DSTOCHASTIC=1 -DVEC=2 -DITERS=3"],
 }
@@ -251,6 +252,39 @@ def test_nvrtc_compiles_the_variants_the_launcher_picks(mode: str, dim: int) -> 
     if tiling.row_lanes >= 4:
         assert segmented is not None
         cubin = nvrtc.compile_cubin("embedding_bag_forward.cu", nvrtc.compile_options("sm_90", segmented))
+        assert cubin[:4] == b"\x7fELF"
+
+
+@needs_nvrtc
+def test_nvrtc_compiles_the_preparation_variants_the_launcher_picks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table-batched backward's preparation (lookup_prepare.cu): the launcher asks for a
+    variant per index type, key type and mode; the two farthest apart compile with NVRTC here
+    (int32 indices and keys with mean's bag scales; int64 indices and keys, sum), every one in
+    the nvcc sweep (NVCC_VARIANTS)."""
+    import torch
+
+    from reference_kernels import launch, nvrtc
+
+    asked: dict[str, dict[str, object]] = {}
+    monkeypatch.setattr(nvrtc, "get_function", lambda filename, name, defines, device: asked.setdefault(
+        f"{filename} {sorted(defines.items())}", defines) and name)
+    monkeypatch.setattr(launch, "_launch_packed", lambda *args: None)
+    monkeypatch.setattr(launch, "device_props", lambda device: HOPPER)
+    launch.clear_plans()
+    try:
+        for dtype in (torch.int32, torch.int64):
+            indices, offsets = torch.empty(50, dtype=dtype, device="meta"), torch.empty(9, dtype=dtype, device="meta")
+            table_rows = torch.empty(2, dtype=torch.int64, device="meta")
+            for num_rows, mean in ((1000, False), (1000, True), (2**31, False), (2**31, True)):
+                launch.prepare_table_lookups(indices, offsets, table_rows, num_rows=num_rows, mean=mean, sentinel=-1)
+    finally:
+        launch.clear_plans()
+    assert len(asked) == 8
+    farthest = (("int", "int", 1), ("i64", "i64", 0))
+    extremes = [d for d in asked.values() if (d["INDEX_T"], d["KEY_T"], d["MEAN"]) in farthest]
+    assert len(extremes) == 2
+    for defines in extremes:
+        cubin = nvrtc.compile_cubin("lookup_prepare.cu", nvrtc.compile_options("sm_90", defines))
         assert cubin[:4] == b"\x7fELF"
 
 

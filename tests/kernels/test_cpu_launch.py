@@ -66,7 +66,7 @@ def test_a_signature_is_shared_and_each_thread_packs_into_its_own_buffer() -> No
     assert _read_params(mine)[1] == struct.pack("@Pq", 5, 6)
 
 
-_KIND_OF_TYPE = {"i64": I64, "int": I32, "float": F32}
+_KIND_OF_TYPE = {"i64": I64, "u64": I64, "int": I32, "float": F32}
 
 
 def _kernel_kinds(source: str, entry: str) -> str:
@@ -92,12 +92,21 @@ def test_forward_parameter_kinds_match_the_kernel_signatures(entry: str, source:
     assert launch.FORWARD_KINDS[entry] == _kernel_kinds(source, entry)
 
 
+@pytest.mark.parametrize("entry,source,signature", [
+    ("embedding_bag_backward", "embedding_bag_backward.cu", launch.CHUNK_PARAMS),
+    ("embedding_bag_backward_combine", "embedding_bag_backward.cu", launch.COMBINE_PARAMS),
+    ("tbe_prepare", "lookup_prepare.cu", launch.PREPARE_PARAMS),
+])
+def test_backward_parameter_kinds_match_the_kernel_signatures(entry: str, source: str, signature: Any) -> None:
+    assert signature.kinds == _kernel_kinds(source, entry)
+
+
 @pytest.mark.parametrize("entry", ["embedding_gather", "embedding_gather_bulk"])
 def test_gather_parameter_kinds_match_the_kernel_signatures(entry: str) -> None:
     assert launch.GATHER_KINDS[entry] == _kernel_kinds("embedding_gather.cu", entry)
 
 
-def test_every_forward_and_gather_launch_packs_its_values() -> None:
+def test_every_forward_gather_and_backward_launch_packs_its_values() -> None:
     """Over a spread of the golden table's call shapes (meta tensors, described device), each
     launch's values pack into its entry's signature: as many values as parameters, each of
     its kind (a pointer, an integer in range, a float)."""
@@ -116,7 +125,8 @@ def test_every_forward_and_gather_launch_packs_its_values() -> None:
         launch._launch_packed = pack_only  # type: ignore[assignment]
         for combo in combos:
             golden_picks.picks_of(combo)
-    assert set(packed) == set(launch.FORWARD_KINDS) | set(launch.GATHER_KINDS), packed
+    backward = {"embedding_bag_backward", "embedding_bag_backward_combine"}
+    assert set(packed) == set(launch.FORWARD_KINDS) | set(launch.GATHER_KINDS) | backward, packed
 
 
 def test_launch_passes_the_packed_buffer_and_names_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -59,8 +59,12 @@ def test_report_ratios_and_table() -> None:
     summary = ts.summary([r])
     assert summary["gpu_vs_fbgemm"]["geomean"] == pytest.approx(1.2) and summary["gpu_vs_torch"]["cases"] == 0
     assert summary["wall_over_gpu_ours"] == {"case a": 1.5}
+    assert summary["host_over_gpu_ours"] == {"case a": 0.8}
+    assert summary["host_us"]["ours"] == {"median": 80.0, "min": 80.0, "max": 80.0}
+    assert summary["host_us"]["fbgemm"]["median"] == 200.0
     text = ts.text_table([r], summary)
     assert "case a" in text and "torch: OutOfMemoryError" in text and "update checks failed: none" in text
+    assert "host us per step, ours: median 80, min 80, max 80" in text
 
 
 def test_fbgemm_unavailable_reasons(tmp_path: Path) -> None:

@@ -1,0 +1,46 @@
+"""CPU tests of the host work of one training step (issue 37): forward, backward and fused update
+of ``TableBatchedEmbeddingBag`` run through the whole Python path on CPU tensors with the GPU
+parts replaced (tests/kernels/host_overhead.py), counting the torch operations the step
+dispatches and the kernels it launches. The backward's lookup preparation is one kernel
+(lookup_prepare.cu): none of the ~25 torch operations it replaced (searchsorted, where, masks,
+index arithmetic) may come back unnoticed."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("cuda.bindings.driver")  # the measurement drives cuda-bindings (the kernels extra)
+
+from tests.kernels import host_overhead  # noqa: E402
+
+# The step's launches: the index check, the lookup, the preparation, the chunk and combine passes.
+LAUNCHES = ["index_check", "tbe_prepare", "embedding_bag_backward", "embedding_bag_backward_combine"]
+# The step's torch operations: the check's two copies, the output, the preparation's keys and grad
+# rows (and mean's bag scales), the gradient's view, the sort, the backward's partial sums.
+OPS = ["empty_like", "empty_like", "new_empty", "empty_like", "empty_like", "view", "sort", "new_empty"]
+
+
+@pytest.mark.parametrize("case", host_overhead.TRAINING_CASES)
+def test_a_training_step_dispatches_a_few_allocations_a_sort_and_five_launches(case: str) -> None:
+    import torch
+
+    with host_overhead.without_gpu(stubbed=False), torch.enable_grad():
+        work = host_overhead.step_work(host_overhead.training_case(case))
+    mean = case.split()[1] == "mean"
+    expected_ops = OPS[:5] + ["new_empty"] + OPS[5:] if mean else OPS  # mean: its bag scales
+    assert work.ops == expected_ops
+    assert len(work.launches) == 5
+    assert work.launches[0] == LAUNCHES[0] and work.launches[1].startswith("embedding_bag_forward")
+    assert work.launches[2:] == LAUNCHES[1:]
+
+
+def test_the_training_measurement_reports_host_time_ops_and_launches() -> None:
+    """``host_overhead --training`` runs each case and puts the process's ledgers back."""
+    from reference_kernels import index_check
+
+    before = (index_check.FLAGS, index_check._FLAGS_DEVICE_PTR, index_check._LEDGERS)
+    results = host_overhead.measure_training(calls=5)
+    assert set(results) == set(host_overhead.TRAINING_CASES)
+    assert all(0 < us < 100_000 and len(work.launches) == 5 for us, work in results.values())
+    assert (index_check.FLAGS, index_check._FLAGS_DEVICE_PTR, index_check._LEDGERS) == before
