@@ -507,7 +507,7 @@ def backward_passes(grad_out: torch.Tensor, sorted_rows: torch.Tensor, positions
     fn = nvrtc.get_function(combine.source, combine.entry, dict(combine.defines), device)
     _launch_on(grad_out, fn, combine.blocks, [
         (sorted_rows.data_ptr(), PTR), (n, I64), (dim, I64), (combine.col_tiles, I32), (partial.data_ptr(), PTR),
-        (carries.data_ptr(), PTR), (_ptr(grad_weight), PTR), *tail])
+        (carries.data_ptr(), PTR), (_ptr(grad_weight), PTR), *tail], block=combine.block)
 
 
 @functools.cache
