@@ -15,8 +15,9 @@
 //     a whole run is written straight to grad_weight. A run that crosses chunk
 //     boundaries leaves partial sums: slot 1 of the chunk where it starts (the
 //     chunk is then flagged in `carries`), slot 0 of every later chunk it covers.
-//   embedding_bag_backward_combine: one team per flagged chunk adds its slot 1
-//     and the following chunks' slot 0, in chunk order, and writes the row.
+//   embedding_bag_backward_combine: adds, for each flagged chunk, its slot 1 and the
+//     following chunks' slot 0 in a fixed order, and writes the row: a team alone for a
+//     short run, the whole block for a long one (hot rows; see the kernel's comment).
 //   (The host compiles the two passes as separate modules, BACKWARD_PASS = 1, 2,
 //   which keeps each compile well under a second.)
 //
@@ -100,8 +101,16 @@ static_assert(ROW_LANES % UNROLL_EFF == 0, "UNROLL must divide ROW_LANES");
 static_assert(CHUNK_POS % ROW_LANES == 0, "CHUNK_POS must be a multiple of ROW_LANES");
 
 #define PVEC (VEC < 4 ? VEC : 4)  // floats per partial-buffer access (at most 16 bytes)
-// Partial rows the combine kernel keeps in flight: about 64 floats per lane.
-#define COMBINE_UNROLL (CHUNKS * VEC <= 8 ? 8 : CHUNKS * VEC <= 16 ? 4 : 2)
+// Pieces (partial rows) a combine team keeps in flight. Up to 4 floats a lane: about 24 floats
+// (20 beside a fused update, 16 with stochastic rounding) in 64 registers a thread (two blocks
+// of 512 per SM); wider, about 48 floats (32 beside a fused update, which holds the row twice
+// more) in 128 registers or more.
+#define COMBINE_NARROW (CHUNKS * VEC <= 4)
+#define COMBINE_FLOATS (COMBINE_NARROW ? (FUSED_OPT ? (STOCHASTIC ? 16 : 20) : 24) : FUSED_OPT ? 32 : 48)
+#define COMBINE_UNROLL                                                         \
+  (COMBINE_FLOATS / (CHUNKS * VEC) >= 8   ? 8                                  \
+   : COMBINE_FLOATS / (CHUNKS * VEC) >= 1 ? COMBINE_FLOATS / (CHUNKS * VEC) \
+                                          : 1)
 
 typedef Pack<weight_t, VEC> Vec;
 typedef Pack<float, PVEC> PartialVec;
@@ -383,50 +392,191 @@ __device__ __forceinline__ void add(RowAcc& a, const RowAcc& x) {
 }
 
 #if BACKWARD_PASS == 0 || BACKWARD_PASS == 2
-// Adds the pieces of runs that cross chunk boundaries: slot 1 of the run's first
-// chunk, then slot 0 of each following chunk that still starts with the row.
-// COMBINE_UNROLL chunks are examined at a time, their loads in flight together.
-extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_backward_combine(
+// The combine kernel. A run that crosses chunks has pieces: slot 1 of its head chunk (the one
+// flagged in `carries`), then slot 0 of each following chunk that still starts with its row.
+// Hot rows under skewed indices have thousands of pieces (Zipf 1.05 over 4M rows: the hottest
+// row has ~9 % of the positions, ~1,000 chunks of 64), so one team walking them in order is a
+// serial chain of dependent loads (the previous kernel: 393 us of a 788 us training step, 11.6 %
+// occupancy; docs/perf/change-54.md). Here a block holds COMBINE_ITEMS (chunk, column tile) items:
+//   1. each item's team tests the next COMBINE_PROBE chunk starts at once; a run that ends
+//      there (at most COMBINE_PROBE + 1 pieces) the team sums alone, in chunk order;
+//   2. a longer run (it covers the next COMBINE_PROBE + 1 chunks, so a block meets at most
+//      ceil(COMBINE_ITEMS / (COMBINE_PROBE + 1)) of them) is taken by the whole block: its end
+//      is found by block-wide tests of BLOCK chunk starts per round, then team t sums pieces
+//      t, t + TEAMS, t + 2 TEAMS, ... in that order with COMBINE_UNROLL loads in flight, the
+//      teams' sums are added in a fixed tree in shared memory, and team 0 writes the row (or
+//      applies the optimizer: the whole row in one team).
+// Every sum's order depends only on the run's length and the compiled shape: deterministic,
+// no atomics, and the grid is sized by the number of chunks (known on the host).
+#ifndef COMBINE_ITEMS  // (chunk, column tile) items per block, one team each in step 1 (the host's grid)
+#define COMBINE_ITEMS 8
+#endif
+#ifndef COMBINE_PROBE  // chunk starts a team tests at once: longer runs go to the whole block
+#define COMBINE_PROBE 16
+#endif
+#define COMBINE_TEAMS (BLOCK / ROW_LANES)
+// Blocks per SM the registers must allow: 64 registers a thread for narrow rows (128 beside
+// Adam's update, which alone needs more), 128 up to 16 floats a lane, no limit beyond (the host
+// gives those rows blocks of 256: up to 255 registers)
+#define COMBINE_REGS \
+  (COMBINE_NARROW && !(FUSED_OPT && OPTIMIZER == 2) ? 64 : CHUNKS * VEC <= 16 ? 128 : 65536 / BLOCK)
+#define COMBINE_MIN_BLOCKS (65536 / COMBINE_REGS / BLOCK > 0 ? 65536 / COMBINE_REGS / BLOCK : 1)
+static_assert(COMBINE_ITEMS <= COMBINE_TEAMS, "a team per item");
+static_assert((COMBINE_TEAMS & (COMBINE_TEAMS - 1)) == 0, "the teams' sums are added in a binary tree");
+
+// Chunk k starts with `row` (the run goes on into it).
+__device__ __forceinline__ bool run_continues(const ROW_T* __restrict__ sorted_rows, i64 k, i64 num_chunks, i64 row) {
+  return k < num_chunks && (i64)sorted_rows[k * CHUNK_POS] == row;
+}
+
+// a += pieces first, first + step, first + 2 step, ... (below count) of the run whose head
+// chunk is `head` (piece 0: the head's slot 1; piece j: slot 0 of chunk head + j), in that
+// order, COMBINE_UNROLL loads in flight (the run's end is known: no test between the loads).
+__device__ __forceinline__ void add_pieces(RowAcc& a, const float* __restrict__ partial, i64 head, int first,
+                                           int count, int step, i64 dim, i64 col0, int row_lane) {
+  // a running pointer at this lane's first column of slot 0 of the chunk of the team's next
+  // piece, and one bound per round: few registers beside the loads
+  const float* p = partial + (head + first) * 2 * dim + col0 + row_lane * VEC;
+  const i64 hop = (i64)step * 2 * dim;  // from one piece of the team to its next
+  int live = 0;                          // bit c: this lane's vector c lies inside the row
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) live |= (lane_col(col0, c, row_lane) < dim) << c;
+#pragma unroll 1
+  for (int j0 = first; j0 < count; j0 += step * COMBINE_UNROLL) {
+    const int valid = (count - j0 + step - 1) / step;  // pieces this round
+    RowAcc x[COMBINE_UNROLL];
+#pragma unroll
+    for (int u = 0; u < COMBINE_UNROLL; ++u) {
+      const float* q = p + (u == 0 && j0 == 0 ? dim : 0);  // piece 0: the head chunk's slot 1
+#pragma unroll
+      for (int c = 0; c < CHUNKS; ++c) {
+        if (u >= valid || !((live >> c) & 1)) continue;
+#pragma unroll
+        for (int e0 = 0; e0 < VEC; e0 += PVEC) {
+          const PartialVec y = load_pack<float, PVEC>(q + c * ROW_LANES * VEC + e0);
+#pragma unroll
+          for (int e = 0; e < PVEC; ++e) x[u].v[c][e0 + e] = y.v[e];
+        }
+      }
+      p += hop;
+    }
+#pragma unroll
+    for (int u = 0; u < COMBINE_UNROLL; ++u)
+      if (u < valid) add(a, x[u]);
+  }
+}
+
+// The first chunk after `known` (which starts with `row`) that does not: the run's end, found
+// by the whole block. Each round tests BLOCK chunk starts at one stride; the rows are sorted, so
+// the tests that hold form a prefix and their count (__syncthreads_count) is the first failure.
+// The stride grows by BLOCK while every test holds, then shrinks back to 1: a run of C chunks
+// takes about 2 log_BLOCK(C) rounds (one round for C < BLOCK + COMBINE_PROBE).
+__device__ i64 run_end(const ROW_T* __restrict__ sorted_rows, i64 known, i64 num_chunks, i64 row) {
+  i64 base = known, stride = 1;
+  bool grow = true;
+  for (;;) {
+    const i64 k = base + (i64)(threadIdx.x + 1) * stride;
+    const int held = __syncthreads_count(run_continues(sorted_rows, k, num_chunks, row));
+    base += (i64)held * stride;
+    if (held < BLOCK) {
+      if (stride == 1) return base + 1;
+      grow = false;
+      stride /= BLOCK;
+    } else if (grow) {
+      stride *= BLOCK;
+    }
+  }
+}
+
+// Team 0 ends with the sum of every team's `a`, added in a fixed binary tree (team t + h into
+// team t, h = TEAMS / 2, ..., 1). `red`: TEAMS / 2 rows of the team's columns, lane-interleaved.
+__device__ __forceinline__ void block_sum(RowAcc& a, float* red, int team, int row_lane) {
+#pragma unroll 1
+  for (int h = COMBINE_TEAMS / 2; h >= 1; h >>= 1) {
+    if (team >= h && team < 2 * h) {
+#pragma unroll
+      for (int c = 0; c < CHUNKS; ++c)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) red[(((team - h) * CHUNKS + c) * VEC + e) * ROW_LANES + row_lane] = a.v[c][e];
+    }
+    __syncthreads();
+    if (team < h) {
+#pragma unroll
+      for (int c = 0; c < CHUNKS; ++c)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) a.v[c][e] += red[((team * CHUNKS + c) * VEC + e) * ROW_LANES + row_lane];
+    }
+    __syncthreads();
+  }
+}
+
+// A run's complete sum: the row's gradient, or (FUSED_OPT) the optimizer step on the row.
+__device__ __forceinline__ void finish_run(i64 row, const RowAcc& a, i64 dim, i64 col0, int row_lane,
+                                           grad_t* grad_weight, const FusedArgs& fused) {
+#if FUSED_OPT
+  apply_row(row, a, dim, row_lane, fused);
+#else
+  store_row(grad_weight + row * dim, a, dim, col0, row_lane);
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(BLOCK, COMBINE_MIN_BLOCKS) embedding_bag_backward_combine(
     const ROW_T* __restrict__ sorted_rows, i64 num_indices, i64 dim, int col_tiles,
     const float* __restrict__ partial, const int* __restrict__ carries, grad_t* __restrict__ grad_weight,
     weight_t* __restrict__ fused_weight, float* __restrict__ state1, float* __restrict__ state2, float lr, float eps,
     float beta1, float beta2, float weight_decay, float step_size, u64 seed) {
+  __shared__ float red[COMBINE_TEAMS / 2 * CHUNKS * VEC * ROW_LANES];
+  __shared__ i64 long_head[COMBINE_ITEMS];  // step 2's runs: their head chunks (-1: none)
+  const FusedArgs fused = {fused_weight, state1, state2, {lr, eps, beta1, beta2, weight_decay, step_size, seed}};
   const int lane = threadIdx.x & 31;
   const int row_lane = lane & (ROW_LANES - 1);
+  const int team = threadIdx.x / ROW_LANES;
   const i64 num_chunks = (num_indices + CHUNK_POS - 1) / CHUNK_POS;
-  const i64 work = ((i64)blockIdx.x * BLOCK + threadIdx.x) / ROW_LANES;
-  if (work >= num_chunks * col_tiles) return;
-  const i64 chunk = work / col_tiles;
-  const i64 col0 = (work % col_tiles) * (i64)TILE_COLS;
-  if (carries[chunk] == 0) return;
-  const i64 last = chunk * CHUNK_POS + CHUNK_POS - 1;  // the run's row: the chunk's last position
-  const i64 row = sorted_rows[last];
 
-  RowAcc acc;
-  load_partial(acc, partial + (chunk * 2 + 1) * dim, dim, col0, row_lane);
-  for (i64 k = chunk + 1; k < num_chunks; k += COMBINE_UNROLL) {
-    bool same[COMBINE_UNROLL];
-    RowAcc x[COMBINE_UNROLL];
+  if (team < COMBINE_ITEMS) {  // 1. short runs, a team each
+    const u32 mask = team_mask<ROW_LANES>(lane);
+    const i64 work = (i64)blockIdx.x * COMBINE_ITEMS + team;
+    i64 head = -1;
+    if (work < num_chunks * col_tiles && carries[work / col_tiles] != 0) {
+      const i64 chunk = work / col_tiles;
+      const i64 col0 = (work % col_tiles) * (i64)TILE_COLS;
+      const i64 row = sorted_rows[chunk * CHUNK_POS + CHUNK_POS - 1];  // the run's: the chunk's last position
+      int held = 0;  // of chunks chunk + 2, ..., chunk + 1 + COMBINE_PROBE (chunk + 1 continues it: flagged)
 #pragma unroll
-    for (int u = 0; u < COMBINE_UNROLL; ++u) {  // chunk-start rows, then the pieces they select
-      same[u] = k + u < num_chunks && sorted_rows[(k + u) * CHUNK_POS] == row;
-      if (same[u]) load_partial(x[u], partial + ((k + u) * 2) * dim, dim, col0, row_lane);
-    }
-    bool done = false;
+      for (int i = 0; i < (COMBINE_PROBE + ROW_LANES - 1) / ROW_LANES; ++i) {
+        const int q = i * ROW_LANES + row_lane;
+        if (q < COMBINE_PROBE) held += run_continues(sorted_rows, chunk + 2 + q, num_chunks, row);
+      }
 #pragma unroll
-    for (int u = 0; u < COMBINE_UNROLL; ++u) {  // in chunk order: deterministic
-      done = done || !same[u];
-      if (done) break;
-      add(acc, x[u]);
+      for (int off = ROW_LANES / 2; off > 0; off >>= 1) held += __shfl_xor_sync(mask, held, off);
+      if (held < COMBINE_PROBE) {
+        RowAcc acc;
+        zero(acc);
+        add_pieces(acc, partial, chunk, 0, 2 + held, 1, dim, col0, row_lane);
+        finish_run(row, acc, dim, col0, row_lane, grad_weight, fused);
+      } else if (col0 == 0) {
+        head = chunk;  // the block takes every column tile of it
+      }
     }
-    if (done) break;
+    if (row_lane == 0) long_head[team] = head;
   }
-#if FUSED_OPT
-  const FusedArgs fused = {fused_weight, state1, state2, {lr, eps, beta1, beta2, weight_decay, step_size, seed}};
-  apply_row(row, acc, dim, row_lane, fused);
-#else
-  store_row(grad_weight + row * dim, acc, dim, col0, row_lane);
-#endif
+  __syncthreads();
+#pragma unroll 1
+  for (int item = 0; item < COMBINE_ITEMS; ++item) {  // 2. long runs, the whole block each
+    const i64 head = long_head[item];
+    if (head < 0) continue;  // the same for the whole block
+    const i64 row = sorted_rows[head * CHUNK_POS + CHUNK_POS - 1];
+    const int pieces = (int)(run_end(sorted_rows, head + 1 + COMBINE_PROBE, num_chunks, row) - head);
+#pragma unroll 1
+    for (int tile = 0; tile < col_tiles; ++tile) {
+      const i64 col0 = (i64)tile * TILE_COLS;
+      RowAcc acc;
+      zero(acc);
+      add_pieces(acc, partial, head, team, pieces, COMBINE_TEAMS, dim, col0, row_lane);
+      block_sum(acc, red, team, row_lane);
+      if (team == 0) finish_run(row, acc, dim, col0, row_lane, grad_weight, fused);
+    }
+  }
 }
 #endif  // BACKWARD_PASS == 0 || BACKWARD_PASS == 2
 

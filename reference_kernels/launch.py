@@ -502,7 +502,7 @@ def backward_passes(grad_out: torch.Tensor, sorted_rows: torch.Tensor, positions
     prepared = plans.get(key)
     if prepared is None:
         prepared = _backward_prepared(key, grad_out, sorted_rows, plans)
-    chunk_fn, combine_fn, grid, col_tiles, chunks, partial_floats = prepared
+    chunk_fn, combine_fn, grid, combine_grid, combine_block, col_tiles, chunks, partial_floats = prepared
     dim = key[1]
     # the partial sums (2 rows per chunk, float32), then the chunks' carry flags (int32)
     work = grad_out.new_empty((partial_floats + chunks,), dtype=torch.float32)
@@ -514,14 +514,14 @@ def backward_passes(grad_out: torch.Tensor, sorted_rows: torch.Tensor, positions
         max(1, bag_size), 0 if per_sample_weights is None else per_sample_weights.data_ptr(),
         0 if bag_scale is None else bag_scale.data_ptr(), scale, padding_idx, col_tiles, grad, partial, carries,
         *fused_values))
-    _launch_packed(index, combine_fn, grid, BLOCK, COMBINE_PARAMS,
+    _launch_packed(index, combine_fn, combine_grid, combine_block, COMBINE_PARAMS,
                    (rows, n, dim, col_tiles, partial, carries, grad, *fused_values))
 
 
 # The memoised backward plans of the current knobs: [tuning, {call key: BackwardPrepared}].
-# BackwardPrepared: chunk function, combine function, grid (both), column tiles, chunks, floats
-# of partial sums.
-BackwardPrepared = tuple[Any, Any, int, int, int, int]
+# BackwardPrepared: chunk function, combine function, the chunk pass's grid, the combine pass's
+# grid and block, column tiles, chunks, floats of partial sums.
+BackwardPrepared = tuple[Any, Any, int, int, int, int, int, int]
 _BACKWARD_PLANS: list[Any] = [None, {}]
 _BACKWARD_BY_TUNING: dict[tuning.Tuning, dict[tuple[Any, ...], BackwardPrepared]] = {}
 
@@ -544,11 +544,11 @@ def _backward_prepared(key: tuple[Any, ...], grad_out: torch.Tensor, sorted_rows
     device = grad_out.device.index
     chunk_fn = nvrtc.get_function(chunk_pass.source, chunk_pass.entry, dict(chunk_pass.defines), device)
     combine_fn = nvrtc.get_function(combine.source, combine.entry, dict(combine.defines), device)
-    assert chunk_pass.blocks == combine.blocks  # one team per chunk and column tile in both
     chunks = -(-n // chunk_pass.chunk_positions)
     if len(plans) >= _MAX_PLANS:  # calls of ever new sizes must not grow it forever
         plans.clear()
-    plans[key] = (chunk_fn, combine_fn, chunk_pass.blocks, chunk_pass.col_tiles, chunks, chunks * 2 * dim)
+    plans[key] = (chunk_fn, combine_fn, chunk_pass.blocks, combine.blocks, combine.block, chunk_pass.col_tiles, chunks,
+                  chunks * 2 * dim)
     return plans[key]
 
 

@@ -687,8 +687,28 @@ def overlaps_zero_fill(num_positions: int, num_weights: int, tuning: Tuning) -> 
     return tuning.overlap_zero_fill and num_positions <= tuning.overlap_max_lookups_per_row * num_weights
 
 
+# The combine pass (embedding_bag_backward.cu): blocks of 512 threads, so that a hot row's
+# thousands of pieces are summed by 16 teams of 32 lanes at once; each block holds up to 32
+# (chunk, column tile) items (one team each for the short runs); runs longer than 17 chunks go to
+# the whole block (docs/perf/change-54.md). Rows of more than 16 floats a lane take blocks of 256:
+# a fused update beside a whole row in flight needs more than 128 registers a thread.
+COMBINE_BLOCK = 512
+COMBINE_MAX_ITEMS = 32
+COMBINE_PROBE = 16
+
+
+def combine_block(tiling: RowTiling) -> int:
+    return COMBINE_BLOCK if tiling.chunks * tiling.vec <= 16 else BLOCK
+
+
+def combine_items(tiling: RowTiling) -> int:
+    """(chunk, column tile) items per combine block: a team each, at most COMBINE_MAX_ITEMS."""
+    return min(combine_block(tiling) // tiling.row_lanes, COMBINE_MAX_ITEMS)
+
+
 def plan_backward(call: BackwardCall, device: DeviceProps, tuning: Tuning) -> tuple[Plan, Plan]:
-    """The chunk pass and the combine pass (the same grid: a team per chunk and column tile)."""
+    """The chunk pass (a team per chunk and column tile) and the combine pass (a block per
+    ``combine_items`` of them: the grid is known from the number of positions alone)."""
     tiling = RowTiling.for_row(call.dim, vector_width(call.dim, call.elem_bytes, call.grad_align))
     chunk = backward_chunk(call.num_positions, device.sms, tuning)
     defines: Defines = {
@@ -700,8 +720,14 @@ def plan_backward(call: BackwardCall, device: DeviceProps, tuning: Tuning) -> tu
     if call.grad_f32:
         defines["GRAD_F32"] = 1
     defines.update(call.fused)
-    grid = _ceil_div(_ceil_div(call.num_positions, chunk) * tiling.col_tiles * tiling.row_lanes, BLOCK)
+    items = _ceil_div(call.num_positions, chunk) * tiling.col_tiles
+    grid = _ceil_div(items * tiling.row_lanes, BLOCK)
+    per_block, block = combine_items(tiling), combine_block(tiling)
+    combine = {**defines, "BACKWARD_PASS": 2, "BLOCK": block, "COMBINE_ITEMS": per_block,
+               "COMBINE_PROBE": COMBINE_PROBE}
     why = f"chunks of {chunk} sorted positions"
     launch = {"col_tiles": tiling.col_tiles, "chunk_positions": chunk}
     return (_plan(BACKWARD, "embedding_bag_backward", {**defines, "BACKWARD_PASS": 1}, grid, why, **launch),
-            _plan(BACKWARD, "embedding_bag_backward_combine", {**defines, "BACKWARD_PASS": 2}, grid, why, **launch))
+            _plan(BACKWARD, "embedding_bag_backward_combine", combine, _ceil_div(items, per_block), why,
+                  f"{per_block} items a block of {block}; runs over {COMBINE_PROBE + 1} chunks: the whole block",
+                  block=block, **launch))

@@ -55,7 +55,15 @@ NVCC_VARIANTS: dict[str, list[str]] = {
                                   "-DROW_LANES=16 -DSTOCHASTIC=1 -DROW_T=int",
                                   "-DBACKWARD_PASS=1 -DFUSED_OPT=1 -DOPTIMIZER=0 -DROW_T=int -DUNROLL=4",
                                   "-DBACKWARD_PASS=2 -DFUSED_OPT=1 -DOPTIMIZER=1 -DWEIGHT_DTYPE=1 -DVEC=8 "
-                                  "-DROW_LANES=8 -DSTOCHASTIC=1"],
+                                  "-DROW_LANES=8 -DSTOCHASTIC=1",
+                                  # the combine pass as plan_backward compiles it (blocks of 512, 256)
+                                  "-DBACKWARD_PASS=2 -DBLOCK=512 -DCOMBINE_ITEMS=16 -DROW_T=int -DCHUNK_POS=64",
+                                  "-DBACKWARD_PASS=2 -DBLOCK=512 -DCOMBINE_ITEMS=32 -DVEC=4 -DROW_LANES=16 -DCHUNKS=3",
+                                  "-DBACKWARD_PASS=2 -DBLOCK=512 -DCOMBINE_ITEMS=32 -DVEC=4 -DROW_LANES=1",
+                                  "-DBACKWARD_PASS=2 -DFUSED_OPT=1 -DOPTIMIZER=1 -DBLOCK=512 -DCOMBINE_ITEMS=16 "
+                                  "-DROW_T=int",
+                                  "-DBACKWARD_PASS=2 -DFUSED_OPT=1 -DOPTIMIZER=2 -DWEIGHT_DTYPE=1 -DVEC=8 -DCHUNKS=4 "
+                                  "-DBLOCK=256 -DCOMBINE_ITEMS=8 -DROW_T=int"],
     "embedding_gather.cu": ["", "-DCHUNK_BYTES=2 -DROW_LANES=4 -DINDEX_T=int"],
     "index_check.cu": ["", "-DINDEX_T=int", "-DCLEAN_T=int", "-DINDEX_T=int -DCLEAN_T=int -DTABLE_CAP=64",
                        "-DCLEAN_T=int -DTABLE_CAP=4096", "-DTABLE_CAP=-1"],
@@ -326,6 +334,76 @@ def test_backward_chunk_fills_the_gpu_before_it_lengthens() -> None:
     assert backward_chunk(65536 * 32 * 2, 132, KNOBS) == 128  # suite 3: 32768 teams
     assert backward_chunk(64 * 132 * 64, 132, KNOBS) == 64
     assert backward_chunk(1, 132, KNOBS) == 32
+
+
+def _combine_picks() -> dict[tuple[object, ...], dict[str, object]]:
+    """The combine pass's defines as plan_backward picks them, one per register-relevant shape:
+    float32 and float16 rows of 1 to 1024 columns, plain and fused (each optimizer)."""
+    from reference_kernels import plan
+
+    picks: dict[tuple[object, ...], dict[str, object]] = {}
+    for code, size in ((0, 4), (1, 2)):
+        fused_options: list[tuple[tuple[str, object], ...]] = [()] + [  # 16-bit weights: stochastic rounding
+            (("FUSED_OPT", 1), ("OPTIMIZER", opt), ("STOCHASTIC", int(code != 0))) for opt in (0, 1, 2)]
+        for dim in (1, 3, 4, 64, 128, 192, 520, 1000, 1024):
+            tiling = RowTiling.for_row(dim, plan.vector_width(dim, size, 0))
+            for fused in fused_options:
+                if fused and tiling.col_tiles > 1:  # the fused passes take rows of one column tile
+                    continue
+                call = plan.BackwardCall(grad_dtype=code, elem_bytes=size, dim=dim, grad_align=0,
+                                         num_positions=691_200, row_type="int", has_psw=False, has_scale=False,
+                                         grad_f32=code != 0, fused=fused)
+                chunk_pass, combine = plan.plan_backward(call, HOPPER, KNOBS)
+                defines = dict(combine.defines)
+                key = tuple(defines[k] for k in ("WEIGHT_DTYPE", "VEC", "ROW_LANES", "CHUNKS", "BLOCK"))
+                picks.setdefault(key + fused, defines)
+    return picks
+
+
+def test_the_combine_pass_covers_every_chunk_in_blocks_sized_by_the_row() -> None:
+    """A block per COMBINE_ITEMS (chunk, column tile) items, the grid from the positions alone;
+    a team per item; blocks of 512 up to 16 floats a lane, 256 beyond; the search for a long
+    run's end in the shapes the kernel assumes (a power-of-two count of teams)."""
+    from reference_kernels import plan
+
+    for dim, size, block in ((4, 4, 512), (128, 4, 512), (192, 4, 512), (1024, 4, 512), (1024, 2, 256),
+                             (520, 2, 256)):
+        for n in (1, 64, 691_200, 10_000_019):
+            call = plan.BackwardCall(grad_dtype=0 if size == 4 else 1, elem_bytes=size, dim=dim, grad_align=0,
+                                     num_positions=n, row_type="int", has_psw=False, has_scale=False, grad_f32=False)
+            chunk_pass, combine = plan.plan_backward(call, HOPPER, KNOBS)
+            items = -(-n // chunk_pass.chunk_positions) * combine.col_tiles
+            per_block = combine.define("COMBINE_ITEMS")
+            assert combine.block == combine.define("BLOCK") == block, (dim, size)
+            teams = block // combine.define("ROW_LANES")
+            assert per_block <= teams and teams & (teams - 1) == 0
+            assert (combine.blocks - 1) * per_block < items <= combine.blocks * per_block
+            assert combine.define("COMBINE_PROBE") == plan.COMBINE_PROBE
+            assert chunk_pass.block == 256 and "BACKWARD_PASS" in dict(chunk_pass.defines)
+
+
+@needs_nvrtc
+@pytest.mark.slow  # about 3 s a compile on two cores
+def test_nvrtc_compiles_the_combine_variants_the_planner_picks() -> None:
+    from reference_kernels import nvrtc
+
+    picks = _combine_picks()
+    assert len(picks) > 20
+    for defines in list(picks.values())[::4]:  # a spread of them (the nvcc sweep compiles all)
+        cubin = nvrtc.compile_cubin("embedding_bag_backward.cu", nvrtc.compile_options("sm_90", defines))
+        assert cubin[:4] == b"\x7fELF"
+
+
+@pytest.mark.nvcc_sweep
+@pytest.mark.skipif(_nvcc() is None, reason="nvcc is not on PATH")
+def test_combine_variants_the_planner_picks_do_not_spill(tmp_path: Path) -> None:
+    """The combine's registers are capped by its blocks per SM (64 a thread for narrow rows, 128
+    up to 16 floats a lane): every pick compiles within its cap without spilling."""
+    flags = [" ".join(f"-D{k}={v}" for k, v in d.items()) for d in _combine_picks().values()]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        results = list(pool.map(lambda f: _compile("embedding_bag_backward.cu", f, "sm_90", tmp_path), flags))
+    failures = [problem for _, f, _, proc in results if (problem := compile_problem(f, proc)) is not None]
+    assert not failures, "\n".join(failures)
 
 
 def test_vector_width_and_row_tiling() -> None:
