@@ -56,6 +56,8 @@ GROUP_TITLES = {
     "4-sweep": "sweep over one 1M-row table",
     "5-dcnv2": "DLRM-DCNv2, 26 tables",
     "6-onehot": "unpooled one-hot gather",
+    "8-widths": "four tables of one untuned width",
+    "8-mixed": "tables of mixed widths in one module",
     "bwd": "backward",
 }
 REQUIRED = ("case", "group", "ours_us", "torch_us", "ours_gbps", "torch_gbps", "pct_copy", "speedup")

@@ -137,22 +137,41 @@ def forward_arguments(weight: torch.Tensor, table_rows: list[int], indices: torc
     """The op's arguments for T tables stacked in ``weight`` ([sum of rows, D], table t from row
     ``table_rows[t]``), ``indices`` relative to each table and ``offsets`` of T * B + 1 bags,
     table-major (FBGEMM's layout, also ours). The output dtype is the weight's."""
-    if not supports(mode, weight.dtype, per_sample_weights is not None):
-        raise ValueError(f"FBGEMM's forward has no {mode} pooling of {weight.dtype}"
+    dim = weight.shape[1]
+    return _arguments(weight.reshape(-1), [row * dim for row in table_rows], [dim] * len(table_rows), indices,
+                      offsets, mode, per_sample_weights)
+
+
+def mixed_forward_arguments(tables: list[torch.Tensor], indices: torch.Tensor, offsets: torch.Tensor, mode: str,
+                            per_sample_weights: torch.Tensor | None) -> dict[str, Any]:
+    """The op's arguments for tables of their own widths D_t (``tables[t]``: [rows, D_t], one
+    dtype), which FBGEMM's TBE takes natively in one launch: every table's rows copied into one
+    flat buffer (table t from element ``weights_offsets[t]``), ``D_offsets`` the widths' running
+    sum; the output is [B, sum(D_t)] in table order, as ours."""
+    flat = torch.cat([t.reshape(-1) for t in tables])
+    starts = [sum(t.numel() for t in tables[:k]) for k in range(len(tables))]
+    return _arguments(flat, starts, [t.shape[1] for t in tables], indices, offsets, mode, per_sample_weights)
+
+
+def _arguments(flat: torch.Tensor, starts: list[int], dims: list[int], indices: torch.Tensor, offsets: torch.Tensor,
+               mode: str, per_sample_weights: torch.Tensor | None) -> dict[str, Any]:
+    """The op's arguments: table t of width dims[t] from element starts[t] of ``flat``."""
+    if not supports(mode, flat.dtype, per_sample_weights is not None):
+        raise ValueError(f"FBGEMM's forward has no {mode} pooling of {flat.dtype}"
                          f"{' with per-sample weights' if per_sample_weights is not None else ''}")
-    tables, dim, device = len(table_rows), weight.shape[1], weight.device
+    tables, device = len(dims), flat.device
     if (offsets.numel() - 1) % tables:
         raise ValueError(f"offsets must hold T * B + 1 entries (T = {tables}), got {offsets.numel()}")
     # in the op's argument order (FbgemmForward passes the values positionally)
     args: dict[str, Any] = {
-        "dev_weights": weight.reshape(-1),
-        "uvm_weights": weight.new_empty(0),
-        "lxu_cache_weights": weight.new_empty((0, 0)),
+        "dev_weights": flat,
+        "uvm_weights": flat.new_empty(0),
+        "lxu_cache_weights": flat.new_empty((0, 0)),
         "weights_placements": torch.zeros(tables, dtype=torch.int32, device=device),  # all on the device
-        "weights_offsets": torch.tensor(table_rows, dtype=torch.int64, device=device) * dim,
-        "D_offsets": torch.arange(0, (tables + 1) * dim, dim, dtype=torch.int32, device=device),
-        "total_D": tables * dim,
-        "max_D": dim,
+        "weights_offsets": torch.tensor(starts, dtype=torch.int64, device=device),
+        "D_offsets": torch.tensor([sum(dims[:t]) for t in range(tables + 1)], dtype=torch.int32, device=device),
+        "total_D": sum(dims),
+        "max_D": max(dims),
         "indices": indices.reshape(-1).to(torch.int64),
         "offsets": offsets.to(torch.int64),
         "pooling_mode": POOLING[mode],
@@ -162,7 +181,7 @@ def forward_arguments(weight: torch.Tensor, table_rows: list[int], indices: torc
     args.update({
         "lxu_cache_locations": torch.empty(0, dtype=torch.int32, device=device),
         "uvm_cache_stats": torch.empty(0, dtype=torch.int32, device=device),
-        "output_dtype": OUTPUT_DTYPE[weight.dtype],
+        "output_dtype": OUTPUT_DTYPE[flat.dtype],
         "is_experimental": False,
     })
     return args
@@ -174,14 +193,24 @@ def fixed_offsets(batch: int, pooling: int, device: torch.device | str) -> torch
 
 
 class FbgemmForward:
-    """One FBGEMM TBE forward call with its arguments built once: ``peer()`` -> [B, T * D]."""
+    """One FBGEMM TBE forward call with its arguments built once: ``peer()`` -> [B, T * D]
+    (``FbgemmForward.mixed``: tables of their own widths, [B, sum(D_t)])."""
 
     def __init__(self, weight: torch.Tensor, table_rows: list[int], indices: torch.Tensor, offsets: torch.Tensor,
                  mode: str, per_sample_weights: torch.Tensor | None = None) -> None:
-        args = forward_arguments(weight, table_rows, indices, offsets, mode, per_sample_weights)
+        self._bind(forward_arguments(weight, table_rows, indices, offsets, mode, per_sample_weights))
+
+    @classmethod
+    def mixed(cls, tables: list[torch.Tensor], indices: torch.Tensor, offsets: torch.Tensor, mode: str,
+              per_sample_weights: torch.Tensor | None = None) -> FbgemmForward:
+        peer = cls.__new__(cls)
+        peer._bind(mixed_forward_arguments(tables, indices, offsets, mode, per_sample_weights))
+        return peer
+
+    def _bind(self, args: dict[str, Any]) -> None:
         self.arguments = tuple(args.values())
         ops = torch.ops.fbgemm
-        self.op = (ops.split_embedding_codegen_forward_unweighted_cuda if per_sample_weights is None
+        self.op = (ops.split_embedding_codegen_forward_unweighted_cuda if "indice_weights" not in args
                    else ops.split_embedding_codegen_forward_weighted_cuda)
 
     def __call__(self) -> torch.Tensor:

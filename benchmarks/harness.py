@@ -68,6 +68,7 @@ import torch.nn.functional as F
 import reference_kernels as rk
 from benchmarks import fbgemm_peer
 from reference_kernels import diagnostics
+from reference_kernels.plan import width_groups
 from reference_kernels.tbe import TableBatchedEmbeddingBag
 from reference_kernels.tuning import overrides_from_spec, tuned
 
@@ -81,6 +82,12 @@ DCN_POOLING = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100,
 DCN_ROWS = [40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10, 2209,
             11938, 155, 4, 976, 14, 40000000, 40000000, 40000000, 590152, 12973, 108, 36]
 DCN_ROW_CAP = 4_000_000  # the 40M-row tables are shrunk to 4M rows (memory and fill time)
+# issue 37's widths nothing was tuned for, and tables of mixed widths (group "widths"); every table
+# at most TABLE_BYTES (1M rows, fewer for wide rows)
+SWEEP_WIDTHS = (4, 20, 44, 100, 200, 260, 520, 1000)
+MIXED_WIDTHS = {"mixed 8 tables interleaved": [64, 128, 64, 256, 32, 128, 16, 64],
+                "mixed 8 untuned widths": [4, 20, 44, 100, 200, 260, 520, 1000]}
+TABLE_BYTES = 1 << 30
 
 
 @dataclass
@@ -312,9 +319,24 @@ class Suite:
         ``ours()`` computes (a wrong argument must not be timed): else None, and a note says why."""
         if self.fbgemm is None or not fbgemm_peer.supports(mode, weight.dtype, psw is not None):
             return None
-        peer = fbgemm_peer.FbgemmForward(weight, table_rows, indices, offsets, mode, psw)
+        return self.matching_peer(fbgemm_peer.FbgemmForward(weight, table_rows, indices, offsets, mode, psw), ours,
+                                  weight.dtype)
+
+    def fbgemm_mixed_call(self, tables: list[torch.Tensor], indices: torch.Tensor, offsets: torch.Tensor, mode: str,
+                          psw: torch.Tensor | None,
+                          ours: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor] | None:
+        """fbgemm_call for tables of their own widths (FBGEMM's one launch over mixed D)."""
+        if self.fbgemm is None or not fbgemm_peer.supports(mode, tables[0].dtype, psw is not None):
+            return None
+        return self.matching_peer(fbgemm_peer.FbgemmForward.mixed(tables, indices, offsets, mode, psw), ours,
+                                  tables[0].dtype)
+
+    @staticmethod
+    def matching_peer(peer: fbgemm_peer.FbgemmForward, ours: Callable[[], torch.Tensor],
+                      dtype: torch.dtype) -> Callable[[], torch.Tensor] | None:
+        """``peer`` when its output matches ours, else None (and a note says why)."""
         theirs, mine = peer(), ours()
-        tol = 1e-2 if weight.dtype == torch.float16 else 1e-4
+        tol = 1e-2 if dtype == torch.float16 else 1e-4
         if theirs.shape != mine.shape or not torch.allclose(theirs.float(), mine.float(), rtol=tol, atol=tol):
             print(f"  FBGEMM's output differs from ours (max |diff| "
                   f"{float((theirs.float() - mine.float()).abs().max()):.3g}): not timed", flush=True)
@@ -478,6 +500,87 @@ class Suite:
                             continue
                         self.multi_table(f"7 8x1Mx{dim} B16384 L20 a{alpha}", "7-narrow", [1_000_000] * 8, dim,
                                          16384, [20] * 8, alpha, dtype, mode, False)
+
+    # (8) widths nothing was tuned for (issue 37): 4 tables of one width, B8192 L30; and tables of
+    # mixed widths in one module against FBGEMM's one launch over mixed D and one module per width
+    def widths(self) -> None:
+        modes = [("sum", False)] if self.quick else [("sum", False), ("mean", False), ("sum", True)]
+        for width in SWEEP_WIDTHS:
+            for dtype in (torch.float32, torch.float16):
+                rows = min(1_000_000, TABLE_BYTES // (width * dtype.itemsize))
+                for alpha in (0.0, 1.05):
+                    for mode, psw in modes:
+                        self.multi_table(f"8 4x{rows // 1000}Kx{width} B8192 L30 a{alpha}", "8-widths", [rows] * 4,
+                                         width, 8192, [30] * 4, alpha, dtype, mode, psw)
+        for name, dims in MIXED_WIDTHS.items():
+            for dtype in (torch.float32, torch.float16):
+                rows = [min(1_000_000, TABLE_BYTES // (d * dtype.itemsize)) for d in dims]
+                for alpha in (0.0, 1.05):
+                    for mode, psw in modes:
+                        self.mixed_table(f"8 {name} B8192 L30 a{alpha}", "8-mixed", rows, dims, 8192,
+                                         [30] * len(dims), alpha, dtype, mode, psw)
+
+    def mixed_table(self, name: str, group: str, rows: list[int], dims: list[int], batch: int, pooling: list[int],
+                    alpha: float, dtype: torch.dtype, mode: str, psw: bool) -> None:
+        """One mixed-width module (one launch per width into one output) against FBGEMM's one
+        launch, torch per table, and one uniform module per width whose outputs are joined in
+        table order (what mixed widths cost without the module; their inputs are split outside
+        the timed call, which favours them)."""
+        tbe = TableBatchedEmbeddingBag(rows, dims, mode, dtype, DEV)
+        tbe.check_indices = False
+        tb = table_batch(rows, batch, pooling, alpha, self.gen)
+        per_idx, per_off, idx, offsets = tb.per_table, tb.per_table_offsets, tb.indices, tb.offsets
+        w = torch.rand(idx.shape, generator=self.gen, device=DEV).to(dtype) if psw else None
+        tables = [tbe.table(t).detach() for t in range(len(rows))]
+        per_w = None if w is None else list(torch.split(w, [i.numel() for i in per_idx]))
+        per_width = []
+        for members in width_groups(dims):
+            module = TableBatchedEmbeddingBag([rows[t] for t in members], dims[members[0]], mode, dtype, DEV)
+            module.check_indices = False
+            with torch.no_grad():
+                for k, t in enumerate(members):
+                    module.table(k).copy_(tables[t])
+            lengths = torch.tensor([p for t in members for p in [pooling[t]] * batch], device=DEV)
+            member_w = None if per_w is None else torch.cat([per_w[t] for t in members])
+            per_width.append((module, torch.cat([per_idx[t] for t in members]),
+                              torch.cat([lengths.new_zeros(1), lengths.cumsum(0)]), member_w))
+        starts = [sum(dims[:t]) for t in range(len(dims))]
+        order = [c for members in width_groups(dims) for t in members for c in range(starts[t], starts[t] + dims[t])]
+        to_table_order = torch.argsort(torch.tensor(order, device=DEV))
+
+        def one_module() -> torch.Tensor:
+            return tbe(idx, offsets, w)
+
+        def module_per_width() -> torch.Tensor:
+            return torch.cat([m(i, o, pw) for m, i, o, pw in per_width], 1).index_select(1, to_table_order)
+
+        def torch_per_table() -> list[torch.Tensor]:
+            return [F.embedding_bag(i, t, o, mode=mode, include_last_offset=True,
+                                    per_sample_weights=None if per_w is None else per_w[k])
+                    for k, (i, t, o) in enumerate(zip(per_idx, tables, per_off, strict=False))]
+
+        with torch.no_grad():
+            tol = 1e-2 if dtype == torch.float16 else 1e-4  # the same pooling (vectors may differ: alignment)
+            assert torch.allclose(one_module().float(), module_per_width().float(), rtol=tol, atol=tol)
+            theirs = self.timer.median_us(torch_per_table)
+            ours = self.timer.median_us(one_module)
+            ours_split = self.timer.median_us(module_per_width)
+            ours_host, split_host = host_us(one_module), host_us(module_per_width)
+            torch_host = host_us(torch_per_table)
+            peer = self.fbgemm_mixed_call(tables, idx, offsets, mode, w, one_module)
+            peer_us = self.timer.median_us(peer) if peer else None
+            peer_host = host_us(peer) if peer else None
+        comp, logical = table_batch_bytes(tables, tb, psw, batch)
+        label = f"{name} {mode}{'+psw' if psw else ''} {dtype}".replace("torch.", "")
+        widths = len(per_width)
+        self.add(Result(label + " mixed", group, str(dtype)[6:], mode, psw, ours, theirs, None, comp, logical,
+                        row_bytes=max(dims) * tables[0].element_size(), ours_host_us=ours_host,
+                        torch_host_us=torch_host, fbgemm_us=peer_us, fbgemm_host_us=peer_host,
+                        notes=f"one module, {widths} launches (one per width) into one output; FBGEMM: one launch"))
+        self.add(Result(label + " per-width", group, str(dtype)[6:], mode, psw, ours_split, theirs, None, comp,
+                        logical, row_bytes=max(dims) * tables[0].element_size(), ours_host_us=split_host,
+                        torch_host_us=torch_host, fbgemm_us=peer_us, fbgemm_host_us=peer_host,
+                        notes=f"{widths} one-width modules, outputs joined in table order (cat + column gather)"))
 
     # (6) unpooled one-hot copy
     def one_hot(self) -> None:
@@ -737,7 +840,7 @@ def environment() -> dict[str, object]:
             "nvrtc": list(diagnostics.nvrtc_version()), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
-GROUPS = ("simple", "large", "tables", "big", "sweep", "dcnv2", "narrow", "onehot", "backward")
+GROUPS = ("simple", "large", "tables", "big", "sweep", "dcnv2", "narrow", "onehot", "backward", "widths")
 EXTRAS = ("tune", "profile", "probe")  # side-by-side evidence: printed, no results
 
 
@@ -757,7 +860,7 @@ def run_groups(args: argparse.Namespace, chosen: list[str]) -> tuple[list[Result
     steps = {"simple": suite.simple, "large": suite.single_table, "tables": suite.twelve_tables,
              "big": suite.two_big_tables,
              "sweep": suite.sweep, "dcnv2": suite.dcnv2, "narrow": suite.narrow, "onehot": suite.one_hot,
-             "backward": suite.backward,
+             "backward": suite.backward, "widths": suite.widths,
              "tune": lambda: tune(suite), "profile": lambda: profile_cases(suite), "probe": lambda: probe(suite)}
     for name in chosen:
         steps[name]()

@@ -16,6 +16,12 @@
 // relative to its first row table_rows[t], and the output row of bag (t, b) is
 // out[b, t * dim : (t + 1) * dim] of a [bags_per_table, T * dim] result
 // (out_row_stride = T * dim). A single table is T = 1 with table_rows == 0.
+// TABLE_COLS (tables of mixed widths, one launch per width: the general and segmented
+// kernels): the launch's T tables are some of the offsets' tables, each with its own output
+// columns. table_rows then holds three entries per table t (at 3t, 3t + 1, 3t + 2): its first
+// row in the weight, its first output column, and its number g among the offsets' tables; bag
+// (t, b) of the launch reads the offsets' bag g * bags_per_table + b and writes
+// out[b, column : column + dim] of a result whose rows are out_row_stride wide.
 // With BAGS_PER_STEP defined, the file compiles embedding_bag_forward_short instead: short
 // bags of one fixed size, several bags per team (see that kernel). With SEGMENT_BAGS defined,
 // embedding_bag_forward_segmented: short bags of varying size (CSR offsets, table-batched).
@@ -65,6 +71,9 @@
 #ifndef CHECK  // general kernel, one table, one column tile: check the indices and offsets read
 #define CHECK 0
 #endif
+#ifndef TABLE_COLS  // per-table output columns and offsets' tables (see above)
+#define TABLE_COLS 0
+#endif
 // General kernel, mean and max: each lane counts its own indices and the team adds the counts once
 // per bag, instead of a ballot per batch of TEAM indices. Teams narrower than a warp only: their
 // bags take several batches (a 4-lane team, 5 per bag of 20), a warp's DCNv2 bags mostly one, for
@@ -84,6 +93,20 @@ static_assert(MODE == 0 || HAS_PSW == 0, "per_sample_weights only with sum");
 
 
 typedef Pack<weight_t, VEC> Vec;
+
+// Table t's first row in the weight, its first output column, and its number among the
+// offsets' tables: table_rows[t], t * dim and t, or (TABLE_COLS) its three entries. Variants
+// without TABLE_COLS compile exactly as before; with it, nothing more stays live in registers
+// (a table's entries are found from t alone: the tightest picks, 32 registers, keep them).
+__device__ __forceinline__ i64 table_first_row(i64 t, const i64* __restrict__ table_rows) {
+  return table_rows[TABLE_COLS ? 3 * t : t];
+}
+__device__ __forceinline__ i64 table_column(i64 t, i64 dim, const i64* __restrict__ table_rows) {
+  return TABLE_COLS ? table_rows[3 * t + 1] : t * dim;
+}
+__device__ __forceinline__ i64 offsets_table(i64 t, const i64* __restrict__ table_rows) {
+  return TABLE_COLS ? table_rows[3 * t + 2] : t;
+}
 
 struct Acc {
   float v[CHUNKS][VEC];
@@ -382,6 +405,16 @@ __device__ __forceinline__ void lean_step(Acc& acc, int m, u32 mask, pos_t my_in
 // register either).
 __device__ __forceinline__ pos_t unit_bag(pos_t work, int col_tiles) { return ONE_TILE ? work : work / col_tiles; }
 
+// The offsets' bag of the launch's bag (TABLE_COLS: its table's number among the offsets' tables).
+__device__ __forceinline__ i64 offsets_bag(pos_t bag, const i64* __restrict__ table_rows, i64 bags_per_table) {
+#if TABLE_COLS
+  const pos_t t = bag / (pos_t)bags_per_table;
+  return offsets_table(t, table_rows) * bags_per_table + (i64)(bag - t * (pos_t)bags_per_table);
+#else
+  return bag;
+#endif
+}
+
 // The team's batch of indices (and per-sample weights) from ``base``: one per lane, -1 past ``end``.
 __device__ __forceinline__ void load_batch(pos_t base, pos_t end, int team_lane, const INDEX_T* __restrict__ indices,
                                            const weight_t* __restrict__ per_sample_weights, pos_t& index,
@@ -437,8 +470,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
   const pos_t pad = (pos_t)padding_idx;                     // -1, or a row below 2^31
 #endif
   pos_t start, end;
-  bag_bounds(unit_bag(work, col_tiles), offsets, num_offsets, num_indices, bag_size, start, end, ck, indices,
-             team_lane);
+  bag_bounds(offsets_bag(unit_bag(work, col_tiles), table_rows, bags_per_table), offsets, num_offsets, num_indices,
+             bag_size, start, end, ck, indices, team_lane);
   pos_t next_index;
   float next_weight = 1.0f;
   load_batch(start, end, team_lane, indices, per_sample_weights, next_index, next_weight, ck);
@@ -447,12 +480,12 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
     const pos_t col0 = ONE_TILE ? 0 : (work % col_tiles) * (pos_t)TILE_COLS;
     // table-batched: the bag's table by a 32-bit division where positions are 32-bit (a 64-bit
     // division is a long subroutine per bag); one table: none
-    const pos_t row_base = table_rows != 0 ? (pos_t)table_rows[bag / (pos_t)bags_per_table] : 0;
+    const pos_t row_base = table_rows != 0 ? (pos_t)table_first_row(bag / (pos_t)bags_per_table, table_rows) : 0;
     const pos_t next_work = work + (pos_t)teams;
     pos_t next_start = 0, next_end = 0;  // past the last unit: an empty bag, nothing loaded
     if (PERSISTENT && next_work < units)
-      bag_bounds(unit_bag(next_work, col_tiles), offsets, num_offsets, num_indices, bag_size, next_start, next_end,
-                 ck, indices, team_lane);
+      bag_bounds(offsets_bag(unit_bag(next_work, col_tiles), table_rows, bags_per_table), offsets, num_offsets,
+                 num_indices, bag_size, next_start, next_end, ck, indices, team_lane);
 
 #if LEAN_ROWS
     // this lane's first element of the table's row 0 in the column tile, and of zero_tile (bytes)
@@ -535,7 +568,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
     if (group == 0) {  // the output row's 64-bit offset made here: nothing 64-bit stays live across the rows
       // one table: the bag is the output row (bags_per_table = num_bags); several: one division
       const pos_t table = table_rows != 0 ? bag / (pos_t)bags_per_table : 0;
-      const i64 out_row = (i64)(bag - table * (pos_t)bags_per_table) * out_row_stride + (i64)table * dim;
+      const i64 out_row = (i64)(bag - table * (pos_t)bags_per_table) * out_row_stride +
+                          table_column(table, dim, table_rows);
       store_result(acc, col0, row_lane, out, argmax, out_row, dim);
     }
     work = next_work;
@@ -668,15 +702,17 @@ struct TableChunk {
 __device__ __forceinline__ void describe_tables(TableChunk& c, i64 units_before, i64 tables, i64 bags_per_table,
                                                 int col_tiles, int fixed_bags, int max_bags,
                                                 const INDEX_T* __restrict__ offsets,
-                                                i64 num_offsets, i64 num_indices, int row_lane, u32 mask) {
+                                                i64 num_offsets, i64 num_indices, const i64* __restrict__ table_rows,
+                                                int row_lane, u32 mask) {
   const i64 t = c.first + row_lane;
   i64 units = 0;
   c.bags = 1;
   if (t < tables) {
     c.bags = fixed_bags;
     if (c.bags == 0) {
-      const i64 rows = offset_at(offsets, num_offsets, num_indices, (t + 1) * bags_per_table) -
-                       offset_at(offsets, num_offsets, num_indices, t * bags_per_table);
+      const i64 g = offsets_table(t, table_rows);
+      const i64 rows = offset_at(offsets, num_offsets, num_indices, (g + 1) * bags_per_table) -
+                       offset_at(offsets, num_offsets, num_indices, g * bags_per_table);
       c.bags = table_segment_bags(rows, bags_per_table, max_bags);
     }
     units = (bags_per_table + c.bags - 1) / c.bags * col_tiles;
@@ -721,7 +757,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
   TableChunk chunk;
   chunk.first = 0;
   describe_tables(chunk, 0, tables, bags_per_table, col_tiles, fixed_bags, max_bags, offsets, num_offsets,
-                  num_indices, row_lane, mask);
+                  num_indices, table_rows, row_lane, mask);
 
   // units of work only grow along a team's walk, so the chunk of tables only moves forward
   for (i64 work = ((i64)blockIdx.x * BLOCK + threadIdx.x) / ROW_LANES;; work += teams) {
@@ -731,7 +767,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
       chunk.first += ROW_LANES;
       if (chunk.first >= tables) return;  // whole teams leave together
       describe_tables(chunk, units_before, tables, bags_per_table, col_tiles, fixed_bags, max_bags, offsets,
-                      num_offsets, num_indices, row_lane, mask);
+                      num_offsets, num_indices, table_rows, row_lane, mask);
       hit = ((__ballot_sync(mask, work < chunk.unit_end) & mask) >> team_shift);
     }
     const int k = __ffs(hit) - 1;  // the lane describing this unit's table
@@ -741,9 +777,9 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
     const i64 col0 = (unit % col_tiles) * (i64)TILE_COLS;
     const i64 first = (unit / col_tiles) * table_bags;  // bag within the table
     const int bags = (int)min((i64)table_bags, bags_per_table - first);
-    const i64 bag0 = table * bags_per_table + first;
-    const i64 row_base = table_rows != 0 ? table_rows[table] : 0;
-    const i64 out_row0 = first * out_row_stride + table * dim;
+    const i64 bag0 = offsets_table(table, table_rows) * bags_per_table + first;  // in the offsets
+    const i64 row_base = table_rows != 0 ? table_first_row(table, table_rows) : 0;
+    const i64 out_row0 = first * out_row_stride + table_column(table, dim, table_rows);
 #if LEAN_SEGMENT_ROWS
     const char* lane_zero = reinterpret_cast<const char*>(zero_tile + row_lane * VEC);
     const char* lane_row0 = reinterpret_cast<const char*>(weight + row_base * dim + col0 + row_lane * VEC);

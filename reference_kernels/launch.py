@@ -296,6 +296,47 @@ def bag_forward(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tens
     return out, argmax
 
 
+def bag_forward_columns(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor, *, tables: int,
+                        all_tables: int, per_sample_weights: torch.Tensor | None, mode: str, layout: torch.Tensor,
+                        columns_align: int, out: torch.Tensor) -> None:
+    """Table-batched lookup of ``tables`` of the ``all_tables`` tables of CSR ``offsets``
+    (T * B + 1 entries) into their columns of ``out`` [B, width] (TABLE_COLS; a width group of
+    ``tbe.TableBatchedEmbeddingBag`` with mixed widths). ``layout`` (int64 [3 * tables]): per
+    table, its first row in ``weight``, first output column, and number among the offsets' tables.
+    ``columns_align``: the address remainder modulo 16 that the output's row width and the
+    tables' columns share (in bytes; 0: all multiples of 16); vectors keep it as they keep the
+    weight's. Inputs contiguous and checked; no argmax, no padding row. The plan is the one a
+    table-batched call of these tables side by side would get, with the average bag length of
+    all tables; the compiled host path never serves it (its key has two more fields)."""
+    batch, width = out.shape
+    num_rows, dim = weight.shape
+    if batch == 0 or tables == 0:
+        return
+    w, o = weight.data_ptr(), out.data_ptr()
+    align = shared_align(w % 16, o % 16, columns_align)
+    key = (weight.dtype, num_rows, dim, align, o % 16 == 0, indices.dtype, 0, indices.numel(), tables * batch,
+           tables, True, mode, per_sample_weights is not None, False, False, False, all_tables * batch, width)
+    index = weight.get_device()
+    prepared = _prepared(key, weight, index, _columns_call, plan_bag_forward, FORWARD_KINDS, _forward_packer)
+    assert prepared is not None
+    plan, fn, grid, signature, pack = prepared
+    _launch_packed(index, fn, grid, plan.block, signature,
+                   pack(w, indices, offsets, per_sample_weights, -1, layout, o, None, _NO_CHECK))
+
+
+def shared_align(*remainders: int) -> int:
+    """One remainder modulo 16 for several (addresses modulo 16, or offsets in bytes): a power of
+    two divides it exactly when it divides all of them (the smallest one's lowest set bit)."""
+    low = [r & -r for r in (r % 16 for r in remainders) if r]
+    return min(low, default=0)
+
+
+def _columns_call(key: tuple[Any, ...]) -> BagCall:
+    from dataclasses import replace  # here: a plan cache miss only
+
+    return replace(_describe_bag(BagKey._make(key[:16])), all_bags=key[16], out_width=key[17])
+
+
 _NO_CHECK = (0, 0, 0, 0, 0, 0)  # the general kernel's ledger arguments when it does not check
 # plan_bag_forward, or (checked calls) plan_checked_bag_forward: None where the kernel cannot check
 _FORWARD_SELECT = (plan_bag_forward, plan_checked_bag_forward)
@@ -354,7 +395,7 @@ def _forward_packer(plan: Plan, call: BagCall) -> Packer:
     order (kinds: FORWARD_KINDS), the call's sizes and the plan's scalars bound now. Optional
     tensors are tested inline (``_ptr`` as a call would cost a Python frame each)."""
     entry, n, dim, bags, tiles = plan.entry, call.num_indices, call.dim, call.num_bags, plan.col_tiles
-    per_table, width, bag_size = bags // call.tables, call.tables * dim, call.bag_size
+    per_table, width, bag_size = bags // call.tables, call.out_width or call.tables * dim, call.bag_size
     if entry == "embedding_gather_bulk":
         return lambda w, idx, off, psw, pad, rows, o, amax, ledger: (w, idx.data_ptr(), n, o)
     if entry == "embedding_bag_forward_bulk":

@@ -10,6 +10,7 @@ rule below is stated where it is applied; the measurements behind it are in docs
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from .tuning import Tuning
@@ -128,6 +129,16 @@ def _plan(source: str, entry: str, defines: Defines, blocks: int, *why: str, **l
     return Plan(source, entry, tuple(defines.items()), blocks, why=why, **launch)  # type: ignore[arg-type]
 
 
+def width_groups(widths: Sequence[int]) -> list[list[int]]:
+    """Positions of ``widths`` grouped by value, groups in order of first appearance, positions
+    ascending: the launches of tables of mixed widths (one weight and one lookup per width;
+    ``tbe.TableBatchedEmbeddingBag``, the sharded module's local shards)."""
+    groups: dict[int, list[int]] = {}
+    for position, width in enumerate(widths):
+        groups.setdefault(width, []).append(position)
+    return list(groups.values())
+
+
 # ---------------------------------------------------------------------------------------------
 # the pooled forward
 
@@ -152,6 +163,12 @@ class BagCall:
     has_psw: bool
     need_argmax: bool
     has_padding: bool
+    # Table columns (TABLE_COLS: a width group of a module with tables of mixed widths): the
+    # output's row width, each table's columns and offsets' table in ``table_rows``; 0: the
+    # tables' rows side by side (tables * dim). ``all_bags``: then the bags of every table of the
+    # offsets, whose ``num_indices`` indices this call's bags are some of (their average length).
+    out_width: int = 0
+    all_bags: int = 0
 
     @property
     def csr(self) -> bool:
@@ -159,7 +176,8 @@ class BagCall:
 
     @property
     def avg_len(self) -> int:
-        return self.bag_size if not self.csr else max(1, self.num_indices // max(1, self.num_bags))
+        bags = self.all_bags or self.num_bags
+        return self.bag_size if not self.csr else max(1, self.num_indices // max(1, bags))
 
     def tiling(self) -> RowTiling:
         return RowTiling.for_row(self.dim, vector_width(self.dim, self.elem_bytes, self.weight_align))
@@ -187,8 +205,26 @@ def plan_bag_forward(call: BagCall, device: DeviceProps, tuning: Tuning) -> Plan
     for path in (_one_row_bags_as_gather, _one_row_csr_bags, _short_bags, _segmented_bags):
         plan = path(call, device, tuning)
         if plan is not None:
-            return plan
-    return _general_bags(call, device, tuning)
+            return with_table_columns(plan, call)
+    return with_table_columns(_general_bags(call, device, tuning), call)
+
+
+def with_table_columns(plan: Plan, call: BagCall) -> Plan:
+    """A table-columns call (``out_width``) takes its plan's kernel compiled with TABLE_COLS:
+    the same choice as for its tables side by side (a table-batched call: only the segmented
+    and general kernels serve it, both of which take the columns)."""
+    if not call.out_width:
+        return plan
+    assert call.table_batched and plan.entry in ("embedding_bag_forward", "embedding_bag_forward_segmented")
+    defines = {**dict(plan.defines), "TABLE_COLS": 1}
+    why = [f"table columns in rows of {call.out_width} (TABLE_COLS)"]
+    # The columns' lookups keep the bag's table in a register past the rows: at the 32-register
+    # cap (7-8 blocks per SM) the per-sample-weights pick then spills (d128 float32: 4 bytes at 7
+    # and 8, 35 registers at 6; nvcc -Xptxas -v, sm_90); the nvcc sweep compiles every pick.
+    if plan.entry == "embedding_bag_forward" and call.has_psw and plan.define("MIN_BLOCKS") > 6:
+        defines["MIN_BLOCKS"] = 6
+        why.append("TABLE_COLS with per-sample weights: 6 blocks per SM (the 32-register cap spills)")
+    return replace(plan, defines=tuple(defines.items()), why=(*plan.why, *why))
 
 
 def checked_min_blocks(min_blocks: int) -> int:

@@ -35,6 +35,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from ..optim import SGD, RowWiseAdagrad
+from ..plan import width_groups
 from .lookup import KernelShards, TorchShards
 from .planner import ROW_WISE, TABLE_WISE, Shard, ShardingPlan
 
@@ -66,12 +67,10 @@ def local_layout(plan: ShardingPlan, rank: int, weight_per_shard: bool = False) 
     """Rank ``rank``'s shards grouped by embedding dim (one weight per group), groups in order of
     first appearance; the local output's columns are the groups' shards in this order.
     ``weight_per_shard``: every shard a group of its own (plan order)."""
+    shards = plan.shards_on(rank)
     if weight_per_shard:
-        return [[shard] for shard in plan.shards_on(rank)]
-    groups: dict[int, list[Shard]] = {}
-    for shard in plan.shards_on(rank):
-        groups.setdefault(plan.tables[shard.table].embedding_dim, []).append(shard)
-    return list(groups.values())
+        return [[shard] for shard in shards]
+    return [[shards[i] for i in group] for group in width_groups([plan.tables[s.table].embedding_dim for s in shards])]
 
 
 def check_optimizer(optimizer: Any) -> SGD | RowWiseAdagrad:

@@ -201,6 +201,38 @@ def test_high_occupancy_variants_the_launcher_picks_do_not_spill(tmp_path: Path)
     assert not failures, "\n".join(failures)
 
 
+@pytest.mark.nvcc_sweep
+@pytest.mark.skipif(_nvcc() is None, reason="nvcc is not on PATH")
+def test_table_columns_variants_do_not_spill(tmp_path: Path) -> None:
+    """A width of a mixed-width module takes its plan's kernel with TABLE_COLS (per-table output
+    columns and offsets' tables: a few more instructions per bag): every segmented and general
+    pick above compiles with it without a spill the plain pick does not have."""
+    picks = [_table_columns_flags(flags) for flags in _launcher_picks()
+             if "BAGS_PER_STEP" not in flags and "CHECK=1" not in flags]
+    assert len(picks) > 100
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        results = list(pool.map(lambda flags: _compile("embedding_bag_forward.cu", flags, "sm_90", tmp_path), picks))
+    problems = (compile_problem(flags, proc, spill_allowed=_measured_spill(flags, proc.stderr))
+                for _, flags, _, proc in results)
+    failures = [problem for problem in problems if problem is not None]
+    assert not failures, "\n".join(failures)
+
+
+def _table_columns_flags(flags: str) -> str:
+    """A pick's flags as a width of a mixed-width module compiles it (plan.with_table_columns)."""
+    from reference_kernels import plan
+
+    pairs = (flag.removeprefix("-D").split("=", 1) for flag in flags.split())
+    defines = tuple((name, int(value) if value.lstrip("-").isdigit() else value) for name, value in pairs)
+    entry = "embedding_bag_forward_segmented" if "-DSEGMENT_BAGS" in flags else "embedding_bag_forward"
+    call = plan.BagCall(weight_dtype=0, elem_bytes=4, dim=128, num_rows=10, weight_align=0, out_aligned=True,
+                        index_type="i64", bag_size=0, num_indices=10, num_bags=2, tables=2, table_batched=True,
+                        mode="sum", has_psw="-DHAS_PSW=1" in flags, need_argmax=False, has_padding=False,
+                        out_width=300)
+    picked = plan.with_table_columns(plan.Plan(plan.FORWARD, entry, defines, 1), call)
+    return " ".join(f"-D{k}={v}" for k, v in picked.defines)
+
+
 # Picks that spill and were measured faster than the spill-free pick they replaced
 # (docs/perf/change-51.md): (the defines that identify the pick, the most spill bytes allowed).
 MEASURED_SPILLS: list[tuple[frozenset[str], int]] = [

@@ -94,6 +94,18 @@ def test_arguments_for_stacked_tables() -> None:
     assert list(a)[10:13] == ["pooling_mode", "indice_weights", "lxu_cache_locations"]  # the op's order
 
 
+def test_arguments_for_tables_of_mixed_widths() -> None:
+    """Per-table widths (FBGEMM's native mixed D): one flat buffer, element offsets per table,
+    D_offsets the running sum, max_D the widest."""
+    tables = [torch.full((3, 8), 1.0), torch.full((2, 4), 2.0), torch.full((5, 8), 3.0)]
+    indices, offsets = torch.zeros(6, dtype=torch.int32), torch.tensor([0, 1, 2, 3, 4, 5, 6])
+    a = fbgemm_peer.mixed_forward_arguments(tables, indices, offsets, "mean", None)
+    assert a["dev_weights"].tolist() == [1.0] * 24 + [2.0] * 8 + [3.0] * 40
+    assert a["weights_offsets"].tolist() == [0, 24, 32]
+    assert a["D_offsets"].tolist() == [0, 8, 12, 20] and (a["total_D"], a["max_D"]) == (20, 8)
+    assert list(a) == list(fbgemm_peer.forward_arguments(tables[0], [0, 1, 2], indices, offsets, "mean", None))
+
+
 def test_cases_it_lacks_and_bad_offsets_are_refused() -> None:
     weight = torch.zeros(10, 4)
     indices, offsets = torch.zeros(6, dtype=torch.int64), torch.tensor([0, 2, 3, 4, 6])
@@ -126,3 +138,24 @@ def test_the_real_op_pools_what_embedding_bag_pools() -> None:
                                                     offsets[:51], mode=mode, include_last_offset=True,
                                                     per_sample_weights=w)
             torch.testing.assert_close(out[:, t * 64:(t + 1) * 64], ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not os.environ.get(fbgemm_peer.ENV_DIR), reason=f"${fbgemm_peer.ENV_DIR} names no library")
+def test_the_real_op_pools_tables_of_mixed_widths() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    assert fbgemm_peer.locate().available
+    gen = torch.Generator(device="cuda").manual_seed(int.from_bytes(os.urandom(4), "little"))
+    dims = [64, 4, 200, 64]
+    tables = [torch.randn(300, d, device="cuda", generator=gen) for d in dims]
+    indices = torch.randint(0, 300, (len(dims) * 40 * 5,), device="cuda", generator=gen)
+    offsets = torch.arange(0, indices.numel() + 1, 5, device="cuda")
+    out = fbgemm_peer.FbgemmForward.mixed(tables, indices, offsets, "sum")()
+    assert out.shape == (40, sum(dims))
+    col = 0
+    for t, weight in enumerate(tables):
+        ref = torch.nn.functional.embedding_bag(indices[t * 200:(t + 1) * 200], weight, offsets[:41],
+                                                include_last_offset=True)
+        torch.testing.assert_close(out[:, col:col + dims[t]], ref, rtol=1e-5, atol=1e-5)
+        col += dims[t]
