@@ -734,6 +734,7 @@ COMBINE_PROBE = 16
 
 
 def combine_block(tiling: RowTiling) -> int:
+    """Threads per combine block: 512, or 256 for rows of more than 16 floats a lane."""
     return COMBINE_BLOCK if tiling.chunks * tiling.vec <= 16 else BLOCK
 
 
