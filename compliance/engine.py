@@ -8,6 +8,7 @@ Nothing here imports torch, CUDA bindings or git; the optional stages
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from compliance.checks import binaries, declarations
@@ -83,7 +84,12 @@ def choose_ruleset(rules: str | None, manifests: tuple[tuple[str, Manifest], ...
     the round detected from the tree at ``root``; else the default. When the tree named
     the round (a manifest, README or file name), a stricter round that fits the tree is
     recorded in ``stricter``. ``rules_dirs``: the operator's rule directories (``--rules-dir``),
-    searched first."""
+    searched first and kept in the choice (the stricter round is loaded from them too)."""
+    return replace(_choice(rules, manifests, root, rules_dirs), rules_dirs=tuple(rules_dirs))
+
+
+def _choice(rules: str | None, manifests: tuple[tuple[str, Manifest], ...],
+            root: Path | None, rules_dirs: tuple[Path, ...]) -> RuleSetChoice:
     roots = list(rules_dirs)
     if rules:
         return RuleSetChoice(load_ruleset(rules, roots), "--rules", signal="rules-option")
@@ -135,7 +141,7 @@ def _stricter_verdict(ctx: CheckContext, choice: RuleSetChoice) -> Finding | Non
     """The static verdict under the stricter round that also fits, as a finding naming it."""
     if choice.stricter is None or ctx.walk is None:
         return None
-    stricter = load_ruleset(choice.stricter)
+    stricter = load_ruleset(choice.stricter, list(choice.rules_dirs))  # where the candidate was found
     other = _context(ctx.walk, ctx.manifests, stricter, ctx.root, ctx.proof)
     findings = StaticStage().run(other)
     errors = sum(1 for f in findings if f.severity is Severity.ERROR)

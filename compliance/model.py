@@ -59,6 +59,9 @@ class RuleSetChoice:
     """Root-relative path of what named it (the manifest, README or file), when a file did."""
     stricter: str | None = None
     """A stricter round that also fits the tree, when the tree itself named the round (else None)."""
+    rules_dirs: tuple[Path, ...] = ()
+    """The operator's rule directories (``--rules-dir``) the choice searched first; the stricter
+    round is loaded from them too, so both verdicts read the same rule sets."""
 
     def to_dict(self) -> dict[str, str | None]:
         """The rule set and why it was chosen, for every machine-readable format."""

@@ -53,6 +53,9 @@ class _Builders:
     def __init__(self, ctx: CheckContext) -> None:
         self.ctx = ctx
         self._plausible: dict[str, bool] = {}
+        # A binary wearing a source's name (an ELF called attn.cu) builds nothing: its bytes are
+        # not code, however many there are.
+        self._binaries = frozenset(b.path for b in ctx.inventory.binaries)
         self.stems: dict[tuple[tuple[str | None, ...], str], list[str]] = {}
         self.build_files: dict[tuple[str | None, ...], list[str]] = {}
         for rel in ctx.inventory.files:
@@ -72,7 +75,8 @@ class _Builders:
     def plausible(self, rel: str) -> bool:
         """True when ``rel`` is a file of the tree holding real code (not empty, not a decoy)."""
         if rel not in self._plausible:
-            code = b"".join(_COMMENTS.sub(b"", self._read(rel)).split()) if rel in self.ctx.inventory.files else b""
+            readable = rel in self.ctx.inventory.files and rel not in self._binaries
+            code = b"".join(_COMMENTS.sub(b"", self._read(rel)).split()) if readable else b""
             self._plausible[rel] = len(code) >= PLAUSIBLE_CODE_BYTES
         return self._plausible[rel]
 

@@ -173,12 +173,16 @@ def test_require_upstream_makes_an_unproven_copy_an_error(tmp_path: Path) -> Non
     ("megatron-lm", "megatron/fused_kernels/scaled_masked_softmax_cuda.cu", "megatron/fused_kernels/my_gelu.cu"),
     ("megatron-lm", "megatron/core/datasets/helpers.cpp", "megatron/core/datasets/my_sampler.cu"),
     ("cutlass-1", "cutlass/gemm/block_task.h", "cutlass/gemm/my_fused_epilogue.h"),
+    ("transformer-engine", "transformer_engine/common/layer_norm/ln_fwd_cuda_kernel.cu",
+     "transformer_engine/common/layer_norm/ln_fwd_nhwc_kernel.cu"),
+    ("transformer-engine", "transformer_engine/common/util/cast_kernels.cuh",
+     "transformer_engine/common/fused_attn/my_fused_attn_fp8.cu"),
 ])
 def test_a_file_upstream_never_had_is_the_submitters_kernel(tmp_path: Path, project: str, upstream_file: str,
                                                             own_file: str) -> None:
-    """Issue 39 item 1 (catalogue path lists): inside a vendored apex, Megatron-LM or CUTLASS 1.x copy, a native
-    file upstream never had under the listed directories is reported one by one; upstream's own
-    files stay with the copy."""
+    """Issue 39 items 1, 7 (catalogue path lists): inside a vendored apex, Megatron-LM, CUTLASS 1.x or
+    TransformerEngine copy, a native file upstream never had under the listed directories is
+    reported one by one; upstream's own files stay with the copy."""
     top = f"{IMPL}/third_party/{project}"
     tree = round_tree(tmp_path, {**signature_files(project, top), f"{top}/{upstream_file}": KERNEL,
                                  f"{top}/{own_file}": KERNEL.replace("k(", "own(")})

@@ -149,3 +149,37 @@ def test_a_valid_id_never_leaves_its_root(text: str) -> None:
                                   "rules/mine.yaml"])
 def test_malformed_ids(text: str) -> None:
     assert not is_ruleset_id(text)
+
+
+def test_the_stricter_round_is_read_from_the_operators_directories(tmp_path: Path) -> None:
+    """The tree names the lenient training/v1.0; the operator's directory holds a stricter round
+    that fits it. Its verdict (the ruleset-stricter-round-fits warning) must be computed from that
+    directory, like the main verdict: before, the stricter round was loaded from the shipped rules
+    alone, so an operator's round was "unknown" (exit 2) and a shadowed shipped id judged by the
+    shipped copy."""
+    import shutil
+
+    tree = tmp_path / "tree"
+    shutil.copytree(BASE, tree)
+    impl = tree / "Acme/benchmarks/dlrm/implementations/torch"
+    (impl / "hidden.cu").write_text("__global__ void hidden(float* x) { x[0] = 1; }\n")
+    manifest = impl / "kernel_manifest.yaml"
+    manifest.write_text(manifest.read_text().replace("ruleset: training/v0.7", "ruleset: training/v1.0"))
+    site = tmp_path / "site"
+    (site / "training").mkdir(parents=True)
+    shipped = Path(load_ruleset("training/v0.7").source).read_text()
+    strict = shipped.replace("id: training/v0.7", "id: training/site-strict").replace(
+        "  kernel-not-allowlisted: {level: error}\n",
+        "  kernel-not-allowlisted: {level: error}\n  layout-variant: {level: error}\n"
+        "  implementation-fork: {level: error}\n")
+    (site / "training" / "site-strict.yaml").write_text(strict)
+    result = CliRunner().invoke(cli, ["--rules-dir", str(site), "check", str(tree), "--format", "json"])
+    assert result.exit_code == 0, result.output  # v1.0's verdict: the undeclared kernel is a warning
+    import json
+
+    report = json.loads(result.stdout)
+    assert report["ruleset"]["id"] == "training/v1.0"
+    assert report["ruleset"]["stricter_round_fits"] == "training/site-strict"
+    stricter = [f for f in report["findings"] if f["rule_id"] == "ruleset-stricter-round-fits"]
+    assert len(stricter) == 1 and stricter[0]["details"]["stricter_round"] == "training/site-strict"
+    assert stricter[0]["details"]["stricter_errors"] >= 1, stricter[0]["message"]

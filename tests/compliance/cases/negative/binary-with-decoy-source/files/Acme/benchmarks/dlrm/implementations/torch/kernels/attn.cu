@@ -1,1 +1,1 @@
-
+// attention helpers
