@@ -3,6 +3,8 @@ GPUs), the way torchrun would: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT in the
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import multiprocessing
 import os
 import socket
@@ -10,6 +12,7 @@ import subprocess
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -76,3 +79,50 @@ def launch_forked(world: int, out: Path, timeout: float = 120.0) -> list[dict[st
     if any(codes):
         raise RuntimeError(f"a rank failed (exit codes {codes}; its traceback is on stderr)")
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(world)]
+
+
+EXAMPLE = ROOT / "examples" / "dlrm" / "dlrm_sharded.py"
+
+
+@functools.cache
+def example_module() -> Any:
+    """examples/dlrm/dlrm_sharded.py imported once in this process, so forked ranks have it loaded
+    (with what DDP and the optimizers import on first use: seconds per rank otherwise)."""
+    for name in ("torch._dynamo", "torch._inductor", "torch.distributed.nn", "torch.profiler"):
+        importlib.import_module(name)
+    spec = importlib.util.spec_from_file_location("dlrm_sharded_example", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _forked_example(rank: int, world: int, port: int, argv: list[str]) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world), RANK=str(rank),
+                      LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)  # as in launch_forked; also: every run's CPU GEMMs with one thread, the same bits
+    try:
+        code = example_module().main(argv)
+    except BaseException:
+        traceback.print_exc()
+        raise
+    sys.exit(code)
+
+
+def run_example_forked(world: int, argv: list[str], timeout: float = 120.0) -> list[int | None]:
+    """``torchrun --nproc_per_node=world examples/dlrm/dlrm_sharded.py argv`` on the CPU (gloo),
+    the ranks forked from this process (no interpreter start-up); each rank's exit code."""
+    example_module()
+    port = free_port()
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_forked_example, args=(r, world, port, argv)) for r in range(world)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout)
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()
+    return [p.exitcode for p in procs]
