@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,18 +65,7 @@ def _forked_rank(rank: int, world: int, port: int, out: Path) -> None:
 def launch_forked(world: int, out: Path, timeout: float = 120.0) -> list[dict[str, object]]:
     """``launch`` on the CPU, the ranks forked from this process: they start with torch and its
     lazily imported parts already loaded (a fresh interpreter spends seconds importing them)."""
-    port = free_port()
-    ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_forked_rank, args=(r, world, port, out)) for r in range(world)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout)
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-            p.join()
-    codes = [p.exitcode for p in procs]
+    codes = fork_ranks(world, _forked_rank, out, timeout=timeout)
     if any(codes):
         raise RuntimeError(f"a rank failed (exit codes {codes}; its traceback is on stderr)")
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(world)]
@@ -114,9 +104,15 @@ def run_example_forked(world: int, argv: list[str], timeout: float = 120.0) -> l
     """``torchrun --nproc_per_node=world examples/dlrm/dlrm_sharded.py argv`` on the CPU (gloo),
     the ranks forked from this process (no interpreter start-up); each rank's exit code."""
     example_module()
+    return fork_ranks(world, _forked_example, argv, timeout=timeout)
+
+
+def fork_ranks(world: int, target: Callable[[int, int, int, Any], None], arg: Any, timeout: float) -> list[int | None]:
+    """``target(rank, world, port, arg)`` in ``world`` processes forked from this one; each one's
+    exit code (-9: killed after ``timeout`` seconds)."""
     port = free_port()
     ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_forked_example, args=(r, world, port, argv)) for r in range(world)]
+    procs = [ctx.Process(target=target, args=(r, world, port, arg)) for r in range(world)]
     for p in procs:
         p.start()
     for p in procs:
