@@ -4,8 +4,9 @@ row-wise Adagrad (or SGD) in the embedding backward, trained on a synthetic clic
 
     torchrun --nproc_per_node=2 examples/dlrm/dlrm_sharded.py                 # small tables
     torchrun --nproc_per_node=2 examples/dlrm/dlrm_sharded.py --dcnv2-full    # MLPerf DCNv2 sizes
-    torchrun --nproc_per_node=1 examples/dlrm/dlrm_sharded.py --dcnv2-scale 0.02 --json n1.json
-    torchrun --nproc_per_node=2 examples/dlrm/dlrm_sharded.py --dcnv2-scale 0.02 --check n1.json
+    torchrun --nproc_per_node=1 examples/dlrm/dlrm_sharded.py --dcnv2-scale 0.02 --batch 4096 --as-ranks 2 --json r.json
+    torchrun --nproc_per_node=2 examples/dlrm/dlrm_sharded.py --dcnv2-scale 0.02 --batch 4096 --check r.json  # exact
+    bash benchmarks/experiments/sharded_loss_curves.sh    # N = 1 and its noise runs, N = 2 (4): both checks
 
 ``--dcnv2-full``: the 26 tables of MLPerf DLRM-DCNv2 (40M-row cap, 204M rows, dim 128, float32:
 104.5 GB of weights; reference_kernels/distributed/dcnv2.py), multi-hot bags of the benchmark's
