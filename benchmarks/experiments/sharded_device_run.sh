@@ -7,9 +7,10 @@
 # its output in $OUT/<name>.txt (default OUT: ./device-out):
 #   gpu-tests      python3 -m pytest -q -m cuda tests/distributed (the 2-GPU tests skip below 2)
 #   loss-n1        DCNv2 shapes (rows x 0.01), global batch G = 4096 on one GPU -> loss-n1.json
-#   loss-n2, -n4   the same global batches on 2 (4) GPUs, G / N each, --check loss-n1.json
+#   loss-n2, -n4   the same global batches on 2 (4) GPUs, G / N each (the curves; whether they
+#                  agree with loss-n1 is sharded_loss_curves.sh's measured noise tolerance)
 #   pipeline-n2    loss-n2's run with --pipeline, --check loss-n2.json (the plain loop's curve):
-#                  max difference 0 expected
+#                  the same floats expected
 #   scaling-n1..4  benchmarks sharded_scaling (rows x 0.25, 8192 samples per GPU) for N = 1, 2, 4
 #   summary        the table of the scaling runs, then one line per step (exit status, seconds)
 # GPUS, LOSS_SHAPE, GLOBAL, SCALING_SHAPE override the defaults (a CPU smoke run: GPUS=2 with small
@@ -42,7 +43,7 @@ run() {
     rc=$?
     local verdict="exit $rc"
     ((rc == 124 || rc == 137)) && verdict="TIMED OUT after ${limit}s"
-    STATUS+=("$name: $verdict, $((SECONDS - began))s; $(grep -E 'passed|failed|skipped|max \|loss|steps/s,|"steps_per_s"' "$OUT/$name.txt" \
+    STATUS+=("$name: $verdict, $((SECONDS - began))s; $(grep -E 'passed|failed|skipped|max \|difference|steps/s,|"steps_per_s"' "$OUT/$name.txt" \
         | tail -n 1 | cut -c1-160)")
     return $rc
 }
@@ -63,7 +64,7 @@ run loss-n1 90 "${TORCHRUN[@]}" --nproc_per_node=1 examples/dlrm/dlrm_sharded.py
 for n in 2 4; do
     ((GPUS >= n)) || continue
     run "loss-n$n" 90 "${TORCHRUN[@]}" --nproc_per_node="$n" examples/dlrm/dlrm_sharded.py "${LOSS_SHAPE[@]}" --batch $((GLOBAL / n)) \
-        --check "$OUT/loss-n1.json" --json "$OUT/loss-n$n.json"
+        --json "$OUT/loss-n$n.json"
 done
 if ((GPUS >= 2)); then
     run pipeline-n2 90 "${TORCHRUN[@]}" --nproc_per_node=2 examples/dlrm/dlrm_sharded.py "${LOSS_SHAPE[@]}" --batch $((GLOBAL / 2)) \
@@ -83,7 +84,7 @@ done
     echo
     printf '%s\n' "${STATUS[@]}"
     if [ -f "$OUT/pipeline-n2.txt" ]; then
-        grep -q 'reference loss| over [0-9]* steps: 0.00e+00' "$OUT/pipeline-n2.txt" \
+        grep -q '(the same floats)' "$OUT/pipeline-n2.txt" \
             && echo "pipelined loss curve = plain loop's, bit for bit" || echo "pipelined loss curve DIFFERS from the plain loop's"
     fi
     echo "total $((SECONDS - START))s"

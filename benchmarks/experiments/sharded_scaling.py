@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split-steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--reserve-gib", type=float, default=12.0)
+    parser.add_argument("--weight-per-shard", action="store_true",
+                        help="each shard in a weight of its own (the bit-equality layout; docs/sharding.md): its cost "
+                             "against the default one weight per dim (use another --out folder)")
     parser.add_argument("--out", type=Path, help="folder for the JSON (default $OUT)")
     parser.add_argument("--summarize", type=Path, help="print the table of a folder's results and exit")
     args = parser.parse_args(argv)
@@ -98,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     budget = ([f - int(args.reserve_gib * 2**30) for f in free_memory_per_rank(device)] if cuda
               else [8 * 2**30] * world)
     plan = plan_sharding(tables, budget)
-    embeddings = ShardedTableBatchedEmbeddingBag(plan, args.batch, optim.RowWiseAdagrad(lr=0.01), device=device)
+    embeddings = ShardedTableBatchedEmbeddingBag(plan, args.batch, optim.RowWiseAdagrad(lr=0.01), device=device,
+                                                 weight_per_shard=args.weight_per_shard)
     torch.manual_seed(0)
     bottom = mlp([DENSE_FEATURES, 512, 256, args.dim], last_plain=False).to(device)
     over = CrossAndTop(args.dim * (len(tables) + 1), 512, 3, [1024, 1024, 512, 256]).to(device)
@@ -182,7 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     peak = torch.tensor([max(peak_plain, peak_pipe)], device=device)
     peaks = [torch.zeros_like(peak) for _ in range(world)]
     dist.all_gather(peaks, peak)
-    result = {"world_size": world, "tables": "dcnv2-full" if args.dcnv2_full else f"dcnv2 x{args.dcnv2_scale}",
+    layout = " (weight per shard)" if args.weight_per_shard else ""
+    result = {"world_size": world,
+              "tables": ("dcnv2-full" if args.dcnv2_full else f"dcnv2 x{args.dcnv2_scale}") + layout,
               "rows": sum(t.num_embeddings for t in tables), "dim": args.dim, "local_batch": args.batch,
               "steps_per_s": args.steps / elapsed, "samples_per_s_per_gpu": args.steps * args.batch / elapsed,
               "pipelined_steps_per_s": args.steps / elapsed_pipe,

@@ -63,14 +63,25 @@ class _AllToAll(torch.autograd.Function):
         return back, None, None, None
 
 
-def local_layout(plan: ShardingPlan, rank: int, weight_per_shard: bool = False) -> list[list[Shard]]:
+def local_layout(plan: ShardingPlan, rank: int, weight_per_shard: bool = False,
+                 group_as: ShardingPlan | None = None) -> list[list[Shard]]:
     """Rank ``rank``'s shards grouped by embedding dim (one weight per group), groups in order of
     first appearance; the local output's columns are the groups' shards in this order.
-    ``weight_per_shard``: every shard a group of its own (plan order)."""
+    ``weight_per_shard``: every shard a group of its own (plan order). ``group_as``: group by
+    (the rank ``group_as`` puts the table on, dim), so that one process holds exactly the weights
+    that the ranks of ``group_as`` hold (its row-wise tables: a group of their own each)."""
     shards = plan.shards_on(rank)
     if weight_per_shard:
         return [[shard] for shard in shards]
-    return [[shards[i] for i in group] for group in width_groups([plan.tables[s.table].embedding_dim for s in shards])]
+    if group_as is None:
+        return [[shards[i] for i in group]
+                for group in width_groups([plan.tables[s.table].embedding_dim for s in shards])]
+    groups: dict[tuple[int, int], list[Shard]] = {}
+    for shard in shards:
+        place = group_as.placements[shard.table]
+        owner = place.rank if place.rank is not None else -1 - shard.table
+        groups.setdefault((owner, plan.tables[shard.table].embedding_dim), []).append(shard)
+    return list(groups.values())
 
 
 def check_optimizer(optimizer: Any) -> SGD | RowWiseAdagrad:
@@ -98,13 +109,21 @@ class ShardedTableBatchedEmbeddingBag(nn.Module):
     alone in its weight, a table-wise table is summed exactly as on one GPU holding it alone, bit
     for bit (docs/sharding.md, "Bit equality"). It costs a lookup and a backward launch series
     per shard instead of per dim.
+
+    ``group_as``: another plan of the same tables (usually for N ranks, given to a one-process
+    module): this module's weights then group the tables as that plan's ranks group theirs, one
+    weight per (rank, dim). Each weight then sorts and chunks the same lookup positions as the
+    rank's weight does, so one GPU reproduces N GPUs' table-wise updates bit for bit in the default
+    layout (docs/sharding.md, "Bit equality"); on the CPU it changes nothing but the layout.
     """
 
     def __init__(self, plan: ShardingPlan, batch_size: int, optimizer: SGD | RowWiseAdagrad, device: Any = None,
                  dtype: torch.dtype = torch.float32, group: dist.ProcessGroup | None = None, lookup: str = "auto",
-                 seed: int = 0, weight_per_shard: bool = False) -> None:
+                 seed: int = 0, weight_per_shard: bool = False, group_as: ShardingPlan | None = None) -> None:
         super().__init__()
-        self.weight_per_shard = weight_per_shard
+        if group_as is not None and group_as.tables != plan.tables:
+            raise ValueError("group_as must be a plan of the same tables")
+        self.weight_per_shard, self.group_as = weight_per_shard, group_as
         distributed = dist.is_available() and dist.is_initialized()
         world = dist.get_world_size(group) if distributed else 1
         if world != plan.world_size:
@@ -120,7 +139,7 @@ class ShardedTableBatchedEmbeddingBag(nn.Module):
         if lookup not in ("auto", "kernels", "torch"):
             raise ValueError(f"lookup must be 'auto', 'kernels' or 'torch', got {lookup!r}")
         self._build_input_exchange(device)
-        self.groups = local_layout(plan, self.rank, weight_per_shard)
+        self.groups = local_layout(plan, self.rank, weight_per_shard, group_as)
         make = KernelShards if use_kernels else TorchShards
         shards: list[KernelShards | TorchShards] = [
             make([s.rows for s in g], plan.tables[g[0].table].embedding_dim, self.optimizer, dtype, device)
@@ -170,7 +189,7 @@ class ShardedTableBatchedEmbeddingBag(nn.Module):
         base = 0
         for r in range(self.world_size):
             col = base
-            for group in local_layout(plan, r, self.weight_per_shard):
+            for group in local_layout(plan, r, self.weight_per_shard, self.group_as):
                 for shard in group:
                     where[(r, shard.table)] = col
                     col += dims[shard.table]

@@ -112,14 +112,14 @@ def snapshot(module: Any) -> dict[str, Any]:
 
 
 def single_process(opt: str, world: int, steps: int = STEPS, first: int = 0, start: list[dict[str, Any]] | None = None,
-                   device: Any = "cpu", weight_per_shard: bool = False
+                   device: Any = "cpu", weight_per_shard: bool = False, group_as: ShardingPlan | None = None
                    ) -> tuple[list[Tensor], dict[str, dict[str, Tensor]], Any]:
     """One rank holding every table, on the global batches of ``world`` ranks: (outputs, merged
-    tables, the module)."""
+    tables, the module); ``group_as``: its weights grouped as that plan's ranks group theirs."""
     from reference_kernels.distributed import ShardedTableBatchedEmbeddingBag, merge_shard_state_dicts
 
     module = ShardedTableBatchedEmbeddingBag(plan_for(1, "table"), world * LOCAL_BATCH, optimizer_for(opt),
-                                             device=device, weight_per_shard=weight_per_shard)
+                                             device=device, weight_per_shard=weight_per_shard, group_as=group_as)
     if start is None:
         module.load_tables(initial_tables())
     else:

@@ -178,3 +178,30 @@ def test_pipeline_takes_what_it_prefetched() -> None:
     with pytest.raises(RuntimeError, match="take\\(\\) the prefetched"):
         pipe.prefetch(batch.indices, batch.offsets)
     assert torch.equal(pipe.take(), module(batch.indices, batch.offsets))
+
+
+def test_one_process_grouped_as_the_ranks_holds_their_weights() -> None:
+    """group_as: one process's weights are the ranks' weights (one per rank and dim, tables in
+    the same order; a row-wise table alone), the output columns stay in table order, and the
+    tables train as with the default grouping (on the CPU every row is summed in lookup order)."""
+    from reference_kernels.distributed.sharded import local_layout
+
+    def names(groups: list[list[Any]]) -> list[list[str]]:
+        return [[sc.TABLES[s.table].name for s in g] for g in groups]
+
+    one = sc.plan_for(1, "table")
+    table_wise = sc.plan_for(2, "table")  # big, wide on rank 0; small, mid, one on rank 1
+    assert names(local_layout(one, 0, group_as=table_wise)) == [["small", "one"], ["big"], ["mid"], ["wide"]]
+    assert names(local_layout(table_wise, 0)) == [["big"], ["wide"]]
+    assert names(local_layout(table_wise, 1)) == [["small", "one"], ["mid"]]
+    # mixed: big and wide row-wise (each a weight of its own here), small, mid, one on rank 1
+    assert names(local_layout(one, 0, group_as=sc.plan_for(2, "mixed"))) == [["small", "one"], ["big"], ["mid"],
+                                                                             ["wide"]]
+    outputs, tables, module = sc.single_process("sgd", 2, group_as=table_wise)
+    want_outputs, want_tables, _ = sc.single_process("sgd", 2)
+    assert len(module.shard_lookups) == 4
+    assert all(torch.equal(a, b) for a, b in zip(outputs, want_outputs, strict=True))
+    assert all(torch.equal(tables[n]["weight"], want_tables[n]["weight"]) for n in want_tables)
+    with pytest.raises(ValueError, match="same tables"):
+        ShardedTableBatchedEmbeddingBag(sc.plan_for(1, "table"), 4, optim.SGD(lr=0.1),
+                                        group_as=plan_sharding([TableSpec("x", 3, 4)], [GIB]))

@@ -113,8 +113,9 @@ def test_resharded_one_to_two_ranks_continues_the_run(two_ranks: list[dict[str, 
 @pytest.mark.slow
 def test_four_ranks_equal_one_process_and_reshard_from_two(two_ranks: list[dict[str, Any]],
                                                            tmp_path: Path) -> None:
-    """Four gloo ranks: every scenario equals one process; the resharding run starts from the two
-    ranks' checkpoint (2 -> 4)."""
+    """Four gloo ranks: every scenario (forward, fused SGD / row-wise Adagrad updates, table-wise,
+    row-wise and mixed plans) equals one process; the resharding run starts from the two ranks'
+    checkpoint (2 -> 4), and the four ranks' state_dict()s load back on one process (4 -> 1)."""
     torch.save({"checkpoints": [r["resharded"]["state"] for r in two_ranks], "steps_done": 2 * sc.STEPS},
                tmp_path / "start.pt")
     four = launch_forked(4, tmp_path)
@@ -130,3 +131,13 @@ def test_four_ranks_equal_one_process_and_reshard_from_two(two_ranks: list[dict[
     _, _, second = sc.single_process("adagrad", 2, first=sc.STEPS, start=[sc.snapshot(first)])
     _, want_tables, _ = sc.single_process("adagrad", 4, first=2 * sc.STEPS, start=[sc.snapshot(second)])
     assert_tables_equal(tables, want_tables)
+    # the four ranks' state_dict()s: row-wise "big" in four blocks; their union loads on one process (4 -> 1)
+    dicts = [r["state_dict"] for r in four]
+    assert [any(k.startswith("shards.big.") for k in d) for d in dicts] == [True] * 4
+    back = ShardedTableBatchedEmbeddingBag(sc.plan_for(1, "table"), sc.LOCAL_BATCH, sc.optimizer_for("adagrad"))
+    assert not back.load_state_dict({k: v for d in dicts for k, v in d.items()}).missing_keys
+    assert_tables_equal(merge_shard_state_dicts([sc.snapshot(back)]), want_tables)
+    # the default layout equals one process grouped as the four ranks (on the CPU: any grouping)
+    for opt in OPTIMIZERS:
+        _, tables = gathered(four, f"{opt}-table")
+        assert_tables_equal(tables, sc.single_process(opt, 4, group_as=sc.plan_for(4, "table"))[1])

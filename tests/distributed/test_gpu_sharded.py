@@ -23,9 +23,10 @@ from tests.distributed.worker import EXACT, KINDS, OPTIMIZERS  # noqa: E402
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not cuda_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")]
 
-# weights after STEPS fused steps: float32 sums of the same terms in another order (row-wise
-# partials added per rank; a row's gradient split into other chunks by the kernels' sort, whose
-# chunks of sorted positions span every table of a shared weight)
+# weights after STEPS fused steps against one GPU with one weight per dim: float32 sums of the
+# same terms in another order (row-wise partials added per rank; a row's gradient split into other
+# chunks by the kernels' sort, whose chunks of sorted positions span every table of a shared
+# weight). Table-wise plans against one GPU grouped as the ranks (group_as): bit for bit.
 RTOL, ATOL = 1e-5, 1e-6
 
 
@@ -66,6 +67,23 @@ def test_table_wise_sgd_is_bit_equal_to_one_gpu(two_gpus: list[dict[str, Any]]) 
         assert torch.equal(tables[name]["weight"], want["weight"]), name
     assert all(torch.equal(a, b) for a, b in zip(outputs, want_outputs, strict=True))
     assert not torch.equal(tables["big"]["weight"], sc.initial_tables()["big"])
+
+
+@pytest.mark.parametrize("opt", OPTIMIZERS)
+def test_table_wise_default_layout_is_bit_equal_to_one_gpu_grouped_as_the_ranks(two_gpus: list[dict[str, Any]],
+                                                                                  opt: str) -> None:
+    """Table-wise, default layout (one weight per dim on each rank): one GPU whose weights group
+    the tables as the two ranks do (``group_as``) sorts and chunks the same lookup positions per
+    weight, so the forward, the updated weights and the Adagrad state are the same bits. (Grouped
+    one weight per dim on the one GPU instead, a row's chunks may be cut elsewhere: within RTOL.)"""
+    outputs, tables = gathered(two_gpus, f"{opt}-table")
+    want_outputs, want_tables, module = sc.single_process(opt, 2, device="cuda:0", group_as=sc.plan_for(2, "table"))
+    assert len(module.shard_lookups) == 4  # (rank, dim) pairs of the plan
+    assert tables.keys() == want_tables.keys()
+    for name, want in want_tables.items():
+        assert torch.equal(tables[name]["weight"], want["weight"]), name
+        assert torch.equal(tables[name]["optimizer_state"], want["optimizer_state"]), name
+    assert all(torch.equal(a, b) for a, b in zip(outputs, want_outputs, strict=True))
 
 
 def test_resharded_one_gpu_checkpoint_continues_on_two(two_gpus: list[dict[str, Any]]) -> None:
@@ -110,6 +128,13 @@ def test_four_gpus_equal_one_gpu(tmp_path: Path) -> None:
     for name, want in want_tables.items():
         assert torch.equal(tables[name]["weight"], want["weight"]), name
     assert all(torch.equal(a, b) for a, b in zip(outputs, want_outputs, strict=True))
+    for opt in OPTIMIZERS:  # the default layout against one GPU grouped as the four ranks
+        outputs, tables = gathered(four, f"{opt}-table")
+        want_outputs, want_tables, _ = sc.single_process(opt, 4, device="cuda:0", group_as=sc.plan_for(4, "table"))
+        for name, want in want_tables.items():
+            assert torch.equal(tables[name]["weight"], want["weight"]), f"{opt} {name}"
+            assert torch.equal(tables[name]["optimizer_state"], want["optimizer_state"]), f"{opt} {name}"
+        assert all(torch.equal(a, b) for a, b in zip(outputs, want_outputs, strict=True))
     _, tables = gathered(four, "resharded")
     _, _, first = sc.single_process("adagrad", 4, device="cuda:0")
     _, want_tables, _ = sc.single_process("adagrad", 4, first=sc.STEPS, start=[sc.snapshot(first)], device="cuda:0")
