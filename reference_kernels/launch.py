@@ -581,7 +581,8 @@ def prepare_table_lookups(indices: torch.Tensor, offsets: torch.Tensor, table_ro
     grad_row = torch.empty_like(indices, dtype=torch.int64)
     bag_scale = indices.new_empty((bags,), dtype=torch.float32) if mean else None
     if POISON_OUTPUTS:  # an element the kernel fails to write cannot pass a comparison
-        keys.fill_(-7), grad_row.fill_(-7)
+        keys.fill_(-7)
+        grad_row.fill_(-7)
         if bag_scale is not None:
             bag_scale.fill_(float("nan"))
     index = indices.get_device()
