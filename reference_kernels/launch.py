@@ -543,26 +543,29 @@ def backward_passes(grad_out: torch.Tensor, sorted_rows: torch.Tensor, positions
     prepared = plans.get(key)
     if prepared is None:
         prepared = _backward_prepared(key, grad_out, sorted_rows, plans)
-    chunk_fn, combine_fn, grid, combine_grid, combine_block, col_tiles, chunks, partial_floats = prepared
+    chunk, combine, chunks, partial_floats = prepared
     dim = key[1]
     # the partial sums (2 rows per chunk, float32), then the chunks' carry flags (int32)
     work = grad_out.new_empty((partial_floats + chunks,), dtype=torch.float32)
     partial = work.data_ptr()
     carries = partial + 4 * partial_floats
     rows, grad = sorted_rows.data_ptr(), 0 if grad_weight is None else grad_weight.data_ptr()
-    _launch_packed(index, chunk_fn, grid, BLOCK, CHUNK_PARAMS, (
+    fn, grid, block, col_tiles = chunk
+    _launch_packed(index, fn, grid, block, CHUNK_PARAMS, (
         grad_out.data_ptr(), dim, rows, positions.data_ptr(), n, 0 if bag_of is None else bag_of.data_ptr(),
         max(1, bag_size), 0 if per_sample_weights is None else per_sample_weights.data_ptr(),
         0 if bag_scale is None else bag_scale.data_ptr(), scale, padding_idx, col_tiles, grad, partial, carries,
         *fused_values))
-    _launch_packed(index, combine_fn, combine_grid, combine_block, COMBINE_PARAMS,
-                   (rows, n, dim, col_tiles, partial, carries, grad, *fused_values))
+    fn, grid, block, col_tiles = combine
+    _launch_packed(index, fn, grid, block, COMBINE_PARAMS, (rows, n, dim, col_tiles, partial, carries, grad,
+                                                            *fused_values))
 
 
 # The memoised backward plans of the current knobs: [tuning, {call key: BackwardPrepared}].
-# BackwardPrepared: chunk function, combine function, the chunk pass's grid, the combine pass's
-# grid and block, column tiles, chunks, floats of partial sums.
-BackwardPrepared = tuple[Any, Any, int, int, int, int, int, int]
+# BackwardPrepared: the chunk pass and the combine pass, each (compiled function, grid, block,
+# column tiles), then the chunks and the floats of partial sums.
+PassLaunch = tuple[Any, int, int, int]
+BackwardPrepared = tuple[PassLaunch, PassLaunch, int, int]
 _BACKWARD_PLANS: list[Any] = [None, {}]
 _BACKWARD_BY_TUNING: dict[tuning.Tuning, dict[tuple[Any, ...], BackwardPrepared]] = {}
 
@@ -583,13 +586,12 @@ def _backward_prepared(key: tuple[Any, ...], grad_out: torch.Tensor, sorted_rows
                         grad_f32=grad_f32, fused=fused)
     chunk_pass, combine = plan_backward(call, device_props(grad_out.device), tuning.current())
     device = grad_out.device.index
-    chunk_fn = nvrtc.get_function(chunk_pass.source, chunk_pass.entry, dict(chunk_pass.defines), device)
-    combine_fn = nvrtc.get_function(combine.source, combine.entry, dict(combine.defines), device)
+    launches = tuple((nvrtc.get_function(p.source, p.entry, dict(p.defines), device), p.blocks, p.block, p.col_tiles)
+                     for p in (chunk_pass, combine))
     chunks = -(-n // chunk_pass.chunk_positions)
     if len(plans) >= _MAX_PLANS:  # calls of ever new sizes must not grow it forever
         plans.clear()
-    plans[key] = (chunk_fn, combine_fn, chunk_pass.blocks, combine.blocks, combine.block, chunk_pass.col_tiles, chunks,
-                  chunks * 2 * dim)
+    plans[key] = (launches[0], launches[1], chunks, chunks * 2 * dim)
     return plans[key]
 
 
@@ -622,7 +624,8 @@ def prepare_table_lookups(indices: torch.Tensor, offsets: torch.Tensor, table_ro
     grad_row = torch.empty_like(indices, dtype=torch.int64)
     bag_scale = indices.new_empty((bags,), dtype=torch.float32) if mean else None
     if POISON_OUTPUTS:  # an element the kernel fails to write cannot pass a comparison
-        keys.fill_(-7), grad_row.fill_(-7)
+        keys.fill_(-7)
+        grad_row.fill_(-7)
         if bag_scale is not None:
             bag_scale.fill_(float("nan"))
     index = indices.get_device()

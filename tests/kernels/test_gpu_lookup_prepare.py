@@ -7,8 +7,8 @@ host work per training step).
   first offset and after the last one (in no bag), int32 and int64 indices, sum and mean, the
   sentinel and the dense backward's rows, int64 keys for tables of 2^31 rows or more. Outputs
   poisoned first (a value the kernel fails to write fails the comparison).
-* Whole training steps (fused SGD and row-wise Adagrad, float32 and float16, per-sample weights,
-  mean; the sparse gradient; the dense gradient) with the kernel equal, bit for bit, to the same
+* Whole training steps (fused SGD, row-wise Adagrad and Adam, float32, float16 and bfloat16,
+  per-sample weights, mean; the sparse gradient; the dense gradient) with the kernel equal, bit for bit, to the same
   steps with the torch operations.
 
 Fresh random inputs every run (the ``gen`` fixture prints its seed).
@@ -116,6 +116,7 @@ STEPS = {  # (optimizer, weight dtype, mode, per-sample weights, sparse)
     "adagrad fp16": (optim.RowWiseAdagrad(lr=0.05, eps=1e-6), torch.float16, "sum", False, False),
     "sgd psw": (optim.SGD(lr=0.05), torch.float32, "sum", True, False),
     "adagrad mean": (optim.RowWiseAdagrad(lr=0.05, eps=1e-6), torch.float32, "mean", False, False),
+    "adam bf16": (optim.Adam(lr=0.01), torch.bfloat16, "sum", False, False),
     "sparse mean": (None, torch.float32, "mean", False, True),
     "dense sum": (None, torch.float32, "sum", False, False),
     "dense mean fp16": (None, torch.float16, "mean", False, False),
