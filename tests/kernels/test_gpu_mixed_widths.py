@@ -234,3 +234,30 @@ def test_checkpoint_resumes_bit_for_bit(gen: torch.Generator) -> None:
         resumed(b.indices, b.offsets).backward(g)
     for a, b in zip(straight.state_dict().items(), resumed.state_dict().items(), strict=True):
         assert a[0] == b[0] and torch.equal(a[1], b[1]), a[0]
+
+
+@pytest.mark.usefixtures("drained_ledger")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("name", ["sgd", "adagrad"])
+def test_mixed_width_steps_do_not_synchronise(name: str, dtype: torch.dtype, gen: torch.Generator) -> None:
+    """Whole steps (forward, each width's backward and fused update, the default index check)
+    under sync debug mode "error"; the same steps outside it give the same bits."""
+    dims, sizes = WIDTHS["interleaved"], [300, 200, 100]
+    watched, plain = (module_for(sizes, dims, dtype, torch.Generator(device="cuda").manual_seed(5),
+                                 optimizer=SPECS[name]) for _ in range(2))
+    watched.optimizer_seed = plain.optimizer_seed = 7  # the state dicts hold it
+    steps = [(Batch(sizes, 32, 6, gen), torch.randn(32, sum(dims), generator=gen, device="cuda").to(dtype))
+             for _ in range(3)]
+    for module in (watched, plain):  # kernels compiled, ledger and state created: the same first step
+        module(steps[0][0].indices, steps[0][0].offsets).backward(steps[0][1])
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for b, grad in steps[1:]:
+            watched(b.indices, b.offsets).backward(grad)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for b, grad in steps[1:]:
+        plain(b.indices, b.offsets).backward(grad)
+    for a, b in zip(watched.state_dict().values(), plain.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
