@@ -261,3 +261,15 @@ def test_mixed_width_steps_do_not_synchronise(name: str, dtype: torch.dtype, gen
         plain(b.indices, b.offsets).backward(grad)
     for a, b in zip(watched.state_dict().values(), plain.state_dict().values(), strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.usefixtures("drained_ledger")
+def test_an_index_out_of_range_names_its_table() -> None:
+    """One check over all tables, each index against its own table's rows, whatever its width."""
+    import reference_kernels as rk
+
+    module = TableBatchedEmbeddingBag([5, 7, 3], [8, 16, 8], device="cuda")
+    module.check_indices = "sync"
+    offsets = torch.tensor([0, 2, 4, 6], device="cuda")
+    with pytest.raises(rk.EmbeddingIndexError, match="index 9 at position 3 is out of range for table 1 of 7 rows"):
+        module(torch.tensor([0, 4, 6, 9, 0, 2], device="cuda"), offsets)
