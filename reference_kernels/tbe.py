@@ -205,9 +205,9 @@ class _WidthGroup(sparse_update.FusedOptimizerMixin, torch.nn.Module):
         triplets = [v for k in range(len(tables)) for v in (starts[k], columns[k], tables[k])]
         self.register_buffer("layout", torch.tensor(triplets, dtype=torch.int64, device=device), persistent=False)
         self.layout: Tensor
-        # the bytes modulo 16 that the output's rows and these columns start at (the lookup's vectors)
-        elem = self.weight.element_size()
-        self.columns_align = launch.shared_align(out_width * elem, *(c * elem for c in columns))
+        # the largest power of two (in elements) dividing the output's row width and these columns'
+        # starts: the lookup's vectors keep that alignment (in bytes at each call: .half() may follow)
+        self.column_step = min(x & -x for x in (out_width, *columns) if x)
         # the output gradient's columns of these tables, side by side: one slice where they are
         # side by side in the output already, else their column numbers
         self.first_column = columns[0]
@@ -392,9 +392,10 @@ def widths_forward(groups: list[_WidthGroup], indices: Tensor, offsets: Tensor, 
         # from the dicts, as the module's forward: Module.__getattr__ costs ~0.3 µs a name
         weight: Tensor = group._parameters["weight"]  # type: ignore[assignment]
         layout: Tensor = group._buffers["layout"]  # type: ignore[assignment]
+        step = group.column_step * weight.element_size()  # bytes; a power of two
         launch.bag_forward_columns(weight, indices, offsets, tables=group.count, all_tables=tables,
                                    per_sample_weights=psw, mode=mode, layout=layout,
-                                   columns_align=group.columns_align, out=out)
+                                   columns_align=step if step < 16 else 0, out=out)
     return out
 
 
