@@ -66,10 +66,19 @@ def module_for(sizes: list[int], dims: list[int], dtype: torch.dtype, gen: torch
     return module
 
 
-@pytest.mark.parametrize("name", list(WIDTHS))
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("mode, weighted", [("sum", False), ("sum", True), ("mean", False), ("max", False)])
-@pytest.mark.parametrize("max_len", [3, 60])
+F32, F16, BF16 = DTYPES
+MODES = [("sum", False), ("sum", True), ("mean", False), ("max", False)]
+# Every dtype, mode and bag length for interleaved widths; the untuned widths (each one of its
+# own, 7 launches) in every dtype for sum and mean and once for the rest; narrow mixed widths in
+# short bags. Each case compiles a variant per width (NVRTC, cached on disk), hence the choice.
+FORWARD_CASES = ([("interleaved", dtype, *mode, max_len) for dtype in DTYPES for mode in MODES for max_len in (3, 60)]
+                 + [("untuned", dtype, *mode, max_len) for dtype in DTYPES for mode in MODES[::2]
+                    for max_len in (3, 60)]
+                 + [("untuned", F32, "sum", True, 60), ("untuned", F16, "max", False, 3)]
+                 + [("narrow_mixed", dtype, *mode, 3) for dtype in (F32, F16) for mode in MODES[:3]])
+
+
+@pytest.mark.parametrize("name, dtype, mode, weighted, max_len", FORWARD_CASES, ids=str)
 def test_forward_equals_embedding_bag_per_table(name: str, dtype: torch.dtype, mode: str, weighted: bool,
                                                 max_len: int, gen: torch.Generator) -> None:
     """Short bags (the segmented kernel) and long ones (the general kernel), each width one launch
@@ -127,10 +136,12 @@ def table_grad(module: TableBatchedEmbeddingBag, t: int, sparse: bool) -> torch.
     return dense[start:start + module.table_sizes.tolist()[t]].double()
 
 
+GRADIENT_CASES = ([("interleaved", dtype, *mode) for dtype in DTYPES for mode in MODES[:3]]
+                  + [("untuned", F32, *mode) for mode in MODES[:3]] + [("untuned", BF16, "mean", False)])
+
+
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
-@pytest.mark.parametrize("name", ["interleaved", "untuned"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("mode, weighted", [("sum", False), ("sum", True), ("mean", False)])
+@pytest.mark.parametrize("name, dtype, mode, weighted", GRADIENT_CASES, ids=str)
 def test_gradient_equals_embedding_bag_per_table(sparse: bool, name: str, dtype: torch.dtype, mode: str,
                                                  weighted: bool, gen: torch.Generator) -> None:
     """Each width's backward on its columns of the output gradient: the dense gradient, and
@@ -165,9 +176,11 @@ def group_lookups(module: TableBatchedEmbeddingBag, g: int, batch: Batch,
     return {"input": torch.cat(inputs), "offsets": offsets, "include_last_offset": True}, torch.cat(grads)
 
 
-@pytest.mark.parametrize("name", list(SPECS))
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("widths", ["interleaved", "untuned"])
+FUSED_CASES = ([(name, dtype, "interleaved") for name in SPECS for dtype in DTYPES]
+               + [("sgd", F32, "untuned"), ("adagrad", F16, "untuned"), ("adam", BF16, "untuned")])
+
+
+@pytest.mark.parametrize("name, dtype, widths", FUSED_CASES, ids=str)
 def test_fused_optimizer_updates_every_width(name: str, dtype: torch.dtype, widths: str,
                                              gen: torch.Generator) -> None:
     """Two steps; each width's weight and state against the float64 reference of its lookups
