@@ -417,15 +417,23 @@ class Suite:
                 self.multi_table(f"2 12x500Kx128 a{alpha}", "2-12tables", [500_000] * 12, 128, 2048,
                                  [150] * 12, alpha, dtype, mode, psw)
 
+    def batch_of(self, tbe: TableBatchedEmbeddingBag, batch: int, pooling: list[int], alpha: float,
+                 psw: bool) -> tuple[TableBatch, torch.Tensor | None, list[torch.Tensor], list[torch.Tensor] | None]:
+        """A table batch for ``tbe`` (its index check off: inputs are in range), per-sample weights
+        when ``psw`` (all, and per table), and the tables' rows."""
+        tbe.check_indices = False
+        rows = tbe.table_sizes.tolist()
+        tb = table_batch(rows, batch, pooling, alpha, self.gen)
+        dtype = tbe.table(0).dtype
+        w = torch.rand(tb.indices.shape, generator=self.gen, device=DEV).to(dtype) if psw else None
+        per_w = None if w is None else list(torch.split(w, [i.numel() for i in tb.per_table]))
+        return tb, w, [tbe.table(t).detach() for t in range(len(rows))], per_w
+
     def multi_table(self, name: str, group: str, rows: list[int], dim: int, batch: int, pooling: list[int],
                     alpha: float, dtype: torch.dtype, mode: str, psw: bool) -> None:
         tbe = TableBatchedEmbeddingBag(rows, dim, mode, dtype, DEV)
-        tbe.check_indices = False
-        tb = table_batch(rows, batch, pooling, alpha, self.gen)
+        tb, w, tables, per_w = self.batch_of(tbe, batch, pooling, alpha, psw)
         per_idx, per_off, idx, offsets = tb.per_table, tb.per_table_offsets, tb.indices, tb.offsets
-        w = torch.rand(idx.shape, generator=self.gen, device=DEV).to(dtype) if psw else None
-        tables = [tbe.table(t).detach() for t in range(len(rows))]
-        per_w = None if w is None else list(torch.split(w, [i.numel() for i in per_idx]))
 
         def one_launch() -> torch.Tensor:
             return tbe(idx, offsets, w)
@@ -527,12 +535,8 @@ class Suite:
         table order (what mixed widths cost without the module; their inputs are split outside
         the timed call, which favours them)."""
         tbe = TableBatchedEmbeddingBag(rows, dims, mode, dtype, DEV)
-        tbe.check_indices = False
-        tb = table_batch(rows, batch, pooling, alpha, self.gen)
+        tb, w, tables, per_w = self.batch_of(tbe, batch, pooling, alpha, psw)
         per_idx, per_off, idx, offsets = tb.per_table, tb.per_table_offsets, tb.indices, tb.offsets
-        w = torch.rand(idx.shape, generator=self.gen, device=DEV).to(dtype) if psw else None
-        tables = [tbe.table(t).detach() for t in range(len(rows))]
-        per_w = None if w is None else list(torch.split(w, [i.numel() for i in per_idx]))
         per_width = []
         for members in width_groups(dims):
             module = TableBatchedEmbeddingBag([rows[t] for t in members], dims[members[0]], mode, dtype, DEV)

@@ -313,12 +313,15 @@ def bag_forward_columns(weight: torch.Tensor, indices: torch.Tensor, offsets: to
     if batch == 0 or tables == 0:
         return
     w, o = weight.data_ptr(), out.data_ptr()
-    align = shared_align(w % 16, o % 16, columns_align)
-    key = (weight.dtype, num_rows, dim, align, o % 16 == 0, indices.dtype, 0, indices.numel(), tables * batch,
+    align = columns_align if not (w | o) & 15 else shared_align(w % 16, o % 16, columns_align)
+    key = (weight.dtype, num_rows, dim, align, not o & 15, indices.dtype, 0, indices.numel(), tables * batch,
            tables, True, mode, per_sample_weights is not None, False, False, False, all_tables * batch, width)
     index = weight.get_device()
-    prepared = _prepared(key, weight, index, _columns_call, plan_bag_forward, FORWARD_KINDS, _forward_packer)
-    assert prepared is not None
+    # _prepared's hit, inline (one launch per width per call, as bag_forward's)
+    prepared = _last[2].get(key) if _last[0] is tuning._CURRENT and _last[1] == index else None
+    if prepared is None:
+        prepared = _prepared(key, weight, index, _columns_call, plan_bag_forward, FORWARD_KINDS, _forward_packer)
+        assert prepared is not None
     plan, fn, grid, signature, pack = prepared
     _launch_packed(index, fn, grid, plan.block, signature,
                    pack(w, indices, offsets, per_sample_weights, -1, layout, o, None, _NO_CHECK))

@@ -330,9 +330,11 @@ def _segmented_bags(call: BagCall, device: DeviceProps, tuning: Tuning) -> Plan 
     if cap < 2:
         return None
     # one table: its segment size is known here (2 or more: avg_len <= segment_max_avg);
-    # several: each team works out each table's, at most cap
+    # several, or table columns (avg_len is all tables' average): each team works out each
+    # table's, at most cap
     rows = segment_rows(call.weight_dtype, tuning)
-    bags = min(cap, segment_bags(avg_len, tiling.row_lanes, rows, tuning)) if call.tables == 1 else 0
+    known = call.tables == 1 and not call.out_width
+    bags = min(cap, segment_bags(avg_len, tiling.row_lanes, rows, tuning)) if known else 0
     units = (_ceil_div(call.num_bags, bags) if bags else call.num_bags) * tiling.col_tiles
     grid = grid_stride_blocks(units * tiling.row_lanes, device.sms, tuning.segment_grid_per_sm)
     return _plan(FORWARD, "embedding_bag_forward_segmented", defines, grid,

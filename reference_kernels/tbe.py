@@ -219,18 +219,19 @@ class _WidthGroup(sparse_update.FusedOptimizerMixin, torch.nn.Module):
     layout (launch.bag_forward_columns): per table its first row, first output column and number."""
 
     def __init__(self, tables: list[int], rows: list[int], width: int, columns: list[int], out_width: int,
-                 dtype: torch.dtype, device: Any) -> None:
+                 all_tables: int, dtype: torch.dtype, device: Any) -> None:
         super().__init__()
         starts = [sum(rows[:k]) for k in range(len(rows))]
-        self.tables, self.row_starts, self.width = tables, starts, width
+        self.tables, self.row_starts, self.width, self.count = tables, starts, width, len(tables)
+        self.out_width, self.all_tables = out_width, all_tables
         self.weight = torch.nn.Parameter(torch.empty(sum(rows), width, dtype=dtype, device=device))
         torch.nn.init.normal_(self.weight)
         triplets = [v for k in range(len(tables)) for v in (starts[k], columns[k], tables[k])]
         self.register_buffer("layout", torch.tensor(triplets, dtype=torch.int64, device=device), persistent=False)
         self.layout: Tensor
-        # the bytes modulo 16 that the output's rows and these columns start at (the lookup's vectors)
-        elem = self.weight.element_size()
-        self.columns_align = launch.shared_align(out_width * elem, *(c * elem for c in columns))
+        # the largest power of two (in elements) dividing the output's row width and these columns'
+        # starts: the lookup's vectors keep that alignment (in bytes at each call: .half() may follow)
+        self.column_step = min(x & -x for x in (out_width, *columns) if x)
         # the output gradient's columns of these tables, side by side: one slice where they are
         # side by side in the output already, else their column numbers
         self.first_column = columns[0]
@@ -289,7 +290,7 @@ class TableBatchedEmbeddingBag(sparse_update.FusedOptimizerMixin, torch.nn.Modul
         group, its first row in that group's weight, its place in the group, the group's tables."""
         columns = [sum(widths[:t]) for t in range(len(widths))]
         groups = [_WidthGroup(tables, [rows[t] for t in tables], widths[tables[0]], [columns[t] for t in tables],
-                              sum(widths), dtype, device) for tables in width_groups(widths)]
+                              sum(widths), len(widths), dtype, device) for tables in width_groups(widths)]
         self.groups = torch.nn.ModuleList(groups)
         self._width_groups = groups
         meta = [[0] * 4 for _ in widths]
@@ -408,13 +409,17 @@ def widths_forward(groups: list[_WidthGroup], indices: Tensor, offsets: Tensor, 
                    mode: str) -> Tensor:
     """The lookup of a mixed-width module: ``[B, sum(dims)]``, each width's launch writing its
     tables' columns (inputs checked and contiguous)."""
-    tables = sum(len(group.tables) for group in groups)
-    width = sum(group.width * len(group.tables) for group in groups)
-    out = launch.new_output(((offsets.numel() - 1) // tables, width), groups[0].weight)
+    first = groups[0]
+    tables = first.all_tables
+    out = launch.new_output(((offsets.numel() - 1) // tables, first.out_width), first.weight)
     for group in groups:
-        launch.bag_forward_columns(group.weight, indices, offsets, tables=len(group.tables), all_tables=tables,
-                                   per_sample_weights=psw, mode=mode, layout=group.layout,
-                                   columns_align=group.columns_align, out=out)
+        # from the dicts, as the module's forward: Module.__getattr__ costs ~0.3 µs a name
+        weight: Tensor = group._parameters["weight"]  # type: ignore[assignment]
+        layout: Tensor = group._buffers["layout"]  # type: ignore[assignment]
+        step = group.column_step * weight.element_size()  # bytes; a power of two
+        launch.bag_forward_columns(weight, indices, offsets, tables=group.count, all_tables=tables,
+                                   per_sample_weights=psw, mode=mode, layout=layout,
+                                   columns_align=step if step < 16 else 0, out=out)
     return out
 
 

@@ -128,6 +128,33 @@ def test_a_widths_plan_is_the_side_by_side_plan_with_table_columns(avg_len: int)
     assert "TABLE_COLS" not in dict(theirs.defines)
 
 
+def test_a_width_of_one_table_finds_its_own_segment_size() -> None:
+    """The average bag of all tables is not that table's: the segmented kernel works its segment
+    size out from the table's offsets (segment_bags 0) instead of taking one from the plan."""
+    call = replace(_columns_call(64, 300, 4, 0), tables=1, num_bags=65536, all_bags=8 * 65536,
+                   num_indices=8 * 65536 * 2)
+    ours = plan.plan_bag_forward(call, HOPPER, Tuning())
+    alone = plan.plan_bag_forward(replace(call, out_width=0, all_bags=0, num_indices=65536 * 2), HOPPER, Tuning())
+    assert ours.entry == alone.entry == "embedding_bag_forward_segmented"
+    assert ours.segment_bags == 0 < alone.segment_bags
+
+
+def test_the_columns_alignment_follows_the_weights_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Widths [4, 64]: rows 68 elements wide. float32 keeps 16-byte columns; after .half() the
+    same columns are 8-byte aligned, which each launch is told (a stale figure would let 16-byte
+    vectors straddle them)."""
+    seen: list[tuple[int, int]] = []
+    monkeypatch.setattr(launch, "bag_forward_columns",
+                        lambda weight, *a, columns_align, **k: seen.append((weight.shape[1], columns_align)))
+    module = TableBatchedEmbeddingBag([3, 5], [4, 64])
+    module.check_indices = False
+    indices, offsets = torch.tensor([0, 1, 2]), torch.tensor([0, 2, 3])
+    with torch.no_grad():
+        module(indices, offsets)
+        module.half()(indices, offsets)
+    assert seen == [(4, 0), (64, 0), (4, 8), (64, 8)]
+
+
 def test_columns_that_break_16_byte_alignment_get_narrower_vectors() -> None:
     """float16 widths [4, 64]: rows 68 elements (136 bytes) wide, so the 64-wide table's columns
     keep 8-byte vectors even though 64 elements would take 16-byte ones."""

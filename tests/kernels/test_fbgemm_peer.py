@@ -119,13 +119,21 @@ def test_fixed_size_bags_as_offsets() -> None:
     assert fbgemm_peer.fixed_offsets(3, 4, "cpu").tolist() == [0, 4, 8, 12]
 
 
-@pytest.mark.cuda
-@pytest.mark.skipif(not os.environ.get(fbgemm_peer.ENV_DIR), reason=f"${fbgemm_peer.ENV_DIR} names no library")
-def test_the_real_op_pools_what_embedding_bag_pools() -> None:
+@pytest.fixture
+def real_op() -> torch.Generator:
+    """FBGEMM's op loaded from $FBGEMM_FORWARD_DIR on a GPU (else the test skips), and a CUDA
+    generator with a fresh seed."""
+    if not os.environ.get(fbgemm_peer.ENV_DIR):
+        pytest.skip(f"${fbgemm_peer.ENV_DIR} names no library")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     assert fbgemm_peer.locate().available
-    gen = torch.Generator(device="cuda").manual_seed(int.from_bytes(os.urandom(4), "little"))
+    return torch.Generator(device="cuda").manual_seed(int.from_bytes(os.urandom(4), "little"))
+
+
+@pytest.mark.cuda
+def test_the_real_op_pools_what_embedding_bag_pools(real_op: torch.Generator) -> None:
+    gen = real_op
     weight = torch.randn(700 + 300, 64, device="cuda", generator=gen)
     per_table = [torch.randint(0, rows, (50 * 7,), device="cuda", generator=gen) for rows in (700, 300)]
     offsets = torch.arange(0, 2 * 50 * 7 + 1, 7, device="cuda")
@@ -141,12 +149,8 @@ def test_the_real_op_pools_what_embedding_bag_pools() -> None:
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not os.environ.get(fbgemm_peer.ENV_DIR), reason=f"${fbgemm_peer.ENV_DIR} names no library")
-def test_the_real_op_pools_tables_of_mixed_widths() -> None:
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    assert fbgemm_peer.locate().available
-    gen = torch.Generator(device="cuda").manual_seed(int.from_bytes(os.urandom(4), "little"))
+def test_the_real_op_pools_tables_of_mixed_widths(real_op: torch.Generator) -> None:
+    gen = real_op
     dims = [64, 4, 200, 64]
     tables = [torch.randn(300, d, device="cuda", generator=gen) for d in dims]
     indices = torch.randint(0, 300, (len(dims) * 40 * 5,), device="cuda", generator=gen)

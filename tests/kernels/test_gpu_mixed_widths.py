@@ -66,10 +66,19 @@ def module_for(sizes: list[int], dims: list[int], dtype: torch.dtype, gen: torch
     return module
 
 
-@pytest.mark.parametrize("name", list(WIDTHS))
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("mode, weighted", [("sum", False), ("sum", True), ("mean", False), ("max", False)])
-@pytest.mark.parametrize("max_len", [3, 60])
+F32, F16, BF16 = DTYPES
+MODES = [("sum", False), ("sum", True), ("mean", False), ("max", False)]
+# Every dtype, mode and bag length for interleaved widths; the untuned widths (each one of its
+# own, 7 launches) in every dtype for sum and mean and once for the rest; narrow mixed widths in
+# short bags. Each case compiles a variant per width (NVRTC, cached on disk), hence the choice.
+FORWARD_CASES = ([("interleaved", dtype, *mode, max_len) for dtype in DTYPES for mode in MODES for max_len in (3, 60)]
+                 + [("untuned", dtype, *mode, max_len) for dtype in DTYPES for mode in MODES[::2]
+                    for max_len in (3, 60)]
+                 + [("untuned", F32, "sum", True, 60), ("untuned", F16, "max", False, 3)]
+                 + [("narrow_mixed", dtype, *mode, 3) for dtype in (F32, F16) for mode in MODES[:3]])
+
+
+@pytest.mark.parametrize("name, dtype, mode, weighted, max_len", FORWARD_CASES, ids=str)
 def test_forward_equals_embedding_bag_per_table(name: str, dtype: torch.dtype, mode: str, weighted: bool,
                                                 max_len: int, gen: torch.Generator) -> None:
     """Short bags (the segmented kernel) and long ones (the general kernel), each width one launch
@@ -127,10 +136,12 @@ def table_grad(module: TableBatchedEmbeddingBag, t: int, sparse: bool) -> torch.
     return dense[start:start + module.table_sizes.tolist()[t]].double()
 
 
+GRADIENT_CASES = ([("interleaved", dtype, *mode) for dtype in DTYPES for mode in MODES[:3]]
+                  + [("untuned", F32, *mode) for mode in MODES[:3]] + [("untuned", BF16, "mean", False)])
+
+
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
-@pytest.mark.parametrize("name", ["interleaved", "untuned"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("mode, weighted", [("sum", False), ("sum", True), ("mean", False)])
+@pytest.mark.parametrize("name, dtype, mode, weighted", GRADIENT_CASES, ids=str)
 def test_gradient_equals_embedding_bag_per_table(sparse: bool, name: str, dtype: torch.dtype, mode: str,
                                                  weighted: bool, gen: torch.Generator) -> None:
     """Each width's backward on its columns of the output gradient: the dense gradient, and
@@ -165,9 +176,11 @@ def group_lookups(module: TableBatchedEmbeddingBag, g: int, batch: Batch,
     return {"input": torch.cat(inputs), "offsets": offsets, "include_last_offset": True}, torch.cat(grads)
 
 
-@pytest.mark.parametrize("name", list(SPECS))
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("widths", ["interleaved", "untuned"])
+FUSED_CASES = ([(name, dtype, "interleaved") for name in SPECS for dtype in DTYPES]
+               + [("sgd", F32, "untuned"), ("adagrad", F16, "untuned"), ("adam", BF16, "untuned")])
+
+
+@pytest.mark.parametrize("name, dtype, widths", FUSED_CASES, ids=str)
 def test_fused_optimizer_updates_every_width(name: str, dtype: torch.dtype, widths: str,
                                              gen: torch.Generator) -> None:
     """Two steps; each width's weight and state against the float64 reference of its lookups
@@ -234,3 +247,42 @@ def test_checkpoint_resumes_bit_for_bit(gen: torch.Generator) -> None:
         resumed(b.indices, b.offsets).backward(g)
     for a, b in zip(straight.state_dict().items(), resumed.state_dict().items(), strict=True):
         assert a[0] == b[0] and torch.equal(a[1], b[1]), a[0]
+
+
+@pytest.mark.usefixtures("drained_ledger")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("name", ["sgd", "adagrad"])
+def test_mixed_width_steps_do_not_synchronise(name: str, dtype: torch.dtype, gen: torch.Generator) -> None:
+    """Whole steps (forward, each width's backward and fused update, the default index check)
+    under sync debug mode "error"; the same steps outside it give the same bits."""
+    dims, sizes = WIDTHS["interleaved"], [300, 200, 100]
+    watched, plain = (module_for(sizes, dims, dtype, torch.Generator(device="cuda").manual_seed(5),
+                                 optimizer=SPECS[name]) for _ in range(2))
+    watched.optimizer_seed = plain.optimizer_seed = 7  # the state dicts hold it
+    steps = [(Batch(sizes, 32, 6, gen), torch.randn(32, sum(dims), generator=gen, device="cuda").to(dtype))
+             for _ in range(3)]
+    for module in (watched, plain):  # kernels compiled, ledger and state created: the same first step
+        module(steps[0][0].indices, steps[0][0].offsets).backward(steps[0][1])
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for b, grad in steps[1:]:
+            watched(b.indices, b.offsets).backward(grad)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for b, grad in steps[1:]:
+        plain(b.indices, b.offsets).backward(grad)
+    for a, b in zip(watched.state_dict().values(), plain.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.usefixtures("drained_ledger")
+def test_an_index_out_of_range_names_its_table() -> None:
+    """One check over all tables, each index against its own table's rows, whatever its width."""
+    import reference_kernels as rk
+
+    module = TableBatchedEmbeddingBag([5, 7, 3], [8, 16, 8], device="cuda")
+    module.check_indices = "sync"
+    offsets = torch.tensor([0, 2, 4, 6], device="cuda")
+    with pytest.raises(rk.EmbeddingIndexError, match="index 9 at position 3 is out of range for table 1 of 7 rows"):
+        module(torch.tensor([0, 4, 6, 9, 0, 2], device="cuda"), offsets)
