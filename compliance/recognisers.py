@@ -16,10 +16,14 @@ every form recognised, each with a fixture under tests/compliance/cases/negative
   under any name, and PyTorch extension markers. Notebooks are scanned as the text
   of their cells.
 
-Speed: each marker family is anchored on one short literal found with
-``bytes.find`` (memchr-speed); only files holding the literal run the family's
-regular expression. A single regex alternation over every byte was ten times
-slower (measured in benchmarks/compliance/round_speed.py's notes).
+Speed (every byte of every file is examined, so this is the checker's hot loop; measured
+in docs/security.md, "Cost of examining every file"): one pass of a compiled multi-literal
+search (Aho-Corasick with a SIMD prefilter, from ``ahocorasick_rs``) tells which marker
+families have their anchor literal anywhere in the bytes; only those families run their
+confirming expression, exactly as a per-literal ``bytes.find`` would have decided. Base64
+needles are searched only inside runs of 64 or more base64 characters, found with one
+``translate`` and ``find``. A single regex alternation over every byte was ten times
+slower than one ``find``; nine needle ``find`` passes were most of the cost before.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import binascii
 import json
 import re
 from dataclasses import dataclass
+
+from ahocorasick_rs import BytesAhoCorasick
 
 ARCHIVE_KINDS = ("zip", "gzip", "xz", "bzip2", "zstd", "7z")
 """Opaque archives: what they hold cannot be reviewed in the tree (a wheel is a zip)."""
@@ -91,7 +97,11 @@ def _b64_needles(magic: bytes) -> tuple[bytes, ...]:
 
 _B64_MAGIC = ((b"\x7fELF", "ELF"), (b"PK\x03\x04", "zip"), (b"\x1f\x8b\x08", "gzip"))
 _B64_NEEDLES = tuple((needle, name) for magic, name in _B64_MAGIC for needle in _b64_needles(magic))
+_B64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 _B64_RUN = re.compile(rb"[A-Za-z0-9+/]{64}")
+_B64_CLASSES = bytes(1 if byte in _B64_ALPHABET else 0 for byte in range(256))
+"""``translate`` table: 1 for a base64 character, 0 for any other byte."""
+_B64_RUN_CLASS = b"\x01" * 64
 
 
 def embedded_binary(data: bytes, at_start: bool, base64_too: bool = True) -> str | None:
@@ -107,13 +117,28 @@ def embedded_binary(data: bytes, at_start: bool, base64_too: bool = True) -> str
                 return "elf-behind-prefix"
     if not base64_too:
         return None
+    # A blob ``_decodes_to_magic`` accepts is 64 base64 characters from at most 3 before the needle,
+    # so every needle it can accept lies inside a run of 64 or more: search the needles there only.
+    classes = bytearray(data).translate(_B64_CLASSES)  # twice as fast as bytes.translate, copy included
+    run = classes.find(_B64_RUN_CLASS)
+    while run >= 0:
+        end = classes.find(b"\x00", run)
+        end = len(data) if end < 0 else end
+        if _needle_decodes(data, run, end):
+            return "embedded-base64"
+        run = classes.find(_B64_RUN_CLASS, end)
+    return None
+
+
+def _needle_decodes(data: bytes, start: int, end: int) -> bool:
+    """A base64 needle in ``data[start:end]`` where a blob decoding to a known magic begins."""
     for needle, _ in _B64_NEEDLES:
-        offset = data.find(needle)
+        offset = data.find(needle, start, end)
         while offset >= 0:
             if _decodes_to_magic(data, offset):
-                return "embedded-base64"
-            offset = data.find(needle, offset + 1)
-    return None
+                return True
+            offset = data.find(needle, offset + 1, end)
+    return False
 
 
 def _decodes_to_magic(data: bytes, offset: int) -> bool:
@@ -152,7 +177,7 @@ class Marker:
 
 
 MARKERS: tuple[Marker, ...] = (
-    Marker("cuda", (b"global",), re.compile(
+    Marker("cuda", (b"__global__", b"__attribute__"), re.compile(
         rb"__global__|__attribute__\s*\(\(\s*(?:__)?global(?:__)?\s*\)\)"), "cuda"),
     Marker("ptx", (b"asm", b".entry"), re.compile(
         rb"\basm\s*(?:volatile\s*|__volatile__\s*)?\(|__asm__|(?:^|\s)\.entry\s+[\w$]+"), "ptx"),
@@ -175,17 +200,22 @@ MARKERS: tuple[Marker, ...] = (
     Marker("extension", (b"TORCH_LIBRARY", b"PYBIND11_MODULE", b"torch/extension.h"), None, "cpp"),
 )
 DATA_MARKERS = (MARKERS[0], Marker("ptx", (b".entry",), re.compile(rb"(?:^|\s)\.entry\s+[\w$]+"), "ptx"))
-"""What data files and logs are scanned for: CUDA and PTX kernel source itself (two ``bytes.find``
-per byte: these are most of a round's bytes). Any other form needs code to load it, and code is
-scanned for every marker."""
+"""What data files and logs are scanned for: CUDA and PTX kernel source itself (these are most of a
+round's bytes). Any other form needs code to load it, and code is scanned for every marker."""
 DATA_BASE64_LIMIT = 1024 * 1024
 """Data files up to this size are also searched for base64 binaries (larger ones are logs and
 results; a blob in one needs code to decode it, and code is always searched)."""
 LANGUAGE_OF_MARKER = {m.name: m.language for m in MARKERS}
 _CONTINUATION = re.compile(rb"\\\r?\n")
+_CONTINUATION_LITERALS = (b"\\\n", b"\\\r\n")
+"""A backslash ending a line: the preprocessor joins the lines, so ``__glo\\<newline>bal__`` is CUDA."""
+SEARCH_SLICE = 256 * 1024
+"""Bytes given to the literal search at once: bounds the matches held at a time (a file of nothing
+but one literal), since a family leaves the search once one of its literals is seen."""
 
 
 def _first_match(data: bytes, marker: Marker) -> int | None:
+    """Offset of the first match of ``marker`` at or after 256 bytes before its first literal."""
     hits = [i for i in map(data.find, marker.literals) if i >= 0]
     if not hits:
         return None
@@ -202,37 +232,86 @@ def _first_match(data: bytes, marker: Marker) -> int | None:
     return None
 
 
-class MarkerScanner:
-    """First occurrence (line) of each marker family in a file fed one chunk at a time.
+def _family_offset(data: bytes, marker: Marker) -> int | None:
+    """Where ``marker``'s family first shows in ``data``: its expression, or for CUDA also the
+    expression once line continuations are joined (the offset is then the first continuation)."""
+    offset = _first_match(data, marker)
+    if offset is None and marker is MARKERS[0] and any(c in data for c in _CONTINUATION_LITERALS):
+        if _first_match(_CONTINUATION.sub(b"", data), marker) is not None:
+            offset = min(i for i in map(data.find, _CONTINUATION_LITERALS) if i >= 0)
+    return offset
 
-    The last ``OVERLAP`` bytes of each chunk are scanned again with the next, so a marker
-    across a chunk edge is seen; line numbers count from the file's start.
+
+class MarkerSet:
+    """Marker families compiled for scanning: one literal search over all their literals (and the
+    line continuation, for the CUDA family), rebuilt without the families already seen."""
+
+    def __init__(self, families: tuple[Marker, ...]) -> None:
+        self.families = families
+        self._searches: dict[int, tuple[BytesAhoCorasick, tuple[int, ...], int]] = {}
+
+    def search(self, wanted: int) -> tuple[BytesAhoCorasick, tuple[int, ...], int]:
+        """(automaton, family index of each of its literals, longest literal) for the families whose
+        bits are set in ``wanted``."""
+        cached = self._searches.get(wanted)
+        if cached is None:
+            literals: list[bytes] = []
+            family_of: list[int] = []
+            for index, marker in enumerate(self.families):
+                if wanted >> index & 1:
+                    extra = _CONTINUATION_LITERALS if marker is MARKERS[0] else ()
+                    literals.extend((*marker.literals, *extra))
+                    family_of.extend([index] * (len(marker.literals) + len(extra)))
+            cached = (BytesAhoCorasick(literals), tuple(family_of), max(map(len, literals)))
+            self._searches[wanted] = cached
+        return cached
+
+    def present(self, data: bytes, wanted: int) -> int:
+        """Bits of the families in ``wanted`` that have a literal somewhere in ``data``."""
+        present = 0
+        start = 0
+        while wanted and start < len(data):
+            automaton, family_of, longest = self.search(wanted)
+            stop = start + SEARCH_SLICE + longest - 1  # a literal across the slice edge is still seen
+            part = data if start == 0 and stop >= len(data) else memoryview(data)[start:stop]
+            for literal in {hit[0] for hit in automaton.find_matches_as_indexes(part, overlapping=True)}:
+                present |= 1 << family_of[literal]
+            wanted &= ~present
+            start += SEARCH_SLICE
+        return present
+
+
+CODE_MARKERS = MarkerSet(MARKERS)
+"""What code (and any file not known to be data) is scanned for."""
+DATA_MARKER_SET = MarkerSet(DATA_MARKERS)
+"""What data files and logs are scanned for."""
+
+
+class MarkerScanner:
+    """First occurrence (line) of each marker family in a file given one window at a time.
+
+    The caller passes overlapping windows (the last ``OVERLAP`` bytes of one start the next, so a
+    marker across a chunk edge is seen) with the count of newlines before each window's first byte.
+    A family is looked at only in windows holding one of its literals (one literal search for all),
+    and decided there as ``_first_match`` decides it.
     """
 
-    def __init__(self, markers: tuple[Marker, ...] = MARKERS) -> None:
-        self.families = markers
+    def __init__(self, markers: MarkerSet = CODE_MARKERS) -> None:
+        self.marker_set = markers
         self.found: dict[str, int] = {}
-        self._tail = b""
-        self._uncounted = b""
-        self._lines_before = 0  # newlines in the file before the current window's first byte
+        self._unseen = (1 << len(markers.families)) - 1  # families not found yet
 
-    def feed(self, new: bytes) -> None:
-        """Scan the next bytes of the file."""
-        if self._uncounted:
-            self._lines_before += self._uncounted.count(b"\n", 0, len(self._uncounted) - len(self._tail))
-            self._uncounted = b""
-        window = self._tail + new if self._tail else new
-        for marker in self.families:
-            if marker.name in self.found:
-                continue
-            offset = _first_match(window, marker)
-            if offset is None and marker is MARKERS[0] and b"\\\n" in window:
-                if _first_match(_CONTINUATION.sub(b"", window), marker) is not None:
-                    offset = window.find(b"\\\n")  # __glo\<newline>bal__ is __global__ to the preprocessor
-            if offset is not None:
-                self.found[marker.name] = self._lines_before + window.count(b"\n", 0, offset) + 1
-        self._tail = window[-OVERLAP:]
-        self._uncounted = window  # newlines are counted only if the file goes on (a streamed file)
+    def scan(self, window: bytes, lines_before: int = 0) -> None:
+        """Scan ``window``, a stretch of the file with ``lines_before`` newlines before it."""
+        if not self._unseen:
+            return
+        present = self.marker_set.present(window, self._unseen)
+        for index, marker in enumerate(self.marker_set.families):
+            if present >> index & 1:
+                offset = _family_offset(window, marker)
+                if offset is not None:
+                    self.found[marker.name] = lines_before + window.count(b"\n", 0, offset) + 1
+                    self._unseen &= ~(1 << index)
 
     def markers(self) -> list[tuple[str, int]]:
         """(marker, line) in the order of ``MARKERS``."""
@@ -242,7 +321,7 @@ class MarkerScanner:
 def scan_markers(data: bytes) -> list[tuple[str, int]]:
     """(marker, line) of each kernel marker family found in ``data`` (a whole file)."""
     scanner = MarkerScanner()
-    scanner.feed(data)
+    scanner.scan(data)
     return scanner.markers()
 
 
