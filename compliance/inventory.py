@@ -372,7 +372,7 @@ def _read_stream(fd: int, size: int, rel: str, name: str, walk: Walk) -> None:
         walk.unscanned.append((rel, f"{size} bytes, over the {MAX_FILE_BYTES >> 20} MiB limit for one file"))
         _record_source(rel, name, ext, [], walk, None)  # a .cu is still native
         return
-    build_dir = build_directory_of(rel)
+    build_dir = build_directory_of(rel) if "build/" in rel else None
     # One byte past the size: a file that grew since fstat is still read whole or streamed.
     data = os.read(fd, min(CHUNK_BYTES, size + 1))
     kind = binary_kind(data[:64])
@@ -565,8 +565,8 @@ def _listing(fd: int, rel: str, walk: Walk) -> list[tuple[str, int | None]]:
 
 
 BATCH_FILES = 256
-"""Files of one directory examined together (in a worker, once workers run): small enough that
-every core stays busy to the end of a walk."""
+"""Files examined together by a worker (from one or several directories): few enough batches that
+handing them over costs little, small enough that every core stays busy to the end of a walk."""
 PARALLEL_MIN_FILES = 2000
 """Workers are forked once the walk has listed this many files; a smaller tree is examined sooner
 in this process alone."""
@@ -574,32 +574,32 @@ in this process alone."""
 
 @dataclass(frozen=True)
 class FileBatch:
-    """Regular files of one directory, handed to a worker process."""
+    """Regular files handed to a worker process, directory by directory in listing order."""
 
     root: Path
     root_fd: int
     """The root directory's handle (inherited by forked workers)."""
-    parts: tuple[str, ...]
-    """The directory, as root-relative components."""
-    names: tuple[str, ...]
+    groups: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]
+    """(directory as root-relative components, names of its files to examine)."""
 
 
 def examine_batch(batch: FileBatch) -> Walk:
-    """Examine a batch's files into a walk of their own. The directory is opened again from the root
+    """Examine a batch's files into a walk of their own. Each directory is opened again from the root
     handle, component by component, never following a link; a file is then opened as in the walk."""
     part = Walk(batch.root)
-    prefix = "/".join(batch.parts)
-    rels = [f"{prefix}/{name}" if prefix else name for name in batch.names]
-    try:
-        dir_fd = _open_dir_inside(batch.root_fd, batch.parts)
-    except OSError:
-        part.unreadable.extend(rels)
-        return part
-    try:
-        for name, rel in zip(batch.names, rels, strict=True):
-            _visit_file(dir_fd, name, rel, part)
-    finally:
-        os.close(dir_fd)
+    for parts, names in batch.groups:
+        prefix = "/".join(parts)
+        rels = [f"{prefix}/{name}" if prefix else name for name in names]
+        try:
+            dir_fd = _open_dir_inside(batch.root_fd, parts)
+        except OSError:
+            part.unreadable.extend(rels)
+            continue
+        try:
+            for name, rel in zip(names, rels, strict=True):
+                _visit_file(dir_fd, name, rel, part)
+        finally:
+            os.close(dir_fd)
     return part
 
 
@@ -630,6 +630,8 @@ class _Walker:
     root_real: str
     work: OrderedWork[FileBatch, Walk]
     listed: int = 0
+    pending: list[tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=list)
+    pending_files: int = 0
 
     def walk_dir(self, fd: int, relprefix: str, depth: int) -> None:
         """Walk the directory open as ``fd`` (closed by the caller), depth first."""
@@ -639,17 +641,12 @@ class _Walker:
             rel = f"{relprefix}/{name}" if relprefix else name
             if mode is not None and stat.S_ISREG(mode):
                 files.append(name)
-                if len(files) >= BATCH_FILES:
-                    self.examine(fd, relprefix, files)
                 continue
             self.examine(fd, relprefix, files)  # files listed before this entry keep their place
             if mode is None:
                 walk.unreadable.append(rel)
             elif stat.S_ISLNK(mode):
-                target = Walk(walk.root) if self.work.parallel else walk
-                _visit_link(fd, self.root_fd, self.root_real, name, rel, target)
-                if target is not walk:
-                    self.work.add(target)
+                self.visit_link(fd, name, rel)
             elif stat.S_ISDIR(mode):
                 child = _visit_dir(fd, name, rel, depth + 1, walk)
                 if child is not None:
@@ -670,12 +667,30 @@ class _Walker:
         if self.listed >= PARALLEL_MIN_FILES:
             self.work.start()
         if self.work.parallel:
-            parts = tuple(relprefix.split("/")) if relprefix else ()
-            self.work.submit(FileBatch(self.walk.root, self.root_fd, parts, tuple(names)))
+            self.pending.append((tuple(relprefix.split("/")) if relprefix else (), tuple(names)))
+            self.pending_files += len(names)
+            if self.pending_files >= BATCH_FILES:
+                self.flush()
         else:
             for name in names:
                 _visit_file(fd, name, f"{relprefix}/{name}" if relprefix else name, self.walk)
         names.clear()
+
+    def visit_link(self, fd: int, name: str, rel: str) -> None:
+        """A symlink is examined here; once workers run, in its place among their results."""
+        if not self.work.parallel:
+            _visit_link(fd, self.root_fd, self.root_real, name, rel, self.walk)
+            return
+        self.flush()
+        part = Walk(self.walk.root)
+        _visit_link(fd, self.root_fd, self.root_real, name, rel, part)
+        self.work.add(part)
+
+    def flush(self) -> None:
+        """Hand the files gathered so far to a worker."""
+        if self.pending:
+            self.work.submit(FileBatch(self.walk.root, self.root_fd, tuple(self.pending)))
+            self.pending, self.pending_files = [], 0
 
 
 def _walk(root: Path, workers: int) -> Walk:
@@ -687,7 +702,9 @@ def _walk(root: Path, workers: int) -> Walk:
         raise InputError(f"cannot open the directory: {exc.strerror}", root) from exc
     work: OrderedWork[FileBatch, Walk] = OrderedWork(examine_batch, workers)
     try:
-        _Walker(walk, root_fd, root_real, work).walk_dir(root_fd, "", 0)
+        walker = _Walker(walk, root_fd, root_real, work)
+        walker.walk_dir(root_fd, "", 0)
+        walker.flush()
         for part in work.results():
             merge_walk(walk, part)
     finally:

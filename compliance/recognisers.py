@@ -32,6 +32,7 @@ import base64
 import binascii
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ahocorasick_rs import BytesAhoCorasick
@@ -102,6 +103,8 @@ _B64_RUN = re.compile(rb"[A-Za-z0-9+/]{64}")
 _B64_CLASSES = bytes(1 if byte in _B64_ALPHABET else 0 for byte in range(256))
 """``translate`` table: 1 for a base64 character, 0 for any other byte."""
 _B64_RUN_CLASS = b"\x01" * 64
+_SAMPLE_STRIDE = 4
+_SAMPLE_RUN = b"\x01" * (64 // _SAMPLE_STRIDE)
 
 
 def embedded_binary(data: bytes, at_start: bool, base64_too: bool = True) -> str | None:
@@ -119,15 +122,29 @@ def embedded_binary(data: bytes, at_start: bool, base64_too: bool = True) -> str
         return None
     # A blob ``_decodes_to_magic`` accepts is 64 base64 characters from at most 3 before the needle,
     # so every needle it can accept lies inside a run of 64 or more: search the needles there only.
-    classes = bytearray(data).translate(_B64_CLASSES)  # twice as fast as bytes.translate, copy included
-    run = classes.find(_B64_RUN_CLASS)
-    while run >= 0:
-        end = classes.find(b"\x00", run)
-        end = len(data) if end < 0 else end
-        if _needle_decodes(data, run, end):
-            return "embedded-base64"
-        run = classes.find(_B64_RUN_CLASS, end)
-    return None
+    return next(("embedded-base64" for start, end in _base64_runs(data) if _needle_decodes(data, start, end)), None)
+
+
+def _base64_runs(data: bytes) -> Iterator[tuple[int, int]]:
+    """(start, end) of every run of at least 64 base64 characters in ``data``, each whole.
+
+    Such a run holds 16 consecutive bytes at offsets divisible by 4, so those are looked for in the
+    every-fourth-byte sample first (a quarter of the work); only the stretch between the non-base64
+    samples around such a sample run is then classified byte by byte (no run reaches past them)."""
+    samples = bytearray(data[::_SAMPLE_STRIDE]).translate(_B64_CLASSES)
+    sample = samples.find(_SAMPLE_RUN)
+    while sample >= 0:
+        after = samples.find(b"\x00", sample)
+        after = len(samples) if after < 0 else after
+        low = max(0, _SAMPLE_STRIDE * sample - _SAMPLE_STRIDE + 1)
+        classes = bytearray(data[low:_SAMPLE_STRIDE * after]).translate(_B64_CLASSES)
+        run = classes.find(_B64_RUN_CLASS)
+        while run >= 0:
+            end = classes.find(b"\x00", run)
+            end = len(classes) if end < 0 else end
+            yield low + run, low + end
+            run = classes.find(_B64_RUN_CLASS, end)
+        sample = samples.find(_SAMPLE_RUN, after)
 
 
 def _needle_decodes(data: bytes, start: int, end: int) -> bool:
@@ -274,9 +291,11 @@ class MarkerSet:
             automaton, family_of, longest = self.search(wanted)
             stop = start + SEARCH_SLICE + longest - 1  # a literal across the slice edge is still seen
             part = data if start == 0 and stop >= len(data) else memoryview(data)[start:stop]
-            for literal in {hit[0] for hit in automaton.find_matches_as_indexes(part, overlapping=True)}:
-                present |= 1 << family_of[literal]
-            wanted &= ~present
+            hits = automaton.find_matches_as_indexes(part, overlapping=True)
+            if hits:
+                for literal in {hit[0] for hit in hits}:
+                    present |= 1 << family_of[literal]
+                wanted &= ~present
             start += SEARCH_SLICE
         return present
 
@@ -296,6 +315,8 @@ class MarkerScanner:
     and decided there as ``_first_match`` decides it.
     """
 
+    __slots__ = ("marker_set", "found", "_unseen")
+
     def __init__(self, markers: MarkerSet = CODE_MARKERS) -> None:
         self.marker_set = markers
         self.found: dict[str, int] = {}
@@ -306,6 +327,8 @@ class MarkerScanner:
         if not self._unseen:
             return
         present = self.marker_set.present(window, self._unseen)
+        if not present:
+            return
         for index, marker in enumerate(self.marker_set.families):
             if present >> index & 1:
                 offset = _family_offset(window, marker)
@@ -315,6 +338,8 @@ class MarkerScanner:
 
     def markers(self) -> list[tuple[str, int]]:
         """(marker, line) in the order of ``MARKERS``."""
+        if not self.found:
+            return []
         return [(m.name, self.found[m.name]) for m in MARKERS if m.name in self.found]
 
 
