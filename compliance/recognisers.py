@@ -191,11 +191,14 @@ class Marker:
     """An import that names the module something else (group 1: the name)."""
     alias_use: bytes = b""
     """What, after ``<alias>``, is the evidence (a regex fragment)."""
+    anchors: tuple[bytes, ...] = ()
+    """What the literal search looks for instead of ``literals`` (bytes every match contains too):
+    fewer or rarer bytes keep that search fast on logs."""
 
 
 MARKERS: tuple[Marker, ...] = (
     Marker("cuda", (b"__global__", b"__attribute__"), re.compile(
-        rb"__global__|__attribute__\s*\(\(\s*(?:__)?global(?:__)?\s*\)\)"), "cuda"),
+        rb"__global__|__attribute__\s*\(\(\s*(?:__)?global(?:__)?\s*\)\)"), "cuda", anchors=(b"global",)),
     Marker("ptx", (b"asm", b".entry"), re.compile(
         rb"\basm\s*(?:volatile\s*|__volatile__\s*)?\(|__asm__|(?:^|\s)\.entry\s+[\w$]+"), "ptx"),
     Marker("triton", (b"triton",), re.compile(
@@ -249,52 +252,61 @@ def _first_match(data: bytes, marker: Marker) -> int | None:
     return None
 
 
-def _family_offset(data: bytes, marker: Marker) -> int | None:
+def _family_offset(data: bytes, marker: Marker, continued: bool) -> int | None:
     """Where ``marker``'s family first shows in ``data``: its expression, or for CUDA also the
-    expression once line continuations are joined (the offset is then the first continuation)."""
+    expression once line continuations are joined (``continued``: ``data`` has one; the offset is
+    then the first continuation)."""
     offset = _first_match(data, marker)
-    if offset is None and marker is MARKERS[0] and any(c in data for c in _CONTINUATION_LITERALS):
+    if offset is None and continued and marker is MARKERS[0]:
         if _first_match(_CONTINUATION.sub(b"", data), marker) is not None:
             offset = min(i for i in map(data.find, _CONTINUATION_LITERALS) if i >= 0)
     return offset
 
 
 class MarkerSet:
-    """Marker families compiled for scanning: one literal search over all their literals (and the
-    line continuation, for the CUDA family), rebuilt without the families already seen."""
+    """Marker families compiled for scanning: one literal search over all their anchors, rebuilt
+    without the families already seen. A line continuation is searched for as one more "family"
+    (bit ``continuation``) while the CUDA family is scanned for: the preprocessor joins such lines."""
 
     def __init__(self, families: tuple[Marker, ...]) -> None:
         self.families = families
+        self.cuda = next((i for i, marker in enumerate(families) if marker is MARKERS[0]), None)
+        self.continuation = len(families)
+        """Bit of a line continuation in ``present``'s result."""
+        self.every = (1 << len(families)) - 1 | (1 << self.continuation if self.cuda is not None else 0)
+        """Bits of everything scanned for."""
         self._searches: dict[int, tuple[BytesAhoCorasick, tuple[int, ...], int]] = {}
 
     def search(self, wanted: int) -> tuple[BytesAhoCorasick, tuple[int, ...], int]:
-        """(automaton, family index of each of its literals, longest literal) for the families whose
-        bits are set in ``wanted``."""
+        """(automaton, bit of each of its literals, longest literal) for the bits set in ``wanted``."""
         cached = self._searches.get(wanted)
         if cached is None:
             literals: list[bytes] = []
-            family_of: list[int] = []
+            bit_of: list[int] = []
             for index, marker in enumerate(self.families):
                 if wanted >> index & 1:
-                    extra = _CONTINUATION_LITERALS if marker is MARKERS[0] else ()
-                    literals.extend((*marker.literals, *extra))
-                    family_of.extend([index] * (len(marker.literals) + len(extra)))
-            cached = (BytesAhoCorasick(literals), tuple(family_of), max(map(len, literals)))
+                    anchors = marker.anchors or marker.literals
+                    literals.extend(anchors)
+                    bit_of.extend([index] * len(anchors))
+            if wanted >> self.continuation & 1:
+                literals.extend(_CONTINUATION_LITERALS)
+                bit_of.extend([self.continuation] * len(_CONTINUATION_LITERALS))
+            cached = (BytesAhoCorasick(literals), tuple(bit_of), max(map(len, literals)))
             self._searches[wanted] = cached
         return cached
 
     def present(self, data: bytes, wanted: int) -> int:
-        """Bits of the families in ``wanted`` that have a literal somewhere in ``data``."""
+        """The bits of ``wanted`` whose anchors (or line continuation) occur somewhere in ``data``."""
         present = 0
         start = 0
         while wanted and start < len(data):
-            automaton, family_of, longest = self.search(wanted)
+            automaton, bit_of, longest = self.search(wanted)
             stop = start + SEARCH_SLICE + longest - 1  # a literal across the slice edge is still seen
             part = data if start == 0 and stop >= len(data) else memoryview(data)[start:stop]
             hits = automaton.find_matches_as_indexes(part, overlapping=True)
             if hits:
                 for literal in {hit[0] for hit in hits}:
-                    present |= 1 << family_of[literal]
+                    present |= 1 << bit_of[literal]
                 wanted &= ~present
             start += SEARCH_SLICE
         return present
@@ -311,30 +323,34 @@ class MarkerScanner:
 
     The caller passes overlapping windows (the last ``OVERLAP`` bytes of one start the next, so a
     marker across a chunk edge is seen) with the count of newlines before each window's first byte.
-    A family is looked at only in windows holding one of its literals (one literal search for all),
+    A family is looked at only in windows holding one of its anchors (one literal search for all),
     and decided there as ``_first_match`` decides it.
     """
 
-    __slots__ = ("marker_set", "found", "_unseen")
+    __slots__ = ("marker_set", "found", "_wanted")
 
     def __init__(self, markers: MarkerSet = CODE_MARKERS) -> None:
         self.marker_set = markers
         self.found: dict[str, int] = {}
-        self._unseen = (1 << len(markers.families)) - 1  # families not found yet
+        self._wanted = markers.every  # families not found yet (and line continuations while CUDA is not)
 
     def scan(self, window: bytes, lines_before: int = 0) -> None:
         """Scan ``window``, a stretch of the file with ``lines_before`` newlines before it."""
-        if not self._unseen:
-            return
-        present = self.marker_set.present(window, self._unseen)
+        marker_set = self.marker_set
+        present = marker_set.present(window, self._wanted) if self._wanted else 0
         if not present:
             return
-        for index, marker in enumerate(self.marker_set.families):
+        continued = bool(present >> marker_set.continuation & 1)
+        if continued and marker_set.cuda is not None:
+            present |= 1 << marker_set.cuda
+        for index, marker in enumerate(marker_set.families):
             if present >> index & 1:
-                offset = _family_offset(window, marker)
+                offset = _family_offset(window, marker, continued)
                 if offset is not None:
                     self.found[marker.name] = lines_before + window.count(b"\n", 0, offset) + 1
-                    self._unseen &= ~(1 << index)
+                    self._wanted &= ~(1 << index)
+                    if index == marker_set.cuda:
+                        self._wanted &= ~(1 << marker_set.continuation)
 
     def markers(self) -> list[tuple[str, int]]:
         """(marker, line) in the order of ``MARKERS``."""
