@@ -21,9 +21,9 @@ in docs/security.md, "Cost of examining every file"): one pass of a compiled mul
 search (Aho-Corasick with a SIMD prefilter, from ``ahocorasick_rs``) tells which marker
 families have their anchor literal anywhere in the bytes; only those families run their
 confirming expression, exactly as a per-literal ``bytes.find`` would have decided. Base64
-needles are searched only inside runs of 64 or more base64 characters, found with one
-``translate`` and ``find``. A single regex alternation over every byte was ten times
-slower than one ``find``; nine needle ``find`` passes were most of the cost before.
+needles are searched only inside runs of 64 or more base64 characters, found from every
+fourth byte first (``_base64_runs``). A single regex alternation over every byte was ten
+times slower than one ``find``; nine needle ``find`` passes were most of the cost before.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def _b64_needles(magic: bytes) -> tuple[bytes, ...]:
 
 
 _B64_MAGIC = ((b"\x7fELF", "ELF"), (b"PK\x03\x04", "zip"), (b"\x1f\x8b\x08", "gzip"))
-_B64_NEEDLES = tuple((needle, name) for magic, name in _B64_MAGIC for needle in _b64_needles(magic))
+B64_NEEDLES = tuple((needle, name) for magic, name in _B64_MAGIC for needle in _b64_needles(magic))
 _B64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 _B64_RUN = re.compile(rb"[A-Za-z0-9+/]{64}")
 _B64_CLASSES = bytes(1 if byte in _B64_ALPHABET else 0 for byte in range(256))
@@ -120,7 +120,7 @@ def embedded_binary(data: bytes, at_start: bool, base64_too: bool = True) -> str
                 return "elf-behind-prefix"
     if not base64_too:
         return None
-    # A blob ``_decodes_to_magic`` accepts is 64 base64 characters from at most 3 before the needle,
+    # A blob ``decodes_to_magic`` accepts is 64 base64 characters from at most 3 before the needle,
     # so every needle it can accept lies inside a run of 64 or more: search the needles there only.
     return next(("embedded-base64" for start, end in _base64_runs(data) if _needle_decodes(data, start, end)), None)
 
@@ -149,16 +149,16 @@ def _base64_runs(data: bytes) -> Iterator[tuple[int, int]]:
 
 def _needle_decodes(data: bytes, start: int, end: int) -> bool:
     """A base64 needle in ``data[start:end]`` where a blob decoding to a known magic begins."""
-    for needle, _ in _B64_NEEDLES:
+    for needle, _ in B64_NEEDLES:
         offset = data.find(needle, start, end)
         while offset >= 0:
-            if _decodes_to_magic(data, offset):
+            if decodes_to_magic(data, offset):
                 return True
             offset = data.find(needle, offset + 1, end)
     return False
 
 
-def _decodes_to_magic(data: bytes, offset: int) -> bool:
+def decodes_to_magic(data: bytes, offset: int) -> bool:
     """A base64 run of at least 64 characters around ``offset`` decodes to a known magic."""
     for back in range(4):
         start = offset - back
@@ -226,7 +226,7 @@ DATA_BASE64_LIMIT = 1024 * 1024
 """Data files up to this size are also searched for base64 binaries (larger ones are logs and
 results; a blob in one needs code to decode it, and code is always searched)."""
 LANGUAGE_OF_MARKER = {m.name: m.language for m in MARKERS}
-_CONTINUATION = re.compile(rb"\\\r?\n")
+CONTINUATION = re.compile(rb"\\\r?\n")
 _CONTINUATION_LITERALS = (b"\\\n", b"\\\r\n")
 """A backslash ending a line: the preprocessor joins the lines, so ``__glo\\<newline>bal__`` is CUDA."""
 SEARCH_SLICE = 256 * 1024
@@ -234,7 +234,7 @@ SEARCH_SLICE = 256 * 1024
 but one literal), since a family leaves the search once one of its literals is seen."""
 
 
-def _first_match(data: bytes, marker: Marker) -> int | None:
+def first_match(data: bytes, marker: Marker) -> int | None:
     """Offset of the first match of ``marker`` at or after 256 bytes before its first literal."""
     hits = [i for i in map(data.find, marker.literals) if i >= 0]
     if not hits:
@@ -256,9 +256,9 @@ def _family_offset(data: bytes, marker: Marker, continued: bool) -> int | None:
     """Where ``marker``'s family first shows in ``data``: its expression, or for CUDA also the
     expression once line continuations are joined (``continued``: ``data`` has one; the offset is
     then the first continuation)."""
-    offset = _first_match(data, marker)
+    offset = first_match(data, marker)
     if offset is None and continued and marker is MARKERS[0]:
-        if _first_match(_CONTINUATION.sub(b"", data), marker) is not None:
+        if first_match(CONTINUATION.sub(b"", data), marker) is not None:
             offset = min(i for i in map(data.find, _CONTINUATION_LITERALS) if i >= 0)
     return offset
 
@@ -324,7 +324,7 @@ class MarkerScanner:
     The caller passes overlapping windows (the last ``OVERLAP`` bytes of one start the next, so a
     marker across a chunk edge is seen) with the count of newlines before each window's first byte.
     A family is looked at only in windows holding one of its anchors (one literal search for all),
-    and decided there as ``_first_match`` decides it.
+    and decided there as ``first_match`` decides it.
     """
 
     __slots__ = ("marker_set", "found", "_wanted")

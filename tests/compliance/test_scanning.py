@@ -20,15 +20,15 @@ from compliance import inventory, recognisers
 from compliance.inventory import walk_tree
 from compliance.parallel import OrderedWork
 from compliance.recognisers import (
-    _CONTINUATION,
     CODE_MARKERS,
+    CONTINUATION,
     DATA_MARKER_SET,
     MARKERS,
     MarkerScanner,
     MarkerSet,
-    _decodes_to_magic,
-    _first_match,
+    decodes_to_magic,
     embedded_binary,
+    first_match,
 )
 from tests.compliance.treeutil import CASES, fake_binary
 
@@ -39,9 +39,9 @@ def reference_markers(data: bytes, markers: MarkerSet) -> dict[str, int]:
     """Every family decided on its own with ``bytes.find`` per literal, as before the literal search."""
     found = {}
     for marker in markers.families:
-        offset = _first_match(data, marker)
+        offset = first_match(data, marker)
         if offset is None and marker is MARKERS[0] and (b"\\\n" in data or b"\\\r\n" in data):
-            if _first_match(_CONTINUATION.sub(b"", data), marker) is not None:
+            if first_match(CONTINUATION.sub(b"", data), marker) is not None:
                 offset = min(i for i in (data.find(b"\\\n"), data.find(b"\\\r\n")) if i >= 0)
         if offset is not None:
             found[marker.name] = data.count(b"\n", 0, offset) + 1
@@ -50,10 +50,10 @@ def reference_markers(data: bytes, markers: MarkerSet) -> dict[str, int]:
 
 def reference_base64(data: bytes) -> bool:
     """Each needle searched over all the data, as before the base64-run prefilter."""
-    for needle, _ in recognisers._B64_NEEDLES:
+    for needle, _ in recognisers.B64_NEEDLES:
         offset = data.find(needle)
         while offset >= 0:
-            if _decodes_to_magic(data, offset):
+            if decodes_to_magic(data, offset):
                 return True
             offset = data.find(needle, offset + 1)
     return False
@@ -83,7 +83,7 @@ def _blob(payload: bytes, shift: int) -> bytes:
 ELF = fake_binary("elf-so")[:60]
 b64_pieces = st.one_of(
     st.binary(max_size=40),
-    st.sampled_from([n for n, _ in recognisers._B64_NEEDLES]),
+    st.sampled_from([n for n, _ in recognisers.B64_NEEDLES]),
     st.sampled_from([b"A" * 70, b"/" * 64, b"+" * 63, b" ", b"\n", b"="]),
     st.builds(lambda blob, length: blob[:length],  # runs just short of, at and past 64 characters
               st.builds(_blob, st.sampled_from([ELF, b"PK\x03\x04" + bytes(60), b"\x1f\x8b\x08" + bytes(60)]),
