@@ -23,6 +23,8 @@ training/v5.1, 19,836 files, 86 MB              2.48 s (load 2.2)      1.59 s (l
 logs/JSON + 20,000 code files                   (load 2.4)             load 1.8-2.1)
 ==============================================  =====================  ======================
 
+A later set: 10.20 s (9.03-21.89 s, load 0.8-1.4) and 1.38 s; the first run of each
+6.9 GB set was its slowest (16-22 s), not explained (the tree was in the page cache).
 Every byte of every file is read in both. The 6.9 GB round costs 15.5-17.5 CPU-s a
 run now (66.6 before), split over the usable cores; while other processes hold a core
 its median was 14.4-18.8 s in two other sets, so the 12 s goal holds only with both
