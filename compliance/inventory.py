@@ -24,8 +24,8 @@ import os
 import stat
 import warnings
 from collections import Counter
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from compliance.layout import (
     implementation_roots,
 )
 from compliance.manifest import MANIFEST_NAME
+from compliance.parallel import OrderedWork, default_workers
 from compliance.paths import parent_dir
 from compliance.recognisers import LANGUAGE_OF_MARKER, binary_kind
 from compliance.setup_sources import FileIndex, SourceItem, extension_sources, module_assignments, relative_to_root
@@ -371,7 +372,7 @@ def _read_stream(fd: int, size: int, rel: str, name: str, walk: Walk) -> None:
         walk.unscanned.append((rel, f"{size} bytes, over the {MAX_FILE_BYTES >> 20} MiB limit for one file"))
         _record_source(rel, name, ext, [], walk, None)  # a .cu is still native
         return
-    build_dir = build_directory_of(rel)
+    build_dir = build_directory_of(rel) if "build/" in rel else None
     # One byte past the size: a file that grew since fstat is still read whole or streamed.
     data = os.read(fd, min(CHUNK_BYTES, size + 1))
     kind = binary_kind(data[:64])
@@ -383,23 +384,36 @@ def _read_stream(fd: int, size: int, rel: str, name: str, walk: Walk) -> None:
     # ninja's logs and dependency lists name headers (torch/extension.h): read like data files, for
     # kernel definitions (CUDA, PTX) only, so a kernel hidden in one is still found
     is_data = ext in DATA_EXTENSIONS or (build_dir is not None and is_build_noise(rel))
-    scanner = recognisers.MarkerScanner(recognisers.DATA_MARKERS if is_data else recognisers.MARKERS)
+    scanner = recognisers.MarkerScanner(recognisers.DATA_MARKER_SET if is_data else recognisers.CODE_MARKERS)
     whole = data if len(data) <= size and len(data) < CHUNK_BYTES else None
     base64_too = not is_data or size <= recognisers.DATA_BASE64_LIMIT
-    embedded = None
-    at_start = True
-    while data:
-        scanner.feed(data)
-        embedded = embedded or recognisers.embedded_binary(data, at_start, base64_too)
-        at_start = False
-        data = b"" if whole is not None else os.read(fd, CHUNK_BYTES)
-    if whole is not None and ext == ".ipynb":
-        cells = recognisers.notebook_text(whole)
-        if cells is not None:
-            scanner.feed(cells)
+    if whole is None:
+        embedded = _scan_stream(fd, data, scanner, base64_too)
+    else:
+        scanner.scan(whole)
+        embedded = recognisers.embedded_binary(whole, True, base64_too)
+        if ext == ".ipynb":
+            cells = recognisers.notebook_text(whole)
+            if cells is not None:  # lines count on from the file's last
+                scanner.scan(cells, whole.count(b"\n"))
     if embedded is not None:
         walk.binaries.append((rel, embedded, size))
     _record_source(rel, name, ext, scanner.markers(), walk, whole)
+
+
+def _scan_stream(fd: int, first: bytes, scanner: recognisers.MarkerScanner, base64_too: bool) -> str | None:
+    """Scan a file too large to read at once, ``first`` being its first chunk: each window is the
+    last ``OVERLAP`` bytes of the one before plus the next chunk, so nothing across an edge is
+    missed. Returns the kind of binary hidden in it, if any."""
+    window, lines_before, embedded = first, 0, None
+    while True:
+        scanner.scan(window, lines_before)
+        embedded = embedded or recognisers.embedded_binary(window, window is first, base64_too)
+        more = os.read(fd, CHUNK_BYTES)
+        if not more:
+            return embedded
+        lines_before += window.count(b"\n", 0, max(0, len(window) - recognisers.OVERLAP))
+        window = window[-recognisers.OVERLAP:] + more
 
 
 def _record_source(rel: str, name: str, ext: str, markers: list[tuple[str, int]], walk: Walk,
@@ -450,14 +464,24 @@ def _examine_open(fd: int, rel: str, name: str, walk: Walk) -> None:
     _read_stream(fd, status.st_size, rel, name, walk)
 
 
-def _open_inside(root_fd: int, parts: list[str]) -> int:
-    """Open the root-relative path ``parts`` component by component, following no link."""
+def _open_dir_inside(root_fd: int, parts: Sequence[str]) -> int:
+    """Open the root-relative directory ``parts`` component by component, following no link."""
     fd = os.dup(root_fd)
     try:
-        for part in parts[:-1]:
+        for part in parts:
             child = os.open(part, _DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = child
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_inside(root_fd: int, parts: list[str]) -> int:
+    """Open the root-relative file ``parts`` component by component, following no link."""
+    fd = _open_dir_inside(root_fd, parts[:-1])
+    try:
         return os.open(parts[-1], _FILE_FLAGS, dir_fd=fd)
     finally:
         os.close(fd)
@@ -511,8 +535,20 @@ def _visit_dir(dir_fd: int, name: str, rel: str, depth: int, walk: Walk) -> int 
     return fd
 
 
+def _entry_mode(entry: os.DirEntry[str]) -> int:
+    """The file type of a directory entry, from the listing's own type field where it has one
+    (no ``lstat`` per file); anything else is asked of ``lstat``."""
+    if entry.is_symlink():
+        return stat.S_IFLNK
+    if entry.is_dir(follow_symlinks=False):
+        return stat.S_IFDIR
+    if entry.is_file(follow_symlinks=False):
+        return stat.S_IFREG
+    return entry.stat(follow_symlinks=False).st_mode
+
+
 def _listing(fd: int, rel: str, walk: Walk) -> list[tuple[str, int | None]]:
-    """(name, lstat mode or None) of each entry of the directory open as ``fd``, sorted."""
+    """(name, file type or None) of each entry of the directory open as ``fd``, sorted."""
     try:
         with os.scandir(fd) as it:
             entries = sorted(it, key=lambda e: e.name)
@@ -522,43 +558,155 @@ def _listing(fd: int, rel: str, walk: Walk) -> list[tuple[str, int | None]]:
     listed: list[tuple[str, int | None]] = []
     for entry in entries:
         try:
-            listed.append((entry.name, entry.stat(follow_symlinks=False).st_mode))
+            listed.append((entry.name, _entry_mode(entry)))
         except OSError:
             listed.append((entry.name, None))
     return listed
 
 
-def _walk_dir(fd: int, relprefix: str, depth: int, walk: Walk, root_fd: int, root_real: str) -> None:
-    """Walk the directory open as ``fd`` (closed by the caller), depth first."""
-    for name, mode in _listing(fd, relprefix, walk):
-        rel = f"{relprefix}/{name}" if relprefix else name
-        if mode is None:
-            walk.unreadable.append(rel)
-        elif stat.S_ISLNK(mode):
-            _visit_link(fd, root_fd, root_real, name, rel, walk)
-        elif stat.S_ISDIR(mode):
-            child = _visit_dir(fd, name, rel, depth + 1, walk)
-            if child is not None:
-                try:
-                    _walk_dir(child, rel, depth + 1, walk, root_fd, root_real)
-                finally:
-                    os.close(child)
-        elif stat.S_ISREG(mode):
-            _visit_file(fd, name, rel, walk)
+BATCH_FILES = 256
+"""Files examined together by a worker (from one or several directories): few enough batches that
+handing them over costs little, small enough that every core stays busy to the end of a walk."""
+PARALLEL_MIN_FILES = 2000
+"""Workers are forked once the walk has listed this many files; a smaller tree is examined sooner
+in this process alone."""
+
+
+@dataclass(frozen=True)
+class FileBatch:
+    """Regular files handed to a worker process, directory by directory in listing order."""
+
+    root: Path
+    root_fd: int
+    """The root directory's handle (inherited by forked workers)."""
+    groups: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]
+    """(directory as root-relative components, names of its files to examine)."""
+
+
+def examine_batch(batch: FileBatch) -> Walk:
+    """Examine a batch's files into a walk of their own. Each directory is opened again from the root
+    handle, component by component, never following a link; a file is then opened as in the walk."""
+    part = Walk(batch.root)
+    for parts, names in batch.groups:
+        prefix = "/".join(parts)
+        rels = [f"{prefix}/{name}" if prefix else name for name in names]
+        try:
+            dir_fd = _open_dir_inside(batch.root_fd, parts)
+        except OSError:
+            part.unreadable.extend(rels)
+            continue
+        try:
+            for name, rel in zip(names, rels, strict=True):
+                _visit_file(dir_fd, name, rel, part)
+        finally:
+            os.close(dir_fd)
+    return part
+
+
+def merge_walk(walk: Walk, part: Walk) -> None:
+    """Add what ``part`` found (a batch examined apart, possibly in a worker) to ``walk``."""
+    for item in fields(Walk):
+        if item.name == "root":
+            continue
+        mine, theirs = getattr(walk, item.name), getattr(part, item.name)
+        if isinstance(mine, set):
+            mine |= theirs
+        elif isinstance(mine, list):
+            mine.extend(theirs)
+        elif item.name == "build_products":
+            for directory, products in theirs.items():
+                mine.setdefault(directory, []).extend(products)
         else:
-            what = "kernel manifest" if name == MANIFEST_NAME else "entry"
-            walk.unscanned.append((rel, f"{what} is not a regular file (a FIFO, socket or device)"))
+            mine.update(theirs)
 
 
-def _walk(root: Path) -> Walk:
+@dataclass
+class _Walker:
+    """One walk: lists directories here and has the files examined here or by workers; whatever
+    workers find is merged in the order it was listed (so ``setups`` keep the walk's order)."""
+
+    walk: Walk
+    root_fd: int
+    root_real: str
+    work: OrderedWork[FileBatch, Walk]
+    listed: int = 0
+    pending: list[tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=list)
+    pending_files: int = 0
+
+    def walk_dir(self, fd: int, relprefix: str, depth: int) -> None:
+        """Walk the directory open as ``fd`` (closed by the caller), depth first."""
+        walk = self.walk
+        files: list[str] = []
+        for name, mode in _listing(fd, relprefix, walk):
+            rel = f"{relprefix}/{name}" if relprefix else name
+            if mode is not None and stat.S_ISREG(mode):
+                files.append(name)
+                continue
+            self.examine(fd, relprefix, files)  # files listed before this entry keep their place
+            if mode is None:
+                walk.unreadable.append(rel)
+            elif stat.S_ISLNK(mode):
+                self.visit_link(fd, name, rel)
+            elif stat.S_ISDIR(mode):
+                child = _visit_dir(fd, name, rel, depth + 1, walk)
+                if child is not None:
+                    try:
+                        self.walk_dir(child, rel, depth + 1)
+                    finally:
+                        os.close(child)
+            else:
+                what = "kernel manifest" if name == MANIFEST_NAME else "entry"
+                walk.unscanned.append((rel, f"{what} is not a regular file (a FIFO, socket or device)"))
+        self.examine(fd, relprefix, files)
+
+    def examine(self, fd: int, relprefix: str, names: list[str]) -> None:
+        """Examine ``names`` of the directory open as ``fd`` (here, or by a worker once they run); empties ``names``."""
+        if not names:
+            return
+        self.listed += len(names)
+        if self.listed >= PARALLEL_MIN_FILES:
+            self.work.start()
+        if self.work.parallel:
+            self.pending.append((tuple(relprefix.split("/")) if relprefix else (), tuple(names)))
+            self.pending_files += len(names)
+            if self.pending_files >= BATCH_FILES:
+                self.flush()
+        else:
+            for name in names:
+                _visit_file(fd, name, f"{relprefix}/{name}" if relprefix else name, self.walk)
+        names.clear()
+
+    def visit_link(self, fd: int, name: str, rel: str) -> None:
+        """A symlink is examined here; once workers run, in its place among their results."""
+        if not self.work.parallel:
+            _visit_link(fd, self.root_fd, self.root_real, name, rel, self.walk)
+            return
+        self.flush()
+        part = Walk(self.walk.root)
+        _visit_link(fd, self.root_fd, self.root_real, name, rel, part)
+        self.work.add(part)
+
+    def flush(self) -> None:
+        """Hand the files gathered so far to a worker."""
+        if self.pending:
+            self.work.submit(FileBatch(self.walk.root, self.root_fd, tuple(self.pending)))
+            self.pending, self.pending_files = [], 0
+
+
+def _walk(root: Path, workers: int) -> Walk:
     walk = Walk(root)
     root_real = os.path.realpath(root)
     try:
         root_fd = os.open(root_real, _DIR_FLAGS)
     except OSError as exc:
         raise InputError(f"cannot open the directory: {exc.strerror}", root) from exc
+    work: OrderedWork[FileBatch, Walk] = OrderedWork(examine_batch, workers)
     try:
-        _walk_dir(root_fd, "", 0, walk, root_fd, root_real)
+        walker = _Walker(walk, root_fd, root_real, work)
+        walker.walk_dir(root_fd, "", 0)
+        walker.flush()
+        for part in work.results():
+            merge_walk(walk, part)
     finally:
         os.close(root_fd)
     _drop_redundant_links(walk)
@@ -624,13 +772,15 @@ def _size_reader(root: Path) -> Callable[[str], int]:
     return size_of
 
 
-def walk_tree(root: Path) -> Walk:
-    """The single walk of ``root`` (raises ``InputError`` if it is not a directory)."""
+def walk_tree(root: Path, workers: int | None = None) -> Walk:
+    """The single walk of ``root`` (raises ``InputError`` if it is not a directory). Files are examined
+    by ``workers`` processes (default: one per usable core; 1: this process only) once the tree is
+    large enough to gain from them; the result is the same either way."""
     if not root.exists():
         raise InputError("path does not exist", root)
     if not root.is_dir():
         raise InputError("not a directory (give the submission's root directory)", root)
-    return _walk(root)
+    return _walk(root, default_workers() if workers is None else workers)
 
 
 def _add_setup_sources(walk: Walk) -> None:

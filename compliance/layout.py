@@ -165,10 +165,12 @@ def flat_benchmarks(files: frozenset[str] | set[str], organizations: list[Organi
     prefixes = {org.prefix: org for org in organizations}
     with_code: set[tuple[str, ...]] = set()
     with_impls: set[tuple[str, ...]] = set()
+    depths = {len(p) for p in prefixes}
+    code = code_dirs(style)
     for rel in files:
         parts = tuple(rel.split("/"))
-        for depth in {len(p) for p in prefixes}:
-            if parts[:depth] not in prefixes or len(parts) < depth + 3 or parts[depth] not in code_dirs(style):
+        for depth in depths:
+            if parts[:depth] not in prefixes or len(parts) < depth + 3 or parts[depth] not in code:
                 continue
             bench = parts[:depth + 2]
             if len(parts) == depth + 3 and not parts[-1].lower().endswith(DOC_SUFFIXES) \

@@ -16,10 +16,14 @@ every form recognised, each with a fixture under tests/compliance/cases/negative
   under any name, and PyTorch extension markers. Notebooks are scanned as the text
   of their cells.
 
-Speed: each marker family is anchored on one short literal found with
-``bytes.find`` (memchr-speed); only files holding the literal run the family's
-regular expression. A single regex alternation over every byte was ten times
-slower (measured in benchmarks/compliance/round_speed.py's notes).
+Speed (every byte of every file is examined, so this is the checker's hot loop; measured
+in docs/security.md, "Cost of examining every file"): one pass of a compiled multi-literal
+search (Aho-Corasick with a SIMD prefilter, from ``ahocorasick_rs``) tells which marker
+families have their anchor literal anywhere in the bytes; only those families run their
+confirming expression, exactly as a per-literal ``bytes.find`` would have decided. Base64
+needles are searched only inside runs of 64 or more base64 characters, found from every
+fourth byte first (``_base64_runs``). A single regex alternation over every byte was ten
+times slower than one ``find``; nine needle ``find`` passes were most of the cost before.
 """
 
 from __future__ import annotations
@@ -28,7 +32,10 @@ import base64
 import binascii
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
+
+from ahocorasick_rs import BytesAhoCorasick
 
 ARCHIVE_KINDS = ("zip", "gzip", "xz", "bzip2", "zstd", "7z")
 """Opaque archives: what they hold cannot be reviewed in the tree (a wheel is a zip)."""
@@ -90,8 +97,14 @@ def _b64_needles(magic: bytes) -> tuple[bytes, ...]:
 
 
 _B64_MAGIC = ((b"\x7fELF", "ELF"), (b"PK\x03\x04", "zip"), (b"\x1f\x8b\x08", "gzip"))
-_B64_NEEDLES = tuple((needle, name) for magic, name in _B64_MAGIC for needle in _b64_needles(magic))
+B64_NEEDLES = tuple((needle, name) for magic, name in _B64_MAGIC for needle in _b64_needles(magic))
+_B64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 _B64_RUN = re.compile(rb"[A-Za-z0-9+/]{64}")
+_B64_CLASSES = bytes(1 if byte in _B64_ALPHABET else 0 for byte in range(256))
+"""``translate`` table: 1 for a base64 character, 0 for any other byte."""
+_B64_RUN_CLASS = b"\x01" * 64
+_SAMPLE_STRIDE = 4
+_SAMPLE_RUN = b"\x01" * (64 // _SAMPLE_STRIDE)
 
 
 def embedded_binary(data: bytes, at_start: bool, base64_too: bool = True) -> str | None:
@@ -107,16 +120,45 @@ def embedded_binary(data: bytes, at_start: bool, base64_too: bool = True) -> str
                 return "elf-behind-prefix"
     if not base64_too:
         return None
-    for needle, _ in _B64_NEEDLES:
-        offset = data.find(needle)
+    # A blob ``decodes_to_magic`` accepts is 64 base64 characters from at most 3 before the needle,
+    # so every needle it can accept lies inside a run of 64 or more: search the needles there only.
+    return next(("embedded-base64" for start, end in _base64_runs(data) if _needle_decodes(data, start, end)), None)
+
+
+def _base64_runs(data: bytes) -> Iterator[tuple[int, int]]:
+    """(start, end) of every run of at least 64 base64 characters in ``data``, each whole.
+
+    Such a run holds 16 consecutive bytes at offsets divisible by 4, so those are looked for in the
+    every-fourth-byte sample first (a quarter of the work); only the stretch between the non-base64
+    samples around such a sample run is then classified byte by byte (no run reaches past them)."""
+    samples = bytearray(data[::_SAMPLE_STRIDE]).translate(_B64_CLASSES)
+    sample = samples.find(_SAMPLE_RUN)
+    while sample >= 0:
+        after = samples.find(b"\x00", sample)
+        after = len(samples) if after < 0 else after
+        low = max(0, _SAMPLE_STRIDE * sample - _SAMPLE_STRIDE + 1)
+        classes = bytearray(data[low:_SAMPLE_STRIDE * after]).translate(_B64_CLASSES)
+        run = classes.find(_B64_RUN_CLASS)
+        while run >= 0:
+            end = classes.find(b"\x00", run)
+            end = len(classes) if end < 0 else end
+            yield low + run, low + end
+            run = classes.find(_B64_RUN_CLASS, end)
+        sample = samples.find(_SAMPLE_RUN, after)
+
+
+def _needle_decodes(data: bytes, start: int, end: int) -> bool:
+    """A base64 needle in ``data[start:end]`` where a blob decoding to a known magic begins."""
+    for needle, _ in B64_NEEDLES:
+        offset = data.find(needle, start, end)
         while offset >= 0:
-            if _decodes_to_magic(data, offset):
-                return "embedded-base64"
-            offset = data.find(needle, offset + 1)
-    return None
+            if decodes_to_magic(data, offset):
+                return True
+            offset = data.find(needle, offset + 1, end)
+    return False
 
 
-def _decodes_to_magic(data: bytes, offset: int) -> bool:
+def decodes_to_magic(data: bytes, offset: int) -> bool:
     """A base64 run of at least 64 characters around ``offset`` decodes to a known magic."""
     for back in range(4):
         start = offset - back
@@ -149,11 +191,14 @@ class Marker:
     """An import that names the module something else (group 1: the name)."""
     alias_use: bytes = b""
     """What, after ``<alias>``, is the evidence (a regex fragment)."""
+    anchors: tuple[bytes, ...] = ()
+    """What the literal search looks for instead of ``literals`` (bytes every match contains too):
+    fewer or rarer bytes keep that search fast on logs."""
 
 
 MARKERS: tuple[Marker, ...] = (
-    Marker("cuda", (b"global",), re.compile(
-        rb"__global__|__attribute__\s*\(\(\s*(?:__)?global(?:__)?\s*\)\)"), "cuda"),
+    Marker("cuda", (b"__global__", b"__attribute__"), re.compile(
+        rb"__global__|__attribute__\s*\(\(\s*(?:__)?global(?:__)?\s*\)\)"), "cuda", anchors=(b"global",)),
     Marker("ptx", (b"asm", b".entry"), re.compile(
         rb"\basm\s*(?:volatile\s*|__volatile__\s*)?\(|__asm__|(?:^|\s)\.entry\s+[\w$]+"), "ptx"),
     Marker("triton", (b"triton",), re.compile(
@@ -175,17 +220,22 @@ MARKERS: tuple[Marker, ...] = (
     Marker("extension", (b"TORCH_LIBRARY", b"PYBIND11_MODULE", b"torch/extension.h"), None, "cpp"),
 )
 DATA_MARKERS = (MARKERS[0], Marker("ptx", (b".entry",), re.compile(rb"(?:^|\s)\.entry\s+[\w$]+"), "ptx"))
-"""What data files and logs are scanned for: CUDA and PTX kernel source itself (two ``bytes.find``
-per byte: these are most of a round's bytes). Any other form needs code to load it, and code is
-scanned for every marker."""
+"""What data files and logs are scanned for: CUDA and PTX kernel source itself (these are most of a
+round's bytes). Any other form needs code to load it, and code is scanned for every marker."""
 DATA_BASE64_LIMIT = 1024 * 1024
 """Data files up to this size are also searched for base64 binaries (larger ones are logs and
 results; a blob in one needs code to decode it, and code is always searched)."""
 LANGUAGE_OF_MARKER = {m.name: m.language for m in MARKERS}
-_CONTINUATION = re.compile(rb"\\\r?\n")
+CONTINUATION = re.compile(rb"\\\r?\n")
+_CONTINUATION_LITERALS = (b"\\\n", b"\\\r\n")
+"""A backslash ending a line: the preprocessor joins the lines, so ``__glo\\<newline>bal__`` is CUDA."""
+SEARCH_SLICE = 256 * 1024
+"""Bytes given to the literal search at once: bounds the matches held at a time (a file of nothing
+but one literal), since a family leaves the search once one of its literals is seen."""
 
 
-def _first_match(data: bytes, marker: Marker) -> int | None:
+def first_match(data: bytes, marker: Marker) -> int | None:
+    """Offset of the first match of ``marker`` at or after 256 bytes before its first literal."""
     hits = [i for i in map(data.find, marker.literals) if i >= 0]
     if not hits:
         return None
@@ -202,47 +252,117 @@ def _first_match(data: bytes, marker: Marker) -> int | None:
     return None
 
 
-class MarkerScanner:
-    """First occurrence (line) of each marker family in a file fed one chunk at a time.
+def _family_offset(data: bytes, marker: Marker, continued: bool) -> int | None:
+    """Where ``marker``'s family first shows in ``data``: its expression, or for CUDA also the
+    expression once line continuations are joined (``continued``: ``data`` has one; the offset is
+    then the first continuation)."""
+    offset = first_match(data, marker)
+    if offset is None and continued and marker is MARKERS[0]:
+        if first_match(CONTINUATION.sub(b"", data), marker) is not None:
+            offset = min(i for i in map(data.find, _CONTINUATION_LITERALS) if i >= 0)
+    return offset
 
-    The last ``OVERLAP`` bytes of each chunk are scanned again with the next, so a marker
-    across a chunk edge is seen; line numbers count from the file's start.
+
+class MarkerSet:
+    """Marker families compiled for scanning: one literal search over all their anchors, rebuilt
+    without the families already seen. A line continuation is searched for as one more "family"
+    (bit ``continuation``) while the CUDA family is scanned for: the preprocessor joins such lines."""
+
+    def __init__(self, families: tuple[Marker, ...]) -> None:
+        self.families = families
+        self.cuda = next((i for i, marker in enumerate(families) if marker is MARKERS[0]), None)
+        self.continuation = len(families)
+        """Bit of a line continuation in ``present``'s result."""
+        self.every = (1 << len(families)) - 1 | (1 << self.continuation if self.cuda is not None else 0)
+        """Bits of everything scanned for."""
+        self._searches: dict[int, tuple[BytesAhoCorasick, tuple[int, ...], int]] = {}
+
+    def search(self, wanted: int) -> tuple[BytesAhoCorasick, tuple[int, ...], int]:
+        """(automaton, bit of each of its literals, longest literal) for the bits set in ``wanted``."""
+        cached = self._searches.get(wanted)
+        if cached is None:
+            literals: list[bytes] = []
+            bit_of: list[int] = []
+            for index, marker in enumerate(self.families):
+                if wanted >> index & 1:
+                    anchors = marker.anchors or marker.literals
+                    literals.extend(anchors)
+                    bit_of.extend([index] * len(anchors))
+            if wanted >> self.continuation & 1:
+                literals.extend(_CONTINUATION_LITERALS)
+                bit_of.extend([self.continuation] * len(_CONTINUATION_LITERALS))
+            cached = (BytesAhoCorasick(literals), tuple(bit_of), max(map(len, literals)))
+            self._searches[wanted] = cached
+        return cached
+
+    def present(self, data: bytes, wanted: int) -> int:
+        """The bits of ``wanted`` whose anchors (or line continuation) occur somewhere in ``data``."""
+        present = 0
+        start = 0
+        while wanted and start < len(data):
+            automaton, bit_of, longest = self.search(wanted)
+            stop = start + SEARCH_SLICE + longest - 1  # a literal across the slice edge is still seen
+            part = data if start == 0 and stop >= len(data) else memoryview(data)[start:stop]
+            hits = automaton.find_matches_as_indexes(part, overlapping=True)
+            if hits:
+                for literal in {hit[0] for hit in hits}:
+                    present |= 1 << bit_of[literal]
+                wanted &= ~present
+            start += SEARCH_SLICE
+        return present
+
+
+CODE_MARKERS = MarkerSet(MARKERS)
+"""What code (and any file not known to be data) is scanned for."""
+DATA_MARKER_SET = MarkerSet(DATA_MARKERS)
+"""What data files and logs are scanned for."""
+
+
+class MarkerScanner:
+    """First occurrence (line) of each marker family in a file given one window at a time.
+
+    The caller passes overlapping windows (the last ``OVERLAP`` bytes of one start the next, so a
+    marker across a chunk edge is seen) with the count of newlines before each window's first byte.
+    A family is looked at only in windows holding one of its anchors (one literal search for all),
+    and decided there as ``first_match`` decides it.
     """
 
-    def __init__(self, markers: tuple[Marker, ...] = MARKERS) -> None:
-        self.families = markers
-        self.found: dict[str, int] = {}
-        self._tail = b""
-        self._uncounted = b""
-        self._lines_before = 0  # newlines in the file before the current window's first byte
+    __slots__ = ("marker_set", "found", "_wanted")
 
-    def feed(self, new: bytes) -> None:
-        """Scan the next bytes of the file."""
-        if self._uncounted:
-            self._lines_before += self._uncounted.count(b"\n", 0, len(self._uncounted) - len(self._tail))
-            self._uncounted = b""
-        window = self._tail + new if self._tail else new
-        for marker in self.families:
-            if marker.name in self.found:
-                continue
-            offset = _first_match(window, marker)
-            if offset is None and marker is MARKERS[0] and b"\\\n" in window:
-                if _first_match(_CONTINUATION.sub(b"", window), marker) is not None:
-                    offset = window.find(b"\\\n")  # __glo\<newline>bal__ is __global__ to the preprocessor
-            if offset is not None:
-                self.found[marker.name] = self._lines_before + window.count(b"\n", 0, offset) + 1
-        self._tail = window[-OVERLAP:]
-        self._uncounted = window  # newlines are counted only if the file goes on (a streamed file)
+    def __init__(self, markers: MarkerSet = CODE_MARKERS) -> None:
+        self.marker_set = markers
+        self.found: dict[str, int] = {}
+        self._wanted = markers.every  # families not found yet (and line continuations while CUDA is not)
+
+    def scan(self, window: bytes, lines_before: int = 0) -> None:
+        """Scan ``window``, a stretch of the file with ``lines_before`` newlines before it."""
+        marker_set = self.marker_set
+        present = marker_set.present(window, self._wanted) if self._wanted else 0
+        if not present:
+            return
+        continued = bool(present >> marker_set.continuation & 1)
+        if continued and marker_set.cuda is not None:
+            present |= 1 << marker_set.cuda
+        for index, marker in enumerate(marker_set.families):
+            if present >> index & 1:
+                offset = _family_offset(window, marker, continued)
+                if offset is not None:
+                    self.found[marker.name] = lines_before + window.count(b"\n", 0, offset) + 1
+                    self._wanted &= ~(1 << index)
+                    if index == marker_set.cuda:
+                        self._wanted &= ~(1 << marker_set.continuation)
 
     def markers(self) -> list[tuple[str, int]]:
         """(marker, line) in the order of ``MARKERS``."""
+        if not self.found:
+            return []
         return [(m.name, self.found[m.name]) for m in MARKERS if m.name in self.found]
 
 
 def scan_markers(data: bytes) -> list[tuple[str, int]]:
     """(marker, line) of each kernel marker family found in ``data`` (a whole file)."""
     scanner = MarkerScanner()
-    scanner.feed(data)
+    scanner.scan(data)
     return scanner.markers()
 
 

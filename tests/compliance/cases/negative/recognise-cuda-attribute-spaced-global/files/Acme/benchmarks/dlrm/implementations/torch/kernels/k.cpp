@@ -1,0 +1,1 @@
+__attribute__                                                                                                                                                                                                                                                                                                            ((global)) void hidden(float* x) { x[0] = 1.0f; }

@@ -1,0 +1,2 @@
+__glo\
+bal__ void hidden(float* x) { x[0] = 1.0f; }

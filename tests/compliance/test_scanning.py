@@ -1,0 +1,216 @@
+"""The fast scan of every byte equals the plain one, and the walk gives the same result in one
+process or spread over workers (issue 39's speed target, issue 40's "every file examined").
+
+The references here are the scans as they were before the literal search: one ``bytes.find``
+per literal of every marker family, and one ``bytes.find`` per base64 needle over all the data.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from compliance import inventory, recognisers
+from compliance.inventory import walk_tree
+from compliance.parallel import OrderedWork
+from compliance.recognisers import (
+    CODE_MARKERS,
+    CONTINUATION,
+    DATA_MARKER_SET,
+    MARKERS,
+    MarkerScanner,
+    MarkerSet,
+    decodes_to_magic,
+    embedded_binary,
+    first_match,
+)
+from tests.compliance.treeutil import CASES, fake_binary
+
+# --------------------------------------------------------------------------- references
+
+
+def reference_markers(data: bytes, markers: MarkerSet) -> dict[str, int]:
+    """Every family decided on its own with ``bytes.find`` per literal, as before the literal search."""
+    found = {}
+    for marker in markers.families:
+        offset = first_match(data, marker)
+        if offset is None and marker is MARKERS[0] and (b"\\\n" in data or b"\\\r\n" in data):
+            if first_match(CONTINUATION.sub(b"", data), marker) is not None:
+                offset = min(i for i in (data.find(b"\\\n"), data.find(b"\\\r\n")) if i >= 0)
+        if offset is not None:
+            found[marker.name] = data.count(b"\n", 0, offset) + 1
+    return found
+
+
+def reference_base64(data: bytes) -> bool:
+    """Each needle searched over all the data, as before the base64-run prefilter."""
+    for needle, _ in recognisers.B64_NEEDLES:
+        offset = data.find(needle)
+        while offset >= 0:
+            if decodes_to_magic(data, offset):
+                return True
+            offset = data.find(needle, offset + 1)
+    return False
+
+
+# --------------------------------------------------------------------------- generated data
+
+LITERALS = sorted({lit for m in MARKERS + recognisers.DATA_MARKERS for lit in m.literals + m.anchors})
+SNIPPETS = [
+    b"__global__ void k()", b"__glo\\\nbal__", b"__glo\\\r\nbal__", b"__attribute__((global))",
+    b"__attribute__ ((__global__ ))", b"asm volatile(", b"__asm__", b"\n.entry k", b" .entry $k",
+    b"@triton.jit", b"from triton import jit", b"import triton as t\n@t . jit", b"from numba import cuda",
+    b"@cuda.jit", b"cupy.RawKernel(", b"ElementwiseKernel", b"torch.cuda.jiterator", b"load_inline(",
+    b"cpp_extension.load(", b"import torch.utils.cpp_extension as ce\nce.load(",
+    b"from torch.utils.cpp_extension import (x,\n load)", b"TORCH_LIBRARY(", b"#include <torch/extension.h>",
+    b"global_batch_size", b"\\\n", b"\n", b" ", b"_",
+]
+pieces = st.one_of(st.binary(max_size=40), st.sampled_from(LITERALS), st.sampled_from(SNIPPETS))
+texts = st.lists(pieces, max_size=30).map(b"".join)
+
+
+def _blob(payload: bytes, shift: int) -> bytes:
+    """Base64 text of ``payload`` behind ``shift`` bytes, so the magic lands at every alignment."""
+    return base64.b64encode(bytes(shift) + payload)
+
+
+ELF = fake_binary("elf-so")[:60]
+b64_pieces = st.one_of(
+    st.binary(max_size=40),
+    st.sampled_from([n for n, _ in recognisers.B64_NEEDLES]),
+    st.sampled_from([b"A" * 70, b"/" * 64, b"+" * 63, b" ", b"\n", b"="]),
+    st.builds(lambda blob, length: blob[:length],  # runs just short of, at and past 64 characters
+              st.builds(_blob, st.sampled_from([ELF, b"PK\x03\x04" + bytes(60), b"\x1f\x8b\x08" + bytes(60)]),
+                        st.integers(0, 5)),
+              st.integers(60, 68)),
+)
+b64_texts = st.lists(b64_pieces, max_size=12).map(b"".join)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=texts, markers=st.sampled_from([CODE_MARKERS, DATA_MARKER_SET]),
+       slice_bytes=st.sampled_from([5, 64, 1 << 20]))
+def test_literal_search_finds_what_per_literal_find_finds(data: bytes, markers: MarkerSet, slice_bytes: int,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recognisers, "SEARCH_SLICE", slice_bytes)  # literals across the slice edges too
+    scanner = MarkerScanner(markers)
+    scanner.scan(data)
+    assert scanner.found == reference_markers(data, markers)
+
+
+@settings(max_examples=200, deadline=None)
+@given(b64_texts)
+def test_base64_runs_find_what_needle_search_finds(data: bytes) -> None:
+    assert (embedded_binary(data, at_start=False) == "embedded-base64") == reference_base64(data)
+
+
+def test_base64_prefilter_sees_a_blob_in_a_run_of_any_length() -> None:
+    blob = base64.b64encode(fake_binary("elf-so"))
+    for before in (b"", b"x", b"A" * 100, b"log line: "):
+        assert embedded_binary(before + blob + b"\n", at_start=False) == "embedded-base64"
+    assert embedded_binary(b"hash: " + b"9f86d081" * 8 + b"\n", at_start=False) is None
+    for length, hidden in ((63, False), (64, True)):  # the shortest run that can hide a blob
+        data = b" " + blob[:length] + b" "
+        assert reference_base64(data) is hidden
+        assert (embedded_binary(data, at_start=False) == "embedded-base64") is hidden
+
+
+def test_crlf_line_continuation_splitting_global_is_cuda() -> None:
+    scanner = MarkerScanner()
+    scanner.scan(b"int x;\r\n__glo\\\r\nbal__ void k(float* x) {}\r\n")
+    assert scanner.found == {"cuda": 2}
+
+
+def test_attribute_global_far_from_its_attribute_keyword_is_cuda() -> None:
+    scanner = MarkerScanner()
+    scanner.scan(b"__attribute__" + b" " * 300 + b"((global)) void k(float* x) {}\n")
+    assert scanner.found == {"cuda": 1}
+
+
+def test_one_family_repeated_everywhere_is_decided_once_per_window() -> None:
+    data = b"numba " * 200_000  # 1.2 MB of a literal whose expression never matches
+    scanner = MarkerScanner()
+    scanner.scan(data)
+    assert scanner.found == {}
+
+
+# --------------------------------------------------------------------------- streaming
+
+
+@pytest.mark.parametrize("marker", [b"__global__", b"__attribute__((global))", b"\n.entry k", b"@triton.jit"])
+@pytest.mark.parametrize("shift", [-20, -5, -1, 0, 1, 7])
+def test_marker_across_a_chunk_edge_is_found_with_its_line(tmp_path: Path, marker: bytes, shift: int,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(inventory, "CHUNK_BYTES", 8192)
+    before = 8192 + shift - len(marker) // 2  # the marker's middle lands on the first chunk's edge
+    prefix = (b"x" * 99 + b"\n") * (before // 100)
+    content = prefix + b"y" * (before - len(prefix)) + marker + b"\n" + b"z" * 20_000 + b"\n"
+    (tmp_path / "k.py").write_bytes(content)
+    walk = walk_tree(tmp_path, workers=1)
+    assert {e.marker: e.line for e in walk.native["k.py"]} == reference_markers(content, CODE_MARKERS) != {}
+
+
+def test_base64_blob_across_a_chunk_edge_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(inventory, "CHUNK_BYTES", 8192)
+    blob = base64.b64encode(fake_binary("elf-so"))
+    content = b"#" * (8192 - 10) + blob + b"\n"  # the first chunk holds 10 characters of it
+    (tmp_path / "lib.py").write_bytes(content)
+    walk = walk_tree(tmp_path, workers=1)
+    assert walk.binaries == [("lib.py", "embedded-base64", len(content))]
+
+
+# --------------------------------------------------------------------------- workers
+
+
+def _normalised(walk: inventory.Walk) -> dict[str, object]:
+    """The walk's content; lists whose order the inventory sorts anyway are compared sorted."""
+    out: dict[str, object] = {}
+    for name, value in vars(walk).items():
+        if isinstance(value, list) and name != "setups":
+            value = sorted(value)
+        elif name == "build_products":
+            value = {directory: sorted(products) for directory, products in value.items()}
+        out[name] = value
+    return out
+
+
+def test_workers_find_exactly_what_one_process_finds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tree = tmp_path / "tree"
+    shutil.copytree(CASES, tree)  # every hostile and acceptance case: kernels, binaries, setup.py, manifests
+    os.symlink("negative", tree / "link-to-dir")
+    os.symlink("base/Acme/benchmarks/dlrm/implementations/torch/kernels/emb.cu", tree / "link-to-file.cu")
+    monkeypatch.setattr(inventory, "PARALLEL_MIN_FILES", 0)
+    monkeypatch.setattr(inventory, "BATCH_FILES", 3)
+    one = walk_tree(tree, workers=1)
+    spread = walk_tree(tree, workers=2)
+    assert one.native and one.binaries and one.setups
+    assert _normalised(spread) == _normalised(one)
+
+
+def _square_dying_in_worker(item: tuple[int, int]) -> int:
+    parent, value = item
+    if value == 3 and os.getpid() != parent:
+        os._exit(1)  # a worker killed mid-batch (out of memory, a signal)
+    return value * value
+
+
+def test_a_dead_worker_s_items_are_redone_in_this_process() -> None:
+    work: OrderedWork[tuple[int, int], int] = OrderedWork(_square_dying_in_worker, 2)
+    assert work.start()
+    for value in range(8):
+        work.submit((os.getpid(), value))
+    assert list(work.results()) == [v * v for v in range(8)]
+
+
+def test_one_worker_runs_everything_here() -> None:
+    work: OrderedWork[tuple[int, int], int] = OrderedWork(_square_dying_in_worker, 1)
+    assert not work.start() and not work.parallel
+    work.submit((os.getpid(), 3))
+    work.add(100)
+    assert list(work.results()) == [9, 100]
