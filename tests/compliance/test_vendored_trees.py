@@ -159,7 +159,7 @@ def test_require_upstream_makes_an_unproven_copy_an_error(tmp_path: Path) -> Non
     from compliance.model import CheckOptions
 
     top = f"{IMPL}/deps/nccl"
-    tree = round_tree(tmp_path, {**signature_files("nccl", top), f"{top}/src/device/k.cu": KERNEL})
+    tree = round_tree(tmp_path, {**signature_files("nccl", top), f"{top}/src/device/common.cu": KERNEL})
     static = run_check(tree)
     gate = run_check(tree, CheckOptions(require_upstream=True))
     levels = [(f.rule_id, f.severity.value) for r in (static, gate) for f in r.findings if f.path == top]
@@ -179,12 +179,15 @@ def test_require_upstream_makes_an_unproven_copy_an_error(tmp_path: Path) -> Non
      "transformer_engine/common/fused_attn/my_fused_attn_fp8.cu"),
     ("deepspeed", "csrc/transformer/softmax_kernels.cu", "csrc/transformer/my_fused_softmax.cu"),
     ("deepspeed", "csrc/transformer/inference/csrc/gelu.cu", "csrc/my_ops/fused_bias_gelu.cu"),
+    ("nccl", "src/device/common.cu", "src/device/my_fused_allreduce.cu"),
+    ("nccl", "src/collectives/device/all_reduce.cu", "src/collectives/device/my_alltoall.cu"),
+    ("nccl", "src/collectives/device/functions.cu", "src/collectives/device/msccl_kernel.cu"),
 ])
 def test_a_file_upstream_never_had_is_the_submitters_kernel(tmp_path: Path, project: str, upstream_file: str,
                                                             own_file: str) -> None:
     """Issue 39 items 1, 7 (catalogue path lists): inside a vendored apex, Megatron-LM, CUTLASS 1.x,
-    TransformerEngine or DeepSpeed copy, a native file upstream never had under the listed directories is
-    reported one by one; upstream's own files stay with the copy."""
+    TransformerEngine, DeepSpeed or NCCL copy, a native file upstream never had under the listed directories
+    is reported one by one (an MSCCL fork file is not upstream NCCL); upstream's own files stay with the copy."""
     top = f"{IMPL}/third_party/{project}"
     tree = round_tree(tmp_path, {**signature_files(project, top), f"{top}/{upstream_file}": KERNEL,
                                  f"{top}/{own_file}": KERNEL.replace("k(", "own(")})
