@@ -182,12 +182,16 @@ def test_require_upstream_makes_an_unproven_copy_an_error(tmp_path: Path) -> Non
     ("nccl", "src/device/common.cu", "src/device/my_fused_allreduce.cu"),
     ("nccl", "src/collectives/device/all_reduce.cu", "src/collectives/device/my_alltoall.cu"),
     ("nccl", "src/collectives/device/functions.cu", "src/collectives/device/msccl_kernel.cu"),
+    ("hugectr", "HugeCTR/src/embeddings/hybrid_embedding/frequent_embedding.cu",
+     "HugeCTR/src/embeddings/hybrid_embedding/my_fused_frequent_lookup.cu"),
+    ("hugectr", "HugeCTR/src/layers/interaction_layer.cu", "HugeCTR/src/layers/my_fused_interaction_layer.cu"),
 ])
 def test_a_file_upstream_never_had_is_the_submitters_kernel(tmp_path: Path, project: str, upstream_file: str,
                                                             own_file: str) -> None:
     """Issue 39 items 1, 7 (catalogue path lists): inside a vendored apex, Megatron-LM, CUTLASS 1.x,
-    TransformerEngine, DeepSpeed or NCCL copy, a native file upstream never had under the listed directories
-    is reported one by one (an MSCCL fork file is not upstream NCCL); upstream's own files stay with the copy."""
+    TransformerEngine, DeepSpeed, NCCL, HugeCTR or another listed project's copy, a native file upstream never
+    had under the listed directories is reported one by one (an MSCCL fork file is not upstream NCCL);
+    upstream's own files stay with the copy."""
     top = f"{IMPL}/third_party/{project}"
     tree = round_tree(tmp_path, {**signature_files(project, top), f"{top}/{upstream_file}": KERNEL,
                                  f"{top}/{own_file}": KERNEL.replace("k(", "own(")})
