@@ -185,6 +185,12 @@ def test_require_upstream_makes_an_unproven_copy_an_error(tmp_path: Path) -> Non
     ("hugectr", "HugeCTR/src/embeddings/hybrid_embedding/frequent_embedding.cu",
      "HugeCTR/src/embeddings/hybrid_embedding/my_fused_frequent_lookup.cu"),
     ("hugectr", "HugeCTR/src/layers/interaction_layer.cu", "HugeCTR/src/layers/my_fused_interaction_layer.cu"),
+    ("googletest", "googletest/src/gtest-port.cc", "googletest/src/gtest-cuda-kernels.cc"),
+    ("googletest", "googlemock/include/gmock/gmock-actions.h", "googlemock/include/gmock/my_fused_gemm.h"),
+    ("loadgen", "bindings/python_api.cc", "bindings/my_gpu_preprocess.cc"),
+    ("loadgen", "tests/basic.cc", "tests/my_harness_kernel.cc"),
+    ("nemo", "nemo/collections/nlp/data/language_modeling/megatron/helpers.cpp",
+     "nemo/collections/nlp/data/language_modeling/megatron/my_packing_kernel.cu"),
 ])
 def test_a_file_upstream_never_had_is_the_submitters_kernel(tmp_path: Path, project: str, upstream_file: str,
                                                             own_file: str) -> None:
