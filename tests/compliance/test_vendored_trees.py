@@ -191,6 +191,10 @@ def test_require_upstream_makes_an_unproven_copy_an_error(tmp_path: Path) -> Non
     ("loadgen", "tests/basic.cc", "tests/my_harness_kernel.cc"),
     ("nemo", "nemo/collections/nlp/data/language_modeling/megatron/helpers.cpp",
      "nemo/collections/nlp/data/language_modeling/megatron/my_packing_kernel.cu"),
+    ("vllm", "csrc/mamba/mamba_ssm/selective_scan_fwd.cu", "csrc/mamba/mamba_ssm/my_selective_scan_bwd.cu"),
+    ("vllm", "csrc/prepare_inputs/advance_step.cu", "csrc/prepare_inputs/my_advance_step_fused.cu"),
+    ("vllm", "csrc/attention/mla/cutlass_sm100_mla/kernel/sm100_mla_tile_scheduler.hpp",
+     "csrc/attention/mla/my_sparse_mla_decode.cu"),
 ])
 def test_a_file_upstream_never_had_is_the_submitters_kernel(tmp_path: Path, project: str, upstream_file: str,
                                                             own_file: str) -> None:
