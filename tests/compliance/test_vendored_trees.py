@@ -183,11 +183,13 @@ def test_require_upstream_makes_an_unproven_copy_an_error(tmp_path: Path) -> Non
      "transformer_engine/common/fused_attn/my_fused_attn_fp8.cu"),
     ("deepspeed", "csrc/transformer/softmax_kernels.cu", "csrc/transformer/my_fused_softmax.cu"),
     ("deepspeed", "csrc/transformer/inference/csrc/gelu.cu", "csrc/my_ops/fused_bias_gelu.cu"),
+    ("mxnet", "src/operator/nn/cudnn/cudnn_convolution-inl.h", "src/operator/nn/cudnn/cudnn_fused_conv_bn.cu"),
+    ("mxnet", "src/operator/random/sample_op.cu", "src/operator/random/my_fused_dropout.cu"),
 ])
 def test_a_file_upstream_never_had_is_the_submitters_kernel(tmp_path: Path, project: str, upstream_file: str,
                                                             own_file: str) -> None:
     """Issue 39 items 1, 7 (catalogue path lists): inside a vendored apex, Megatron-LM, CUTLASS 1.x or 2.x/3.x,
-    TransformerEngine or DeepSpeed copy, a native file upstream never had under the listed directories is
+    TransformerEngine, DeepSpeed or MXNet copy, a native file upstream never had under the listed directories is
     reported one by one; upstream's own files stay with the copy."""
     top = f"{IMPL}/third_party/{project}"
     tree = round_tree(tmp_path, {**signature_files(project, top), f"{top}/{upstream_file}": KERNEL,
