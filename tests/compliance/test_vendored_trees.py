@@ -177,6 +177,8 @@ def test_require_upstream_makes_an_unproven_copy_an_error(tmp_path: Path) -> Non
      "include/cutlass/gemm/kernel/sm90_gemm_my_fused_moe.hpp"),
     ("cutlass", "include/cutlass/epilogue/thread/linear_combination_gelu.h",
      "include/cutlass/epilogue/thread/linear_combination_my_swiglu.h"),
+    ("cutlass", "include/cutlass/gemm/threadblock/mma_multistage.h",
+     "include/cutlass/gemm/threadblock/mma_multistage_my_int4.h"),
     ("transformer-engine", "transformer_engine/common/layer_norm/ln_fwd_cuda_kernel.cu",
      "transformer_engine/common/layer_norm/ln_fwd_nhwc_kernel.cu"),
     ("transformer-engine", "transformer_engine/common/util/cast_kernels.cuh",
