@@ -173,6 +173,12 @@ def test_require_upstream_makes_an_unproven_copy_an_error(tmp_path: Path) -> Non
     ("megatron-lm", "megatron/fused_kernels/scaled_masked_softmax_cuda.cu", "megatron/fused_kernels/my_gelu.cu"),
     ("megatron-lm", "megatron/core/datasets/helpers.cpp", "megatron/core/datasets/my_sampler.cu"),
     ("cutlass-1", "cutlass/gemm/block_task.h", "cutlass/gemm/my_fused_epilogue.h"),
+    ("cutlass", "include/cutlass/gemm/kernel/sm90_gemm_tma_warpspecialized_cooperative.hpp",
+     "include/cutlass/gemm/kernel/sm90_gemm_my_fused_moe.hpp"),
+    ("cutlass", "include/cutlass/epilogue/thread/linear_combination_gelu.h",
+     "include/cutlass/epilogue/thread/linear_combination_my_swiglu.h"),
+    ("cutlass", "include/cutlass/gemm/threadblock/mma_multistage.h",
+     "include/cutlass/gemm/threadblock/mma_multistage_my_int4.h"),
     ("transformer-engine", "transformer_engine/common/layer_norm/ln_fwd_cuda_kernel.cu",
      "transformer_engine/common/layer_norm/ln_fwd_nhwc_kernel.cu"),
     ("transformer-engine", "transformer_engine/common/util/cast_kernels.cuh",
@@ -195,10 +201,12 @@ def test_require_upstream_makes_an_unproven_copy_an_error(tmp_path: Path) -> Non
     ("vllm", "csrc/prepare_inputs/advance_step.cu", "csrc/prepare_inputs/my_advance_step_fused.cu"),
     ("vllm", "csrc/attention/mla/cutlass_sm100_mla/kernel/sm100_mla_tile_scheduler.hpp",
      "csrc/attention/mla/my_sparse_mla_decode.cu"),
+    ("mxnet", "src/operator/nn/cudnn/cudnn_convolution-inl.h", "src/operator/nn/cudnn/cudnn_fused_conv_bn.cu"),
+    ("mxnet", "src/operator/random/sample_op.cu", "src/operator/random/my_fused_dropout.cu"),
 ])
 def test_a_file_upstream_never_had_is_the_submitters_kernel(tmp_path: Path, project: str, upstream_file: str,
                                                             own_file: str) -> None:
-    """Issue 39 items 1, 7 (catalogue path lists): inside a vendored apex, Megatron-LM, CUTLASS 1.x,
+    """Issue 39 items 1, 7 (catalogue path lists): inside a vendored apex, Megatron-LM, CUTLASS,
     TransformerEngine, DeepSpeed, NCCL, HugeCTR or another listed project's copy, a native file upstream never
     had under the listed directories is reported one by one (an MSCCL fork file is not upstream NCCL);
     upstream's own files stay with the copy."""
