@@ -87,12 +87,12 @@ def sparse_coo(seg: Segments, dim: int, dtype: torch.dtype) -> Tensor:
 def _optimizer_values(spec: OptimizerSpec, step: int, seed: int) -> tuple[object, ...]:
     """lr, eps, beta1, beta2, weight_decay, step_size, seed: the kernels' optimizer parameters
     (six F32, one I64)."""
+    bits = (seed * 0x9E3779B97F4A7C15 + step) & (2**63 - 1)
+    decay = getattr(spec, "weight_decay", 0.0)
     if isinstance(spec, Adam):
         b1, b2 = spec.betas
-        return (0.0, spec.eps, b1, b2, getattr(spec, "weight_decay", 0.0), spec.step_size(step),
-                (seed * 0x9E3779B97F4A7C15 + step) & (2**63 - 1))
-    return (spec.lr, getattr(spec, "eps", 0.0), 0.0, 0.0, getattr(spec, "weight_decay", 0.0), 0.0,
-            (seed * 0x9E3779B97F4A7C15 + step) & (2**63 - 1))
+        return (0.0, spec.eps, b1, b2, decay, spec.step_size(step), bits)
+    return (spec.lr, getattr(spec, "eps", 0.0), 0.0, 0.0, decay, 0.0, bits)
 
 
 def _optimizer_args(spec: OptimizerSpec, step: int, seed: int) -> list[tuple[object, str]]:

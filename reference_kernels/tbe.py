@@ -321,10 +321,11 @@ class TableBatchedEmbeddingBag(sparse_update.FusedOptimizerMixin, torch.nn.Modul
 
     def table(self, t: int) -> Tensor:
         """Table t's rows (a view into the weight that holds them)."""
-        if self._width_groups is not None:
-            group = self._width_groups[int(self.table_meta[0, t])]
-            k = group.tables.index(t)
-            start = group.row_starts[k]
+        if self._width_groups is not None:  # the group from the host's lists: no device read
+            group = next((g for g in self._width_groups if t in g.tables), None)
+            if group is None:
+                raise IndexError(f"table {t} of {len(self.embedding_dims)} tables")
+            start = group.row_starts[group.tables.index(t)]
             return group.weight[start:start + int(self.table_sizes[t])]
         start = int(self.table_rows[t])
         return self.weight[start:start + int(self.table_sizes[t])]
