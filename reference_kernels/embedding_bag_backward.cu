@@ -80,6 +80,13 @@
 #ifndef FUSED_OPT
 #define FUSED_OPT 0
 #endif
+#ifndef PRELOAD  // FUSED_OPT: a segment's weight row (and row-wise Adagrad's accumulator) loaded when it opens
+#define PRELOAD 0
+#endif
+#ifndef PREFETCH  // FUSED_OPT: the rows of a round's new segments prefetched into L2 when the round starts
+#define PREFETCH 0
+#endif
+#define PRELOAD_ON (FUSED_OPT && PRELOAD)
 #ifndef GRAD_F32  // 1: gradient rows written as float32 (the fused optimizers' compact gradient)
 #define GRAD_F32 0
 #endif
@@ -191,9 +198,33 @@ __device__ __forceinline__ void state_io(float* row, float (&x)[VEC], i64 col, b
 }
 
 #if FUSED_OPT
-// The optimizer step on `row` with its summed gradient `a` (the team holds the whole row:
-// one column tile). Not inlined: it is called from every flush site of the chunk loop.
-__device__ __noinline__ void apply_row(i64 row, const RowAcc& a, i64 dim, int row_lane, const FusedArgs& f) {
+// What the update reads of a row before its sum is known: this lane's weights and (row-wise
+// Adagrad) the row's accumulator. Loaded when a segment opens (PRELOAD), the loads overlap the
+// segment's gradient loads instead of standing alone at its end, where every flush of a
+// position-long segment (uniform traffic: most of them) waited one DRAM round trip.
+struct RowPre {
+  Vec w[CHUNKS];
+  float s;
+};
+
+__device__ __forceinline__ void load_pre(RowPre& pre, i64 row, i64 dim, int row_lane, const FusedArgs& f) {
+  const weight_t* w_row = f.weight + row * dim;
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    const i64 col = lane_col(0, c, row_lane);
+    if (col < dim) pre.w[c] = *reinterpret_cast<const Vec*>(w_row + col);
+  }
+#if OPTIMIZER == 1
+  pre.s = f.state1[row];
+#else
+  pre.s = 0.0f;
+#endif
+}
+
+// The optimizer step on `row` with its summed gradient `a` and its values `pre` (the team
+// holds the whole row: one column tile).
+__device__ __forceinline__ void apply_loaded_row(i64 row, const RowAcc& a, const RowPre& pre, i64 dim, int row_lane,
+                                                 const FusedArgs& f) {
   weight_t* w_row = f.weight + row * dim;
   float g[CHUNKS][VEC], w[CHUNKS][VEC];
   float sq = 0.0f;  // row-wise Adagrad: this lane's columns in order, then a fixed butterfly
@@ -201,8 +232,7 @@ __device__ __noinline__ void apply_row(i64 row, const RowAcc& a, i64 dim, int ro
   for (int c = 0; c < CHUNKS; ++c) {
     const i64 col = lane_col(0, c, row_lane);
     if (col >= dim) continue;
-    const Vec wv = *reinterpret_cast<const Vec*>(w_row + col);
-    to_floats(wv, w[c]);
+    to_floats(pre.w[c], w[c]);
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
       g[c][e] = decayed_grad(a.v[c][e], w[c][e], f.p);
@@ -214,7 +244,7 @@ __device__ __noinline__ void apply_row(i64 row, const RowAcc& a, i64 dim, int ro
   const u32 mask = team_mask<ROW_LANES>(threadIdx.x & 31);
 #pragma unroll
   for (int off = ROW_LANES / 2; off > 0; off >>= 1) sq += __shfl_xor_sync(mask, sq, off);
-  multiplier = adagrad_multiplier(sq, dim, f.state1, row, row_lane == 0, f.p);
+  multiplier = adagrad_step(pre.s, sq, dim, f.state1, row, row_lane == 0, f.p);
 #endif
 #pragma unroll
   for (int c = 0; c < CHUNKS; ++c) {
@@ -236,13 +266,24 @@ __device__ __noinline__ void apply_row(i64 row, const RowAcc& a, i64 dim, int ro
 #endif
   }
 }
+
+// The same, loading the row first. Not inlined: without PRELOAD it is called from every flush
+// site of the chunk loop.
+__device__ __noinline__ void apply_row(i64 row, const RowAcc& a, i64 dim, int row_lane, const FusedArgs& f) {
+  RowPre pre;
+  load_pre(pre, row, dim, row_lane, f);
+  apply_loaded_row(row, a, pre, dim, row_lane, f);
+}
+#else
+struct RowPre {};
 #endif
 
 // A segment of `row` ends: write it where it belongs (see the file comment).
 // Returns 1 if it was the head piece of a run that continues into later chunks.
 __device__ __forceinline__ int flush_segment(i64 row, const RowAcc& a, bool first_in_chunk, bool continues,
                                              i64 prev_row, i64 padding_idx, i64 dim, i64 col0, int row_lane,
-                                             i64 chunk, grad_t* grad_weight, float* partial, const FusedArgs& fused) {
+                                             i64 chunk, grad_t* grad_weight, float* partial, const FusedArgs& fused,
+                                             const RowPre& pre) {
   if (row == padding_idx) return 0;
   if (first_in_chunk && row == prev_row) {
     store_partial(partial + (chunk * 2 + 0) * dim, a, dim, col0, row_lane);
@@ -252,7 +293,9 @@ __device__ __forceinline__ int flush_segment(i64 row, const RowAcc& a, bool firs
     store_partial(partial + (chunk * 2 + 1) * dim, a, dim, col0, row_lane);
     return 1;
   }
-#if FUSED_OPT
+#if PRELOAD_ON
+  apply_loaded_row(row, a, pre, dim, row_lane, fused);
+#elif FUSED_OPT
   apply_row(row, a, dim, row_lane, fused);
 #else
   store_row(grad_weight + row * dim, a, dim, col0, row_lane);
@@ -303,6 +346,10 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
   i64 cur = sorted_rows[begin];  // row of the open segment
   bool first = true;             // the open segment is the chunk's first
   int carry = 0;
+  RowPre open_pre;  // PRELOAD: the open segment's row (unused otherwise)
+#if PRELOAD_ON
+  if (cur != padding_idx && cur != prev_row) load_pre(open_pre, cur, dim, row_lane, fused);
+#endif
   for (i64 base = begin; base < end; base += ROW_LANES) {
     const int count = end - base < ROW_LANES ? (int)(end - base) : ROW_LANES;
     i64 my_row = -3;
@@ -325,12 +372,32 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
     const u32 starts = (__ballot_sync(mask, row_lane < count && my_row != before) >> team_base) &
                        (ROW_LANES == 32 ? 0xffffffffu : (1u << (ROW_LANES & 31)) - 1u);
     const u32 in_bag = (__ballot_sync(mask, row_lane < count && my_bag >= 0) >> team_base);
+#if FUSED_OPT && PREFETCH
+    // the rows this round's new segments will update, into L2 now: their flushes (or PRELOAD's
+    // loads) then wait for L2, not DRAM
+    if (((starts >> row_lane) & 1u) && my_row != padding_idx) {
+      const char* w_row = reinterpret_cast<const char*>(fused.weight + my_row * dim);
+      const i64 row_bytes = dim * (i64)sizeof(weight_t);
+      for (i64 off = 0; off < row_bytes; off += 128) prefetch_l2(w_row + off);
+      prefetch_l2(w_row + row_bytes - 1);  // a row that does not start on a 128-byte line
+#if OPTIMIZER == 1
+      prefetch_l2(fused.state1 + my_row);
+#endif
+    }
+#endif
 #pragma unroll 1  // the flush code is inlined once per u below: keep the compile short
     for (int m = 0; m < count; m += UNROLL_EFF) {
       Vec g[UNROLL_EFF][CHUNKS];
+#if PRELOAD_ON
+      RowPre pre[UNROLL_EFF];  // rows of the segments opening at m + u
+#endif
 #pragma unroll
       for (int u = 0; u < UNROLL_EFF; ++u) {  // issue the loads ...
         const int b = __shfl_sync(mask, my_bag, m + u, ROW_LANES);
+#if PRELOAD_ON
+        const i64 r = __shfl_sync(mask, my_row, m + u, ROW_LANES);
+        if (((starts >> (m + u)) & 1u) && r != padding_idx) load_pre(pre[u], r, dim, row_lane, fused);
+#endif
         if (!((in_bag >> (m + u)) & 1u)) continue;  // also false past `count`
 #pragma unroll
         for (int c = 0; c < CHUNKS; ++c) {
@@ -345,10 +412,13 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
         const float factor = __shfl_sync(mask, my_scale, m + u, ROW_LANES);
         if ((starts >> (m + u)) & 1u) {  // the open segment closed inside the chunk
           carry |= flush_segment(cur, acc, first, false, prev_row, padding_idx, dim, col0, row_lane, chunk,
-                                 grad_weight, partial, fused);
+                                 grad_weight, partial, fused, open_pre);
           zero(acc);
           cur = r;
           first = false;
+#if PRELOAD_ON
+          open_pre = pre[u];
+#endif
         }
         if (!((in_bag >> (m + u)) & 1u)) continue;
 #pragma unroll
@@ -363,7 +433,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
   }
   // the last segment: continued by the next chunk when that starts with the same row
   carry |= flush_segment(cur, acc, first, cur == next_row, prev_row, padding_idx, dim, col0, row_lane, chunk,
-                         grad_weight, partial, fused);
+                         grad_weight, partial, fused, open_pre);
   if (row_lane == 0 && col0 == 0) carries[chunk] = carry;
 }
 

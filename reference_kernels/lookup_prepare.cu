@@ -22,6 +22,16 @@
 // MEAN = 1, for every bag b < T*B as well: bag_scale[j * T + t] = 1 / (offsets[b+1] - offsets[b])
 // as float32 (IEEE division, as torch's reciprocal), 0 for an empty bag.
 //
+// Finding the bags. A block takes a tile of TILE = BLOCK * ITEMS consecutive positions at a time.
+// It finds the bag of the tile's first position by a block-wide search (BLOCK probes of the
+// offsets per round, __syncthreads_count: 3 rounds for 131,072 bags, where one thread's binary
+// search is 17 dependent loads), stages the next STAGE_BAGS + 1 offsets in shared memory and
+// searches there for each position. Where the staged offsets are not non-decreasing or do not
+// reach past the tile (a tile across more than STAGE_BAGS bags: many empty ones), the tile's
+// positions take the per-position search over all offsets instead. For non-decreasing offsets
+// both give the bag defined above; for other offsets each position still gets one answer that
+// depends on the inputs alone (tiles start at multiples of TILE whatever the grid).
+//
 // Each output element is written by exactly one thread and depends on the inputs alone: the
 // same inputs always give the same bits.
 #include "common.cuh"
@@ -38,6 +48,16 @@
 #ifndef BLOCK
 #define BLOCK 256
 #endif
+#ifndef ITEMS  // positions per thread per tile
+#define ITEMS 4
+#endif
+#ifndef STAGE_BAGS  // bag starts a tile stages in shared memory
+#define STAGE_BAGS 1024
+#endif
+#ifndef MIN_BLOCKS  // without it ptxas picks 32 registers for the kernel and spills
+#define MIN_BLOCKS 4
+#endif
+#define TILE (BLOCK * ITEMS)
 
 // The bag of position p: the last b in [0, num_bags) with offsets[b] <= p (-1: none), as
 // torch.searchsorted(offsets[:num_bags], p, right=True) - 1 for sorted offsets.
@@ -60,32 +80,91 @@ __device__ __forceinline__ i64 table_of(i64 bag, i64 bags_per_table) {
                                                             : bag / bags_per_table;
 }
 
-extern "C" __global__ void __launch_bounds__(BLOCK) tbe_prepare(
+// The same bag, found by the whole block for a block-uniform p (non-decreasing offsets; for
+// others some b in [-1, num_bags)). Invariant: the first b with offsets[b] > p (num_bags if none)
+// lies in [lo, hi]; each round's BLOCK probes hold on a prefix, whose length narrows it BLOCK-fold.
+__device__ i64 block_last_start_at_or_before(const INDEX_T* __restrict__ offsets, i64 num_bags, i64 p) {
+  i64 lo = 0, hi = num_bags;
+  while (lo < hi) {
+    const i64 step = (hi - lo + BLOCK - 1) / BLOCK;
+    const i64 k = lo + (i64)(threadIdx.x + 1) * step - 1;
+    const i64 held = __syncthreads_count(k < hi && (i64)__ldg(offsets + k) <= p);
+    const i64 next_hi = lo + (held + 1) * step - 1;
+    lo += held * step;
+    hi = next_hi < hi ? next_hi : hi;
+  }
+  return lo - 1;
+}
+
+// Position i's outputs, given its bag (-1: none) and whether it lies inside it.
+__device__ __forceinline__ void write_position(i64 i, i64 bag, bool inside, const INDEX_T* __restrict__ indices,
+                                               i64 tables, i64 bags_per_table, const i64* __restrict__ table_rows,
+                                               i64 sentinel, KEY_T* __restrict__ keys, i64* __restrict__ grad_row) {
+  const i64 index = (i64)__ldg(indices + i);
+  if (inside) {
+    const i64 t = table_of(bag, bags_per_table);
+    keys[i] = (KEY_T)(index + __ldg(table_rows + t));
+    grad_row[i] = (bag - t * bags_per_table) * tables + t;
+  } else {
+    keys[i] = (KEY_T)(sentinel >= 0 ? sentinel : index + __ldg(table_rows));
+    grad_row[i] = -1;
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) tbe_prepare(
     const INDEX_T* __restrict__ indices, i64 num_indices, const INDEX_T* __restrict__ offsets, i64 num_bags,
     i64 tables, i64 bags_per_table, const i64* __restrict__ table_rows, i64 sentinel, KEY_T* __restrict__ keys,
     i64* __restrict__ grad_row, float* __restrict__ bag_scale) {
-  const i64 stride = (i64)gridDim.x * BLOCK;
-  const i64 work = num_indices > num_bags ? num_indices : num_bags;
-  for (i64 i = (i64)blockIdx.x * BLOCK + threadIdx.x; i < work; i += stride) {
-    if (i < num_indices) {
-      const i64 bag = last_start_at_or_before(offsets, num_bags, i);
-      const bool inside = bag >= 0 && i < (i64)__ldg(offsets + bag + 1);
-      const i64 index = (i64)__ldg(indices + i);
-      if (inside) {
-        const i64 t = table_of(bag, bags_per_table);
-        keys[i] = (KEY_T)(index + __ldg(table_rows + t));
-        grad_row[i] = (bag - t * bags_per_table) * tables + t;
-      } else {
-        keys[i] = (KEY_T)(sentinel >= 0 ? sentinel : index + __ldg(table_rows));
-        grad_row[i] = -1;
+  __shared__ i64 stage[STAGE_BAGS + 1];
+  for (i64 base = (i64)blockIdx.x * TILE; base < num_indices; base += (i64)gridDim.x * TILE) {  // block-uniform
+    const i64 last = base + TILE < num_indices ? base + TILE - 1 : num_indices - 1;
+    const i64 first_bag = block_last_start_at_or_before(offsets, num_bags, base);
+    const i64 lo = first_bag > 0 ? first_bag : 0;  // stage[j] = offsets[lo + j]
+    const i64 room = num_bags + 1 - lo < STAGE_BAGS + 1 ? num_bags + 1 - lo : STAGE_BAGS + 1;
+    i64 staged = 0;
+    bool reaches;  // the staged offsets reach the last offset, or past the tile's last position
+    do {  // BLOCK offsets a round, until they reach past the tile (one round for bags of 5+ positions)
+      const i64 j = staged + threadIdx.x;
+      if (j < room) stage[j] = (i64)__ldg(offsets + lo + j);
+      staged = staged + BLOCK < room ? staged + BLOCK : room;
+      __syncthreads();
+      reaches = lo + staged - 1 == num_bags || stage[staged - 1] > last;
+    } while (!reaches && staged < room);
+    const i64 starts = staged < num_bags - lo ? staged : num_bags - lo;  // staged bag starts
+    bool decreases = false;
+    for (i64 j = threadIdx.x; j + 1 < staged; j += BLOCK) decreases |= stage[j] > stage[j + 1];
+    const bool fallback = __syncthreads_or(decreases) || !reaches;
+#pragma unroll
+    for (int u = 0; u < ITEMS; ++u) {
+      const i64 i = base + u * BLOCK + threadIdx.x;
+      if (i > last) break;
+      i64 bag;
+      bool inside;
+      if (fallback) {
+        bag = last_start_at_or_before(offsets, num_bags, i);
+        inside = bag >= 0 && i < (i64)__ldg(offsets + bag + 1);
+      } else {  // the first staged start past i; its bag + 1 is staged (the tile ends before it)
+        i64 a = 0, b = starts;
+        while (a < b) {
+          const i64 mid = a + ((b - a) >> 1);
+          if (stage[mid] <= i) {
+            a = mid + 1;
+          } else {
+            b = mid;
+          }
+        }
+        bag = lo + a - 1;
+        inside = bag >= 0 && i < stage[a];
       }
+      write_position(i, bag, inside, indices, tables, bags_per_table, table_rows, sentinel, keys, grad_row);
     }
-#if MEAN
-    if (i < num_bags) {
-      const i64 t = table_of(i, bags_per_table);
-      const i64 pooled = (i64)__ldg(offsets + i + 1) - (i64)__ldg(offsets + i);
-      bag_scale[(i - t * bags_per_table) * tables + t] = pooled > 0 ? 1.0f / (float)pooled : 0.0f;
-    }
-#endif
+    __syncthreads();  // the stage is refilled for the next tile
   }
+#if MEAN
+  for (i64 i = (i64)blockIdx.x * BLOCK + threadIdx.x; i < num_bags; i += (i64)gridDim.x * BLOCK) {
+    const i64 t = table_of(i, bags_per_table);
+    const i64 pooled = (i64)__ldg(offsets + i + 1) - (i64)__ldg(offsets + i);
+    bag_scale[(i - t * bags_per_table) * tables + t] = pooled > 0 ? 1.0f / (float)pooled : 0.0f;
+  }
+#endif
 }

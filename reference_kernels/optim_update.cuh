@@ -61,11 +61,17 @@ __device__ __forceinline__ float decayed_grad(float g, float w, const OptParams&
 
 // Row-wise Adagrad's step multiplier from the row's sum of squares: the accumulator is
 // advanced (by lane 0 of the row's team) and lr / (sqrt(s) + eps) returned.
-__device__ __forceinline__ float adagrad_multiplier(float sum_sq, i64 dim, float* state1, i64 row, bool writer,
-                                                    const OptParams& p) {
-  const float s = state1[row] + sum_sq / (float)dim;
+// `before`: the accumulator as read (state1[row]; the fused passes may read it early).
+__device__ __forceinline__ float adagrad_step(float before, float sum_sq, i64 dim, float* state1, i64 row, bool writer,
+                                              const OptParams& p) {
+  const float s = before + sum_sq / (float)dim;
   if (writer) state1[row] = s;
   return p.lr / (sqrtf(s) + p.eps);
+}
+
+__device__ __forceinline__ float adagrad_multiplier(float sum_sq, i64 dim, float* state1, i64 row, bool writer,
+                                                    const OptParams& p) {
+  return adagrad_step(state1[row], sum_sq, dim, state1, row, writer, p);
 }
 
 // One element's new weight (float32, before rounding); Adam also advances m and v.

@@ -707,12 +707,13 @@ class BackwardCall:
     fused: tuple[tuple[str, object], ...] = ()  # the fused optimizer's defines (FUSED_OPT)
 
 
-def backward_chunk(num_positions: int, sms: int, tuning: Tuning) -> int:
-    """The longest chunk that still gives every SM 64 teams; else the shortest. Short chunks
-    mean more teams, each with fewer dependent rounds; long chunks mean fewer partial sums to
-    combine per hot row."""
+def backward_chunk(num_positions: int, row_lanes: int, sms: int, tuning: Tuning) -> int:
+    """The longest chunk that still gives every SM ``backward_min_warps_per_sm`` warps of teams
+    (teams of ``row_lanes`` lanes, several to a warp for narrow rows); else the shortest. Short
+    chunks mean more teams, each with fewer dependent rounds; long chunks mean fewer partial sums
+    to combine per hot row."""
     for chunk in tuning.backward_chunks:
-        if num_positions // chunk >= 64 * sms:
+        if num_positions // chunk * row_lanes >= tuning.backward_min_warps_per_sm * 32 * sms:
             return chunk
     return tuning.backward_chunks[-1]
 
@@ -745,11 +746,47 @@ def combine_items(tiling: RowTiling) -> int:
     return min(combine_block(tiling) // tiling.row_lanes, COMBINE_MAX_ITEMS)
 
 
+def fused_chunk_defines(tiling: RowTiling, tuning: Tuning) -> Defines:
+    """Where the fused chunk pass reads the rows it updates (embedding_bag_backward.cu, PRELOAD and
+    PREFETCH): preloaded as segments open, with fewer positions' gradients in flight (the
+    registers the preloaded rows take) and, for rows of up to 4 floats a lane, three blocks per SM
+    (row-wise Adagrad then spills a few words, and still runs faster: change 55), and (or)
+    prefetched into L2 a round ahead. Rows of more floats a lane than ``backward_preload_max_floats`` are read at the
+    flush: preloading them spills."""
+    defines: Defines = {"PREFETCH": int(tuning.backward_prefetch)}
+    preload = tuning.backward_preload and tiling.chunks * tiling.vec <= tuning.backward_preload_max_floats
+    defines["PRELOAD"] = int(preload)
+    if preload:
+        defines["UNROLL"] = _floor_pow2(max(1, tuning.backward_preload_rows // tiling.chunks))
+        if tiling.chunks * tiling.vec <= 4:  # wider rows: the 80 registers of three blocks spill more
+            defines["MIN_BLOCKS"] = tuning.backward_preload_min_blocks
+    return defines
+
+
 def plan_backward(call: BackwardCall, device: DeviceProps, tuning: Tuning) -> tuple[Plan, Plan]:
     """The chunk pass (a team per chunk and column tile) and the combine pass (a block per
     ``combine_items`` of them: the grid is known from the number of positions alone)."""
     tiling = RowTiling.for_row(call.dim, vector_width(call.dim, call.elem_bytes, call.grad_align))
-    chunk = backward_chunk(call.num_positions, device.sms, tuning)
+    chunk = backward_chunk(call.num_positions, tiling.row_lanes, device.sms, tuning)
+    defines = _backward_defines(call, tiling, chunk, tuning)
+    chunk_defines = {**defines, "BACKWARD_PASS": 1}
+    if call.fused:
+        chunk_defines.update(fused_chunk_defines(tiling, tuning))
+    items = _ceil_div(call.num_positions, chunk) * tiling.col_tiles
+    grid = _ceil_div(items * tiling.row_lanes, BLOCK)
+    per_block, block = combine_items(tiling), combine_block(tiling)
+    combine = {**defines, "BACKWARD_PASS": 2, "BLOCK": block, "COMBINE_ITEMS": per_block,
+               "COMBINE_PROBE": COMBINE_PROBE}
+    why = f"chunks of {chunk} sorted positions"
+    return (_plan(BACKWARD, "embedding_bag_backward", chunk_defines, grid, why, col_tiles=tiling.col_tiles,
+                  chunk_positions=chunk),
+            _plan(BACKWARD, "embedding_bag_backward_combine", combine, _ceil_div(items, per_block), why,
+                  f"{per_block} items a block of {block}; runs over {COMBINE_PROBE + 1} chunks: the whole block",
+                  block=block, col_tiles=tiling.col_tiles, chunk_positions=chunk))
+
+
+def _backward_defines(call: BackwardCall, tiling: RowTiling, chunk: int, tuning: Tuning) -> Defines:
+    """The defines both passes share."""
     defines: Defines = {
         "WEIGHT_DTYPE": call.grad_dtype, "VEC": tiling.vec, "ROW_LANES": tiling.row_lanes, "CHUNKS": tiling.chunks,
         "UNROLL": _floor_pow2(max(1, tuning.backward_rows_in_flight // tiling.chunks)),
@@ -759,14 +796,4 @@ def plan_backward(call: BackwardCall, device: DeviceProps, tuning: Tuning) -> tu
     if call.grad_f32:
         defines["GRAD_F32"] = 1
     defines.update(call.fused)
-    items = _ceil_div(call.num_positions, chunk) * tiling.col_tiles
-    grid = _ceil_div(items * tiling.row_lanes, BLOCK)
-    per_block, block = combine_items(tiling), combine_block(tiling)
-    combine = {**defines, "BACKWARD_PASS": 2, "BLOCK": block, "COMBINE_ITEMS": per_block,
-               "COMBINE_PROBE": COMBINE_PROBE}
-    why = f"chunks of {chunk} sorted positions"
-    launch = {"col_tiles": tiling.col_tiles, "chunk_positions": chunk}
-    return (_plan(BACKWARD, "embedding_bag_backward", {**defines, "BACKWARD_PASS": 1}, grid, why, **launch),
-            _plan(BACKWARD, "embedding_bag_backward_combine", combine, _ceil_div(items, per_block), why,
-                  f"{per_block} items a block of {block}; runs over {COMBINE_PROBE + 1} chunks: the whole block",
-                  block=block, **launch))
+    return defines

@@ -71,9 +71,19 @@ class Tuning:
     max_grid: int = 2**31 - 1  # gridDim.x limit (the gather's kernels stride past a capped grid)
     # backward
     backward_chunks: tuple[int, ...] = (128, 64, 32)  # sorted positions per team, longest first
+    backward_min_warps_per_sm: int = 40  # the chunk: the longest that gives this many warps of teams
     backward_rows_in_flight: int = 4
     backward_min_blocks: int = 2
     backward_streaming_rows: int = 1  # evict-first stores of the gradient rows
+    # the fused chunk pass (plan.fused_chunk_defines): a segment's row loaded when it opens, for
+    # rows up to backward_preload_max_floats floats a lane, with preload_rows positions in flight
+    # and preload_min_blocks blocks per SM (rows of up to 4 floats a lane); and (or) each round's
+    # new rows prefetched into L2
+    backward_preload: bool = True
+    backward_preload_max_floats: int = 12
+    backward_preload_rows: int = 2
+    backward_preload_min_blocks: int = 3
+    backward_prefetch: bool = False
     overlap_zero_fill: bool = True  # zero untouched rows on a side stream (few lookups per row)
     overlap_max_lookups_per_row: float = 0.1
     fill_blocks_per_sm: int = 16

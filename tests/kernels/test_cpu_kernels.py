@@ -362,10 +362,14 @@ def test_import_does_not_load_torch_or_cuda_bindings() -> None:
 def test_backward_chunk_fills_the_gpu_before_it_lengthens() -> None:
     from reference_kernels.plan import backward_chunk
 
-    assert backward_chunk(2048 * 150, 132, KNOBS) == 32  # suite 1: 9600 teams
-    assert backward_chunk(65536 * 32 * 2, 132, KNOBS) == 128  # suite 3: 32768 teams
-    assert backward_chunk(64 * 132 * 64, 132, KNOBS) == 64
-    assert backward_chunk(1, 132, KNOBS) == 32
+    assert backward_chunk(2048 * 150, 32, 132, KNOBS) == 32  # suite 1: 9600 teams
+    assert backward_chunk(65536 * 32 * 2, 32, 132, KNOBS) == 128  # suite 3: 32768 teams
+    assert backward_chunk(40 * 132 * 64, 32, 132, KNOBS) == 64
+    assert backward_chunk(40 * 132 * 64 - 1, 32, 132, KNOBS) == 32
+    assert backward_chunk(1, 32, 132, KNOBS) == 32
+    # narrow rows: four teams of 8 lanes to a warp, so a chunk needs four times the positions
+    assert backward_chunk(8 * 16384 * 20, 8, 132, KNOBS) == 64  # 8 tables x 1M x 32, B16384 L20
+    assert backward_chunk(8 * 16384 * 20, 32, 132, KNOBS) == 128
 
 
 def _combine_picks() -> dict[tuple[object, ...], dict[str, object]]:
@@ -436,6 +440,94 @@ def test_combine_variants_the_planner_picks_do_not_spill(tmp_path: Path) -> None
         results = list(pool.map(lambda f: _compile("embedding_bag_backward.cu", f, "sm_90", tmp_path), flags))
     failures = [problem for _, f, _, proc in results if (problem := compile_problem(f, proc)) is not None]
     assert not failures, "\n".join(failures)
+
+
+def _fused_chunk_picks() -> list[str]:
+    """The fused chunk pass's flags as plan_backward picks them, one per register-relevant shape:
+    float32, float16 and bfloat16 rows of 4 to 1024 columns (one column tile), each optimizer,
+    with and without per-sample weights."""
+    from reference_kernels import plan
+
+    picks: dict[tuple[object, ...], str] = {}
+    for code, size in ((0, 4), (1, 2), (2, 2)):
+        for dim in (4, 32, 64, 128, 192, 256, 520, 1024):
+            tiling = RowTiling.for_row(dim, plan.vector_width(dim, size, 0))
+            for opt in (0, 1, 2):
+                for psw in (False, True):
+                    fused = (("FUSED_OPT", 1), ("OPTIMIZER", opt), ("STOCHASTIC", int(code != 0)))
+                    call = plan.BackwardCall(grad_dtype=code, elem_bytes=size, dim=dim, grad_align=0,
+                                             num_positions=691_200, row_type="int", has_psw=psw, has_scale=False,
+                                             grad_f32=False, fused=fused)
+                    if tiling.col_tiles > 1:
+                        continue
+                    defines = dict(plan.plan_backward(call, HOPPER, KNOBS)[0].defines)
+                    key = tuple(defines[k] for k in ("WEIGHT_DTYPE", "VEC", "ROW_LANES", "CHUNKS", "UNROLL",
+                                                     "MIN_BLOCKS", "PRELOAD", "OPTIMIZER", "HAS_PSW"))
+                    picks.setdefault(key, " ".join(f"-D{k}={v}" for k, v in defines.items()))
+    return list(picks.values())
+
+
+# Spills the fused chunk pass's picks may have: (defines that must all be present, most bytes).
+FUSED_SPILLS: list[tuple[frozenset[str], int]] = [
+    # rows preloaded at three blocks per SM (change 55: row-wise Adagrad 4M x 128 Zipf 1.05
+    # 1.15 -> 1.22x FBGEMM, narrow 8 x 1M x 32 0.77 -> 0.86x against two blocks without the spill)
+    (frozenset({"-DPRELOAD=1", "-DMIN_BLOCKS=3"}), 120),
+    # 192-float rows preloaded, 16 lanes x 12 floats (change 55: 10M x 192 0.93 -> 0.97x SGD,
+    # 1.01 -> 1.09x row-wise Adagrad against 32 lanes x 6 floats without a spill)
+    (frozenset({"-DPRELOAD=1", "-DCHUNKS=3", "-DVEC=4"}), 140),
+    # 16-bit rows of 24 or 32 elements a lane, read at the flush (stochastic rounding beside
+    # the row): spilled before change 55 already, not measured against a variant without
+    (frozenset({"-DPRELOAD=0", "-DVEC=8", "-DSTOCHASTIC=1"}), 300),
+]
+
+
+def _fused_spill_allowed(flags: str, ptxas: str) -> bool:
+    spilled = max((int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", ptxas)), default=0)
+    defines = set(flags.split())
+    return any(required <= defines and spilled <= limit for required, limit in FUSED_SPILLS)
+
+
+@pytest.mark.nvcc_sweep
+@pytest.mark.skipif(_nvcc() is None, reason="nvcc is not on PATH")
+def test_fused_chunk_variants_the_planner_picks_spill_only_where_measured(tmp_path: Path) -> None:
+    """Every fused chunk pass the planner picks compiles for sm_90, and spills only where
+    FUSED_SPILLS says it may (and no more than it says)."""
+    picks = _fused_chunk_picks()
+    assert len(picks) > 50 and any("-DPRELOAD=1" in f for f in picks) and any("-DPRELOAD=0" in f for f in picks)
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        results = list(pool.map(lambda f: _compile("embedding_bag_backward.cu", f, "sm_90", tmp_path), picks))
+    failures = [problem for _, f, _, proc in results
+                if (problem := compile_problem(f, proc, spill_allowed=_fused_spill_allowed(f, proc.stderr)))]
+    assert not failures, "\n".join(failures)
+
+
+def test_the_fused_chunk_pass_preloads_rows_that_fit() -> None:
+    """Rows of up to 12 floats a lane are preloaded, two positions in flight (one where a lane
+    holds 3 or 4 vectors), three blocks per SM up to 4 floats a lane; wider rows are read at the
+    flush as before; the knob turns it off; the combine pass never preloads."""
+    from reference_kernels import plan
+
+    def chunk_defines(dim: int, size: int, knobs: Tuning = KNOBS) -> dict[str, object]:
+        call = plan.BackwardCall(grad_dtype=0 if size == 4 else 1, elem_bytes=size, dim=dim, grad_align=0,
+                                 num_positions=691_200, row_type="int", has_psw=False, has_scale=False,
+                                 grad_f32=False, fused=(("FUSED_OPT", 1), ("OPTIMIZER", 1), ("STOCHASTIC", 0)))
+        chunk_pass, combine = plan.plan_backward(call, HOPPER, knobs)
+        assert "PRELOAD" not in dict(combine.defines)
+        return dict(chunk_pass.defines)
+
+    assert {k: chunk_defines(128, 4)[k] for k in ("PRELOAD", "UNROLL", "MIN_BLOCKS")} == {
+        "PRELOAD": 1, "UNROLL": 2, "MIN_BLOCKS": 3}
+    assert {k: chunk_defines(32, 4)[k] for k in ("PRELOAD", "UNROLL", "MIN_BLOCKS")} == {
+        "PRELOAD": 1, "UNROLL": 2, "MIN_BLOCKS": 3}
+    assert {k: chunk_defines(192, 4)[k] for k in ("PRELOAD", "UNROLL", "MIN_BLOCKS")} == {
+        "PRELOAD": 1, "UNROLL": 1, "MIN_BLOCKS": 2}
+    assert {k: chunk_defines(128, 2)[k] for k in ("PRELOAD", "UNROLL", "MIN_BLOCKS")} == {
+        "PRELOAD": 1, "UNROLL": 2, "MIN_BLOCKS": 2}  # 8 halves a lane
+    assert chunk_defines(1024, 4)["PRELOAD"] == 0 and chunk_defines(1024, 4)["MIN_BLOCKS"] == 2
+    assert chunk_defines(128, 4, replace(KNOBS, backward_preload=False))["PRELOAD"] == 0
+    plain = plan.BackwardCall(grad_dtype=0, elem_bytes=4, dim=128, grad_align=0, num_positions=691_200,
+                              row_type="int", has_psw=False, has_scale=False, grad_f32=False)
+    assert "PRELOAD" not in dict(plan.plan_backward(plain, HOPPER, KNOBS)[0].defines)
 
 
 def test_vector_width_and_row_tiling() -> None:

@@ -40,9 +40,10 @@ SPECS: dict[str, optim.OptimizerSpec] = {
 class Layout:
     """Row counts in sorted order: row i holds ``counts[i]`` consecutive sorted positions."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, dim: int, dtype: torch.dtype) -> None:
         self.n = n
-        self.chunk = plan.backward_chunk(n, launch.device_props(torch.device("cuda")).sms, tuning.current())
+        lanes = plan.RowTiling.for_row(dim, plan.vector_width(dim, dtype.itemsize, 0)).row_lanes
+        self.chunk = plan.backward_chunk(n, lanes, launch.device_props(torch.device("cuda")).sms, tuning.current())
         self.counts: list[int] = []
         self.padding: int | None = None
 
@@ -90,10 +91,10 @@ class Layout:
         return sorted_rows[torch.randperm(self.n, generator=gen, device="cuda")]
 
 
-def hot_layout(n: int, *, padding: bool) -> Layout:
+def hot_layout(n: int, dim: int, dtype: torch.dtype, *, padding: bool) -> Layout:
     """The edge runs, then one row with 90 % of the positions (with a hot padding run of 3 %
     after it when ``padding``), then singletons."""
-    lay = Layout(n)
+    lay = Layout(n, dim, dtype)
     lay.edges()
     lay.run(int(0.9 * n))
     if padding:
@@ -103,9 +104,9 @@ def hot_layout(n: int, *, padding: bool) -> Layout:
     return lay
 
 
-def search_layout(n: int) -> Layout:
+def search_layout(n: int, dim: int) -> Layout:
     """Runs whose piece counts sit where the block's search for the end widens its stride."""
-    lay = Layout(n)
+    lay = Layout(n, dim, torch.float32)
     widen = plan.COMBINE_PROBE + 1 + plan.COMBINE_BLOCK  # the first round's tests all hold beyond
     for pieces in (widen - 1, widen, widen + 1, widen + 2):
         lay.run_of_pieces(pieces, 0)
@@ -113,8 +114,8 @@ def search_layout(n: int) -> Layout:
     return lay
 
 
-def whole_layout(n: int) -> Layout:
-    lay = Layout(n)
+def whole_layout(n: int, dim: int) -> Layout:
+    lay = Layout(n, dim, torch.float32)
     lay.run(n)
     return lay
 
@@ -171,7 +172,7 @@ CASES = [("grad", "sum", True, True), ("sgd", "mean", False, False), ("adagrad",
 def test_a_hot_row_and_every_run_boundary_sum_exactly(dim: int, dtype: torch.dtype, what: str, mode: str,
                                                        use_psw: bool, padding: bool, gen: torch.Generator) -> None:
     n = (1 << 20) if dim <= 128 else (1 << 18)
-    lay = hot_layout(n, padding=padding)
+    lay = hot_layout(n, dim, dtype, padding=padding)
     inputs = integer_inputs(lay, dim, dtype, gen, use_psw)
     check_exact(lay, inputs, dim, dtype, what, mode)
 
@@ -180,7 +181,7 @@ def test_a_hot_row_and_every_run_boundary_sum_exactly(dim: int, dtype: torch.dty
 @pytest.mark.parametrize("what", ["grad", "adagrad"])
 def test_runs_where_the_end_search_widens_and_one_run_of_everything(layout: str, what: str,
                                                                      gen: torch.Generator) -> None:
-    lay = search_layout(1 << 17) if layout == "search" else whole_layout(1 << 17)  # chunks of 32 on an H100
+    lay = search_layout(1 << 17, 128) if layout == "search" else whole_layout(1 << 17, 128)  # chunks of 32 on an H100
     inputs = integer_inputs(lay, 128, torch.float32, gen, psw=what == "grad")
     check_exact(lay, inputs, 128, torch.float32, what, "sum")
 
@@ -223,7 +224,7 @@ def check_exact(lay: Layout, inputs: dict[str, Any], dim: int, dtype: torch.dtyp
 @pytest.mark.parametrize("what", ["grad", "sgd", "adagrad"])
 def test_hot_rows_are_bit_reproducible(dim: int, dtype: torch.dtype, what: str, gen: torch.Generator) -> None:
     """Random (inexact) gradients: the order of every sum is fixed, so two runs agree bit for bit."""
-    lay = hot_layout((1 << 20) if dim <= 128 else (1 << 18), padding=True)
+    lay = hot_layout((1 << 20) if dim <= 128 else (1 << 18), dim, dtype, padding=True)
     flat = lay.rows(gen)
     bags = lay.n // BAG
     inputs = {"input": flat.view(bags, BAG), "grad_out": torch.randn(bags, dim, generator=gen, device="cuda").to(dtype),

@@ -29,12 +29,15 @@ pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("poison_outputs", "drain
 
 
 def random_layout(gen: torch.Generator, tables: int, bags_per_table: int, lead: int, tail: int,
-                  dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(indices, offsets, table_rows): T * B bags of random lengths 0..6 (empty bags included),
-    ``lead`` positions before the first offset and ``tail`` after the last one (in no bag);
-    indices below each table's rows (tables of 1..300 rows)."""
+                  dtype: torch.dtype, longest: int = 6,
+                  empty: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(indices, offsets, table_rows): T * B bags of random lengths 0..``longest`` (empty bags
+    included; each bag also empty with probability ``empty``), ``lead`` positions before the first
+    offset and ``tail`` after the last one (in no bag); indices below each table's rows (tables
+    of 1..300 rows)."""
     sizes = torch.randint(1, 300, (tables,), generator=gen, device="cuda")
-    lengths = torch.randint(0, 7, (tables * bags_per_table,), generator=gen, device="cuda")
+    lengths = torch.randint(0, longest + 1, (tables * bags_per_table,), generator=gen, device="cuda")
+    lengths[torch.rand(lengths.shape, generator=gen, device="cuda") < empty] = 0
     offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)]) + lead
     n = int(offsets[-1]) + tail
     draw = torch.rand(n, generator=gen, device="cuda", dtype=torch.float64)
@@ -43,13 +46,22 @@ def random_layout(gen: torch.Generator, tables: int, bags_per_table: int, lead: 
     return indices.to(dtype), offsets.to(dtype), table_rows
 
 
-CASES = {  # (tables, bags per table, positions before the first offset, after the last one)
-    "one table": (1, 40, 0, 0),
-    "three tables": (3, 17, 0, 0),
-    "in no bag": (3, 9, 5, 7),
-    "many tables": (4100, 2, 0, 3),
-    "one bag": (1, 1, 2, 0),
-    "no bags": (2, 0, 0, 4),
+# (tables, bags per table, positions before the first offset, after the last one, longest bag,
+# share of bags made empty). The kernel works in tiles of 1,024 positions and stages up to 1,024
+# offsets per tile: the last four cases make tiles of a few long bags, of ~1,000 one-position bags
+# (staged in several rounds), of more bags than the stage holds (mostly empty: the per-position
+# search) and many tiles of either kind.
+CASES = {
+    "one table": (1, 40, 0, 0, 6, 0.0),
+    "three tables": (3, 17, 0, 0, 6, 0.0),
+    "in no bag": (3, 9, 5, 7, 6, 0.0),
+    "many tables": (4100, 2, 0, 3, 6, 0.0),
+    "one bag": (1, 1, 2, 0, 6, 0.0),
+    "no bags": (2, 0, 0, 4, 6, 0.0),
+    "long bags": (2, 40, 1500, 900, 3000, 0.0),
+    "one-position bags": (4, 3000, 0, 5, 1, 0.0),
+    "tiles of empty bags": (8, 4000, 3, 2000, 2, 0.995),
+    "many tiles": (26, 700, 0, 0, 40, 0.3),
 }
 
 
@@ -59,8 +71,8 @@ CASES = {  # (tables, bags per table, positions before the first offset, after t
 @pytest.mark.parametrize("sentinel", [True, False])
 def test_preparation_equals_the_torch_operations(gen: torch.Generator, case: str, dtype: torch.dtype, mode: str,
                                                  sentinel: bool) -> None:
-    tables, bags_per_table, lead, tail = CASES[case]
-    indices, offsets, table_rows = random_layout(gen, tables, bags_per_table, lead, tail, dtype)
+    tables, bags_per_table, lead, tail, longest, empty = CASES[case]
+    indices, offsets, table_rows = random_layout(gen, tables, bags_per_table, lead, tail, dtype, longest, empty)
     for num_rows in (100_000, 2**31):  # int32 keys, then int64 keys
         expected = reference_lookups(table_rows, indices, offsets, mode)
         key_dtype = torch.int32 if num_rows < 2**31 - 1 else torch.int64
@@ -77,6 +89,22 @@ def test_preparation_equals_the_torch_operations(gen: torch.Generator, case: str
             assert torch.equal(scale.view(torch.int32), expected.bag_scale.view(torch.int32))  # bits, not values
         else:
             assert scale is None
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_decreasing_offsets_still_give_every_position_one_answer(gen: torch.Generator, dtype: torch.dtype) -> None:
+    """Offsets that decrease (an invalid batch, reported by the index check): no bag is promised,
+    but every output is written (the poisoned -7 is gone), within range, and the same twice."""
+    indices, offsets, table_rows = random_layout(gen, 4, 900, 0, 0, dtype, longest=8)
+    shuffled = offsets.clone()
+    shuffled[1:-1] = offsets[1:-1][torch.randperm(offsets.numel() - 2, generator=gen, device="cuda")]
+    results = [launch.prepare_table_lookups(indices, shuffled, table_rows, num_rows=100_000, mean=True,
+                                            sentinel=100_000) for _ in range(2)]
+    keys, grad_row, scale = results[0]
+    assert bool((keys >= 0).all()) and bool((keys <= 100_000).all())
+    assert bool((grad_row >= -1).all()) and bool((grad_row < offsets.numel() - 1).all())
+    for again, first in zip(results[1], results[0], strict=True):
+        assert again is not None and first is not None and torch.equal(again, first)
 
 
 def reference_lookups(table_rows: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor, mode: str) -> Any:
