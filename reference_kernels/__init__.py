@@ -37,6 +37,7 @@ KERNEL_SOURCES: tuple[str, ...] = (
     "index_check.cu",
     "sparse_update.cu",
     "lookup_prepare.cu",
+    "radix_sort.cu",
 )
 
 __all__ = ["INDEX_CHECK_MODES", "CheckMode", "EmbeddingBag", "Embedding", "EmbeddingIndexError",

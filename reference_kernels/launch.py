@@ -201,6 +201,7 @@ def clear_plans() -> None:
     _BACKWARD_BY_TUNING.clear()
     _BACKWARD_PLANS[:] = [None, {}]
     _PREPARE.clear()
+    _RADIX.clear()
     if _HOST_PATH:
         _HOST_PATH[2].clear()
 
@@ -500,7 +501,7 @@ def bag_backward(grad_out: torch.Tensor, indices: torch.Tensor, bag_of: torch.Te
         main.wait_event(marked)
         if keys is None:
             keys = flat.to(torch.int64)
-        sorted_rows, positions = torch.sort(keys, stable=True)
+        sorted_rows, positions = sort_rows(keys, num_weights)
     else:  # many lookups per row: a plain memset first, then the passes, one after the other
         grad_weight = torch.zeros((num_weights, dim), dtype=grad_out.dtype, device=grad_out.device)
         sorted_rows, positions = sort_by_row(flat, num_weights)
@@ -521,7 +522,77 @@ def sort_by_row(flat: torch.Tensor, num_weights: int) -> tuple[torch.Tensor, tor
     import torch
 
     keys = flat.to(torch.int32) if num_weights < 2**31 else flat.to(torch.int64)
-    return torch.sort(keys, stable=True)
+    return sort_rows(keys, num_weights)
+
+
+# radix_sort.cu's kernels' parameters: (keys, n, shift, counts, tiles); (counts, tiles, totals);
+# (keys in, values in, n, shift, counts, totals, tiles, keys out, values out, positions out).
+HISTOGRAM_PARAMS = nvrtc.params(PTR + I64 + I32 + PTR + I64)
+SCAN_PARAMS = nvrtc.params(PTR + I64 + PTR)
+SCATTER_PARAMS = nvrtc.params(PTR + PTR + I64 + I32 + PTR + PTR + I64 + PTR + PTR + PTR)
+RADIX_TILE = BLOCK * 12  # items per tile (radix_sort.cu's TILE with its default ITEMS)
+RADIX_DIGITS = 256
+
+
+def sort_rows(keys: torch.Tensor, max_key: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.sort(keys, stable=True)`` for sort keys in [0, ``max_key``] (the backward's rows,
+    the sentinel row ``num_rows`` included): (sorted keys, int64 positions). int32 keys on a
+    CUDA device take radix_sort.cu, 8 bits a pass over bit_length(max_key) bits only (3 passes
+    up to 2^24 - 1 rows, where torch sorts all 32 bits in 4); other keys, and the knob
+    ``tuning.own_sort`` off, torch.sort. The same bits either way: both are the stable sort.
+    Keys outside [0, max_key] are the caller's error (sorted by their low bits only)."""
+    import torch
+
+    n = keys.numel()
+    if keys.dtype != torch.int32 or not _on_gpu(keys) or n == 0 or n >= 2**31 or not tuning.current().own_sort:
+        return torch.sort(keys, stable=True)
+    passes = max(1, -(-max(1, max_key).bit_length() // 8))
+    tiles = -(-n // RADIX_TILE)
+    index = keys.get_device()
+    histogram, scan, scatter = _radix_functions(index)
+    # one int32 workspace (pointers into it, no views: each view is a dispatch): the counts of
+    # each (digit, tile), the digits' totals, then two (keys, values) pairs the passes use in turn
+    work = torch.empty(RADIX_DIGITS * (tiles + 1) + 4 * n, dtype=torch.int32, device=keys.device)
+    counts = work.data_ptr()
+    totals = counts + 4 * RADIX_DIGITS * tiles
+    spare = totals + 4 * RADIX_DIGITS
+    out_keys = torch.empty_like(keys)
+    positions = torch.empty(n, dtype=torch.int64, device=keys.device)
+    if POISON_OUTPUTS:  # an element the kernels fail to write cannot pass a comparison
+        out_keys.fill_(-7)
+        positions.fill_(-7)
+    src_keys, src_values = keys.data_ptr(), 0  # the first pass numbers the positions itself
+    for p in range(passes):
+        last = p == passes - 1
+        pair = spare + (p % 2) * 8 * n
+        dst_keys, dst_values = (out_keys.data_ptr(), 0) if last else (pair, pair + 4 * n)
+        _launch_packed(index, histogram, tiles, BLOCK, HISTOGRAM_PARAMS, (src_keys, n, 8 * p, counts, tiles))
+        _launch_packed(index, scan, RADIX_DIGITS, BLOCK, SCAN_PARAMS, (counts, tiles, totals))
+        _launch_packed(index, scatter, tiles, BLOCK, SCATTER_PARAMS, (
+            src_keys, src_values, n, 8 * p, counts, totals, tiles, dst_keys, dst_values,
+            positions.data_ptr() if last else 0))
+        src_keys, src_values = dst_keys, dst_values
+    return out_keys, positions
+
+
+def _on_gpu(t: torch.Tensor) -> bool:
+    """``t`` is on a CUDA device (the host-work tests replace this to run the GPU path's Python
+    on CPU tensors)."""
+    return bool(t.is_cuda)
+
+
+_RADIX: dict[int, tuple[Any, Any, Any]] = {}  # device -> radix_sort.cu's three kernels
+
+
+def _radix_functions(index: int) -> tuple[Any, Any, Any]:
+    """radix_sort.cu's histogram, scan and scatter kernels on device ``index`` (compiled once)."""
+    found = _RADIX.get(index)
+    if found is None:
+        get = nvrtc.get_function
+        found = _RADIX[index] = (get("radix_sort.cu", "radix_histogram", {"BLOCK": BLOCK}, index),
+                                 get("radix_sort.cu", "radix_scan", {"BLOCK": BLOCK}, index),
+                                 get("radix_sort.cu", "radix_scatter", {"BLOCK": BLOCK}, index))
+    return found
 
 
 def backward_passes(grad_out: torch.Tensor, sorted_rows: torch.Tensor, positions: torch.Tensor, *,

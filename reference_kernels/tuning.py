@@ -84,6 +84,7 @@ class Tuning:
     backward_preload_rows: int = 2
     backward_preload_min_blocks: int = 3
     backward_prefetch: bool = False
+    own_sort: bool = True  # the backward's int32 keys: radix_sort.cu over the rows' bits (False: torch.sort)
     overlap_zero_fill: bool = True  # zero untouched rows on a side stream (few lookups per row)
     overlap_max_lookups_per_row: float = 0.1
     fill_blocks_per_sm: int = 16

@@ -124,6 +124,8 @@ def without_gpu(stubbed: bool) -> Iterator[None]:
     _patch(saved, torch.cuda, "current_stream", lambda device=None: stream)
     _patch(saved, launch, "_current_device", lambda: CPU_INDEX)  # this version: raw device and stream
     _patch(saved, launch, "_raw_stream", lambda index: 0)
+    if hasattr(launch, "_on_gpu"):  # this version: the backward's own sort on the CPU stand-ins
+        _patch(saved, launch, "_on_gpu", lambda t: True)
     if not stubbed:
         _patch(saved, driver, "cuLaunchKernel", lambda *args: (driver.CUresult.CUDA_SUCCESS,))
         if hasattr(nvrtc, "_cu_launch_kernel"):

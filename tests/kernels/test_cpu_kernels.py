@@ -68,6 +68,7 @@ NVCC_VARIANTS: dict[str, list[str]] = {
     "index_check.cu": ["", "-DINDEX_T=int", "-DCLEAN_T=int", "-DINDEX_T=int -DCLEAN_T=int -DTABLE_CAP=64",
                        "-DCLEAN_T=int -DTABLE_CAP=4096", "-DTABLE_CAP=-1"],
     "lookup_prepare.cu": ["", "-DINDEX_T=int -DMEAN=1", "-DKEY_T=i64 -DMEAN=1"],
+    "radix_sort.cu": [""],
     "sparse_update.cu": ["", "-DOPTIMIZER=1 -DROW_T=int -DITERS=2", "-DOPTIMIZER=2 -DWEIGHT_DTYPE=1 -DSTOCHASTIC=1",
                          "-DOPTIMIZER=1 -DWEIGHT_DTYPE=2 -DSTOCHASTIC=1 -DVEC=2 -DITERS=3"],
 }
@@ -326,6 +327,31 @@ def test_nvrtc_compiles_the_preparation_variants_the_launcher_picks(monkeypatch:
     for defines in extremes:
         cubin = nvrtc.compile_cubin("lookup_prepare.cu", nvrtc.compile_options("sm_90", defines))
         assert cubin[:4] == b"\x7fELF"
+
+
+@needs_nvrtc
+def test_nvrtc_compiles_the_sort_and_the_launcher_sizes_its_passes_by_the_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """radix_sort.cu compiles with NVRTC; ``sort_rows`` launches a histogram, a scan and a
+    scatter per 8 bits of the largest key (the sentinel row included), a tile per 3,072 keys."""
+    import torch
+
+    from reference_kernels import launch, nvrtc
+
+    cubin = nvrtc.compile_cubin("radix_sort.cu", nvrtc.compile_options("sm_90", {"BLOCK": 256}))
+    assert cubin[:4] == b"\x7fELF"
+    launched: list[tuple[str, int]] = []
+    monkeypatch.setattr(nvrtc, "get_function", lambda filename, name, defines, device: name)
+    monkeypatch.setattr(launch, "_launch_packed", lambda index, fn, grid, *rest: launched.append((fn, grid)))
+    monkeypatch.setattr(launch, "_on_gpu", lambda t: True)
+    launch.clear_plans()
+    try:
+        for max_key, passes in ((1, 1), (255, 1), (256, 2), (4_000_000, 3), (2**24 - 1, 3), (2**24, 4)):
+            launched.clear()
+            launch.sort_rows(torch.zeros(10_000, dtype=torch.int32), max_key)
+            assert [fn for fn, _ in launched] == ["radix_histogram", "radix_scan", "radix_scatter"] * passes
+            assert [grid for _, grid in launched[:3]] == [4, 256, 4]  # ceil(10,000 / 3,072) tiles
+    finally:
+        launch.clear_plans()
 
 
 @needs_nvrtc

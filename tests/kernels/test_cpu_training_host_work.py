@@ -14,15 +14,20 @@ pytest.importorskip("cuda.bindings.driver")  # the measurement drives cuda-bindi
 
 from tests.kernels import host_overhead  # noqa: E402
 
-# The step's launches: the index check, the lookup, the preparation, the chunk and combine passes.
-LAUNCHES = ["index_check", "tbe_prepare", "embedding_bag_backward", "embedding_bag_backward_combine"]
+# The step's launches: the index check, the lookup, the preparation, the sort (radix_sort.cu: a
+# histogram, a scan and a scatter per 8 bits of the rows; the cases' 4 x 1,000 rows and the
+# sentinel row need 12 bits, two passes), the chunk and combine passes.
+SORT = ["radix_histogram", "radix_scan", "radix_scatter"] * 2
+LAUNCHES = ["index_check", "tbe_prepare", *SORT, "embedding_bag_backward", "embedding_bag_backward_combine"]
 # The step's torch operations: the check's two copies, the output, the preparation's keys and grad
-# rows (and mean's bag scales), the gradient's view, the sort, the backward's partial sums.
-OPS = ["empty_like", "empty_like", "new_empty", "empty_like", "empty_like", "view", "sort", "new_empty"]
+# rows (and mean's bag scales), the gradient's view, the sort's workspace, sorted keys and
+# positions, the backward's partial sums.
+OPS = ["empty_like", "empty_like", "new_empty", "empty_like", "empty_like", "view", "empty", "empty_like", "empty",
+       "new_empty"]
 
 
 @pytest.mark.parametrize("case", host_overhead.TRAINING_CASES)
-def test_a_training_step_dispatches_a_few_allocations_a_sort_and_five_launches(case: str) -> None:
+def test_a_training_step_dispatches_a_few_allocations_and_its_launches(case: str) -> None:
     import torch
 
     with host_overhead.without_gpu(stubbed=False), torch.enable_grad():
@@ -30,7 +35,7 @@ def test_a_training_step_dispatches_a_few_allocations_a_sort_and_five_launches(c
     mean = case.split()[1] == "mean"
     expected_ops = OPS[:5] + ["new_empty"] + OPS[5:] if mean else OPS  # mean: its bag scales
     assert work.ops == expected_ops
-    assert len(work.launches) == 5
+    assert len(work.launches) == len(LAUNCHES) + 1
     assert work.launches[0] == LAUNCHES[0] and work.launches[1].startswith("embedding_bag_forward")
     assert work.launches[2:] == LAUNCHES[1:]
 
@@ -42,5 +47,5 @@ def test_the_training_measurement_reports_host_time_ops_and_launches() -> None:
     before = (index_check.FLAGS, index_check._FLAGS_DEVICE_PTR, index_check._LEDGERS)
     results = host_overhead.measure_training(calls=5)
     assert set(results) == set(host_overhead.TRAINING_CASES)
-    assert all(0 < us < 100_000 and len(work.launches) == 5 for us, work in results.values())
+    assert all(0 < us < 100_000 and len(work.launches) == len(LAUNCHES) + 1 for us, work in results.values())
     assert (index_check.FLAGS, index_check._FLAGS_DEVICE_PTR, index_check._LEDGERS) == before
