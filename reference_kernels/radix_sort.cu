@@ -9,11 +9,12 @@
 //     counts[d * tiles + tile] (digit-major, so that step 2 scans each digit's tiles in order);
 //   radix_scan: one block per digit d: counts[d * tiles + tile] becomes the number of items of
 //     digit d in tiles before `tile`, totals[d] the digit's total;
-//   radix_scatter: each tile ranks its items by digit, stably (in item order: 12 rounds of
-//     BLOCK consecutive items; in a round a warp's lanes with one digit are found by
-//     __match_any_sync, warps are ordered by a scan of per-warp counts), stages them in
-//     shared memory in sorted order and writes each digit's run to its place:
-//     (items of smaller digits) + (items of this digit in earlier tiles) + (rank in tile).
+//   radix_scatter: each tile ranks its items by digit, stably: each warp takes 32 * ITEMS
+//     consecutive items, 32 a round, finds a round's lanes of one digit by __match_any_sync and
+//     counts them on its own counters; one scan per digit over the warps then orders the
+//     warps. The items are staged in shared memory in sorted order and each digit's run is
+//     written to its place: (items of smaller digits) + (items of this digit in earlier
+//     tiles) + (rank in tile).
 // The first pass takes the positions 0..n-1 as the values; the last writes them as int64 (the
 // backward kernels' positions). Every output element is written once; no atomics on global
 // memory; the result is the stable sort, the same bits as torch.sort(keys, stable=True).
@@ -24,6 +25,9 @@
 #endif
 #ifndef ITEMS  // items per thread per tile (the staging arrays: 8 * TILE bytes of shared memory)
 #define ITEMS 12
+#endif
+#ifndef SCATTER_MIN_BLOCKS  // the scatter's occupancy floor (without it ptxas caps it at 64 registers and spills)
+#define SCATTER_MIN_BLOCKS 3
 #endif
 #define TILE (BLOCK * ITEMS)
 #define RADIX 256
@@ -90,14 +94,13 @@ extern "C" __global__ void __launch_bounds__(BLOCK) radix_scan(int* __restrict__
   if (threadIdx.x == 0) totals[blockIdx.x] = carry;
 }
 
-extern "C" __global__ void __launch_bounds__(BLOCK) radix_scatter(
+extern "C" __global__ void __launch_bounds__(BLOCK, SCATTER_MIN_BLOCKS) radix_scatter(
     const int* __restrict__ keys_in, const int* __restrict__ values_in, i64 n, int shift,
     const int* __restrict__ counts, const int* __restrict__ totals, i64 tiles, int* __restrict__ keys_out,
     int* __restrict__ values_out, i64* __restrict__ positions_out) {
   __shared__ int stage_keys[TILE];
   __shared__ int stage_values[TILE];
-  __shared__ int warp_count[WARPS][RADIX];  // this round: items of digit d in warp w
-  __shared__ int warp_before[WARPS][RADIX];  // this tile: items of digit d before warp w's in this round
+  __shared__ int warp_count[WARPS][RADIX];  // items of digit d in warp w's part of the tile
   __shared__ int tile_start[RADIX];          // this tile's items of smaller digits
   __shared__ i64 out_start[RADIX];           // where this tile's run of digit d goes
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -110,42 +113,55 @@ extern "C" __global__ void __launch_bounds__(BLOCK) radix_scatter(
     const i64 next = blockIdx.x + 1 < tiles ? counts[(i64)d * tiles + blockIdx.x + 1] : totals[d];
     int all;
     const int smaller = block_exclusive_sum(totals[d], &all);
-    const int mine = (int)(next - here);
-    tile_start[d] = block_exclusive_sum(mine, &all);
+    tile_start[d] = block_exclusive_sum((int)(next - here), &all);
     out_start[d] = (i64)smaller + here;
 #pragma unroll
     for (int w = 0; w < WARPS; ++w) warp_count[w][d] = 0;
   }
-  int key[ITEMS], value[ITEMS];
+  __syncthreads();
+  // Warp w owns the tile's items [w * 32 * ITEMS, (w + 1) * 32 * ITEMS), 32 consecutive ones a
+  // round (coalesced loads); it ranks them by digit in item order with its own counters, no
+  // block-wide barrier between rounds.
+  const int first = warp * 32 * ITEMS;
+  int key[ITEMS], value[ITEMS], rank[ITEMS];
 #pragma unroll
   for (int u = 0; u < ITEMS; ++u) {
-    const int j = u * BLOCK + threadIdx.x;
+    const int j = first + u * 32 + lane;
     key[u] = j < valid ? __ldg(keys_in + base + j) : 0;
     value[u] = j < valid ? (values_in != 0 ? __ldg(values_in + base + j) : (int)(base + j)) : 0;
   }
-  int running = 0;  // thread d: items of digit d ranked so far in this tile
   const u32 lanes_before = (1u << lane) - 1u;
 #pragma unroll
   for (int u = 0; u < ITEMS; ++u) {
-    const int j = u * BLOCK + threadIdx.x;
+    const int j = first + u * 32 + lane;
     const int d = j < valid ? digit_of(key[u], shift) : RADIX;
     const u32 peers = __match_any_sync(0xffffffffu, d);
-    __syncthreads();  // the last round's warp_before reads are done; warp_count is zero
-    if (d < RADIX && lane == __ffs(peers) - 1) warp_count[warp][d] = __popc(peers);
-    __syncthreads();
-    {  // thread e: digit e's counts in warp order
-      const int e = threadIdx.x;
-#pragma unroll
-      for (int w = 0; w < WARPS; ++w) {
-        const int c = warp_count[w][e];
-        warp_count[w][e] = 0;
-        warp_before[w][e] = running;
-        running += c;
-      }
+    const int leader = __ffs(peers) - 1;
+    int before = 0;
+    if (d < RADIX && lane == leader) {
+      before = warp_count[warp][d];
+      warp_count[warp][d] = before + __popc(peers);
     }
-    __syncthreads();
-    if (d < RADIX) {
-      const int at = tile_start[d] + warp_before[warp][d] + __popc(peers & lanes_before);
+    rank[u] = __shfl_sync(0xffffffffu, before, leader) + __popc(peers & lanes_before);
+    __syncwarp();
+  }
+  __syncthreads();
+  {  // thread d: the items of digit d before each warp's, in this tile (warp_count becomes that)
+    const int d = threadIdx.x;
+    int run = tile_start[d];
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+      const int c = warp_count[w][d];
+      warp_count[w][d] = run;
+      run += c;
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int u = 0; u < ITEMS; ++u) {
+    const int j = first + u * 32 + lane;
+    if (j < valid) {
+      const int at = warp_count[warp][digit_of(key[u], shift)] + rank[u];
       stage_keys[at] = key[u];
       stage_values[at] = value[u];
     }
