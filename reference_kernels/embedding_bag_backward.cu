@@ -352,7 +352,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
 #endif
   for (i64 base = begin; base < end; base += ROW_LANES) {
     const int count = end - base < ROW_LANES ? (int)(end - base) : ROW_LANES;
-    i64 my_row = -3;
+    ROW_T my_row = (ROW_T)-3;  // shuffled as ROW_T: one 32-bit shuffle for int rows
     int my_bag = -1;
     float my_scale = scale;
     if (row_lane < count) {
@@ -367,16 +367,16 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
 #endif
     }
     // bit j: position base + j starts a new segment (its row differs from the one before)
-    i64 before = __shfl_up_sync(mask, my_row, 1, ROW_LANES);
-    if (row_lane == 0) before = cur;
+    ROW_T before = __shfl_up_sync(mask, my_row, 1, ROW_LANES);
+    if (row_lane == 0) before = (ROW_T)cur;
     const u32 starts = (__ballot_sync(mask, row_lane < count && my_row != before) >> team_base) &
                        (ROW_LANES == 32 ? 0xffffffffu : (1u << (ROW_LANES & 31)) - 1u);
     const u32 in_bag = (__ballot_sync(mask, row_lane < count && my_bag >= 0) >> team_base);
 #if FUSED_OPT && PREFETCH
     // the rows this round's new segments will update, into L2 now: their flushes (or PRELOAD's
     // loads) then wait for L2, not DRAM
-    if (((starts >> row_lane) & 1u) && my_row != padding_idx) {
-      const char* w_row = reinterpret_cast<const char*>(fused.weight + my_row * dim);
+    if (((starts >> row_lane) & 1u) && (i64)my_row != padding_idx) {
+      const char* w_row = reinterpret_cast<const char*>(fused.weight + (i64)my_row * dim);
       const i64 row_bytes = dim * (i64)sizeof(weight_t);
       for (i64 off = 0; off < row_bytes; off += 128) prefetch_l2(w_row + off);
       prefetch_l2(w_row + row_bytes - 1);  // a row that does not start on a 128-byte line
@@ -395,7 +395,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
       for (int u = 0; u < UNROLL_EFF; ++u) {  // issue the loads ...
         const int b = __shfl_sync(mask, my_bag, m + u, ROW_LANES);
 #if PRELOAD_ON
-        const i64 r = __shfl_sync(mask, my_row, m + u, ROW_LANES);
+        const i64 r = (i64)__shfl_sync(mask, my_row, m + u, ROW_LANES);
         if (((starts >> (m + u)) & 1u) && r != padding_idx) load_pre(pre[u], r, dim, row_lane, fused);
 #endif
         if (!((in_bag >> (m + u)) & 1u)) continue;  // also false past `count`
@@ -408,8 +408,9 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
 #pragma unroll
       for (int u = 0; u < UNROLL_EFF; ++u) {  // ... then add them in position order
         if (m + u >= count) break;  // same decision for the whole team
-        const i64 r = __shfl_sync(mask, my_row, m + u, ROW_LANES);
-        const float factor = __shfl_sync(mask, my_scale, m + u, ROW_LANES);
+        const i64 r = (i64)__shfl_sync(mask, my_row, m + u, ROW_LANES);
+        // without per-sample weights or bag scales every position's factor is `scale`
+        const float factor = HAS_PSW || HAS_SCALE ? __shfl_sync(mask, my_scale, m + u, ROW_LANES) : scale;
         if ((starts >> (m + u)) & 1u) {  // the open segment closed inside the chunk
           carry |= flush_segment(cur, acc, first, false, prev_row, padding_idx, dim, col0, row_lane, chunk,
                                  grad_weight, partial, fused, open_pre);

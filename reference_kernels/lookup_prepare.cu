@@ -57,6 +57,7 @@
 #ifndef MIN_BLOCKS  // without it ptxas picks 32 registers for the kernel and spills
 #define MIN_BLOCKS 4
 #endif
+static_assert(ITEMS * BLOCK < 0x7fffffff, "tile positions are int");
 #define TILE (BLOCK * ITEMS)
 
 // The bag of position p: the last b in [0, num_bags) with offsets[b] <= p (-1: none), as
@@ -115,48 +116,74 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) tbe_prepare(
     const INDEX_T* __restrict__ indices, i64 num_indices, const INDEX_T* __restrict__ offsets, i64 num_bags,
     i64 tables, i64 bags_per_table, const i64* __restrict__ table_rows, i64 sentinel, KEY_T* __restrict__ keys,
     i64* __restrict__ grad_row, float* __restrict__ bag_scale) {
-  __shared__ i64 stage[STAGE_BAGS + 1];
+  __shared__ i64 stage[STAGE_BAGS + 1];     // offsets[lo + j]
+  __shared__ int rel[STAGE_BAGS + 1];       // the same, as a tile position clamped to [-1, TILE]
+  __shared__ i64 bag_row[STAGE_BAGS];       // bag lo + j's grad row (j * T + t) ...
+  __shared__ i64 bag_first_row[STAGE_BAGS];  // ... and its table's first row (table_rows[t])
+  __shared__ int below;                      // staged bag starts at or before the tile's last position
   for (i64 base = (i64)blockIdx.x * TILE; base < num_indices; base += (i64)gridDim.x * TILE) {  // block-uniform
     const i64 last = base + TILE < num_indices ? base + TILE - 1 : num_indices - 1;
     const i64 first_bag = block_last_start_at_or_before(offsets, num_bags, base);
     const i64 lo = first_bag > 0 ? first_bag : 0;  // stage[j] = offsets[lo + j]
     const i64 room = num_bags + 1 - lo < STAGE_BAGS + 1 ? num_bags + 1 - lo : STAGE_BAGS + 1;
+    if (threadIdx.x == 0) below = 0;
     i64 staged = 0;
     bool reaches;  // the staged offsets reach the last offset, or past the tile's last position
     do {  // BLOCK offsets a round, until they reach past the tile (one round for bags of 5+ positions)
       const i64 j = staged + threadIdx.x;
-      if (j < room) stage[j] = (i64)__ldg(offsets + lo + j);
+      if (j < room) {
+        const i64 o = (i64)__ldg(offsets + lo + j);
+        stage[j] = o;
+        rel[j] = o < base ? -1 : o - base > TILE ? TILE : (int)(o - base);
+        if (lo + j < num_bags) {  // per bag once, not per position: the table and the grad row
+          const i64 t = table_of(lo + j, bags_per_table);
+          bag_row[j] = (lo + j - t * bags_per_table) * tables + t;
+          bag_first_row[j] = __ldg(table_rows + t);
+        }
+      }
       staged = staged + BLOCK < room ? staged + BLOCK : room;
       __syncthreads();
       reaches = lo + staged - 1 == num_bags || stage[staged - 1] > last;
     } while (!reaches && staged < room);
     const i64 starts = staged < num_bags - lo ? staged : num_bags - lo;  // staged bag starts
     bool decreases = false;
-    for (i64 j = threadIdx.x; j + 1 < staged; j += BLOCK) decreases |= stage[j] > stage[j + 1];
+    int mine = 0;
+    for (i64 j = threadIdx.x; j < staged; j += BLOCK) {
+      if (j + 1 < staged) decreases |= stage[j] > stage[j + 1];
+      mine += j < starts && stage[j] <= last;
+    }
+    if (mine) atomicAdd(&below, mine);
+    if (threadIdx.x == 0 && first_bag > 0) decreases |= stage[0] > base;  // the search's bag starts after base
     const bool fallback = __syncthreads_or(decreases) || !reaches;
+    const int search = below;  // with the starts in order, the first `search` of them are <= last
 #pragma unroll
     for (int u = 0; u < ITEMS; ++u) {
-      const i64 i = base + u * BLOCK + threadIdx.x;
+      const int q = u * BLOCK + threadIdx.x;  // the tile's position q: base + q
+      const i64 i = base + q;
       if (i > last) break;
-      i64 bag;
-      bool inside;
       if (fallback) {
-        bag = last_start_at_or_before(offsets, num_bags, i);
-        inside = bag >= 0 && i < (i64)__ldg(offsets + bag + 1);
-      } else {  // the first staged start past i; its bag + 1 is staged (the tile ends before it)
-        i64 a = 0, b = starts;
-        while (a < b) {
-          const i64 mid = a + ((b - a) >> 1);
-          if (stage[mid] <= i) {
-            a = mid + 1;
-          } else {
-            b = mid;
-          }
-        }
-        bag = lo + a - 1;
-        inside = bag >= 0 && i < stage[a];
+        const i64 bag = last_start_at_or_before(offsets, num_bags, i);
+        const bool inside = bag >= 0 && i < (i64)__ldg(offsets + bag + 1);
+        write_position(i, bag, inside, indices, tables, bags_per_table, table_rows, sentinel, keys, grad_row);
+        continue;
       }
-      write_position(i, bag, inside, indices, tables, bags_per_table, table_rows, sentinel, keys, grad_row);
+      int a = 0, b = search;  // the first staged start past q; its bag + 1 is staged (the tile ends before it)
+      while (a < b) {
+        const int mid = (a + b) >> 1;
+        if (rel[mid] <= q) {
+          a = mid + 1;
+        } else {
+          b = mid;
+        }
+      }
+      const i64 index = (i64)__ldg(indices + i);
+      if (a > 0 && q < rel[a]) {  // a = 0: before the first offset (lo = 0)
+        keys[i] = (KEY_T)(index + bag_first_row[a - 1]);
+        grad_row[i] = bag_row[a - 1];
+      } else {
+        keys[i] = (KEY_T)(sentinel >= 0 ? sentinel : index + __ldg(table_rows));
+        grad_row[i] = -1;
+      }
     }
     __syncthreads();  // the stage is refilled for the next tile
   }

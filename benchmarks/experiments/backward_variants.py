@@ -9,8 +9,8 @@ trip per closed segment, reading the row it updates only once the segment's sum 
 beside its gradient loads, with two positions in flight and three blocks per SM. The other
 variants (reference_kernels/tuning.py) change one knob of that: ``prefetch`` also asks L2 for
 each round's new rows when the round starts, ``rows4`` four positions in flight, ``blocks2``
-two blocks per SM, ``chunk64`` / ``chunk32`` shorter chunks, ``noprefer-warp`` keeps 16 lanes of
-12 floats for 192-float rows instead of a warp of 6. For each case of the training suite
+two blocks per SM, ``chunk64`` / ``chunk32`` shorter chunks; ``torch-sort`` sorts the keys with
+torch.sort instead of radix_sort.cu (change 56). For each case of the training suite
 (benchmarks/training_suite.py) whose name contains one of ``--only``: FBGEMM's step, then ours
 under each variant, as GPU time (median of the suite's 20 L2-flushed steps) and × FBGEMM.
 """
@@ -32,7 +32,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "blocks2": {"backward_preload_min_blocks": 2},
     "chunk64": {"backward_chunks": (64, 32)},
     "chunk32": {"backward_chunks": (32,)},
-    "noprefer-warp": {"backward_preload_max_floats": 12},  # 192 floats: 16 lanes x 12, preloaded
+    "torch-sort": {"own_sort": False},
 }
 
 DEFAULT_ONLY = ("4Mx128 B6912 L100 uniform", "4Mx128 B6912 L100 zipf1.2", "10Mx192 B65536 L32 zipf1.2 sgd",
