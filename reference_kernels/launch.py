@@ -532,21 +532,25 @@ SCAN_PARAMS = nvrtc.params(PTR + I64 + PTR)
 SCATTER_PARAMS = nvrtc.params(PTR + PTR + I64 + I32 + PTR + PTR + I64 + PTR + PTR + PTR)
 RADIX_TILE = BLOCK * 12  # items per tile (radix_sort.cu's TILE with its default ITEMS)
 RADIX_DIGITS = 256
+# Keys of 25 bits or more (tables of 2^24 rows or more) take torch.sort: four passes either way,
+# and torch's were as fast or faster (40M x 128 rows, one H200: change 56).
+RADIX_MAX_PASSES = 3
 
 
 def sort_rows(keys: torch.Tensor, max_key: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``torch.sort(keys, stable=True)`` for sort keys in [0, ``max_key``] (the backward's rows,
     the sentinel row ``num_rows`` included): (sorted keys, int64 positions). int32 keys on a
-    CUDA device take radix_sort.cu, 8 bits a pass over bit_length(max_key) bits only (3 passes
-    up to 2^24 - 1 rows, where torch sorts all 32 bits in 4); other keys, and the knob
+    CUDA device below 2^24 take radix_sort.cu, 8 bits a pass over bit_length(max_key) bits only
+    (at most 3 passes, where torch sorts all 32 bits in 4); other keys, and the knob
     ``tuning.own_sort`` off, torch.sort. The same bits either way: both are the stable sort.
     Keys outside [0, max_key] are the caller's error (sorted by their low bits only)."""
     import torch
 
     n = keys.numel()
-    if keys.dtype != torch.int32 or not _on_gpu(keys) or n == 0 or n >= 2**31 or not tuning.current().own_sort:
-        return torch.sort(keys, stable=True)
     passes = max(1, -(-max(1, max_key).bit_length() // 8))
+    if (keys.dtype != torch.int32 or not _on_gpu(keys) or n == 0 or n >= 2**31 or passes > RADIX_MAX_PASSES
+            or not tuning.current().own_sort):
+        return torch.sort(keys, stable=True)
     tiles = -(-n // RADIX_TILE)
     index = keys.get_device()
     histogram, scan, scatter = _radix_functions(index)

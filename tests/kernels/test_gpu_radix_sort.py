@@ -1,6 +1,7 @@
 """GPU tests of the backward's own sort (radix_sort.cu, ``launch.sort_rows``, issue 37): the
 stable sort over only the bits the rows use equals ``torch.sort(keys, stable=True)`` bit for bit,
-sorted keys and int64 positions, on fresh random keys: every number of passes (1 to 4), tiles
+sorted keys and int64 positions, on fresh random keys: every number of passes (1 to 3; wider keys take
+torch.sort), tiles
 cut anywhere (one key, part of a tile, a tile and one more, millions), uniform, skewed (a hot
 key with most of the positions, as Zipf traffic makes), all equal, already sorted and reversed.
 Outputs are poisoned first; no call synchronises with the host."""
@@ -44,7 +45,7 @@ def check(keys: torch.Tensor, max_key: int) -> None:
     assert torch.equal(got_positions, expected_positions)
 
 
-@pytest.mark.parametrize("max_key", [1, 255, 256, 4_000, 2**24 - 1, 2**24, 40_000_000, 2**31 - 2])
+@pytest.mark.parametrize("max_key", [1, 255, 256, 4_000, 65_536, 2**24 - 1, 2**24, 2**31 - 2])
 @pytest.mark.parametrize("n", [1, 5, TILE - 1, TILE, TILE + 1, 100_003])
 @pytest.mark.parametrize("kind", ["uniform", "skewed", "equal", "sorted", "reversed"])
 def test_the_sort_equals_torchs_stable_sort(gen: torch.Generator, max_key: int, n: int, kind: str) -> None:
