@@ -322,6 +322,66 @@ def check_and_time_fbgemm(case: Case, inputs: Inputs, ours: Any, ours_step: Call
     return verdict, measure(fbgemm_step, timer)
 
 
+def run_dlrm_case(timer: harness.Timer, fbgemm_reason: str, seed: int) -> CaseResult:
+    """The whole DLRM step (benchmarks/training_dlrm.py), in run_case's order: FBGEMM checked
+    against ours and timed, ours, torch."""
+    from benchmarks import training_dlrm
+
+    setup = training_dlrm.Setup(seed)
+    result = CaseResult(training_dlrm.NAME, "sgd", "fp32", False, setup.cfg.zipf, setup.positions)
+    model, ours_step, ours_losses = setup.ours()
+    if fbgemm_reason:
+        result.fbgemm.error = result.check = fbgemm_reason
+    else:
+        try:
+            result.check, result.fbgemm = check_and_time_dlrm_fbgemm(setup, model, ours_step, ours_losses, timer)
+        except Exception as error:  # as run_case: the failure is recorded, the run goes on
+            result.fbgemm = _fail(error)
+            result.check = result.check or f"not checked: {result.fbgemm.error}"
+        _free()
+    try:
+        result.ours = measure(ours_step, timer)
+        result.host_profile = host_profile(ours_step)
+    except Exception as error:
+        result.ours = _fail(error)
+    del model, ours_step
+    _free()
+    try:
+        result.torch = measure(setup.torch_step(), timer)
+    except Exception as error:
+        result.torch = _fail(error)
+    _free()
+    _ratios(result)
+    return result
+
+
+def check_and_time_dlrm_fbgemm(setup: Any, model: Any, ours_step: Callable[[], None], ours_losses: list[torch.Tensor],
+                               timer: harness.Timer) -> tuple[str, Figures]:
+    """One DLRM step of ours and of FBGEMM from the same weights, compared; then FBGEMM's figures
+    (its model is freed on return)."""
+    fb_model, fb_step, fb_losses = setup.fbgemm(EPS)
+    rows = setup.touched()
+    before = setup.init[rows]
+    ours_step()
+    fb_step()
+    torch.cuda.synchronize()
+    verdict = dlrm_check(ours_losses[0], fb_losses[0], model.embed.tbe.weight.detach()[rows],
+                         setup.fbgemm_rows(fb_model)[rows], before)
+    return verdict, measure(fb_step, timer)
+
+
+def dlrm_check(ours_loss: torch.Tensor, fbgemm_loss: torch.Tensor, ours: torch.Tensor, theirs: torch.Tensor,
+               before: torch.Tensor) -> str:
+    """One DLRM step of each library from the same weights: the same loss (1e-5 relative: the
+    forward's float32 sums in another order) and updated rows within compare_updates' bound."""
+    change = (ours - before).abs().max().item()
+    diff = (ours - theirs).abs().max().item()
+    loss_diff = abs(ours_loss.item() - fbgemm_loss.item())
+    ok = diff <= 1e-3 * change and change > 0 and loss_diff <= 1e-5 * abs(ours_loss.item())
+    return (f"{'ok' if ok else 'MISMATCH'} (loss {ours_loss.item():.6f} vs {fbgemm_loss.item():.6f}; "
+            f"max |ours - fbgemm| {diff:.3g}, largest change {change:.3g}, {ours.shape[0]} rows)")
+
+
 def torch_step(case: Case, inputs: Inputs, weight: torch.nn.Parameter) -> Callable[[], None]:
     """torch's fastest route: global rows (index + its table's first row), one embedding_bag
     over the T * B bags with a sparse gradient, the output laid out as [B, T * dim], then the
@@ -439,6 +499,12 @@ def text_table(results: list[CaseResult], summary_: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def training_dlrm_name() -> str:
+    from benchmarks import training_dlrm
+
+    return training_dlrm.NAME
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m benchmarks training_suite", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="output prefix: writes PREFIX.json and PREFIX.txt")
@@ -469,6 +535,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.perf_counter() - started:6.0f} s] {case.name}: ours {_fmt(r.ours.gpu_us)} us "
               f"(wall {_fmt(r.ours.wall_us)}, host {_fmt(r.ours.host_us)}), fbgemm {_fmt(r.fbgemm.gpu_us)}, "
               f"torch {_fmt(r.torch.gpu_us)}; {r.check} {r.ours.error}", flush=True)
+    if args.only in training_dlrm_name():
+        results.append(run_dlrm_case(timer, fbgemm_reason, args.seed))
+        r = results[-1]
+        print(f"[{time.perf_counter() - started:6.0f} s] {r.case}: ours {_fmt(r.ours.gpu_us)} us "
+              f"(wall {_fmt(r.ours.wall_us)}), fbgemm {_fmt(r.fbgemm.gpu_us)}, torch {_fmt(r.torch.gpu_us)}; "
+              f"{r.check} {r.ours.error}", flush=True)
     summary_ = summary(results)
     report = {"environment": harness.environment(), "check": args.check, "fbgemm": fbgemm_reason or "loaded",
               "steps": STEPS, "lr": LR, "summary": summary_,

@@ -73,3 +73,22 @@ def test_fbgemm_unavailable_reasons(tmp_path: Path) -> None:
     assert "fbgemm_gpu missing" in ts.load_fbgemm(str(tmp_path))
     (tmp_path / "fbgemm_gpu").mkdir()
     assert "fbgemm_training.py not found" in ts.load_fbgemm(str(tmp_path), str(tmp_path))
+
+
+def test_the_dlrm_case_is_the_examples_full_model_and_its_check_separates_agreement() -> None:
+    """The whole-model case builds examples/dlrm's full configuration; its check passes equal
+    losses and rows that agree within 1e-3 of the largest change, and fails a loss or a row off."""
+    import torch
+
+    from benchmarks import training_dlrm
+
+    cfg = training_dlrm.example().Config.full()
+    assert len(cfg.rows) == 26 and cfg.dim == 64 and cfg.batch == 8192
+    assert "DLRM" in training_dlrm.NAME and "sgd" in training_dlrm.NAME
+    before = torch.zeros(5, 4)
+    ours = before + torch.arange(20.0).view(5, 4) / 100
+    loss = torch.tensor(0.69)
+    assert ts.dlrm_check(loss, loss.clone(), ours, ours + 1e-5, before).startswith("ok")
+    assert ts.dlrm_check(loss, loss.clone(), ours, ours + 1e-3, before).startswith("MISMATCH")
+    assert ts.dlrm_check(loss, loss + 1e-3, ours, ours.clone(), before).startswith("MISMATCH")
+    assert ts.dlrm_check(loss, loss.clone(), before, before.clone(), before).startswith("MISMATCH")  # nothing moved
