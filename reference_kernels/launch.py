@@ -535,21 +535,25 @@ RADIX_DIGITS = 256
 # Keys of 25 bits or more (tables of 2^24 rows or more) take torch.sort: four passes either way,
 # and torch's were as fast or faster (40M x 128 rows, one H200: change 56).
 RADIX_MAX_PASSES = 3
+# Fewer keys take torch.sort too: the GPU time saved (6 us of a 410 us step at 691,200 keys, one
+# H200) is less than the host time of the passes' launches (three a pass, a few us each, where
+# torch.sort is one call).
+RADIX_MIN_KEYS = 1 << 20
 
 
 def sort_rows(keys: torch.Tensor, max_key: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``torch.sort(keys, stable=True)`` for sort keys in [0, ``max_key``] (the backward's rows,
     the sentinel row ``num_rows`` included): (sorted keys, int64 positions). int32 keys on a
-    CUDA device below 2^24 take radix_sort.cu, 8 bits a pass over bit_length(max_key) bits only
-    (at most 3 passes, where torch sorts all 32 bits in 4); other keys, and the knob
-    ``tuning.own_sort`` off, torch.sort. The same bits either way: both are the stable sort.
+    CUDA device below 2^24, a million of them or more, take radix_sort.cu, 8 bits a pass over
+    bit_length(max_key) bits only (at most 3 passes, where torch sorts all 32 bits in 4); other
+    keys, and the knob ``tuning.own_sort`` off, torch.sort. The same bits either way: both are the stable sort.
     Keys outside [0, max_key] are the caller's error (sorted by their low bits only)."""
     import torch
 
     n = keys.numel()
     passes = max(1, -(-max(1, max_key).bit_length() // 8))
-    if (keys.dtype != torch.int32 or not _on_gpu(keys) or n == 0 or n >= 2**31 or passes > RADIX_MAX_PASSES
-            or not tuning.current().own_sort):
+    if (keys.dtype != torch.int32 or not _on_gpu(keys) or n < RADIX_MIN_KEYS or n >= 2**31
+            or passes > RADIX_MAX_PASSES or not tuning.current().own_sort):
         return torch.sort(keys, stable=True)
     tiles = -(-n // RADIX_TILE)
     index = keys.get_device()

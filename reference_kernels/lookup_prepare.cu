@@ -135,7 +135,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) tbe_prepare(
         const i64 o = (i64)__ldg(offsets + lo + j);
         stage[j] = o;
         rel[j] = o < base ? -1 : o - base > TILE ? TILE : (int)(o - base);
-        if (lo + j < num_bags) {  // per bag once, not per position: the table and the grad row
+        if (j < STAGE_BAGS && lo + j < num_bags) {  // per bag once, not per position: its table and grad row
           const i64 t = table_of(lo + j, bags_per_table);
           bag_row[j] = (lo + j - t * bags_per_table) * tables + t;
           bag_first_row[j] = __ldg(table_rows + t);

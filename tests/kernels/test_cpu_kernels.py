@@ -333,7 +333,7 @@ def test_nvrtc_compiles_the_preparation_variants_the_launcher_picks(monkeypatch:
 def test_nvrtc_compiles_the_sort_and_the_launcher_sizes_its_passes_by_the_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     """radix_sort.cu compiles with NVRTC; ``sort_rows`` launches a histogram, a scan and a
     scatter per 8 bits of the largest key (the sentinel row included), a tile per 3,072 keys, up
-    to 24 bits; wider keys take torch.sort."""
+    to 24 bits; wider keys, and fewer than RADIX_MIN_KEYS keys, take torch.sort."""
     import torch
 
     from reference_kernels import launch, nvrtc
@@ -346,6 +346,9 @@ def test_nvrtc_compiles_the_sort_and_the_launcher_sizes_its_passes_by_the_rows(m
     monkeypatch.setattr(launch, "_on_gpu", lambda t: True)
     launch.clear_plans()
     try:
+        launch.sort_rows(torch.zeros(launch.RADIX_MIN_KEYS - 1, dtype=torch.int32), 1000)
+        assert launched == []  # fewer keys: torch.sort
+        monkeypatch.setattr(launch, "RADIX_MIN_KEYS", 1)
         for max_key, passes in ((1, 1), (255, 1), (256, 2), (4_000_000, 3), (2**24 - 1, 3), (2**24, 0)):
             launched.clear()  # 25 bits or more: torch.sort, nothing launched
             launch.sort_rows(torch.zeros(10_000, dtype=torch.int32), max_key)

@@ -14,20 +14,21 @@ pytest.importorskip("cuda.bindings.driver")  # the measurement drives cuda-bindi
 
 from tests.kernels import host_overhead  # noqa: E402
 
-# The step's launches: the index check, the lookup, the preparation, the sort (radix_sort.cu: a
-# histogram, a scan and a scatter per 8 bits of the rows; the cases' 4 x 1,000 rows and the
-# sentinel row need 12 bits, two passes), the chunk and combine passes.
-SORT = ["radix_histogram", "radix_scan", "radix_scatter"] * 2
-LAUNCHES = ["index_check", "tbe_prepare", *SORT, "embedding_bag_backward", "embedding_bag_backward_combine"]
+# The step's launches: the index check, the lookup, the preparation, the chunk and combine passes
+# (the cases' 1,024 keys are sorted by torch.sort: fewer than launch.RADIX_MIN_KEYS).
+LAUNCHES = ["index_check", "tbe_prepare", "embedding_bag_backward", "embedding_bag_backward_combine"]
 # The step's torch operations: the check's two copies, the output, the preparation's keys and grad
-# rows (and mean's bag scales), the gradient's view, the sort's workspace, sorted keys and
-# positions, the backward's partial sums.
-OPS = ["empty_like", "empty_like", "new_empty", "empty_like", "empty_like", "view", "empty", "empty_like", "empty",
-       "new_empty"]
+# rows (and mean's bag scales), the gradient's view, the sort, the backward's partial sums.
+OPS = ["empty_like", "empty_like", "new_empty", "empty_like", "empty_like", "view", "sort", "new_empty"]
+# With a million keys or more, radix_sort.cu instead of the sort: its workspace, sorted keys and
+# positions, and a histogram, a scan and a scatter per 8 bits of the rows (the cases' 4 x 1,000
+# rows and the sentinel row: 12 bits, two passes).
+RADIX_OPS = ["empty", "empty_like", "empty"]
+RADIX_LAUNCHES = ["radix_histogram", "radix_scan", "radix_scatter"] * 2
 
 
 @pytest.mark.parametrize("case", host_overhead.TRAINING_CASES)
-def test_a_training_step_dispatches_a_few_allocations_and_its_launches(case: str) -> None:
+def test_a_training_step_dispatches_a_few_allocations_a_sort_and_five_launches(case: str) -> None:
     import torch
 
     with host_overhead.without_gpu(stubbed=False), torch.enable_grad():
@@ -38,6 +39,19 @@ def test_a_training_step_dispatches_a_few_allocations_and_its_launches(case: str
     assert len(work.launches) == len(LAUNCHES) + 1
     assert work.launches[0] == LAUNCHES[0] and work.launches[1].startswith("embedding_bag_forward")
     assert work.launches[2:] == LAUNCHES[1:]
+
+
+def test_a_step_of_a_million_keys_sorts_them_with_its_own_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from reference_kernels import launch
+
+    monkeypatch.setattr(launch, "RADIX_MIN_KEYS", 1)  # the cases' 1,024 keys as if they were a million
+    with host_overhead.without_gpu(stubbed=False), torch.enable_grad():
+        work = host_overhead.step_work(host_overhead.training_case("sgd sum"))
+    sort = OPS.index("sort")
+    assert work.ops == OPS[:sort] + RADIX_OPS + OPS[sort + 1:]
+    assert work.launches[2:] == ["tbe_prepare", *RADIX_LAUNCHES, *LAUNCHES[2:]]
 
 
 def test_the_training_measurement_reports_host_time_ops_and_launches() -> None:

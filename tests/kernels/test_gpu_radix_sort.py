@@ -13,7 +13,13 @@ torch = pytest.importorskip("torch")
 
 from reference_kernels import launch, tuning  # noqa: E402
 
-pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("poison_outputs")]
+pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("poison_outputs", "every_size")]
+
+
+@pytest.fixture
+def every_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sort for any number of keys (the launcher leaves fewer than RADIX_MIN_KEYS to torch)."""
+    monkeypatch.setattr(launch, "RADIX_MIN_KEYS", 1)
 
 TILE = launch.RADIX_TILE
 
