@@ -214,15 +214,14 @@ __device__ __forceinline__ void load_pre(RowPre& pre, i64 row, i64 dim, int row_
     const i64 col = lane_col(0, c, row_lane);
     if (col < dim) pre.w[c] = *reinterpret_cast<const Vec*>(w_row + col);
   }
-#if OPTIMIZER == 1
-  pre.s = f.state1[row];
-#else
-  pre.s = 0.0f;
-#endif
+  pre.s = OPTIMIZER == 1 ? f.state1[row] : 0.0f;
 }
 
-// The optimizer step on `row` with its summed gradient `a` and its values `pre` (the team
-// holds the whole row: one column tile).
+// The optimizer step on `row` with its summed gradient `a` (the team holds the whole row: one
+// column tile). EARLY_STATE: with its values preloaded in `pre` (PRELOAD); else the weights and
+// the accumulator are read here, where they are used (the combine's narrow 16-bit rows then stay
+// within their 64 registers across the call of apply_row).
+template <bool EARLY_STATE>
 __device__ __forceinline__ void apply_loaded_row(i64 row, const RowAcc& a, const RowPre& pre, i64 dim, int row_lane,
                                                  const FusedArgs& f) {
   weight_t* w_row = f.weight + row * dim;
@@ -232,7 +231,11 @@ __device__ __forceinline__ void apply_loaded_row(i64 row, const RowAcc& a, const
   for (int c = 0; c < CHUNKS; ++c) {
     const i64 col = lane_col(0, c, row_lane);
     if (col >= dim) continue;
-    to_floats(pre.w[c], w[c]);
+    if (EARLY_STATE) {
+      to_floats(pre.w[c], w[c]);
+    } else {  // the row read here, as the sum needs it (apply_row: fewer registers across the call)
+      to_floats(*reinterpret_cast<const Vec*>(w_row + col), w[c]);
+    }
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
       g[c][e] = decayed_grad(a.v[c][e], w[c][e], f.p);
@@ -244,7 +247,7 @@ __device__ __forceinline__ void apply_loaded_row(i64 row, const RowAcc& a, const
   const u32 mask = team_mask<ROW_LANES>(threadIdx.x & 31);
 #pragma unroll
   for (int off = ROW_LANES / 2; off > 0; off >>= 1) sq += __shfl_xor_sync(mask, sq, off);
-  multiplier = adagrad_step(pre.s, sq, dim, f.state1, row, row_lane == 0, f.p);
+  multiplier = adagrad_step(EARLY_STATE ? pre.s : f.state1[row], sq, dim, f.state1, row, row_lane == 0, f.p);
 #endif
 #pragma unroll
   for (int c = 0; c < CHUNKS; ++c) {
@@ -267,12 +270,11 @@ __device__ __forceinline__ void apply_loaded_row(i64 row, const RowAcc& a, const
   }
 }
 
-// The same, loading the row first. Not inlined: without PRELOAD it is called from every flush
+// The same, reading the row itself. Not inlined: without PRELOAD it is called from every flush
 // site of the chunk loop.
 __device__ __noinline__ void apply_row(i64 row, const RowAcc& a, i64 dim, int row_lane, const FusedArgs& f) {
-  RowPre pre;
-  load_pre(pre, row, dim, row_lane, f);
-  apply_loaded_row(row, a, pre, dim, row_lane, f);
+  const RowPre unused = {};
+  apply_loaded_row<false>(row, a, unused, dim, row_lane, f);
 }
 #else
 struct RowPre {};
@@ -294,7 +296,7 @@ __device__ __forceinline__ int flush_segment(i64 row, const RowAcc& a, bool firs
     return 1;
   }
 #if PRELOAD_ON
-  apply_loaded_row(row, a, pre, dim, row_lane, fused);
+  apply_loaded_row<true>(row, a, pre, dim, row_lane, fused);
 #elif FUSED_OPT
   apply_row(row, a, dim, row_lane, fused);
 #else
