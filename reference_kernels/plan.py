@@ -751,8 +751,8 @@ def fused_chunk_defines(tiling: RowTiling, tuning: Tuning) -> Defines:
     PREFETCH): preloaded as segments open, with fewer positions' gradients in flight (the
     registers the preloaded rows take) and, for rows of up to 4 floats a lane, three blocks per SM
     (row-wise Adagrad then spills a few words, and still runs faster: change 55), and (or)
-    prefetched into L2 a round ahead. Rows of more floats a lane than ``backward_preload_max_floats`` are read at the
-    flush: preloading them spills."""
+    prefetched into L2 a round ahead. Rows of more than ``backward_preload_max_floats`` floats a
+    lane are read at the flush: preloading them spills."""
     defines: Defines = {"PREFETCH": int(tuning.backward_prefetch)}
     preload = tuning.backward_preload and tiling.chunks * tiling.vec <= tuning.backward_preload_max_floats
     defines["PRELOAD"] = int(preload)
