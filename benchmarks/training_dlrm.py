@@ -92,17 +92,10 @@ class Setup:
         lossf = torch.nn.BCEWithLogitsLoss()
         losses: list[torch.Tensor] = []
 
-        def step() -> None:
-            loss = lossf(model(self.batch), self.batch.labels)
-            dense.zero_grad(set_to_none=True)
-            if sparse is not None:
-                sparse.zero_grad(set_to_none=True)
-            loss.backward()
-            dense.step()
-            if sparse is not None:
-                sparse.step()
+        def step() -> None:  # the example's own step
+            loss = self.dlrm.train_step(model, self.batch, lossf, dense, sparse)
             if len(losses) < 1:
-                losses.append(loss.detach())
+                losses.append(loss)
 
         return step, losses
 

@@ -36,6 +36,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -258,6 +259,21 @@ def _fail(error: BaseException) -> Figures:
     return Figures(error=f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300])
 
 
+def fbgemm_into(result: CaseResult, fbgemm_reason: str, check_and_time: Callable[[], tuple[str, Figures]]) -> None:
+    """FBGEMM's check and figures into ``result`` (``check_and_time`` builds, checks and times it,
+    its module freed on return), or why it did not run. A failure (out of memory, a refused case)
+    is recorded in the case and the run goes on."""
+    if fbgemm_reason:
+        result.fbgemm.error = result.check = fbgemm_reason
+        return
+    try:
+        result.check, result.fbgemm = check_and_time()
+    except Exception as error:
+        result.fbgemm = _fail(error)
+        result.check = result.check or f"not checked: {result.fbgemm.error}"
+    _free()
+
+
 def run_case(case: Case, timer: harness.Timer, fbgemm_reason: str, check: str, seed: int) -> CaseResult:
     """FBGEMM first (built from our initial weights, checked against our first step, timed,
     freed), then ours, then torch from our weights: at most two copies of the tables at once."""
@@ -270,15 +286,7 @@ def run_case(case: Case, timer: harness.Timer, fbgemm_reason: str, check: str, s
     def ours_step() -> None:
         ours(inputs.indices, inputs.offsets, *psw_args).backward(inputs.grad)
 
-    if fbgemm_reason:
-        result.fbgemm.error = result.check = fbgemm_reason
-    else:
-        try:
-            result.check, result.fbgemm = check_and_time_fbgemm(case, inputs, ours, ours_step, check, timer)
-        except Exception as error:  # one library's failure (out of memory, a refused case) is recorded
-            result.fbgemm = _fail(error)
-            result.check = result.check or f"not checked: {result.fbgemm.error}"
-        _free()
+    fbgemm_into(result, fbgemm_reason, partial(check_and_time_fbgemm, case, inputs, ours, ours_step, check, timer))
     try:
         result.ours = measure(ours_step, timer)
         result.host_profile = host_profile(ours_step)
@@ -330,15 +338,7 @@ def run_dlrm_case(timer: harness.Timer, fbgemm_reason: str, seed: int) -> CaseRe
     setup = training_dlrm.Setup(seed)
     result = CaseResult(training_dlrm.NAME, "sgd", "fp32", False, setup.cfg.zipf, setup.positions)
     model, ours_step, ours_losses = setup.ours()
-    if fbgemm_reason:
-        result.fbgemm.error = result.check = fbgemm_reason
-    else:
-        try:
-            result.check, result.fbgemm = check_and_time_dlrm_fbgemm(setup, model, ours_step, ours_losses, timer)
-        except Exception as error:  # as run_case: the failure is recorded, the run goes on
-            result.fbgemm = _fail(error)
-            result.check = result.check or f"not checked: {result.fbgemm.error}"
-        _free()
+    fbgemm_into(result, fbgemm_reason, partial(check_and_time_dlrm_fbgemm, setup, model, ours_step, ours_losses, timer))
     try:
         result.ours = measure(ours_step, timer)
         result.host_profile = host_profile(ours_step)

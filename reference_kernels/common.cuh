@@ -77,9 +77,6 @@ __device__ __forceinline__ void store_pack_streaming(T* p, const Pack<T, N>& pac
   __stcs(reinterpret_cast<Raw*>(p), *reinterpret_cast<const Raw*>(&pack));
 }
 
-// A hint: fetch the 128-byte line holding p into L2 (no register, no wait; never faults).
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
-
 // All N elements of a pack as floats. 16-bit types are converted two per 32-bit
 // word (bfloat16: a shift and a mask; float16: split the word, two cvt), which
 // keeps the packed registers packed instead of extracting every half first.

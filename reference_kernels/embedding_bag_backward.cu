@@ -83,9 +83,6 @@
 #ifndef PRELOAD  // FUSED_OPT: a segment's weight row (and row-wise Adagrad's accumulator) loaded when it opens
 #define PRELOAD 0
 #endif
-#ifndef PREFETCH  // FUSED_OPT: the rows of a round's new segments prefetched into L2 when the round starts
-#define PREFETCH 0
-#endif
 #define PRELOAD_ON (FUSED_OPT && PRELOAD)
 #ifndef GRAD_F32  // 1: gradient rows written as float32 (the fused optimizers' compact gradient)
 #define GRAD_F32 0
@@ -374,19 +371,6 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
     const u32 starts = (__ballot_sync(mask, row_lane < count && my_row != before) >> team_base) &
                        (ROW_LANES == 32 ? 0xffffffffu : (1u << (ROW_LANES & 31)) - 1u);
     const u32 in_bag = (__ballot_sync(mask, row_lane < count && my_bag >= 0) >> team_base);
-#if FUSED_OPT && PREFETCH
-    // the rows this round's new segments will update, into L2 now: their flushes (or PRELOAD's
-    // loads) then wait for L2, not DRAM
-    if (((starts >> row_lane) & 1u) && (i64)my_row != padding_idx) {
-      const char* w_row = reinterpret_cast<const char*>(fused.weight + (i64)my_row * dim);
-      const i64 row_bytes = dim * (i64)sizeof(weight_t);
-      for (i64 off = 0; off < row_bytes; off += 128) prefetch_l2(w_row + off);
-      prefetch_l2(w_row + row_bytes - 1);  // a row that does not start on a 128-byte line
-#if OPTIMIZER == 1
-      prefetch_l2(fused.state1 + my_row);
-#endif
-    }
-#endif
 #pragma unroll 1  // the flush code is inlined once per u below: keep the compile short
     for (int m = 0; m < count; m += UNROLL_EFF) {
       Vec g[UNROLL_EFF][CHUNKS];

@@ -530,7 +530,8 @@ def sort_by_row(flat: torch.Tensor, num_weights: int) -> tuple[torch.Tensor, tor
 HISTOGRAM_PARAMS = nvrtc.params(PTR + I64 + I32 + PTR + I64)
 SCAN_PARAMS = nvrtc.params(PTR + I64 + PTR)
 SCATTER_PARAMS = nvrtc.params(PTR + PTR + I64 + I32 + PTR + PTR + I64 + PTR + PTR + PTR)
-RADIX_TILE = BLOCK * 12  # items per tile (radix_sort.cu's TILE with its default ITEMS)
+RADIX_ITEMS = 12  # keys per thread per tile (radix_sort.cu's ITEMS: 8 * TILE bytes of shared memory)
+RADIX_TILE = BLOCK * RADIX_ITEMS
 RADIX_DIGITS = 256
 # Keys of 25 bits or more (tables of 2^24 rows or more) take torch.sort: four passes either way,
 # and torch's were as fast or faster (40M x 128 rows, one H200: change 56).
@@ -596,10 +597,10 @@ def _radix_functions(index: int) -> tuple[Any, Any, Any]:
     """radix_sort.cu's histogram, scan and scatter kernels on device ``index`` (compiled once)."""
     found = _RADIX.get(index)
     if found is None:
-        get = nvrtc.get_function
-        found = _RADIX[index] = (get("radix_sort.cu", "radix_histogram", {"BLOCK": BLOCK}, index),
-                                 get("radix_sort.cu", "radix_scan", {"BLOCK": BLOCK}, index),
-                                 get("radix_sort.cu", "radix_scatter", {"BLOCK": BLOCK}, index))
+        defines = {"BLOCK": BLOCK, "ITEMS": RADIX_ITEMS}
+        histogram, scan, scatter = (nvrtc.get_function("radix_sort.cu", entry, defines, index)
+                                    for entry in ("radix_histogram", "radix_scan", "radix_scatter"))
+        found = _RADIX[index] = (histogram, scan, scatter)
     return found
 
 

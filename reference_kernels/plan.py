@@ -747,15 +747,13 @@ def combine_items(tiling: RowTiling) -> int:
 
 
 def fused_chunk_defines(tiling: RowTiling, tuning: Tuning) -> Defines:
-    """Where the fused chunk pass reads the rows it updates (embedding_bag_backward.cu, PRELOAD and
-    PREFETCH): preloaded as segments open, with fewer positions' gradients in flight (the
-    registers the preloaded rows take) and, for rows of up to 4 floats a lane, three blocks per SM
-    (row-wise Adagrad then spills a few words, and still runs faster: change 55), and (or)
-    prefetched into L2 a round ahead. Rows of more than ``backward_preload_max_floats`` floats a
-    lane are read at the flush: preloading them spills."""
-    defines: Defines = {"PREFETCH": int(tuning.backward_prefetch)}
+    """Where the fused chunk pass reads the rows it updates (embedding_bag_backward.cu, PRELOAD):
+    preloaded as segments open, with fewer positions' gradients in flight (the registers the
+    preloaded rows take) and, for rows of up to 4 floats a lane, three blocks per SM (row-wise
+    Adagrad then spills a few words, and still runs faster: change 55). Rows of more than
+    ``backward_preload_max_floats`` floats a lane are read at the flush: preloading them spills."""
     preload = tuning.backward_preload and tiling.chunks * tiling.vec <= tuning.backward_preload_max_floats
-    defines["PRELOAD"] = int(preload)
+    defines: Defines = {"PRELOAD": int(preload)}
     if preload:
         defines["UNROLL"] = _floor_pow2(max(1, tuning.backward_preload_rows // tiling.chunks))
         if tiling.chunks * tiling.vec <= 4:  # wider rows: the 80 registers of three blocks spill more

@@ -77,13 +77,11 @@ class Tuning:
     backward_streaming_rows: int = 1  # evict-first stores of the gradient rows
     # the fused chunk pass (plan.fused_chunk_defines): a segment's row loaded when it opens, for
     # rows up to backward_preload_max_floats floats a lane, with preload_rows positions in flight
-    # and preload_min_blocks blocks per SM (rows of up to 4 floats a lane); and (or) each round's
-    # new rows prefetched into L2
+    # and preload_min_blocks blocks per SM (rows of up to 4 floats a lane)
     backward_preload: bool = True
     backward_preload_max_floats: int = 12
     backward_preload_rows: int = 2
     backward_preload_min_blocks: int = 3
-    backward_prefetch: bool = False
     own_sort: bool = True  # the backward's int32 keys: radix_sort.cu over the rows' bits (False: torch.sort)
     overlap_zero_fill: bool = True  # zero untouched rows on a side stream (few lookups per row)
     overlap_max_lookups_per_row: float = 0.1

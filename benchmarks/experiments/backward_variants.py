@@ -7,10 +7,9 @@ Issue 37: the fused chunk pass (embedding_bag_backward.cu with FUSED_OPT) waited
 trip per closed segment, reading the row it updates only once the segment's sum was known
 (``base``). Change 55 (``default``) loads a segment's row into registers as the segment opens,
 beside its gradient loads, with two positions in flight and three blocks per SM. The other
-variants (reference_kernels/tuning.py) change one knob of that: ``prefetch`` also asks L2 for
-each round's new rows when the round starts, ``rows4`` four positions in flight, ``blocks2``
-two blocks per SM, ``chunk64`` / ``chunk32`` shorter chunks; ``torch-sort`` sorts the keys with
-torch.sort instead of radix_sort.cu (change 56). For each case of the training suite
+variants (reference_kernels/tuning.py) change one knob of that: ``rows4`` four positions in
+flight, ``blocks2`` two blocks per SM, ``chunk64`` / ``chunk32`` shorter chunks; ``torch-sort``
+sorts the keys with torch.sort instead of radix_sort.cu (change 56). For each case of the training suite
 (benchmarks/training_suite.py) whose name contains one of ``--only``: FBGEMM's step, then ours
 under each variant, as GPU time (median of the suite's 20 L2-flushed steps) and × FBGEMM.
 """
@@ -25,9 +24,8 @@ import torch
 from benchmarks import harness, training_suite
 
 VARIANTS: dict[str, dict[str, Any]] = {
-    "base": {"backward_preload": False, "backward_prefetch": False},  # before change 55
+    "base": {"backward_preload": False},  # before change 55
     "default": {},
-    "prefetch": {"backward_prefetch": True},
     "rows4": {"backward_preload_rows": 4},
     "blocks2": {"backward_preload_min_blocks": 2},
     "chunk64": {"backward_chunks": (64, 32)},

@@ -200,6 +200,21 @@ class Run:
     auc: float
 
 
+def train_step(model: DLRM, batch: Batch, lossf: nn.Module, dense_opt: torch.optim.Optimizer,
+               sparse_opt: torch.optim.Optimizer | None) -> Tensor:
+    """One training step on ``batch`` (the embeddings' own update, if any, inside backward);
+    returns the loss, detached."""
+    loss = lossf(model(batch), batch.labels)
+    dense_opt.zero_grad(set_to_none=True)
+    if sparse_opt is not None:
+        sparse_opt.zero_grad(set_to_none=True)
+    loss.backward()
+    dense_opt.step()
+    if sparse_opt is not None:
+        sparse_opt.step()
+    return loss.detach()
+
+
 def train(model: DLRM, log: ClickLog, cfg: Config, sparse_opt: torch.optim.Optimizer | None,
           device: str) -> Run:
     dense_opt = torch.optim.SGD([p for n, p in model.named_parameters() if not n.startswith("embed")], lr=cfg.lr)
@@ -211,15 +226,7 @@ def train(model: DLRM, log: ClickLog, cfg: Config, sparse_opt: torch.optim.Optim
         torch.cuda.synchronize()
     t0 = time.perf_counter()
     for batch in batches:
-        loss = lossf(model(batch), batch.labels)
-        dense_opt.zero_grad(set_to_none=True)
-        if sparse_opt is not None:
-            sparse_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        dense_opt.step()
-        if sparse_opt is not None:
-            sparse_opt.step()
-        losses.append(loss.detach())
+        losses.append(train_step(model, batch, lossf, dense_opt, sparse_opt))
     if device == "cuda":
         torch.cuda.synchronize()
     elapsed = time.perf_counter() - t0
