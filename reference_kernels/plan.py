@@ -51,13 +51,17 @@ class RowTiling:
     col_tiles: int
 
     @staticmethod
-    def for_row(dim: int, vec: int) -> RowTiling:
+    def for_row(dim: int, vec: int, *, balanced: bool = True) -> RowTiling:
         """The (lanes per row, vectors per lane) pair with the fewest idle lanes, fewer chunks
         on ties (e.g. 48 vectors: 16 lanes x 3; 24 vectors: 8 lanes x 3, not 32 lanes with 8
-        idle). Rows beyond 32 x MAX_CHUNKS vectors are cut into column tiles."""
+        idle). Rows beyond 32 x MAX_CHUNKS vectors are cut into column tiles of 32 lanes, each
+        lane with the fewest vectors that cover the row in that many tiles (``balanced``): 130
+        vectors (520 float32 columns) in 2 tiles of 32 x 3, not 32 x 4 and a tile of 2 vectors
+        whose team loads 16 bytes a row with 30 lanes idle (False: 32 x MAX_CHUNKS tiles)."""
         vectors = dim // vec
         if vectors > 32 * MAX_CHUNKS:
-            return RowTiling(vec, 32, MAX_CHUNKS, -(-vectors // (32 * MAX_CHUNKS)))
+            tiles = -(-vectors // (32 * MAX_CHUNKS))
+            return RowTiling(vec, 32, -(-vectors // (32 * tiles)) if balanced else MAX_CHUNKS, tiles)
         options = []
         for lanes in (32, 16, 8, 4, 2, 1):
             chunks = -(-vectors // lanes)
@@ -179,8 +183,9 @@ class BagCall:
         bags = self.all_bags or self.num_bags
         return self.bag_size if not self.csr else max(1, self.num_indices // max(1, bags))
 
-    def tiling(self) -> RowTiling:
-        return RowTiling.for_row(self.dim, vector_width(self.dim, self.elem_bytes, self.weight_align))
+    def tiling(self, balanced: bool = True) -> RowTiling:
+        return RowTiling.for_row(self.dim, vector_width(self.dim, self.elem_bytes, self.weight_align),
+                                 balanced=balanced)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -195,9 +200,10 @@ class Variant:
     tiling: RowTiling
 
     @staticmethod
-    def of(call: BagCall) -> Variant:
+    def of(call: BagCall, tuning: Tuning) -> Variant:
         return Variant(weight_dtype=call.weight_dtype, index_type=call.index_type, mode=call.mode,
-                       has_psw=call.has_psw, need_argmax=call.need_argmax, tiling=call.tiling())
+                       has_psw=call.has_psw, need_argmax=call.need_argmax,
+                       tiling=call.tiling(tuning.balanced_col_tiles))
 
 
 def plan_bag_forward(call: BagCall, device: DeviceProps, tuning: Tuning) -> Plan:
@@ -299,8 +305,8 @@ def _short_bags(call: BagCall, device: DeviceProps, tuning: Tuning) -> Plan | No
     ``short_grid_per_sm`` blocks per SM, teams striding over the steps."""
     if call.csr or call.table_batched:
         return None
-    tiling = call.tiling()
-    defines = short_bag_defines(Variant.of(call), bag_len=call.bag_size, tuning=tuning)
+    tiling = call.tiling(tuning.balanced_col_tiles)
+    defines = short_bag_defines(Variant.of(call, tuning), bag_len=call.bag_size, tuning=tuning)
     if defines is None:
         return None
     bags_per_step = int(defines["BAGS_PER_STEP"])  # type: ignore[call-overload]
@@ -316,9 +322,9 @@ def _segmented_bags(call: BagCall, device: DeviceProps, tuning: Tuning) -> Plan 
     segmented kernel (32-bit positions)."""
     if not call.csr or call.num_indices >= 2**31:
         return None
-    tiling = call.tiling()
+    tiling = call.tiling(tuning.balanced_col_tiles)
     avg_len = call.avg_len
-    variant = Variant.of(call)
+    variant = Variant.of(call, tuning)
     pos32 = fits_pos32(num_indices=call.num_indices, num_rows=call.num_rows, num_bags=call.num_bags, dim=call.dim,
                        tuning=tuning)
     if leaves_segments(variant, pos32=pos32, tuning=tuning):  # the general kernel serves them better
@@ -348,10 +354,10 @@ def _general_bags(call: BagCall, device: DeviceProps, tuning: Tuning) -> Plan:
     many_bags = call.num_bags >= device.sms * tuning.min_blocks * (BLOCK // 32)
     pos32 = fits_pos32(num_indices=call.num_indices, num_rows=call.num_rows, num_bags=call.num_bags, dim=call.dim,
                        tuning=tuning)
-    tiling = call.tiling()
+    tiling = call.tiling(tuning.balanced_col_tiles)
     why: list[str] = []
-    defines = forward_defines(Variant.of(call), avg_len=call.avg_len, many_bags=many_bags, pos32=pos32,
-                              tuning=tuning, why=why)
+    defines = forward_defines(Variant.of(call, tuning), avg_len=call.avg_len, many_bags=many_bags, pos32=pos32,
+                              units_per_sm=call.num_bags * tiling.col_tiles / device.sms, tuning=tuning, why=why)
     team = int(defines["TEAM"])  # type: ignore[call-overload]
     blocks = _ceil_div(call.num_bags * tiling.col_tiles * team, BLOCK)
     persistent = bool(defines["PERSISTENT"])
@@ -362,11 +368,12 @@ def _general_bags(call: BagCall, device: DeviceProps, tuning: Tuning) -> Plan:
 
 
 def forward_defines(variant: Variant, *, avg_len: int, many_bags: bool = True, pos32: bool = True,
-                    tuning: Tuning, why: list[str] | None = None) -> Defines:
+                    units_per_sm: float = float("inf"), tuning: Tuning, why: list[str] | None = None) -> Defines:
     """Compile-time variant of the general forward kernel for bags of ``avg_len`` rows.
     A team reads as many rows at once as fit in a warp, but no more than a bag holds.
     ``many_bags``: the call has more bags than ``min_blocks`` blocks per SM hold teams.
     ``pos32``: the call's positions, rows and threads fit 31 bits (fits_pos32).
+    ``units_per_sm``: the call's units of work (bags times column tiles) per SM.
     ``why``, when given, receives one line per rule that shaped the variant."""
     reasons = why if why is not None else []
     tiling = variant.tiling
@@ -374,8 +381,13 @@ def forward_defines(variant: Variant, *, avg_len: int, many_bags: bool = True, p
     # FBGEMM's layout, with 8 rows in flight at 3 blocks per SM: several row groups per bag, then
     # their reduction, took over twice FBGEMM's instructions (8x1Mx32 L20: 47M against 20M warp
     # instructions; 83 -> 46 us with Zipf 1.05, 103 -> 83 us uniform; docs/perf/change-47.md).
+    # Only where such teams give the GPU narrow_min_warps_per_sm warps per SM (change 57, 4 tables,
+    # B8192 L30): d4 and d12, 7.75 warps, were 0.81-1.01x FBGEMM, warp-wide teams 1.19-2.0x; d20,
+    # 15.5 warps, stays better narrow (1.07 against 0.93x with Zipf 1.05 float32). The knob's 12 lies
+    # between the two and was not measured itself.
     narrow = (tuning.narrow_one_row_max_avg > 0 and tiling.row_lanes <= 16 and avg_len <= tuning.narrow_one_row_max_avg
-              and variant.mode != "max" and not variant.need_argmax)
+              and variant.mode != "max" and not variant.need_argmax
+              and units_per_sm * tiling.row_lanes / 32 >= tuning.narrow_min_warps_per_sm)
     rows_at_once = 1 if narrow else min(32 // tiling.row_lanes, _floor_pow2(avg_len), tuning.rows_at_once_cap)
     group_rows = _ceil_div(max(1, avg_len), rows_at_once)
     in_flight = min(group_rows, tuning.lean_long_bag_rows or group_rows) if narrow else group_rows
@@ -421,6 +433,20 @@ def forward_defines(variant: Variant, *, avg_len: int, many_bags: bool = True, p
         persistent = False
         reasons.append(f"wide_f32_fewer_rows: {unroll} row(s) in flight at {min_blocks} blocks per SM, one team "
                        "per bag")
+    # Rows of several vectors per lane in a warp-wide team, sum and mean, 32-bit positions: the
+    # fewest rows in flight at the most blocks that compile without a spill (change 57, 4 tables of
+    # 136-1000 columns, B8192 L30, against FBGEMM). float32 rows of 2-3 vectors: one row at 6 or 5
+    # blocks (38 / 48 registers); 4 vectors: two at 3 (78; one at 5 spills 48 bytes); per-sample
+    # weights two at 4 up to 3 vectors (64, change 51's d192 pick), two at 3 at 4. d200-d256 had
+    # run 8 rows at 2 blocks (100 registers): 0.59-0.85x FBGEMM, now 1.00-1.03x. 16-bit rows of 2
+    # vectors (d392 float16): one row at 5 blocks, 1.11-1.19 -> 1.64-1.82x; their 4-vector rows
+    # spill at 3 blocks and keep 4 rows at 2 (1.5x), 3-vector rows were not measured.
+    # Only for calls whose warp-wide teams fill the rule's resident blocks (a wave of them, at
+    # least): one row in flight per warp carries too few bytes to cover DRAM latency otherwise.
+    wide = _wide_rows_in_flight(variant) if tuning.wide_one_row and pos32 and not narrow else None
+    if wide is not None and tiling.row_lanes * rows_at_once == 32 and units_per_sm >= wide[1] * (BLOCK // 32):
+        (unroll, min_blocks), persistent = wide, False
+        reasons.append(f"wide_one_row: {unroll} row(s) in flight at {min_blocks} blocks per SM, one team per bag")
     if (tuning.wide_16bit_fewer_rows and pos32 and variant.weight_dtype != 0 and variant.mode != "max"
             and rows_at_once == 1 and tiling.vec == 8 and tiling.row_lanes * tiling.chunks * tiling.vec == 192
             and unroll == 4):
@@ -449,12 +475,13 @@ def forward_defines(variant: Variant, *, avg_len: int, many_bags: bool = True, p
         unroll, min_blocks = _rows_in_flight(tiling, variant.has_psw, variant.need_argmax,
                                              tuning.lean_long_bag_rows, tuning)
         reasons.append(f"lean_long_bag_rows: {unroll} rows in flight at {min_blocks} blocks per SM")
-    # 16-bit 128-column rows with per-sample weights in bags too long to stride: 4 rows in flight
-    # at 4 blocks per SM (63 registers) instead of 8 at 2 (126; 8 at 3 fits 80 since ONE_TILE, and
-    # measured between): 12x500Kx128 float16 Zipf 1.05 / 1.2 1.16 / 1.05 -> 1.46 / 1.35x FBGEMM,
-    # uniform unchanged (docs/perf/change-52.md)
+    # 16-bit rows of one 16-byte vector per lane in 16 or 32 lanes, with per-sample weights, in bags
+    # too long to stride: 4 rows in flight at 4 blocks per SM (63 registers) instead of 8 at 2 (126;
+    # 8 at 3 fits 80 since ONE_TILE, and measured between): 12x500Kx128 float16 Zipf 1.05 / 1.2
+    # 1.16 / 1.05 -> 1.46 / 1.35x FBGEMM, uniform unchanged (docs/perf/change-52.md); 4 tables of
+    # 200 and 256 float16 columns, B8192 L30, 1.07-1.09 / 0.92 -> 1.13-1.19 / 1.19-1.20x (change 57)
     if (tuning.psw16_more_blocks and lean and variant.has_psw and variant.weight_dtype != 0 and not persistent
-            and tiling.row_lanes * tiling.vec == 128 and (unroll, min_blocks) == (8, 2)):
+            and tiling.vec == 8 and tiling.row_lanes >= 16 and (unroll, min_blocks) == (8, 2)):
         unroll, min_blocks = 4, 4
         reasons.append("psw16_more_blocks: 4 rows in flight at 4 blocks per SM")
     team = tiling.row_lanes * rows_at_once
@@ -517,6 +544,24 @@ def fits_pos32(*, num_indices: int, num_rows: int, num_bags: int, dim: int, tuni
     ``pos32_limit``; the margin below 2^31 leaves room for a team's last step past its bag's
     end and a stride past the last bag."""
     return max(num_indices, num_rows, num_bags * max(1, dim) * 32) < tuning.pos32_limit
+
+
+def _wide_rows_in_flight(variant: Variant) -> tuple[int, int] | None:
+    """(UNROLL, MIN_BLOCKS) of the wide_one_row rule (forward_defines says why): sum and mean rows
+    of several 16-byte vectors per lane (the measured ones; rows of narrower vectors, from
+    misaligned tables, keep theirs), float32 at 2-4, 16-bit at 2 without per-sample weights;
+    else None."""
+    chunks = variant.tiling.chunks
+    sixteen_bytes = variant.tiling.vec == (4 if variant.weight_dtype == 0 else 8)
+    if variant.mode == "max" or variant.need_argmax or not sixteen_bytes:
+        return None
+    if variant.weight_dtype == 0 and 2 <= chunks <= 4:
+        if variant.has_psw:
+            return (2, 4) if chunks <= 3 else (2, 3)
+        return {2: (1, 6), 3: (1, 5), 4: (2, 3)}[chunks]
+    if variant.weight_dtype != 0 and chunks == 2 and not variant.has_psw:
+        return 1, 5
+    return None
 
 
 def _bag_defines(variant: Variant, min_blocks: int, tuning: Tuning, **kernel_specific: int) -> Defines:
@@ -605,6 +650,10 @@ def segmented_defines(variant: Variant, *, avg_len: int, tuning: Tuning) -> Defi
         min_blocks = 2
     elif variant.has_psw and variant.weight_dtype != 0 and tiling.row_lanes * tiling.vec == 128:
         min_blocks = 4  # 16-bit d128 with per-sample weights: 4 spill 80 bytes and were faster (DCNv2, change 51)
+    elif variant.weight_dtype != 0 and tiling.vec == 8 and tiling.chunks >= 2:
+        # two 16-byte vectors of 16-bit values a lane, 2 rows in flight: 16-48 bytes spill at 3 in
+        # every mode (nvcc -Xptxas -v, the sweep over change 57's widths, e.g. d392 float16); not timed
+        min_blocks = 2
     return _bag_defines(variant, min_blocks, tuning, TEAM=tiling.row_lanes, UNROLL=unroll,
                         SEGMENT_BAGS=segment_capacity(tiling.row_lanes, tuning),
                         SEGMENT_ROWS=segment_rows(variant.weight_dtype, tuning),
@@ -675,7 +724,7 @@ def plan_gather(call: GatherCall, device: DeviceProps, tuning: Tuning, *, bulk_o
     if bulk_only:
         return None
     word = vector_width(row_bytes, 1, call.weight_align)  # bytes per copied word: 2..16
-    tiling = RowTiling.for_row(row_bytes // word, 1)
+    tiling = RowTiling.for_row(row_bytes // word, 1, balanced=tuning.balanced_col_tiles)
     unroll = min(4, tiling.row_lanes)
     defines: Defines = {"INDEX_T": call.index_type, "CHUNK_BYTES": word, "ROW_LANES": tiling.row_lanes,
                         "CHUNKS": tiling.chunks, "UNROLL": unroll, "BLOCK": BLOCK}
@@ -764,7 +813,8 @@ def fused_chunk_defines(tiling: RowTiling, tuning: Tuning) -> Defines:
 def plan_backward(call: BackwardCall, device: DeviceProps, tuning: Tuning) -> tuple[Plan, Plan]:
     """The chunk pass (a team per chunk and column tile) and the combine pass (a block per
     ``combine_items`` of them: the grid is known from the number of positions alone)."""
-    tiling = RowTiling.for_row(call.dim, vector_width(call.dim, call.elem_bytes, call.grad_align))
+    tiling = RowTiling.for_row(call.dim, vector_width(call.dim, call.elem_bytes, call.grad_align),
+                               balanced=tuning.balanced_col_tiles)
     chunk = backward_chunk(call.num_positions, tiling.row_lanes, device.sms, tuning)
     defines = _backward_defines(call, tiling, chunk, tuning)
     chunk_defines = {**defines, "BACKWARD_PASS": 1}

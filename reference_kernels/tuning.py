@@ -31,6 +31,8 @@ class Tuning:
     """Every knob of kernel selection. Each rule that reads a knob is stated where it is
     used (``plan.py``); the measurements behind the defaults are in docs/perf/."""
 
+    # rows wider than 32 lanes x 4 vectors: column tiles of equal vectors per lane (plan.RowTiling.for_row)
+    balanced_col_tiles: bool = True
     # forward, general kernel
     unroll_rows: int = 16  # rows in flight per lane (UNROLL * CHUNKS), halved with argmax
     lean_long_bag_rows: int = 8  # lean sum/mean variants, bags too long to stride: rows in flight (0: off)
@@ -39,12 +41,14 @@ class Tuning:
     forward_resident_waves: int = 1  # waves of resident blocks for striding teams; 0: one team per bag
     rows_at_once_cap: int = 32  # rows a team reads at once, at most (1: a team one row wide per bag)
     narrow_one_row_max_avg: int = 64  # rows of <= 16 lanes, sum/mean bags up to this long: one row at once
+    narrow_min_warps_per_sm: int = 12  # ... where one-row teams give the call this many warps per SM
     short_lean: bool = True  # d64/d128 sum/mean bags short enough to stride: one team per bag, lean rows
     lean_tail: bool = True  # lean rows, teams narrower than a warp: half a step for a bag's last rows
     psw16_more_blocks: bool = True  # 16-bit d128 long bags with per-sample weights: 4 rows at 4 blocks
     persistent_max_group_rows: int = 24  # teams stride over bags of at most this many rows per lane group
     stride_f32_half_unroll: bool = True  # d128 float32 striding: half the rows in flight, more blocks
     wide_f32_fewer_rows: bool = True  # d192 float32: 2 rows in flight, more blocks, one team per bag
+    wide_one_row: bool = True  # rows of 2-4 vectors per lane (16-bit: 2): 1-2 rows in flight, more blocks
     wide_16bit_fewer_rows: bool = True  # d192 16-bit sum/mean: 2 rows in flight at 3 blocks, one team per bag
     small_f32_more_blocks: bool = True  # d64 / d32-with-weights float32: more blocks per SM
     pos32_limit: int = 2**31 - 2**16  # 32-bit positions below this many indices, rows, threads

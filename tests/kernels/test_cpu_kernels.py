@@ -13,6 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import reference_kernels
 from reference_kernels import KERNEL_DIR, KERNEL_SOURCES
@@ -156,7 +158,7 @@ def _launcher_picks() -> list[str]:
 
     picks: dict[tuple[object, ...], str] = {}
     for code, size in ((0, 4), (1, 2), (2, 2)):
-        for dim in (32, 64, 128, 192, 256):
+        for dim in (20, 32, 64, 128, 192, 200, 256, 392, 520, 776):
             tiling = plan.RowTiling.for_row(dim, plan.vector_width(dim, size, 0))
             for mode, psw, argmax in (("sum", 0, 0), ("sum", 1, 0), ("mean", 0, 0), ("max", 0, 1), ("max", 0, 0)):
                 variant = _variant(code, mode, bool(psw), bool(argmax), tiling)
@@ -573,6 +575,23 @@ def test_vector_width_and_row_tiling() -> None:
     assert RowTiling.for_row(3, 1) == RowTiling(1, 1, 3, 1)  # one lane, three chunks: no idle lane
     assert RowTiling.for_row(192, 8) == RowTiling(8, 8, 3, 1)
     assert RowTiling.for_row(4096, 4) == RowTiling(4, 32, 4, 8)
+    # rows past 32 lanes x 4 vectors: tiles of equal vectors per lane (change 57)
+    assert RowTiling.for_row(520, 4) == RowTiling(4, 32, 3, 2)  # 130 vectors: 96 + 34, not 128 + 2
+    assert RowTiling.for_row(520, 4, balanced=False) == RowTiling(4, 32, 4, 2)
+    assert RowTiling.for_row(1000, 4) == RowTiling(4, 32, 4, 2)  # 250 vectors: 4 per lane either way
+    assert RowTiling.for_row(4100, 4) == RowTiling(4, 32, 4, 9)  # 1025 vectors: every tile but the last full
+
+
+@given(vectors=st.integers(1, 2048), vec=st.sampled_from([1, 2, 4, 8]))
+def test_balanced_column_tiles_cover_the_row_in_as_many_tiles(vectors: int, vec: int) -> None:
+    """The balanced tiling keeps the tile count and covers every vector of the row; its last
+    tile is never empty, and no lane holds more vectors than before."""
+    from reference_kernels.plan import RowTiling
+
+    new, old = RowTiling.for_row(vectors * vec, vec), RowTiling.for_row(vectors * vec, vec, balanced=False)
+    assert new.col_tiles == old.col_tiles and new.chunks <= old.chunks
+    tile = new.row_lanes * new.chunks
+    assert new.col_tiles * tile >= vectors > (new.col_tiles - 1) * tile
 
 
 def test_short_bag_kernel_takes_two_or_more_bags_per_step() -> None:
@@ -704,10 +723,43 @@ def test_general_kernel_strides_over_bags_of_up_to_24_rows_per_lane_group() -> N
     assert (psw["PERSISTENT"], psw["MIN_BLOCKS"], psw["UNROLL"]) == (1, 2, 16)  # per-sample weights keep 16
     knobs = replace(knobs, stride_f32_half_unroll=False)
     assert persistent(128, 16) == (1, 2, 16)
-    knobs = replace(knobs, wide_f32_fewer_rows=False, narrow_one_row_max_avg=0)
+    knobs = replace(knobs, wide_f32_fewer_rows=False, wide_one_row=False, narrow_one_row_max_avg=0)
     assert persistent(192, 32) == (1, 2, 4)
     knobs = replace(knobs, forward_resident_waves=0)
     assert persistent(128, 16) == (0, 2, 16)
+
+
+def test_wide_rows_and_few_narrow_teams_take_the_measured_occupancy() -> None:
+    """Change 57. Rows of 2-4 vectors per lane in a warp-wide team (float32; 16-bit at 2): the
+    fewest rows in flight at the most blocks per SM, where the call's teams fill them; one-row
+    teams of narrow rows only where they give the GPU narrow_min_warps_per_sm warps per SM."""
+    from reference_kernels.plan import RowTiling, forward_defines
+
+    def pick(dim: int, code: int = 0, mode: str = "sum", psw: bool = False, units: float = 248.0,
+             knobs: Tuning = KNOBS) -> tuple[object, ...]:
+        tiling = RowTiling.for_row(dim, 4 if code == 0 or dim % 8 else 8)
+        d = forward_defines(_variant(code, mode, psw, mode == "max", tiling), avg_len=30, units_per_sm=units,
+                            tuning=knobs)
+        return d["TEAM"], d["UNROLL"], d["MIN_BLOCKS"], d["PERSISTENT"]
+
+    unchanged = replace(KNOBS, wide_one_row=False)
+    assert pick(200) == (32, 1, 6, 0) and pick(256) == (32, 1, 6, 0)  # 2 vectors: was 8 rows at 2 blocks
+    assert pick(520) == (32, 1, 5, 0)  # 2 tiles of 3 vectors
+    assert pick(776) == (32, 2, 3, 0) and pick(1000) == (32, 2, 3, 0)  # 4 vectors: one row at 5 spills
+    assert pick(200, psw=True) == (32, 2, 4, 0) and pick(776, psw=True) == (32, 2, 3, 0)
+    assert pick(392, code=1) == (32, 1, 5, 0)  # 16-bit, 2 vectors of 8
+    assert pick(776, code=1) == (32, 4, 2, 0)  # 16-bit, 4 vectors: unchanged
+    assert pick(200, mode="max") == pick(200, mode="max", knobs=unchanged)  # max and argmax
+    assert pick(200, units=40.0) == (32, 8, 2, 0)  # 40 teams per SM do not fill 6 blocks: unchanged
+    misaligned = _variant(0, "sum", False, False, RowTiling.for_row(128, 2))  # 8-byte vectors, 2 per lane
+    assert forward_defines(misaligned, avg_len=30, tuning=KNOBS) == forward_defines(misaligned, avg_len=30,
+                                                                                    tuning=unchanged)
+    assert pick(200, knobs=unchanged) == (32, 8, 2, 0)
+    # 4 columns, 4 tables of B8192 on 132 SMs: 248 bags per SM, one lane each, 7.75 warps
+    assert pick(4, units=248.0) == (16, 2, 4, 0)  # warp-wide teams, 16 rows at once
+    assert pick(20, units=248.0) == (2, 2, 4, 0)  # 2 lanes a row: 15.5 warps, one row at once
+    assert pick(4, units=400.0) == (1, 8, 3, 0)  # 12.5 warps: one row at once
+    assert pick(4, units=248.0, knobs=replace(KNOBS, narrow_min_warps_per_sm=0)) == (1, 8, 3, 0)
 
 
 def test_a_partial_last_step_takes_half_a_step_in_narrow_teams() -> None:

@@ -343,8 +343,9 @@ def test_persistent_teams_pool_several_bags(mode: str, with_psw: bool, dtype: to
     row; the launcher must really pick the persistent variant."""
     from reference_kernels import launch
 
-    # changes 48 and 50 give these one team per bag (test_short_lean_bags, wide_16bit_fewer_rows)
-    tune(short_lean=False, narrow_one_row_max_avg=32, wide_16bit_fewer_rows=False)
+    # changes 48, 50 and 57 give these one team per bag (test_short_lean_bags, wide_16bit_fewer_rows,
+    # wide_one_row)
+    tune(short_lean=False, narrow_one_row_max_avg=32, wide_16bit_fewer_rows=False, wide_one_row=False)
     launch.clear_plans()
     rows = 500
     batch = _bags_per_team(8 if dim < 1000 else 4)  # dim 1000: two column tiles, 8 units per team
