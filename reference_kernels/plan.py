@@ -305,8 +305,9 @@ def _short_bags(call: BagCall, device: DeviceProps, tuning: Tuning) -> Plan | No
     ``short_grid_per_sm`` blocks per SM, teams striding over the steps."""
     if call.csr or call.table_batched:
         return None
-    tiling = call.tiling(tuning.balanced_col_tiles)
-    defines = short_bag_defines(Variant.of(call, tuning), bag_len=call.bag_size, tuning=tuning)
+    variant = Variant.of(call, tuning)
+    tiling = variant.tiling
+    defines = short_bag_defines(variant, bag_len=call.bag_size, tuning=tuning)
     if defines is None:
         return None
     bags_per_step = int(defines["BAGS_PER_STEP"])  # type: ignore[call-overload]
@@ -322,9 +323,9 @@ def _segmented_bags(call: BagCall, device: DeviceProps, tuning: Tuning) -> Plan 
     segmented kernel (32-bit positions)."""
     if not call.csr or call.num_indices >= 2**31:
         return None
-    tiling = call.tiling(tuning.balanced_col_tiles)
-    avg_len = call.avg_len
     variant = Variant.of(call, tuning)
+    tiling = variant.tiling
+    avg_len = call.avg_len
     pos32 = fits_pos32(num_indices=call.num_indices, num_rows=call.num_rows, num_bags=call.num_bags, dim=call.dim,
                        tuning=tuning)
     if leaves_segments(variant, pos32=pos32, tuning=tuning):  # the general kernel serves them better
@@ -354,9 +355,10 @@ def _general_bags(call: BagCall, device: DeviceProps, tuning: Tuning) -> Plan:
     many_bags = call.num_bags >= device.sms * tuning.min_blocks * (BLOCK // 32)
     pos32 = fits_pos32(num_indices=call.num_indices, num_rows=call.num_rows, num_bags=call.num_bags, dim=call.dim,
                        tuning=tuning)
-    tiling = call.tiling(tuning.balanced_col_tiles)
+    variant = Variant.of(call, tuning)
+    tiling = variant.tiling
     why: list[str] = []
-    defines = forward_defines(Variant.of(call, tuning), avg_len=call.avg_len, many_bags=many_bags, pos32=pos32,
+    defines = forward_defines(variant, avg_len=call.avg_len, many_bags=many_bags, pos32=pos32,
                               units_per_sm=call.num_bags * tiling.col_tiles / device.sms, tuning=tuning, why=why)
     team = int(defines["TEAM"])  # type: ignore[call-overload]
     blocks = _ceil_div(call.num_bags * tiling.col_tiles * team, BLOCK)

@@ -44,11 +44,11 @@ class Tuning:
     narrow_min_warps_per_sm: int = 12  # ... where one-row teams give the call this many warps per SM
     short_lean: bool = True  # d64/d128 sum/mean bags short enough to stride: one team per bag, lean rows
     lean_tail: bool = True  # lean rows, teams narrower than a warp: half a step for a bag's last rows
-    psw16_more_blocks: bool = True  # 16-bit d128 long bags with per-sample weights: 4 rows at 4 blocks
+    psw16_more_blocks: bool = True  # 16-bit one-vector rows, per-sample weights, long bags: 4 rows at 4 blocks
     persistent_max_group_rows: int = 24  # teams stride over bags of at most this many rows per lane group
     stride_f32_half_unroll: bool = True  # d128 float32 striding: half the rows in flight, more blocks
     wide_f32_fewer_rows: bool = True  # d192 float32: 2 rows in flight, more blocks, one team per bag
-    wide_one_row: bool = True  # rows of 2-4 vectors per lane (16-bit: 2): 1-2 rows in flight, more blocks
+    wide_one_row: bool = True  # rows of 2-4 16-byte vectors a lane (16-bit: 2): 1-2 rows in flight, more blocks
     wide_16bit_fewer_rows: bool = True  # d192 16-bit sum/mean: 2 rows in flight at 3 blocks, one team per bag
     small_f32_more_blocks: bool = True  # d64 / d32-with-weights float32: more blocks per SM
     pos32_limit: int = 2**31 - 2**16  # 32-bit positions below this many indices, rows, threads

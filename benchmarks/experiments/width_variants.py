@@ -7,53 +7,33 @@ float32 and float16) left widths 4, 44, 200 and 520 below FBGEMM. For each width
 draw and mode (``--modes``) this times the launcher's pick under every spec of ``--specs``
 (``;``-separated; the empty spec is the launcher's own pick) and FBGEMM's forward, alternately,
 twice, median of ``--reps`` cold calls each (the smaller of the two medians is printed). Every
-output is compared with FBGEMM's before it is timed. A spec is a comma list of ``NAME=VALUE``:
-upper-case names are the kernel's compile-time defines (``tuning.overrides``), lower-case ones
-the launcher's knobs (``reference_kernels.tuning.Tuning`` fields). The registers and spill
-bytes of every forward variant compiled are printed at the end (docs/perf/change-57.md).
+output is compared with FBGEMM's before it is timed. A spec is fbgemm_skew's: a comma list of
+``NAME=VALUE``, upper-case names the kernel's compile-time defines, lower-case ones the
+launcher's knobs (``reference_kernels.tuning.Tuning`` fields). The registers and spill bytes of
+every forward variant compiled are printed at the end (docs/perf/change-57.md).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-from typing import Any
+from dataclasses import replace
 
 import torch
 
 from benchmarks import fbgemm_peer
-from benchmarks.harness import DEV, TABLE_BYTES, Timer, table_batch
+from benchmarks.experiments.fbgemm_skew import Case, build, variant_changes
+from benchmarks.harness import DEV, TABLE_BYTES, Timer
 from reference_kernels import diagnostics, tuning
-from reference_kernels.tbe import TableBatchedEmbeddingBag
 
 BATCH, POOLING, TABLES = 8192, 30, 4
-KNOBS = {f.name: f.type for f in dataclasses.fields(tuning.Tuning)}
-
-
-def knobs_of(spec: str) -> dict[str, Any]:
-    """The ``tuned(...)`` changes of one spec: defines as overrides, the rest as knobs."""
-    defines, changes = [], {}
-    for item in filter(None, (part.strip() for part in spec.split(","))):
-        name, value = item.split("=")
-        if name.isupper():
-            defines.append((name, int(value)))
-        elif name not in KNOBS:
-            raise SystemExit(f"unknown knob {name!r} in spec {spec!r}")
-        else:
-            changes[name] = value.lower() in ("1", "true") if KNOBS[name] in (bool, "bool") else int(value)
-    return {"overrides": tuple(defines), **changes}
 
 
 def run(width: int, dtype: torch.dtype, alpha: float, mode: str, specs: list[str], timer: Timer) -> None:
     rows = min(1_000_000, TABLE_BYTES // (width * dtype.itemsize))
-    gen = torch.Generator(device=DEV).manual_seed(width)
-    pooling = "sum" if mode == "psw" else mode
-    tbe = TableBatchedEmbeddingBag([rows] * TABLES, width, pooling, dtype, DEV)
-    tbe.check_indices = False
-    tb = table_batch([rows] * TABLES, BATCH, [POOLING] * TABLES, alpha, gen)
-    psw = torch.rand(tb.indices.shape, generator=gen, device=DEV).to(dtype) if mode == "psw" else None
-    peer = fbgemm_peer.FbgemmForward(tbe.weight.detach(), [t * rows for t in range(TABLES)], tb.indices,
-                                     tb.offsets, pooling, psw)
+    label = f"4x{rows // 1000}Kx{width} a{alpha} {mode} {str(dtype).replace('torch.', '')}"
+    case = Case(label, [rows] * TABLES, width, BATCH, [POOLING] * TABLES, alpha, dtype,
+                "sum" if mode == "psw" else mode, psw=mode == "psw")
+    ours, peer = build(case, torch.Generator(device=DEV).manual_seed(width))
     tol = 1e-4 if dtype == torch.float32 else 2e-2
     times: dict[str, list[float]] = {spec: [] for spec in [*specs, "fbgemm"]}
     with torch.no_grad():
@@ -61,15 +41,11 @@ def run(width: int, dtype: torch.dtype, alpha: float, mode: str, specs: list[str
         for _ in range(2):
             times["fbgemm"].append(timer.median_us(peer))
             for spec in specs:
-                with tuning.tuned(**knobs_of(spec)):
-                    def ours() -> torch.Tensor:
-                        out: torch.Tensor = tbe(tb.indices, tb.offsets, psw)
-                        return out
+                with tuning.tuned(**variant_changes(spec)):
                     torch.testing.assert_close(ours().float(), expected.float(), rtol=tol, atol=tol)
                     times[spec].append(timer.median_us(ours))
     theirs = min(times["fbgemm"])
     cells = [f"{spec or 'pick'}: {min(times[spec]):.1f} us x{theirs / min(times[spec]):.2f}" for spec in specs]
-    label = f"4x{rows // 1000}Kx{width} a{alpha} {mode} {str(dtype).replace('torch.', '')}"
     print(f"{label:28s} fbgemm {theirs:.1f} us | " + " | ".join(cells), flush=True)
 
 
@@ -85,8 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     fbgemm_peer.locate(args.fbgemm)
     specs = args.specs.split(";")
-    for spec in specs:
-        knobs_of(spec)  # a typo fails before any device work
+    for spec in specs:  # an unknown knob fails here, before any device work
+        replace(tuning.current(), **variant_changes(spec))  # type: ignore[arg-type]
     timer = Timer(reps=args.reps)
     for width in (int(w) for w in args.widths.split(",")):
         for dtype in (getattr(torch, d) for d in args.dtypes.split(",")):
