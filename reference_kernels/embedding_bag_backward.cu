@@ -84,6 +84,9 @@
 #define PRELOAD 0
 #endif
 #define PRELOAD_ON (FUSED_OPT && PRELOAD)
+#ifndef ASYNC_AHEAD  // > 0: the chunk pass copies gradient rows into shared memory this many positions ahead
+#define ASYNC_AHEAD 0
+#endif
 #ifndef GRAD_F32  // 1: gradient rows written as float32 (the fused optimizers' compact gradient)
 #define GRAD_F32 0
 #endif
@@ -310,6 +313,51 @@ __device__ __forceinline__ int bag_of_position(i64 pos, const i64* bag_of, i64 b
   return pos <= 0x7fffffff && bag_size <= 0x7fffffff ? (int)((u32)pos / (u32)bag_size) : (int)(pos / bag_size);
 }
 
+#if ASYNC_AHEAD
+// The positions of one window of ROW_LANES sorted positions, one a lane (as the loop below).
+struct Window {
+  ROW_T row;
+  int bag;
+  float scale;
+};
+
+__device__ __forceinline__ Window load_window(i64 base, i64 end, int row_lane, const ROW_T* sorted_rows,
+                                              const i64* positions, const i64* bag_of, i64 bag_size,
+                                              const weight_t* per_sample_weights, const float* bag_scale,
+                                              float scale) {
+  Window w = {(ROW_T)-3, -1, scale};
+  if (base + row_lane < end) {
+    const i64 pos = positions[base + row_lane];
+    w.row = sorted_rows[base + row_lane];
+    w.bag = bag_of_position(pos, bag_of, bag_size);
+#if HAS_PSW
+    w.scale *= to_float(per_sample_weights[pos]);
+#endif
+#if HAS_SCALE
+    if (w.bag >= 0) w.scale *= bag_scale[w.bag];
+#endif
+  }
+  return w;
+}
+
+// cp.async (sm_80 and later): a 16-byte copy from global to shared memory that holds no register
+// while in flight; cached in L2 only (.cg: a gradient row is read once per position).
+__device__ __forceinline__ void copy_async16(void* dst, const void* src) {
+  const unsigned shared = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared), "l"(src) : "memory");
+}
+__device__ __forceinline__ void commit_async() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void wait_async() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+static_assert(sizeof(Vec) == 16, "ASYNC_AHEAD copies 16-byte vectors");
+static_assert(ASYNC_AHEAD <= ROW_LANES, "ASYNC_AHEAD: positions ahead within the next window");
+#define ASYNC_SLOTS (ASYNC_AHEAD + 1)  // one more than in flight: a slot is refilled an iteration after its read
+#endif
+
 // The kernel is bound by instruction issue, not by DRAM (Nsight Compute, run 20: 64 % SM
 // and 51 % DRAM throughput). To keep the per-position work small the team learns where
 // segments start once per ROW_LANES positions (one ballot), bags use 32-bit arithmetic, and
@@ -349,6 +397,79 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
 #if PRELOAD_ON
   if (cur != padding_idx && cur != prev_row) load_pre(open_pre, cur, dim, row_lane, fused);
 #endif
+#if ASYNC_AHEAD
+  // The same walk with the gradient rows copied into shared memory ASYNC_AHEAD positions ahead
+  // (cp.async): bytes in flight without registers. A wide row's team could keep one position's
+  // loads in flight in registers (12 floats a lane: two spill), too few to cover the latency of
+  // rows read in random order (docs/perf/change-58.md). Each lane copies and reads back only
+  // its own columns: it waits for its own copies, never for the team.
+  __shared__ Vec stage[ASYNC_SLOTS][CHUNKS][BLOCK];
+  const int n = (int)(end - begin);  // at most CHUNK_POS
+  Window now = load_window(begin, end, row_lane, sorted_rows, positions, bag_of, bag_size, per_sample_weights,
+                           bag_scale, scale);
+  Window next = load_window(begin + ROW_LANES, end, row_lane, sorted_rows, positions, bag_of, bag_size,
+                            per_sample_weights, bag_scale, scale);
+  // copies position j's columns into its slot (its window: `now`'s or, ahead of it, `next`'s)
+  auto issue = [&](int j, int in_window) {
+    const int from = in_window < ROW_LANES ? in_window : in_window - ROW_LANES;
+    const int b = __shfl_sync(mask, in_window < ROW_LANES ? now.bag : next.bag, from, ROW_LANES);
+    const int slot = j % ASYNC_SLOTS;
+    if (j < n && b >= 0) {
+#pragma unroll
+      for (int c = 0; c < CHUNKS; ++c) {
+        const i64 col = lane_col(col0, c, row_lane);
+        if (col < dim) copy_async16(&stage[slot][c][threadIdx.x], grad_out + (i64)b * dim + col);
+      }
+    }
+    commit_async();  // empty groups too: group j is position j's
+  };
+#pragma unroll
+  for (int d = 0; d < ASYNC_AHEAD; ++d) issue(d, d);
+  u32 starts = 0, in_bag = 0;
+#pragma unroll 1
+  for (int i = 0; i < n; ++i) {
+    const int m = i & (ROW_LANES - 1);
+    const int slot = i % ASYNC_SLOTS;
+    if (m == 0) {
+      if (i > 0) {
+        now = next;
+        next = load_window(begin + i + ROW_LANES, end, row_lane, sorted_rows, positions, bag_of, bag_size,
+                           per_sample_weights, bag_scale, scale);
+      }
+      const int count = n - i < ROW_LANES ? n - i : ROW_LANES;
+      ROW_T before = __shfl_up_sync(mask, now.row, 1, ROW_LANES);
+      if (row_lane == 0) before = (ROW_T)cur;
+      starts = (__ballot_sync(mask, row_lane < count && now.row != before) >> team_base) &
+               (ROW_LANES == 32 ? 0xffffffffu : (1u << (ROW_LANES & 31)) - 1u);
+      in_bag = __ballot_sync(mask, row_lane < count && now.bag >= 0) >> team_base;
+    }
+    const i64 r = (i64)__shfl_sync(mask, now.row, m, ROW_LANES);
+    const float factor = HAS_PSW || HAS_SCALE ? __shfl_sync(mask, now.scale, m, ROW_LANES) : scale;
+    const bool opens = (starts >> m) & 1u;
+    if (opens) {  // the open segment closed inside the chunk
+      carry |= flush_segment(cur, acc, first, false, prev_row, padding_idx, dim, col0, row_lane, chunk, grad_weight,
+                             partial, fused, open_pre);
+      zero(acc);
+      cur = r;
+      first = false;
+#if PRELOAD_ON
+      if (r != padding_idx) load_pre(open_pre, r, dim, row_lane, fused);
+#endif
+    }
+    wait_async<ASYNC_AHEAD - 1>();  // position i's group has landed (groups after it may not)
+    if ((in_bag >> m) & 1u) {
+#pragma unroll
+      for (int c = 0; c < CHUNKS; ++c) {
+        if (lane_col(col0, c, row_lane) >= dim) continue;
+        float values[VEC];
+        to_floats(stage[slot][c][threadIdx.x], values);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) acc.v[c][e] = fmaf(factor, values[e], acc.v[c][e]);
+      }
+    }
+    issue(i + ASYNC_AHEAD, m + ASYNC_AHEAD);
+  }
+#else
   for (i64 base = begin; base < end; base += ROW_LANES) {
     const int count = end - base < ROW_LANES ? (int)(end - base) : ROW_LANES;
     ROW_T my_row = (ROW_T)-3;  // shuffled as ROW_T: one 32-bit shuffle for int rows
@@ -418,6 +539,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
       }
     }
   }
+#endif  // ASYNC_AHEAD
   // the last segment: continued by the next chunk when that starts with the same row
   carry |= flush_segment(cur, acc, first, cur == next_row, prev_row, padding_idx, dim, col0, row_lane, chunk,
                          grad_weight, partial, fused, open_pre);

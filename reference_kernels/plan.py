@@ -812,6 +812,35 @@ def fused_chunk_defines(tiling: RowTiling, tuning: Tuning) -> Defines:
     return defines
 
 
+ASYNC_STATIC_SMEM = 48 * 1024  # a kernel's static shared memory limit
+
+
+def async_chunk_defines(tiling: RowTiling, elem_bytes: int, unroll: int, has_psw: bool, device: DeviceProps,
+                        tuning: Tuning) -> Defines:
+    """The chunk pass with its gradient rows copied into shared memory ahead of the walk
+    (embedding_bag_backward.cu, ASYNC_AHEAD), in blocks of ``backward_async_block`` threads, for
+    rows of 16-byte vectors where the registers would keep at most ``backward_async_max_unroll``
+    positions in flight (``unroll``: the register walk's UNROLL; wide rows: one). The blocks per
+    SM come first: as many as the registers the variant needs allow (nvcc -Xptxas -v: about
+    ``backward_async_regs_base``, ``backward_async_regs_per_float`` a float of the lane's row, 8
+    more with per-sample weights), then the positions ahead that their shared memory holds (and
+    a kernel's static 48 KB), up to the knob's. Empty where it does not apply."""
+    if (tuning.backward_async_ahead <= 0 or tiling.vec * elem_bytes != 16
+            or unroll > tuning.backward_async_max_unroll or device.arch < 80):
+        return {}
+    block = tuning.backward_async_block
+    floats = tiling.chunks * tiling.vec
+    regs = min(255, tuning.backward_async_regs_base + tuning.backward_async_regs_per_float * floats
+               + (8 if has_psw else 0))
+    min_blocks = max(1, min(device.regs_per_sm // (block * regs), device.max_threads_per_sm // block))
+    slot_bytes = tiling.chunks * 16 * block
+    block_smem = min(ASYNC_STATIC_SMEM, device.smem_per_sm // min_blocks - device.smem_reserved_per_block)
+    ahead = min(tuning.backward_async_ahead, tiling.row_lanes, block_smem // slot_bytes - 1)
+    if ahead < 1:
+        return {}
+    return {"ASYNC_AHEAD": ahead, "BLOCK": block, "MIN_BLOCKS": min_blocks}
+
+
 def plan_backward(call: BackwardCall, device: DeviceProps, tuning: Tuning) -> tuple[Plan, Plan]:
     """The chunk pass (a team per chunk and column tile) and the combine pass (a block per
     ``combine_items`` of them: the grid is known from the number of positions alone)."""
@@ -822,14 +851,17 @@ def plan_backward(call: BackwardCall, device: DeviceProps, tuning: Tuning) -> tu
     chunk_defines = {**defines, "BACKWARD_PASS": 1}
     if call.fused:
         chunk_defines.update(fused_chunk_defines(tiling, tuning))
+    chunk_defines.update(async_chunk_defines(tiling, call.elem_bytes, int(chunk_defines["UNROLL"]),  # type: ignore[call-overload]
+                                             call.has_psw, device, tuning))
+    chunk_block = int(chunk_defines["BLOCK"])  # type: ignore[call-overload]
     items = _ceil_div(call.num_positions, chunk) * tiling.col_tiles
-    grid = _ceil_div(items * tiling.row_lanes, BLOCK)
+    grid = _ceil_div(items * tiling.row_lanes, chunk_block)
     per_block, block = combine_items(tiling), combine_block(tiling)
     combine = {**defines, "BACKWARD_PASS": 2, "BLOCK": block, "COMBINE_ITEMS": per_block,
                "COMBINE_PROBE": COMBINE_PROBE}
     why = f"chunks of {chunk} sorted positions"
     return (_plan(BACKWARD, "embedding_bag_backward", chunk_defines, grid, why, col_tiles=tiling.col_tiles,
-                  chunk_positions=chunk),
+                  chunk_positions=chunk, block=chunk_block),
             _plan(BACKWARD, "embedding_bag_backward_combine", combine, _ceil_div(items, per_block), why,
                   f"{per_block} items a block of {block}; runs over {COMBINE_PROBE + 1} chunks: the whole block",
                   block=block, col_tiles=tiling.col_tiles, chunk_positions=chunk))

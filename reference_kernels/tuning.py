@@ -86,6 +86,14 @@ class Tuning:
     backward_preload_max_floats: int = 12
     backward_preload_rows: int = 2
     backward_preload_min_blocks: int = 3
+    # the chunk pass's gradient rows copied into shared memory (cp.async, plan.async_chunk_defines):
+    # up to backward_async_ahead positions in flight a team where the registers would keep at
+    # most backward_async_max_unroll (rows of 16-byte vectors), in blocks of backward_async_block
+    backward_async_ahead: int = 3
+    backward_async_max_unroll: int = 1
+    backward_async_block: int = 128
+    backward_async_regs_base: int = 48  # registers a thread needs: base + per float of the lane's row
+    backward_async_regs_per_float: int = 4
     own_sort: bool = True  # the backward's int32 keys: radix_sort.cu over the rows' bits (False: torch.sort)
     overlap_zero_fill: bool = True  # zero untouched rows on a side stream (few lookups per row)
     overlap_max_lookups_per_row: float = 0.1

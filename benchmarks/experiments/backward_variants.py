@@ -9,7 +9,10 @@ trip per closed segment, reading the row it updates only once the segment's sum 
 beside its gradient loads, with two positions in flight and three blocks per SM. The other
 variants (reference_kernels/tuning.py) change one knob of that: ``rows4`` four positions in
 flight, ``blocks2`` two blocks per SM, ``chunk64`` / ``chunk32`` shorter chunks; ``torch-sort``
-sorts the keys with torch.sort instead of radix_sort.cu (change 56). For each case of the training suite
+sorts the keys with torch.sort instead of radix_sort.cu (change 56). Change 58 copies the gradient rows
+of the chunk pass into shared memory ahead of its walk where the registers held one position
+(3 ahead by default): ``registers`` turns that off, ``async6`` keeps 6 ahead, ``async-narrow``
+takes it for rows with two positions in registers too. For each case of the training suite
 (benchmarks/training_suite.py) whose name contains one of ``--only``: FBGEMM's step, then ours
 under each variant, as GPU time (median of the suite's 20 L2-flushed steps) and × FBGEMM.
 """
@@ -31,6 +34,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "chunk64": {"backward_chunks": (64, 32)},
     "chunk32": {"backward_chunks": (32,)},
     "torch-sort": {"own_sort": False},
+    # change 58: the chunk pass's gradient rows copied into shared memory ahead of the walk
+    # (the default for wide rows since: "default" holds them in registers)
+    "registers": {"backward_async_ahead": 0},
+    "async6": {"backward_async_ahead": 6},
+    "async-narrow": {"backward_async_max_unroll": 2},
 }
 
 DEFAULT_ONLY = ("4Mx128 B6912 L100 uniform", "4Mx128 B6912 L100 zipf1.2", "10Mx192 B65536 L32 zipf1.2 sgd",

@@ -47,6 +47,10 @@ NVCC_VARIANTS: dict[str, list[str]] = {
     ],
     "embedding_bag_backward.cu": ["", "-DWEIGHT_DTYPE=2 -DVEC=8 -DROW_LANES=16 -DHAS_PSW=1 -DHAS_SCALE=1",
                                   "-DBACKWARD_PASS=1 -DVEC=4 -DROW_LANES=16 -DCHUNKS=3 -DUNROLL=1",
+                                  "-DBACKWARD_PASS=1 -DVEC=4 -DROW_LANES=16 -DCHUNKS=3 -DASYNC_AHEAD=3 -DBLOCK=128 "
+                                  "-DMIN_BLOCKS=5 -DHAS_PSW=1 -DROW_T=int",
+                                  "-DBACKWARD_PASS=1 -DWEIGHT_DTYPE=1 -DVEC=8 -DROW_LANES=32 -DCHUNKS=2 -DASYNC_AHEAD=3 "
+                                  "-DBLOCK=128 -DMIN_BLOCKS=4 -DGRAD_F32=1 -DHAS_SCALE=1",
                                   "-DBACKWARD_PASS=3 -DFILL_BYTES=2 -DINDEX_T=int",
                                   "-DBACKWARD_PASS=1 -DROW_T=int -DCHUNK_POS=32 -DHAS_SCALE=1 -DSTREAMING_ROWS=0",
                                   "-DBACKWARD_PASS=1 -DGRAD_F32=1 -DWEIGHT_DTYPE=1 -DVEC=8 -DROW_LANES=16 -DROW_T=int",
@@ -447,7 +451,8 @@ def test_the_combine_pass_covers_every_chunk_in_blocks_sized_by_the_row() -> Non
             assert per_block <= teams and teams & (teams - 1) == 0
             assert (combine.blocks - 1) * per_block < items <= combine.blocks * per_block
             assert combine.define("COMBINE_PROBE") == plan.COMBINE_PROBE
-            assert chunk_pass.block == 256 and "BACKWARD_PASS" in dict(chunk_pass.defines)
+            assert chunk_pass.block == chunk_pass.define("BLOCK") and "BACKWARD_PASS" in dict(chunk_pass.defines)
+            assert chunk_pass.block == (128 if "ASYNC_AHEAD" in dict(chunk_pass.defines) else 256)
 
 
 @needs_nvrtc
@@ -493,8 +498,9 @@ def _fused_chunk_picks() -> list[str]:
                     if tiling.col_tiles > 1:
                         continue
                     defines = dict(plan.plan_backward(call, HOPPER, KNOBS)[0].defines)
-                    key = tuple(defines[k] for k in ("WEIGHT_DTYPE", "VEC", "ROW_LANES", "CHUNKS", "UNROLL",
-                                                     "MIN_BLOCKS", "PRELOAD", "OPTIMIZER", "HAS_PSW"))
+                    key = tuple(defines.get(k) for k in ("WEIGHT_DTYPE", "VEC", "ROW_LANES", "CHUNKS", "UNROLL",
+                                                         "MIN_BLOCKS", "PRELOAD", "OPTIMIZER", "HAS_PSW",
+                                                         "ASYNC_AHEAD"))
                     picks.setdefault(key, " ".join(f"-D{k}={v}" for k, v in defines.items()))
     return list(picks.values())
 
@@ -551,15 +557,61 @@ def test_the_fused_chunk_pass_preloads_rows_that_fit() -> None:
         "PRELOAD": 1, "UNROLL": 2, "MIN_BLOCKS": 3}
     assert {k: chunk_defines(32, 4)[k] for k in ("PRELOAD", "UNROLL", "MIN_BLOCKS")} == {
         "PRELOAD": 1, "UNROLL": 2, "MIN_BLOCKS": 3}
-    assert {k: chunk_defines(192, 4)[k] for k in ("PRELOAD", "UNROLL", "MIN_BLOCKS")} == {
+    registers = replace(KNOBS, backward_async_ahead=0)  # wide rows' gradient rows in registers too
+    assert {k: chunk_defines(192, 4, registers)[k] for k in ("PRELOAD", "UNROLL", "MIN_BLOCKS")} == {
         "PRELOAD": 1, "UNROLL": 1, "MIN_BLOCKS": 2}
     assert {k: chunk_defines(128, 2)[k] for k in ("PRELOAD", "UNROLL", "MIN_BLOCKS")} == {
         "PRELOAD": 1, "UNROLL": 2, "MIN_BLOCKS": 2}  # 8 halves a lane
-    assert chunk_defines(1024, 4)["PRELOAD"] == 0 and chunk_defines(1024, 4)["MIN_BLOCKS"] == 2
+    assert chunk_defines(1024, 4, registers)["PRELOAD"] == 0 and chunk_defines(1024, 4, registers)["MIN_BLOCKS"] == 2
     assert chunk_defines(128, 4, replace(KNOBS, backward_preload=False))["PRELOAD"] == 0
     plain = plan.BackwardCall(grad_dtype=0, elem_bytes=4, dim=128, grad_align=0, num_positions=691_200,
                               row_type="int", has_psw=False, has_scale=False, grad_f32=False)
     assert "PRELOAD" not in dict(plan.plan_backward(plain, HOPPER, KNOBS)[0].defines)
+
+
+def test_the_chunk_pass_copies_gradient_rows_ahead_where_registers_hold_one() -> None:
+    """Change 58: where the register walk keeps one position in flight (UNROLL 1: rows of 2 or
+    more 16-byte vectors a lane, fused or not) the chunk pass copies the gradient rows into
+    shared memory 3 positions ahead, in blocks of 128 at the blocks per SM its registers allow;
+    rows with two or more positions in registers, rows of narrower vectors and pre-sm_80 GPUs
+    keep the register walk; the positions ahead shrink to what a block's 48 KB of static shared
+    memory and the SM's shared memory hold; the grid covers every (chunk, column tile) team."""
+    from reference_kernels import plan
+
+    def chunk_pass(dim: int, size: int, *, fused: bool = True, psw: bool = False, align: int = 0,
+                   knobs: Tuning = KNOBS, device: plan.DeviceProps = HOPPER) -> plan.Plan:
+        opt = (("FUSED_OPT", 1), ("OPTIMIZER", 1), ("STOCHASTIC", 0)) if fused else ()
+        call = plan.BackwardCall(grad_dtype=0 if size == 4 else 1, elem_bytes=size, dim=dim, grad_align=align,
+                                 num_positions=2_097_152, row_type="int", has_psw=psw, has_scale=False,
+                                 grad_f32=False, fused=opt)
+        return plan.plan_backward(call, device, knobs)[0]
+
+    def picked(p: plan.Plan) -> tuple[int, int, int]:
+        d = dict(p.defines)
+        return int(d.get("ASYNC_AHEAD", 0)), p.block, int(d["MIN_BLOCKS"])  # type: ignore[call-overload]
+
+    assert picked(chunk_pass(192, 4)) == (3, 128, 5)  # 12 floats a lane: 96 registers, five blocks
+    assert picked(chunk_pass(192, 4, psw=True)) == (3, 128, 4)
+    assert picked(chunk_pass(192, 4, fused=False)) == (3, 128, 5)
+    assert picked(chunk_pass(520, 4)) == (3, 128, 5)  # two column tiles of 32 x 3 vectors
+    assert picked(chunk_pass(1024, 4))[:2] == (3, 128)
+    for dim, size in ((128, 4), (32, 4), (128, 2), (64, 2)):  # two positions in registers
+        assert picked(chunk_pass(dim, size))[0] == 0, (dim, size)
+    assert picked(chunk_pass(192, 4, align=8))[0] == 0  # 8-byte vectors
+    assert picked(chunk_pass(192, 4, knobs=replace(KNOBS, backward_async_ahead=0))) == (0, 256, 2)
+    assert picked(chunk_pass(192, 4, device=replace(HOPPER, arch=75)))[0] == 0
+    many = replace(KNOBS, backward_async_ahead=16)
+    assert picked(chunk_pass(192, 4, knobs=many))[0] == 6  # 7 slots of 128 x 48 bytes: 43 KB
+    # 4 floats a lane: 64 registers, eight blocks; 228 KB / 8 - 1 KB holds 13 slots of 2 KB
+    assert picked(chunk_pass(128, 4, knobs=replace(many, backward_async_max_unroll=2))) == (12, 128, 8)
+    for dim, size in ((192, 4), (1024, 2), (520, 4)):
+        p = chunk_pass(dim, size, knobs=many)
+        ahead, block, blocks_per_sm = picked(p)
+        tiling = plan.RowTiling.for_row(dim, plan.vector_width(dim, size, 0))
+        smem = (ahead + 1) * tiling.chunks * 16 * block
+        assert smem <= 48 * 1024 and blocks_per_sm * (smem + HOPPER.smem_reserved_per_block) <= HOPPER.smem_per_sm
+        teams = -(-2_097_152 // p.chunk_positions) * tiling.col_tiles
+        assert (p.blocks - 1) * block < teams * tiling.row_lanes <= p.blocks * block
 
 
 def test_vector_width_and_row_tiling() -> None:

@@ -357,3 +357,64 @@ def test_fused_embedding_module(gen: torch.Generator) -> None:
     torch.testing.assert_close(emb.weight.double(), w64, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(state.state1.double(), s64, rtol=1e-5, atol=1e-7)
     assert torch.equal(emb.weight[5], w_before[5]), "the padding row must not move"
+
+
+# ---------------------------------------------------------------- the chunk pass's shared-memory copies
+
+ASYNC_SHAPES = [(192, 6, 128), (200, 16, 64), (256, 1, 128), (520, 3, 128), (128, 6, 128), (32, 8, 128)]
+
+
+@pytest.mark.parametrize("dim, ahead, block", ASYNC_SHAPES, ids=[f"d{d}-ahead{a}-block{b}" for d, a, b in ASYNC_SHAPES])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", ["sparse", *SPECS])
+@pytest.mark.parametrize("layout, mode, use_psw, padding",
+                         [("fixed", "sum", True, False), ("csr", "mean", False, True)])
+def test_async_chunk_pass_equals_register_chunk_pass(name: str, dtype: torch.dtype, dim: int, ahead: int, block: int,
+                                                     layout: str, mode: str, use_psw: bool, padding: bool,
+                                                     gen: torch.Generator, tune: Callable[..., None]) -> None:
+    """The chunk pass that copies gradient rows into shared memory ahead of its walk
+    (ASYNC_AHEAD) sums the same positions in the same order as the one that loads them into
+    registers: the sparse gradient, and each fused optimizer's weights and state after two
+    steps, are bit-identical. The copies are forced onto every shape here (the planner takes
+    them for wide rows only). Widths: a partly idle last vector column (200), two column tiles
+    (520 float32: the compact gradient), narrow teams (32: four to a warp), one position ahead
+    and as many as the window."""
+    from reference_kernels import plan, tuning
+    from reference_kernels.launch import device_props
+
+    rows, pad = 1500, (9 if padding else None)
+    spec = None if name == "sparse" else SPECS[name]
+    start = torch.randn(rows, dim, generator=gen, device="cuda").to(dtype)
+    steps = []
+    for _ in range(2):
+        lk = make_lookups(layout, 256, 10, rows, gen, pad)
+        psw = torch.rand(lk["input"].shape, generator=gen, device="cuda").to(dtype) if use_psw else None
+        steps.append((lk, psw, torch.randn(256, dim, generator=gen, device="cuda").to(dtype)))
+    forced = {"backward_async_ahead": ahead, "backward_async_block": block, "backward_async_max_unroll": 8}
+    results = []
+    for knobs in ({"backward_async_ahead": 0}, forced):
+        tune(**knobs)
+        bag = rk.EmbeddingBag(rows, dim, mode=mode, padding_idx=pad, device="cuda", dtype=dtype,
+                              include_last_offset=False, sparse=spec is None, optimizer=spec)
+        with torch.no_grad():
+            bag.weight.copy_(start)
+        grads = []
+        for lk, psw, grad_out in steps:
+            bag(lk["input"], lk["offsets"], psw).backward(grad_out)
+            if spec is None:
+                grads.append(bag.weight.grad.coalesce())
+                bag.weight.grad = None
+        state = [] if spec is None else [bag.fused_state(bag.weight).state1, bag.fused_state(bag.weight).state2]
+        results.append((bag.weight.detach().clone(), grads, [s.clone() for s in state]))
+    call = plan.BackwardCall(grad_dtype=0, elem_bytes=start.element_size(), dim=dim, grad_align=16,
+                             num_positions=2560, row_type="int", has_psw=use_psw, has_scale=mode == "mean",
+                             grad_f32=False)
+    with tuning.tuned(**forced):
+        chunk_pass, _ = plan.plan_backward(call, device_props(start.device), tuning.current())
+    assert dict(chunk_pass.defines).get("ASYNC_AHEAD", 0) >= 1, "the shape must take the shared-memory copies"
+    (w0, g0, s0), (w1, g1, s1) = results
+    assert torch.equal(w0, w1), "weights differ"
+    for a, b in zip(g0, g1, strict=True):
+        assert torch.equal(a.indices(), b.indices()) and torch.equal(a.values(), b.values()), "sparse gradients differ"
+    for a, b in zip(s0, s1, strict=True):
+        assert torch.equal(a, b), "optimizer state differs"
