@@ -815,23 +815,24 @@ def fused_chunk_defines(tiling: RowTiling, tuning: Tuning) -> Defines:
 ASYNC_STATIC_SMEM = 48 * 1024  # a kernel's static shared memory limit
 
 
-def async_chunk_defines(tiling: RowTiling, elem_bytes: int, unroll: int, has_psw: bool, device: DeviceProps,
-                        tuning: Tuning) -> Defines:
+def async_chunk_defines(tiling: RowTiling, elem_bytes: int, unroll: int, has_psw: bool, adam: bool,
+                        device: DeviceProps, tuning: Tuning) -> Defines:
     """The chunk pass with its gradient rows copied into shared memory ahead of the walk
     (embedding_bag_backward.cu, ASYNC_AHEAD), in blocks of ``backward_async_block`` threads, for
     rows of 16-byte vectors where the registers would keep at most ``backward_async_max_unroll``
     positions in flight (``unroll``: the register walk's UNROLL; wide rows: one). The blocks per
     SM come first: as many as the registers the variant needs allow (nvcc -Xptxas -v: about
     ``backward_async_regs_base``, ``backward_async_regs_per_float`` a float of the lane's row, 8
-    more with per-sample weights), then the positions ahead that their shared memory holds (and
-    a kernel's static 48 KB), up to the knob's. Empty where it does not apply."""
+    more with per-sample weights, 8 more for Adam's two state rows), then the positions ahead
+    that their shared memory holds (and a kernel's static 48 KB), up to the knob's. Empty where
+    it does not apply."""
     if (tuning.backward_async_ahead <= 0 or tiling.vec * elem_bytes != 16
             or unroll > tuning.backward_async_max_unroll or device.arch < 80):
         return {}
     block = tuning.backward_async_block
     floats = tiling.chunks * tiling.vec
     regs = min(255, tuning.backward_async_regs_base + tuning.backward_async_regs_per_float * floats
-               + (8 if has_psw else 0))
+               + 8 * (int(has_psw) + int(adam)))
     min_blocks = max(1, min(device.regs_per_sm // (block * regs), device.max_threads_per_sm // block))
     slot_bytes = tiling.chunks * 16 * block
     block_smem = min(ASYNC_STATIC_SMEM, device.smem_per_sm // min_blocks - device.smem_reserved_per_block)
@@ -852,7 +853,7 @@ def plan_backward(call: BackwardCall, device: DeviceProps, tuning: Tuning) -> tu
     if call.fused:
         chunk_defines.update(fused_chunk_defines(tiling, tuning))
     chunk_defines.update(async_chunk_defines(tiling, call.elem_bytes, int(chunk_defines["UNROLL"]),  # type: ignore[call-overload]
-                                             call.has_psw, device, tuning))
+                                             call.has_psw, dict(call.fused).get("OPTIMIZER") == 2, device, tuning))
     chunk_block = int(chunk_defines["BLOCK"])  # type: ignore[call-overload]
     items = _ceil_div(call.num_positions, chunk) * tiling.col_tiles
     grid = _ceil_div(items * tiling.row_lanes, chunk_block)

@@ -60,23 +60,32 @@ __device__ __forceinline__ int block_exclusive_sum(int value, int* total) {
   return before + inclusive - value;
 }
 
+// A counter per (warp, digit): an atomic per key, which collide only on a warp's equal digits
+// (a hot row's keys). Adding a warp's equal digits at once through __match_any_sync cost more on
+// every key than the collisions do (change 58: 2.1M keys, uniform 201 -> 155 us a sort, Zipf
+// 1.2 128 -> 116 us, H100).
 extern "C" __global__ void __launch_bounds__(BLOCK) radix_histogram(const int* __restrict__ keys, i64 n, int shift,
                                                                    int* __restrict__ counts, i64 tiles) {
-  __shared__ int hist[RADIX];
-  hist[threadIdx.x] = 0;
-  __syncthreads();
+  __shared__ int hist[WARPS][RADIX];
   const i64 base = (i64)blockIdx.x * TILE;
-  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
 #pragma unroll
-  for (int u = 0; u < ITEMS; ++u) {
-    const i64 i = base + u * BLOCK + threadIdx.x;
-    const int d = i < n ? digit_of(__ldg(keys + i), shift) : RADIX;
-    // one shared atomic per distinct digit of the warp: skewed keys (a hot row) do not serialise
-    const u32 peers = __match_any_sync(0xffffffffu, d);
-    if (d < RADIX && lane == __ffs(peers) - 1) atomicAdd(hist + d, __popc(peers));
-  }
+  for (int w = 0; w < WARPS; ++w) hist[w][threadIdx.x] = 0;
   __syncthreads();
-  counts[(i64)threadIdx.x * tiles + blockIdx.x] = hist[threadIdx.x];
+  int key[ITEMS];
+#pragma unroll
+  for (int u = 0; u < ITEMS; ++u) {  // every load issued before the first atomic
+    const i64 i = base + u * BLOCK + threadIdx.x;
+    key[u] = i < n ? __ldg(keys + i) : 0;
+  }
+#pragma unroll
+  for (int u = 0; u < ITEMS; ++u)
+    if (base + u * BLOCK + threadIdx.x < n) atomicAdd(&hist[warp][digit_of(key[u], shift)], 1);
+  __syncthreads();
+  int sum = 0;
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w) sum += hist[w][threadIdx.x];
+  counts[(i64)threadIdx.x * tiles + blockIdx.x] = sum;
 }
 
 extern "C" __global__ void __launch_bounds__(BLOCK) radix_scan(int* __restrict__ counts, i64 tiles,

@@ -49,8 +49,8 @@ NVCC_VARIANTS: dict[str, list[str]] = {
                                   "-DBACKWARD_PASS=1 -DVEC=4 -DROW_LANES=16 -DCHUNKS=3 -DUNROLL=1",
                                   "-DBACKWARD_PASS=1 -DVEC=4 -DROW_LANES=16 -DCHUNKS=3 -DASYNC_AHEAD=3 -DBLOCK=128 "
                                   "-DMIN_BLOCKS=5 -DHAS_PSW=1 -DROW_T=int",
-                                  "-DBACKWARD_PASS=1 -DWEIGHT_DTYPE=1 -DVEC=8 -DROW_LANES=32 -DCHUNKS=2 -DASYNC_AHEAD=3 "
-                                  "-DBLOCK=128 -DMIN_BLOCKS=4 -DGRAD_F32=1 -DHAS_SCALE=1",
+                                  "-DBACKWARD_PASS=1 -DWEIGHT_DTYPE=1 -DVEC=8 -DROW_LANES=32 -DCHUNKS=2 "
+                                  "-DASYNC_AHEAD=3 -DBLOCK=128 -DMIN_BLOCKS=4 -DGRAD_F32=1 -DHAS_SCALE=1",
                                   "-DBACKWARD_PASS=3 -DFILL_BYTES=2 -DINDEX_T=int",
                                   "-DBACKWARD_PASS=1 -DROW_T=int -DCHUNK_POS=32 -DHAS_SCALE=1 -DSTREAMING_ROWS=0",
                                   "-DBACKWARD_PASS=1 -DGRAD_F32=1 -DWEIGHT_DTYPE=1 -DVEC=8 -DROW_LANES=16 -DROW_T=int",
