@@ -852,16 +852,23 @@ def plan_backward(call: BackwardCall, device: DeviceProps, tuning: Tuning) -> tu
     chunk_defines = {**defines, "BACKWARD_PASS": 1}
     if call.fused:
         chunk_defines.update(fused_chunk_defines(tiling, tuning))
-    chunk_defines.update(async_chunk_defines(tiling, call.elem_bytes, int(chunk_defines["UNROLL"]),  # type: ignore[call-overload]
-                                             call.has_psw, dict(call.fused).get("OPTIMIZER") == 2, device, tuning))
-    chunk_block = int(chunk_defines["BLOCK"])  # type: ignore[call-overload]
+    unroll = chunk_defines["UNROLL"]
+    assert isinstance(unroll, int)
+    copies = async_chunk_defines(tiling, call.elem_bytes, unroll, call.has_psw,
+                                 dict(call.fused).get("OPTIMIZER") == 2, device, tuning)
+    chunk_defines.update(copies)
+    chunk_block = copies.get("BLOCK", BLOCK)
+    assert isinstance(chunk_block, int)
     items = _ceil_div(call.num_positions, chunk) * tiling.col_tiles
     grid = _ceil_div(items * tiling.row_lanes, chunk_block)
     per_block, block = combine_items(tiling), combine_block(tiling)
     combine = {**defines, "BACKWARD_PASS": 2, "BLOCK": block, "COMBINE_ITEMS": per_block,
                "COMBINE_PROBE": COMBINE_PROBE}
     why = f"chunks of {chunk} sorted positions"
-    return (_plan(BACKWARD, "embedding_bag_backward", chunk_defines, grid, why, col_tiles=tiling.col_tiles,
+    chunk_why = (why,) if not copies else (
+        why, f"gradient rows copied into shared memory {copies['ASYNC_AHEAD']} positions ahead "
+             f"(registers would hold one), {copies['MIN_BLOCKS']} blocks of {chunk_block} per SM")
+    return (_plan(BACKWARD, "embedding_bag_backward", chunk_defines, grid, *chunk_why, col_tiles=tiling.col_tiles,
                   chunk_positions=chunk, block=chunk_block),
             _plan(BACKWARD, "embedding_bag_backward_combine", combine, _ceil_div(items, per_block), why,
                   f"{per_block} items a block of {block}; runs over {COMBINE_PROBE + 1} chunks: the whole block",
