@@ -313,20 +313,20 @@ __device__ __forceinline__ int bag_of_position(i64 pos, const i64* bag_of, i64 b
   return pos <= 0x7fffffff && bag_size <= 0x7fffffff ? (int)((u32)pos / (u32)bag_size) : (int)(pos / bag_size);
 }
 
-#if ASYNC_AHEAD
-// The positions of one window of ROW_LANES sorted positions, one a lane (as the loop below).
+// The positions of one window of ROW_LANES sorted positions from `base`, one a lane (`here`: the
+// lane's position exists; else row -3, in no bag). Shuffled as ROW_T: one 32-bit shuffle for int rows.
 struct Window {
   ROW_T row;
   int bag;
   float scale;
 };
 
-__device__ __forceinline__ Window load_window(i64 base, i64 end, int row_lane, const ROW_T* sorted_rows,
+__device__ __forceinline__ Window load_window(i64 base, bool here, int row_lane, const ROW_T* sorted_rows,
                                               const i64* positions, const i64* bag_of, i64 bag_size,
                                               const weight_t* per_sample_weights, const float* bag_scale,
                                               float scale) {
   Window w = {(ROW_T)-3, -1, scale};
-  if (base + row_lane < end) {
+  if (here) {
     const i64 pos = positions[base + row_lane];
     w.row = sorted_rows[base + row_lane];
     w.bag = bag_of_position(pos, bag_of, bag_size);
@@ -340,6 +340,19 @@ __device__ __forceinline__ Window load_window(i64 base, i64 end, int row_lane, c
   return w;
 }
 
+// Bit j of `starts`: the window's position j opens a segment (its row differs from the one
+// before; before lane 0 comes the open segment's row `cur`); of `in_bag`: position j is in a bag.
+// Only the first `count` positions count.
+__device__ __forceinline__ void window_bits(const Window& w, i64 cur, int count, int row_lane, u32 mask,
+                                            int team_base, u32& starts, u32& in_bag) {
+  ROW_T before = __shfl_up_sync(mask, w.row, 1, ROW_LANES);
+  if (row_lane == 0) before = (ROW_T)cur;
+  starts = (__ballot_sync(mask, row_lane < count && w.row != before) >> team_base) &
+           (ROW_LANES == 32 ? 0xffffffffu : (1u << (ROW_LANES & 31)) - 1u);
+  in_bag = __ballot_sync(mask, row_lane < count && w.bag >= 0) >> team_base;
+}
+
+#if ASYNC_AHEAD
 // cp.async (sm_80 and later): a 16-byte copy from global to shared memory that holds no register
 // while in flight; cached in L2 only (.cg: a gradient row is read once per position).
 __device__ __forceinline__ void copy_async16(void* dst, const void* src) {
@@ -405,10 +418,11 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
   // its own columns: it waits for its own copies, never for the team.
   __shared__ Vec stage[ASYNC_SLOTS][CHUNKS][BLOCK];
   const int n = (int)(end - begin);  // at most CHUNK_POS
-  Window now = load_window(begin, end, row_lane, sorted_rows, positions, bag_of, bag_size, per_sample_weights,
-                           bag_scale, scale);
-  Window next = load_window(begin + ROW_LANES, end, row_lane, sorted_rows, positions, bag_of, bag_size,
-                            per_sample_weights, bag_scale, scale);
+  auto window_at = [&](i64 base) {
+    return load_window(base, base + row_lane < end, row_lane, sorted_rows, positions, bag_of, bag_size,
+                       per_sample_weights, bag_scale, scale);
+  };
+  Window now = window_at(begin), next = window_at(begin + ROW_LANES);
   // copies position j's columns into its slot (its window: `now`'s or, ahead of it, `next`'s)
   auto issue = [&](int j, int in_window) {
     const int from = in_window < ROW_LANES ? in_window : in_window - ROW_LANES;
@@ -433,15 +447,9 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
     if (m == 0) {
       if (i > 0) {
         now = next;
-        next = load_window(begin + i + ROW_LANES, end, row_lane, sorted_rows, positions, bag_of, bag_size,
-                           per_sample_weights, bag_scale, scale);
+        next = window_at(begin + i + ROW_LANES);
       }
-      const int count = n - i < ROW_LANES ? n - i : ROW_LANES;
-      ROW_T before = __shfl_up_sync(mask, now.row, 1, ROW_LANES);
-      if (row_lane == 0) before = (ROW_T)cur;
-      starts = (__ballot_sync(mask, row_lane < count && now.row != before) >> team_base) &
-               (ROW_LANES == 32 ? 0xffffffffu : (1u << (ROW_LANES & 31)) - 1u);
-      in_bag = __ballot_sync(mask, row_lane < count && now.bag >= 0) >> team_base;
+      window_bits(now, cur, n - i < ROW_LANES ? n - i : ROW_LANES, row_lane, mask, team_base, starts, in_bag);
     }
     const i64 r = (i64)__shfl_sync(mask, now.row, m, ROW_LANES);
     const float factor = HAS_PSW || HAS_SCALE ? __shfl_sync(mask, now.scale, m, ROW_LANES) : scale;
@@ -472,26 +480,10 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
 #else
   for (i64 base = begin; base < end; base += ROW_LANES) {
     const int count = end - base < ROW_LANES ? (int)(end - base) : ROW_LANES;
-    ROW_T my_row = (ROW_T)-3;  // shuffled as ROW_T: one 32-bit shuffle for int rows
-    int my_bag = -1;
-    float my_scale = scale;
-    if (row_lane < count) {
-      const i64 pos = positions[base + row_lane];
-      my_row = sorted_rows[base + row_lane];
-      my_bag = bag_of_position(pos, bag_of, bag_size);
-#if HAS_PSW
-      my_scale *= to_float(per_sample_weights[pos]);
-#endif
-#if HAS_SCALE
-      if (my_bag >= 0) my_scale *= bag_scale[my_bag];
-#endif
-    }
-    // bit j: position base + j starts a new segment (its row differs from the one before)
-    ROW_T before = __shfl_up_sync(mask, my_row, 1, ROW_LANES);
-    if (row_lane == 0) before = (ROW_T)cur;
-    const u32 starts = (__ballot_sync(mask, row_lane < count && my_row != before) >> team_base) &
-                       (ROW_LANES == 32 ? 0xffffffffu : (1u << (ROW_LANES & 31)) - 1u);
-    const u32 in_bag = (__ballot_sync(mask, row_lane < count && my_bag >= 0) >> team_base);
+    const Window w = load_window(base, row_lane < count, row_lane, sorted_rows, positions, bag_of, bag_size,
+                                 per_sample_weights, bag_scale, scale);
+    u32 starts, in_bag;
+    window_bits(w, cur, count, row_lane, mask, team_base, starts, in_bag);
 #pragma unroll 1  // the flush code is inlined once per u below: keep the compile short
     for (int m = 0; m < count; m += UNROLL_EFF) {
       Vec g[UNROLL_EFF][CHUNKS];
@@ -500,9 +492,9 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
 #endif
 #pragma unroll
       for (int u = 0; u < UNROLL_EFF; ++u) {  // issue the loads ...
-        const int b = __shfl_sync(mask, my_bag, m + u, ROW_LANES);
+        const int b = __shfl_sync(mask, w.bag, m + u, ROW_LANES);
 #if PRELOAD_ON
-        const i64 r = (i64)__shfl_sync(mask, my_row, m + u, ROW_LANES);
+        const i64 r = (i64)__shfl_sync(mask, w.row, m + u, ROW_LANES);
         if (((starts >> (m + u)) & 1u) && r != padding_idx) load_pre(pre[u], r, dim, row_lane, fused);
 #endif
         if (!((in_bag >> (m + u)) & 1u)) continue;  // also false past `count`
@@ -515,9 +507,9 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
 #pragma unroll
       for (int u = 0; u < UNROLL_EFF; ++u) {  // ... then add them in position order
         if (m + u >= count) break;  // same decision for the whole team
-        const i64 r = (i64)__shfl_sync(mask, my_row, m + u, ROW_LANES);
+        const i64 r = (i64)__shfl_sync(mask, w.row, m + u, ROW_LANES);
         // without per-sample weights or bag scales every position's factor is `scale`
-        const float factor = HAS_PSW || HAS_SCALE ? __shfl_sync(mask, my_scale, m + u, ROW_LANES) : scale;
+        const float factor = HAS_PSW || HAS_SCALE ? __shfl_sync(mask, w.scale, m + u, ROW_LANES) : scale;
         if ((starts >> (m + u)) & 1u) {  // the open segment closed inside the chunk
           carry |= flush_segment(cur, acc, first, false, prev_row, padding_idx, dim, col0, row_lane, chunk,
                                  grad_weight, partial, fused, open_pre);
