@@ -404,8 +404,9 @@ def test_async_chunk_pass_equals_register_chunk_pass(name: str, dtype: torch.dty
             if spec is None:
                 grads.append(bag.weight.grad.coalesce())
                 bag.weight.grad = None
-        state = [] if spec is None else [bag.fused_state(bag.weight).state1, bag.fused_state(bag.weight).state2]
-        results.append((bag.weight.detach().clone(), grads, [s.clone() for s in state]))
+        fused = None if spec is None else bag.fused_state(bag.weight)
+        state = [] if fused is None else [fused.state1.clone(), fused.state2.clone()]
+        results.append((bag.weight.detach().clone(), grads, state))
     call = plan.BackwardCall(grad_dtype=0, elem_bytes=start.element_size(), dim=dim, grad_align=16,
                              num_positions=2560, row_type="int", has_psw=use_psw, has_scale=mode == "mean",
                              grad_f32=False)
