@@ -1,7 +1,7 @@
 """Binds the compiled host path (``host.py``) to the layers above it: the launcher (its
 POISON_OUTPUTS), the index check (its default mode, tokens and ledgers), the tuning knobs and the
-ops' backward functions (``ops.host_path_backward``, ``tbe.host_path_backward``), which the library
-calls back (``csrc/host_path.cpp``, ``init``).
+ops' backward functions (``ops.host_path_backward``, ``tbe.host_path_backward``,
+``tbe.host_path_update``), which the library calls back (``csrc/host_path.cpp``, ``init``).
 
 ``host.py`` sits below the launcher and the index check (they offer it their plans), so it cannot
 import them; this module stands above the ops and is registered by the package's ``__init__``
@@ -24,7 +24,7 @@ def init(library: Any) -> None:
 
     library.init(host.launch_address(), torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream,
                  index_check.default_mode, index_check._TOKENS, tuning, host.raise_launch_error, launch,
-                 host.transforms_active(), ops.host_path_backward, tbe.host_path_backward)
+                 host.transforms_active(), ops.host_path_backward, tbe.host_path_backward, tbe.host_path_update)
 
 
 def published(library: Any) -> None:

@@ -533,20 +533,17 @@ SCATTER_PARAMS = nvrtc.params(PTR + PTR + I64 + I32 + PTR + PTR + I64 + PTR + PT
 RADIX_ITEMS = 12  # keys per thread per tile (radix_sort.cu's ITEMS: 8 * TILE bytes of shared memory)
 RADIX_TILE = BLOCK * RADIX_ITEMS
 RADIX_DIGITS = 256
-# Keys of 25 bits or more (tables of 2^24 rows or more) take torch.sort: four passes either way,
-# and torch's were as fast or faster (40M x 128 rows, one H200: change 56).
-RADIX_MAX_PASSES = 3
-# Fewer keys take torch.sort too: the GPU time saved (6 us of a 410 us step at 691,200 keys, one
-# H200) is less than the host time of the passes' launches (three a pass, a few us each, where
-# torch.sort is one call).
-RADIX_MIN_KEYS = 1 << 20
+# Fewer keys take torch.sort (one block sorts them). From 16,384 keys on, 22 and 26 bits, ours
+# took 5-38 us less GPU time than torch.sort's four onesweep passes and about the same host time
+# (60-100 us either way on the H200's host), four passes included (change 59).
+RADIX_MIN_KEYS = 1 << 14
 
 
 def sort_rows(keys: torch.Tensor, max_key: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``torch.sort(keys, stable=True)`` for sort keys in [0, ``max_key``] (the backward's rows,
     the sentinel row ``num_rows`` included): (sorted keys, int64 positions). int32 keys on a
-    CUDA device below 2^24, a million of them or more, take radix_sort.cu, 8 bits a pass over
-    bit_length(max_key) bits only (at most 3 passes, where torch sorts all 32 bits in 4); other
+    CUDA device, RADIX_MIN_KEYS of them or more, take radix_sort.cu, 8 bits a pass over
+    bit_length(max_key) bits only (1 to 4 passes, where torch sorts all 32 bits in 4); other
     keys, and the knob ``tuning.own_sort`` off, torch.sort. The same bits either way: both are the stable sort.
     Keys outside [0, max_key] are the caller's error (sorted by their low bits only)."""
     import torch
@@ -554,7 +551,7 @@ def sort_rows(keys: torch.Tensor, max_key: int) -> tuple[torch.Tensor, torch.Ten
     n = keys.numel()
     passes = max(1, -(-max(1, max_key).bit_length() // 8))
     if (keys.dtype != torch.int32 or not _on_gpu(keys) or n < RADIX_MIN_KEYS or n >= 2**31
-            or passes > RADIX_MAX_PASSES or not tuning.current().own_sort):
+            or not tuning.current().own_sort):
         return torch.sort(keys, stable=True)
     tiles = -(-n // RADIX_TILE)
     index = keys.get_device()

@@ -160,10 +160,27 @@ class SparseTBE(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], ...]:
         weight, table_rows, indices, offsets, psw = ctx.saved_tensors
-        lk = prepared_lookups(table_rows, indices, offsets, ctx.mode, psw, weight.shape[0])
-        grad = grad_out.contiguous().view(-1, weight.shape[1])
-        return (sparse_update.sparse_or_fused_backward(grad, lk, weight, ctx.fused),
+        return (_update(grad_out, weight, table_rows, indices, offsets, psw, ctx.mode, ctx.fused),
                 None, None, None, None, None, None, None)
+
+
+def _update(grad_out: Tensor, weight: Tensor, table_rows: Tensor, indices: Tensor, offsets: Tensor,
+            psw: Optional[Tensor], mode: str, fused: Optional[sparse_update.FusedState]) -> Optional[Tensor]:
+    """The backward of a module with a sparse gradient or a fused optimizer: the sparse gradient of
+    ``weight``, or (``fused``) None after updating it in place."""
+    lk = prepared_lookups(table_rows, indices, offsets, mode, psw, weight.shape[0])
+    grad = grad_out.contiguous().view(-1, weight.shape[1])
+    return sparse_update.sparse_or_fused_backward(grad, lk, weight, fused)
+
+
+def host_path_update(grad_out: Tensor, weight: Tensor, table_rows: Tensor, indices: Tensor, offsets: Tensor,
+                     per_sample_weights: Optional[Tensor], mode: str,
+                     update: Any) -> tuple[Optional[Tensor]]:
+    """The backward of a sparse or fused module's call that the compiled host path served
+    (csrc/host_path.cpp, TableBatchedUpdate): SparseTBE's backward on what it would have saved;
+    ``update``: the module's fused optimizer state, or True for a sparse gradient."""
+    fused = None if update is True else update
+    return (_update(grad_out, weight, table_rows, indices, offsets, per_sample_weights, mode, fused),)
 
 
 tbe_forward_op.register_autograd(_backward, setup_context=_setup)
@@ -371,9 +388,16 @@ class TableBatchedEmbeddingBag(sparse_update.FusedOptimizerMixin, torch.nn.Modul
         if _HOST_PATH and not _HOST_PATH[1]():  # the compiled host path (host.py): the usual call, or None
             # the parameter and buffers from their dicts: Module.__getattr__ costs ~0.3 µs a name
             params, buffers = self._parameters, self._buffers
+            # the backward a call with a gradient gets: the op's (False), else the module's own with
+            # its fused optimizer's state, or True for a sparse gradient
+            update: Any = False
+            if self.optimizer is not None:
+                update = self.fused_state(self.weight)
+            elif self.sparse:
+                update = True
             served: Tensor | None = _HOST_PATH[3](
                 params["weight"], buffers["table_rows"], buffers["table_sizes"], indices, offsets, per_sample_weights,
-                self.mode, self.check_indices, self.max_rows, self.sparse or self.optimizer is not None)
+                self.mode, self.check_indices, self.max_rows, update)
             if served is not None:
                 return served
         indices, offsets, psw = self._checked_inputs(indices, offsets, per_sample_weights)

@@ -3,8 +3,9 @@
 //
 // It serves only the usual call, and only once the Python path has planned it: plain CUDA tensors
 // (torch.Tensor or Parameter) on the current device, contiguous, no max_norm, no sync-mode check,
-// no sparse gradient or fused optimizer, and a plan registered for the call's key by the Python path
-// (offer). For every other call `bag` (and `tbe`) returns None and the caller runs the Python path, which validates, raises,
+// no sparse gradient for embedding_bag (the table-batched module's sparse gradient and fused
+// optimizers are served: their backward is the module's own), and a plan registered for the call's
+// key by the Python path (offer). For every other call `bag` (and `tbe`) returns None and the caller runs the Python path, which validates, raises,
 // plans and registers. A registered plan is the Python path's own: the same function, grid, block
 // and argument layout (each kernel argument is a constant of the call or one of the call's values:
 // the slots the Python packer was seen to use). Nothing is chosen here.
@@ -100,6 +101,7 @@ struct State {
   PyObject* transforms_active = nullptr;  // torch._C._are_functorch_transforms_active
   PyObject* backward = nullptr;           // ops.host_path_backward
   PyObject* tbe_backward = nullptr;       // tbe.host_path_backward
+  PyObject* tbe_update = nullptr;         // tbe.host_path_update (sparse gradient or fused optimizer)
   PyObject* launch_module = nullptr;  // reference_kernels.launch (its POISON_OUTPUTS, read per call)
   PyObject* poison_name = nullptr;    // "POISON_OUTPUTS"
   const int64_t* flags = nullptr;  // index_check.FLAGS once pinned (one word per device)
@@ -372,6 +374,54 @@ struct TableBatchedBackward : public torch::autograd::Node {
         THPVariable_Wrap(per_sample_weights.unpack()), state.mode_names[mode], static_cast<long long>(num_weights)), 1);
   }
 };
+
+// The backward of a table-batched call of a module with a sparse gradient or a fused optimizer:
+// the module's own (tbe.host_path_update, as its SparseTBE Function runs it) on what that Function
+// saves; ``update`` is the module's fused optimizer state, or True for a sparse gradient.
+struct TableBatchedUpdate : public torch::autograd::Node {
+  torch::autograd::SavedVariable weight, table_rows, indices, offsets, per_sample_weights;
+  PyObject* update = nullptr;  // owned
+  int mode = 0;
+
+  std::string name() const override { return "ReferenceKernelsTableBatchedUpdate"; }
+
+  ~TableBatchedUpdate() override {
+    if (update != nullptr && Py_IsInitialized()) {
+      pybind11::gil_scoped_acquire gil;
+      Py_DECREF(update);
+    }
+  }
+
+  void release_variables() override {
+    for (auto* saved : {&weight, &table_rows, &indices, &offsets, &per_sample_weights}) saved->reset_data();
+  }
+
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    pybind11::gil_scoped_acquire gil;
+    const at::Tensor& grad_out = grads[0];
+    if (!grad_out.defined()) return {at::Tensor()};
+    return gradients(PyObject_CallFunction(
+        state.tbe_update, "NNNNNNOO", THPVariable_Wrap(grad_out), THPVariable_Wrap(weight.unpack()),
+        THPVariable_Wrap(table_rows.unpack()), THPVariable_Wrap(indices.unpack()), THPVariable_Wrap(offsets.unpack()),
+        THPVariable_Wrap(per_sample_weights.unpack()), state.mode_names[mode], update), 1);
+  }
+};
+
+void attach_table_batched_update(const at::Tensor& out, const at::Tensor& weight, const at::Tensor& table_rows,
+                                 const at::Tensor& indices, const at::Tensor& offsets, const at::Tensor& psw,
+                                 int mode, PyObject* update) {
+  auto node = NodeMaker<NodePtr>::make<TableBatchedUpdate>();
+  node->set_next_edges(torch::autograd::collect_next_edges(weight));
+  node->weight = torch::autograd::SavedVariable(weight, false);
+  node->table_rows = torch::autograd::SavedVariable(table_rows, false);
+  node->indices = torch::autograd::SavedVariable(indices, false);
+  node->offsets = torch::autograd::SavedVariable(offsets, false);
+  node->per_sample_weights = torch::autograd::SavedVariable(psw, false);
+  node->mode = mode;
+  Py_INCREF(update);
+  node->update = update;
+  torch::autograd::set_history(out, node);
+}
 
 void attach_table_batched_backward(const at::Tensor& out, const at::Tensor& weight, const at::Tensor& table_rows,
                                    const at::Tensor& indices, const at::Tensor& offsets, const at::Tensor& psw,
@@ -748,8 +798,10 @@ bool read_table_batched_call(PyObject* const* args, Call& c, Tables& t) {
 }
 
 // tbe(weight, table_rows, table_sizes, indices, offsets, per_sample_weights, mode, check_indices,
-//     max_rows, custom_backward) -> Tensor, or None: not served here. custom_backward: the module
-// has a sparse gradient or a fused optimizer (calls with a gradient then take its own Function).
+//     max_rows, update) -> Tensor, or None: not served here. update: False for the op's gradient;
+// else the module has a sparse gradient (True) or a fused optimizer (its state), and a call with a
+// gradient gets the module's own backward (TableBatchedUpdate), which gives the per-sample weights
+// no gradient: a call whose per-sample weights want one takes the Python path.
 PyObject* tbe(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
   if (nargs != 10) {
@@ -762,8 +814,10 @@ PyObject* tbe(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!read_table_batched_call(args, c, t)) return not_served();
   const at::Tensor &weight = *c.weight, &input = *c.input;
   const bool grad = wants_gradient(c);
-  // a gradient for the per-sample weights alone, or the module's own backward: the Python path
-  if (grad && (!weight.requires_grad() || args[9] != Py_False)) return not_served();
+  PyObject* update = args[9];
+  const bool own_backward = update != Py_False;
+  // a gradient for the per-sample weights alone, or for them beside the module's own backward: the Python path
+  if (grad && (!weight.requires_grad() || (own_backward && c.psw && c.psw->requires_grad()))) return not_served();
   const int gradient = serve_gradient(grad);
   if (gradient <= 0) return gradient < 0 ? nullptr : not_served();
   const int check = check_code(args[7]);
@@ -813,9 +867,14 @@ PyObject* tbe(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (poison) out.fill_(std::nan(""));
   if (!launch_entry(*lookup, values, stream)) return nullptr;
   if (grad) {
-    attach_table_batched_backward(out, weight, *t.rows, clean.indices.defined() ? clean.indices : input,
-                                  clean.offsets.defined() ? clean.offsets : *c.offsets, c.psw ? *c.psw : at::Tensor(),
-                                  c.mode);
+    const at::Tensor& saved_indices = clean.indices.defined() ? clean.indices : input;
+    const at::Tensor& saved_offsets = clean.offsets.defined() ? clean.offsets : *c.offsets;
+    const at::Tensor saved_psw = c.psw ? *c.psw : at::Tensor();
+    if (own_backward) {
+      attach_table_batched_update(out, weight, *t.rows, saved_indices, saved_offsets, saved_psw, c.mode, update);
+    } else {
+      attach_table_batched_backward(out, weight, *t.rows, saved_indices, saved_offsets, saved_psw, c.mode);
+    }
   }
   ++state.served;
   return THPVariable_Wrap(std::move(out));
@@ -968,14 +1027,16 @@ PyObject* keep(PyObject* obj) {
 }
 
 // init(launch_address, current_device, raw_stream, default_mode, tokens, tuning_module, on_launch_error,
-//      launch_module, transforms_active, backward, tbe_backward)
+//      launch_module, transforms_active, backward, tbe_backward, tbe_update)
 PyObject* init(PyObject*, PyObject* args) {
   long long launch;
-  PyObject *current, *stream, *mode, *tokens, *tuning, *on_error, *launch_module, *transforms, *backward, *tbe_backward;
-  if (!PyArg_ParseTuple(args, "LOOOOOOOOOO", &launch, &current, &stream, &mode, &tokens, &tuning, &on_error,
-                        &launch_module, &transforms, &backward, &tbe_backward)) {
+  PyObject *current, *stream, *mode, *tokens, *tuning, *on_error, *launch_module, *transforms, *backward, *tbe_backward,
+      *tbe_update;
+  if (!PyArg_ParseTuple(args, "LOOOOOOOOOOO", &launch, &current, &stream, &mode, &tokens, &tuning, &on_error,
+                        &launch_module, &transforms, &backward, &tbe_backward, &tbe_update)) {
     return nullptr;
   }
+  state.tbe_update = keep(tbe_update);
   state.transforms_active = keep(transforms);
   state.backward = keep(backward);
   state.tbe_backward = keep(tbe_backward);

@@ -197,6 +197,12 @@ def _fake_tbe_backward(grad_out: Any, table_rows: Any, indices: Any, offsets: An
     return (torch.full((num_weights, grad_out.shape[1] // table_rows.numel()), 5.0),)
 
 
+def _fake_tbe_update(grad_out: Any, weight: Any, table_rows: Any, indices: Any, offsets: Any, psw: Any, mode: str,
+                     update: Any) -> tuple[Any]:
+    _BACKWARD_CALLS.append((grad_out, weight, table_rows, indices, offsets, psw, mode, update))
+    return (None,) if update is not True else (torch.full_like(weight, 3.0),)
+
+
 @pytest.fixture
 def on_cpu(library: Any) -> Any:
     """The library bound to the recording launcher, CPU tensors as device 0; unbound after."""
@@ -204,7 +210,7 @@ def on_cpu(library: Any) -> Any:
 
     library.init(ctypes.cast(_RECORD_LAUNCH, ctypes.c_void_p).value, lambda: 0, lambda index: 0,
                  index_check.default_mode, index_check._TOKENS, tuning, host.raise_launch_error, launch,
-                 lambda: False, _fake_backward, _fake_tbe_backward)
+                 lambda: False, _fake_backward, _fake_tbe_backward, _fake_tbe_update)
     library.cpu_as_device0(True)
     library.set_ledger(0, ctypes.addressof(_FLAGS), LEDGERS["deferred"], LEDGERS["warn"])
     library.clear()
@@ -464,9 +470,9 @@ class _Tables:
         self.psw = torch.rand(self.indices.shape).to(dtype) if psw else None
         self.bags = bags
 
-    def arguments(self, mode: str = "sum", check: Any = False, custom_backward: bool = False) -> tuple[Any, ...]:
+    def arguments(self, mode: str = "sum", check: Any = False, update: Any = False) -> tuple[Any, ...]:
         return (self.weight, self.rows, self.sizes, self.indices, self.offsets, self.psw, mode, check,
-                self.max_rows, custom_backward)
+                self.max_rows, update)
 
     def key(self, mode: str, index_dtype: Any = None) -> tuple[Any, ...]:
         """The Python path's BagKey of the lookup (tbe_forward_impl's bag_forward call)."""
@@ -543,11 +549,44 @@ def test_a_table_batched_call_with_a_gradient_gets_its_node(on_cpu: Any) -> None
     assert psw.data_ptr() == t.psw.data_ptr() and (mode, num_weights) == ("sum", 110)
     assert torch.equal(grad_out, torch.ones_like(out))
     assert torch.equal(t.weight.grad, torch.full((110, 16), 5.0)) and t.psw.grad is None
-    assert on_cpu.tbe(*t.arguments("sum", "warn", custom_backward=True)) is None  # sparse / fused: the module's own
+    # the module's own backward gives the per-sample weights none: a call whose weights want one is Python's
+    assert on_cpu.tbe(*t.arguments("sum", "warn", update=True)) is None
     t.weight.requires_grad_(False)
     assert on_cpu.tbe(*t.arguments("sum", "warn")) is None  # a gradient for the per-sample weights alone
     with torch.no_grad():
-        assert on_cpu.tbe(*t.arguments("sum", "warn", custom_backward=True)) is not None
+        assert on_cpu.tbe(*t.arguments("sum", "warn", update=True)) is not None
+
+
+@SLOW_BUILD
+@pytest.mark.parametrize("sparse", [True, False], ids=["sparse gradient", "fused optimizer"])
+def test_a_sparse_or_fused_call_with_a_gradient_gets_the_modules_own_backward(on_cpu: Any, sparse: bool) -> None:
+    """A module with a sparse gradient or a fused optimizer: the same check pass and lookup, and a
+    node that hands the module's backward what SparseTBE saves (the weight, the pass's copies) and
+    the module's update (True, or its optimizer state, the same object at every step)."""
+    t = _Tables([50, 60], 16, 40, 3, psw=True)
+    t.weight.requires_grad_(True)
+    state = True if sparse else object()
+    on_cpu.offer_check(0, torch.int64, torch.int32, 0xC4EC, 256, 132 * 8, 64)
+    _register(on_cpu, t.key("sum", torch.int32))
+    for step in range(2):
+        _RECORDED.clear()
+        _BACKWARD_CALLS.clear()
+        out = on_cpu.tbe(*t.arguments("sum", "deferred", update=state))
+        assert out is not None and out.grad_fn.name() == "ReferenceKernelsTableBatchedUpdate"
+        assert [fn for fn, *_ in _RECORDED] == [0xC4EC, 0xF00D]  # the check pass, then the lookup
+        out.backward(torch.ones_like(out))
+        (grad_out, weight, rows, saved_idx, saved_offsets, psw, mode, update), = _BACKWARD_CALLS
+        words = struct.unpack("16q", _RECORDED[0][3])
+        assert weight is t.weight and rows.data_ptr() == t.rows.data_ptr() and update is state
+        assert saved_idx.dtype == torch.int32 and saved_idx.data_ptr() == words[9]  # the pass's copies
+        assert saved_offsets.data_ptr() == words[10] and psw.data_ptr() == t.psw.data_ptr() and mode == "sum"
+        assert torch.equal(grad_out, torch.ones_like(out))
+        if sparse:
+            assert torch.equal(t.weight.grad, torch.full((110, 16), 3.0 * (step + 1)))
+        else:
+            assert t.weight.grad is None  # the update wrote the rows: no gradient
+    with pytest.raises(RuntimeError, match="second time"):
+        out.backward(torch.ones_like(out))  # the saved tensors were released after the first backward
 
 
 @SLOW_BUILD
@@ -575,7 +614,8 @@ def test_table_batched_calls_it_must_not_serve_are_left_to_python(on_cpu: Any) -
 
 def test_the_module_hands_the_library_its_call(monkeypatch: pytest.MonkeyPatch) -> None:
     """TableBatchedEmbeddingBag.forward gives the library its tensors and state (the check mode,
-    the largest table, whether it has a backward of its own) and returns what the library returns."""
+    the largest table, the backward of its own: its fused state, True for a sparse gradient, False
+    for none) and returns what the library returns."""
     from reference_kernels import optim
     from reference_kernels.tbe import TableBatchedEmbeddingBag
 
@@ -587,10 +627,16 @@ def test_the_module_hands_the_library_its_call(monkeypatch: pytest.MonkeyPatch) 
     module.check_indices = "warn"
     idx, offsets = torch.tensor([1, 2, 3]), torch.tensor([0, 1, 2, 3, 3])
     assert module(idx, offsets) is answer
-    (weight, rows, sizes, indices, offs, psw, mode, check, max_rows, custom), = seen
+    (weight, rows, sizes, indices, offs, psw, mode, check, max_rows, update), = seen
     assert weight is module.weight and rows is module.table_rows and sizes is module.table_sizes
     assert indices is idx and offs is offsets and psw is None
-    assert (mode, check, max_rows, custom) == ("mean", "warn", 9, True)
+    assert (mode, check, max_rows) == ("mean", "warn", 9)
+    assert update is module.optimizer_state and update.spec is module.optimizer  # the fused state
+    seen.clear()
+    sparse = TableBatchedEmbeddingBag([5, 9], 4, "mean", sparse=True)
+    plain = TableBatchedEmbeddingBag([5, 9], 4, "mean")
+    assert sparse(idx, offsets) is answer and plain(idx, offsets) is answer
+    assert [call[9] for call in seen] == [True, False]  # a sparse gradient; the op's gradient
 
 
 def test_the_package_binds_the_library_from_above(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -612,10 +658,10 @@ def test_the_package_binds_the_library_from_above(monkeypatch: pytest.MonkeyPatc
     assert host.bind(stand_in) is stand_in
     host._binding().published(stand_in)
     (_, init), (_, ledger) = calls
-    assert len(init) == 11 and init[0] == 0x1234
+    assert len(init) == 12 and init[0] == 0x1234
     assert init[3:6] == (index_check.default_mode, index_check._TOKENS, tuning)
     assert init[6:8] == (host.raise_launch_error, launch)
-    assert init[9:] == (ops.host_path_backward, tbe.host_path_backward)
+    assert init[9:] == (ops.host_path_backward, tbe.host_path_backward, tbe.host_path_update)
     assert hasattr(tuning, "_CURRENT") and hasattr(launch, "POISON_OUTPUTS")  # the names host_path.cpp reads
     assert ledger == (3, ctypes.addressof(index_check.FLAGS), LEDGERS["deferred"], LEDGERS["warn"])
 

@@ -339,7 +339,7 @@ def test_nvrtc_compiles_the_preparation_variants_the_launcher_picks(monkeypatch:
 def test_nvrtc_compiles_the_sort_and_the_launcher_sizes_its_passes_by_the_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     """radix_sort.cu compiles with NVRTC; ``sort_rows`` launches a histogram, a scan and a
     scatter per 8 bits of the largest key (the sentinel row included), a tile per 3,072 keys, up
-    to 24 bits; wider keys, and fewer than RADIX_MIN_KEYS keys, take torch.sort."""
+    up to 31 bits (int32 keys); fewer than RADIX_MIN_KEYS keys take torch.sort."""
     import torch
 
     from reference_kernels import launch, nvrtc
@@ -355,11 +355,12 @@ def test_nvrtc_compiles_the_sort_and_the_launcher_sizes_its_passes_by_the_rows(m
         launch.sort_rows(torch.zeros(launch.RADIX_MIN_KEYS - 1, dtype=torch.int32), 1000)
         assert launched == []  # fewer keys: torch.sort
         monkeypatch.setattr(launch, "RADIX_MIN_KEYS", 1)
-        for max_key, passes in ((1, 1), (255, 1), (256, 2), (4_000_000, 3), (2**24 - 1, 3), (2**24, 0)):
-            launched.clear()  # 25 bits or more: torch.sort, nothing launched
+        for max_key, passes in ((1, 1), (255, 1), (256, 2), (4_000_000, 3), (2**24 - 1, 3), (2**24, 4),
+                                (40_000_000, 4), (2**31 - 2, 4)):
+            launched.clear()
             launch.sort_rows(torch.zeros(10_000, dtype=torch.int32), max_key)
             assert [fn for fn, _ in launched] == ["radix_histogram", "radix_scan", "radix_scatter"] * passes
-            assert [grid for _, grid in launched[:3]] == ([4, 256, 4] if passes else [])  # ceil(10,000 / 3,072)
+            assert [grid for _, grid in launched[:3]] == [4, 256, 4]  # ceil(10,000 / 3,072)
     finally:
         launch.clear_plans()
 

@@ -461,3 +461,56 @@ def test_a_served_table_batched_forward_and_backward_capture_in_a_cuda_graph(lib
         (expected,) = torch.autograd.grad(reference_module(indices, offsets), reference_module.weight, grad_out)
     torch.testing.assert_close(grad, expected, rtol=1e-5, atol=1e-5)
     assert rk.check_index_errors() is None
+
+
+@pytest.mark.parametrize("optimizer, dtype, mode, psw", [
+    ("sparse", torch.float32, "sum", False), ("sgd", torch.float32, "sum", True),
+    ("rowwise_adagrad", torch.float32, "mean", False), ("rowwise_adagrad", torch.float16, "sum", False),
+    ("adam", torch.float32, "sum", False), ("sgd", torch.bfloat16, "mean", False)])
+def test_served_training_steps_equal_the_python_path(library: Any, gen: torch.Generator, optimizer: str,
+                                                     dtype: torch.dtype, mode: str, psw: bool) -> None:
+    """A module with a sparse gradient or a fused optimizer: from the second step on the library
+    serves the forward (the check pass and lookup) and hands the backward to the module's own;
+    three steps give the Python path's weights, optimizer state and sparse gradients bit for bit."""
+    from reference_kernels import optim
+    from reference_kernels.tbe import TableBatchedEmbeddingBag
+
+    specs = {"sgd": optim.SGD(lr=0.05), "rowwise_adagrad": optim.RowWiseAdagrad(lr=0.05),
+             "adam": optim.Adam(lr=0.01)}
+    sizes, dim, batch = [3000, 500, 7000], 64, 256
+    modules = []
+    for _ in range(2):
+        module = TableBatchedEmbeddingBag(sizes, dim, mode, dtype=dtype, device="cuda", sparse=optimizer == "sparse",
+                                          optimizer=specs.get(optimizer))
+        module.optimizer_seed = 5
+        modules.append(module)
+    with torch.no_grad():
+        modules[1].weight.copy_(modules[0].weight)
+    lengths = torch.randint(0, 12, (len(sizes) * batch,), generator=gen, device="cuda")
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64, device="cuda"), torch.cumsum(lengths, 0)])
+    bounds = offsets[::batch].tolist()
+    idx = torch.cat([torch.randint(0, s, (bounds[t + 1] - bounds[t],), generator=gen, device="cuda")
+                     for t, s in enumerate(sizes)])
+    weights = torch.rand(idx.shape, generator=gen, device="cuda", dtype=dtype) if psw else None
+    grads = [torch.randn(batch, len(sizes) * dim, generator=gen, device="cuda", dtype=dtype) for _ in range(3)]
+    served_steps = []
+    for grad in grads:
+        out, served = _served(library, lambda: modules[0](idx, offsets, weights))
+        served_steps.append(served)
+        assert out.grad_fn is not None
+        out.backward(grad)
+        with diagnostics.python_host_path():
+            modules[1](idx, offsets, weights).backward(grad)
+        if optimizer == "sparse":
+            first, second = (m.weight.grad.coalesce() for m in modules)
+            assert torch.equal(first.indices(), second.indices()) and torch.equal(first.values(), second.values())
+            for m in modules:
+                m.weight.grad = None
+    assert served_steps[1:] == [True, True], served_steps
+    assert torch.equal(modules[0].weight, modules[1].weight)
+    if optimizer != "sparse":
+        first_state, second_state = (m.optimizer_state for m in modules)
+        assert first_state is not None and second_state is not None
+        assert first_state.step == second_state.step == 3
+        for a, b in ((first_state.state1, second_state.state1), (first_state.state2, second_state.state2)):
+            assert (a is None and b is None) or torch.equal(a, b)

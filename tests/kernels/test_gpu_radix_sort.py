@@ -1,7 +1,7 @@
 """GPU tests of the backward's own sort (radix_sort.cu, ``launch.sort_rows``, issue 37): the
 stable sort over only the bits the rows use equals ``torch.sort(keys, stable=True)`` bit for bit,
-sorted keys and int64 positions, on fresh random keys: one to three passes (wider keys take
-torch.sort), tiles cut anywhere (one key, part of a tile, a tile and one more, millions),
+sorted keys and int64 positions, on fresh random keys: one to four passes (every int32 key),
+tiles cut anywhere (one key, part of a tile, a tile and one more, millions),
 uniform, skewed (a hot key with most of the positions, as Zipf traffic makes), all equal,
 already sorted and reversed. Outputs are poisoned first; no call synchronises with the host."""
 
