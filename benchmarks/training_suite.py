@@ -15,9 +15,11 @@ tables, indices and output gradient, per case (docs/training.md):
 Per library and case: GPU time per step (CUDA events, median of 20 steps, L2 flushed before
 each, the GPU held asleep until the host has enqueued the step: harness.Timer), wall time per
 step of 20 back-to-back steps (no synchronisation inside the loop: a step that synchronises or
-spends more host time than GPU time shows here), and host time per step while the GPU queue is
+spends more host time than GPU time shows here; the median of up to five loops, ours and FBGEMM's
+taken in turn), and host time per step while the GPU queue is
 kept full (harness.host_us: what the host spends enqueueing one step; a step that waits for the
-GPU shows up as the GPU's sleep). Before timing, one step of ours and one of FBGEMM from the same
+GPU shows up as the GPU's sleep, as the DLRM step's thousands of launches do once the driver's
+launch queue is full). Before timing, one step of ours and one of FBGEMM from the same
 weights: the rows they updated must agree (``check``).
 
 Writes ``PREFIX.json`` (every figure, the environment, the summary), ``PREFIX.txt`` (the table) and
@@ -177,17 +179,26 @@ def measure(step: Callable[[], object], timer: harness.Timer) -> Figures:
     """GPU time (median of STEPS cold steps), wall time per step (STEPS back to back: the median
     of up to WALL_LOOPS such loops, so that one stall of a shared host does not decide it) and
     host time per step (queue kept full) of ``step``."""
-    gpu = timer.median_us(step)
-    loops = []
-    while len(loops) < WALL_LOOPS and sum(loops) * STEPS < WALL_BUDGET_S * 1e6:
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(STEPS):
-            step()
-        torch.cuda.synchronize()
-        loops.append((time.perf_counter() - t0) / STEPS * 1e6)
-    host = harness.host_us(step, calls=STEPS)
-    return Figures(gpu_us=gpu, wall_us=statistics.median(loops), host_us=host)
+    return measure_side_by_side([step], timer)[0]
+
+
+def measure_side_by_side(steps: list[Callable[[], object]], timer: harness.Timer) -> list[Figures]:
+    """``measure`` of each step, their wall loops taken in turn (A B A B ...): the host machine's
+    speed drifts by 10-20 % within a minute (docs/perf/change-59.md), so wall times compared
+    between libraries are measured interleaved, not one library's minute after the other's."""
+    gpu = [timer.median_us(step) for step in steps]
+    loops: list[list[float]] = [[] for _ in steps]
+    while (len(loops[0]) < WALL_LOOPS
+           and sum(map(sum, loops)) * STEPS < WALL_BUDGET_S * 1e6 * len(steps)):
+        for step, taken in zip(steps, loops, strict=True):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(STEPS):
+                step()
+            torch.cuda.synchronize()
+            taken.append((time.perf_counter() - t0) / STEPS * 1e6)
+    return [Figures(gpu_us=g, wall_us=statistics.median(taken), host_us=harness.host_us(step, calls=STEPS))
+            for step, g, taken in zip(steps, gpu, loops, strict=True)]
 
 
 def host_profile(step: Callable[[], object], top: int = 25) -> str:
@@ -265,15 +276,17 @@ def _fail(error: BaseException) -> Figures:
     return Figures(error=f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300])
 
 
-def fbgemm_into(result: CaseResult, fbgemm_reason: str, check_and_time: Callable[[], tuple[str, Figures]]) -> None:
-    """FBGEMM's check and figures into ``result`` (``check_and_time`` builds, checks and times it,
-    its module freed on return), or why it did not run. A failure (out of memory, a refused case)
-    is recorded in the case and the run goes on."""
+def fbgemm_into(result: CaseResult, fbgemm_reason: str,
+                check_and_time: Callable[[], tuple[str, Figures, Figures]]) -> None:
+    """FBGEMM's check and figures, and ours measured side by side with them, into ``result``
+    (``check_and_time`` builds, checks and times it, its module freed on return), or why it did
+    not run. A failure (out of memory, a refused case) is recorded in the case and the run goes
+    on (ours then measured alone)."""
     if fbgemm_reason:
         result.fbgemm.error = result.check = fbgemm_reason
         return
     try:
-        result.check, result.fbgemm = check_and_time()
+        result.check, result.fbgemm, result.ours = check_and_time()
     except Exception as error:
         result.fbgemm = _fail(error)
         result.check = result.check or f"not checked: {result.fbgemm.error}"
@@ -294,7 +307,8 @@ def run_case(case: Case, timer: harness.Timer, fbgemm_reason: str, check: str, s
 
     fbgemm_into(result, fbgemm_reason, partial(check_and_time_fbgemm, case, inputs, ours, ours_step, check, timer))
     try:
-        result.ours = measure(ours_step, timer)
+        if result.ours.gpu_us is None:  # no FBGEMM beside it
+            result.ours = measure(ours_step, timer)
         result.host_profile = host_profile(ours_step)
         from reference_kernels import check_index_errors
 
@@ -315,9 +329,9 @@ def run_case(case: Case, timer: harness.Timer, fbgemm_reason: str, check: str, s
 
 
 def check_and_time_fbgemm(case: Case, inputs: Inputs, ours: Any, ours_step: Callable[[], None], check: str,
-                          timer: harness.Timer) -> tuple[str, Figures]:
-    """One step of each library from the same weights, their updated rows compared; then
-    FBGEMM's figures. Returns (check, figures)."""
+                          timer: harness.Timer) -> tuple[str, Figures, Figures]:
+    """One step of each library from the same weights, their updated rows compared; then both
+    libraries' figures, side by side. Returns (check, FBGEMM's figures, ours)."""
     fb = fbgemm_module(case, check, ours.weight.detach(), inputs.starts)
     psw_args = () if inputs.psw is None else (inputs.psw,)
 
@@ -333,7 +347,8 @@ def check_and_time_fbgemm(case: Case, inputs: Inputs, ours: Any, ours_step: Call
     torch.cuda.synchronize()
     verdict = compare_updates(case, inputs, ours.weight.detach(), fb.split_embedding_weights(), initial_rows, touched)
     del touched, initial_rows
-    return verdict, measure(fbgemm_step, timer)
+    theirs, ours_figures = measure_side_by_side([fbgemm_step, ours_step], timer)
+    return verdict, theirs, ours_figures
 
 
 def run_dlrm_case(timer: harness.Timer, fbgemm_reason: str, seed: int) -> CaseResult:
@@ -346,7 +361,8 @@ def run_dlrm_case(timer: harness.Timer, fbgemm_reason: str, seed: int) -> CaseRe
     model, ours_step, ours_losses = setup.ours()
     fbgemm_into(result, fbgemm_reason, partial(check_and_time_dlrm_fbgemm, setup, model, ours_step, ours_losses, timer))
     try:
-        result.ours = measure(ours_step, timer)
+        if result.ours.gpu_us is None:  # no FBGEMM beside it
+            result.ours = measure(ours_step, timer)
         result.host_profile = host_profile(ours_step)
     except Exception as error:
         result.ours = _fail(error)
@@ -362,9 +378,9 @@ def run_dlrm_case(timer: harness.Timer, fbgemm_reason: str, seed: int) -> CaseRe
 
 
 def check_and_time_dlrm_fbgemm(setup: Any, model: Any, ours_step: Callable[[], None], ours_losses: list[torch.Tensor],
-                               timer: harness.Timer) -> tuple[str, Figures]:
-    """One DLRM step of ours and of FBGEMM from the same weights, compared; then FBGEMM's figures
-    (its model is freed on return)."""
+                               timer: harness.Timer) -> tuple[str, Figures, Figures]:
+    """One DLRM step of ours and of FBGEMM from the same weights, compared; then both libraries'
+    figures, side by side (FBGEMM's model is freed on return)."""
     fb_model, fb_step, fb_losses = setup.fbgemm(EPS)
     rows = setup.touched()
     before = setup.init[rows]
@@ -373,7 +389,8 @@ def check_and_time_dlrm_fbgemm(setup: Any, model: Any, ours_step: Callable[[], N
     torch.cuda.synchronize()
     verdict = dlrm_check(ours_losses[0], fb_losses[0], model.embed.tbe.weight.detach()[rows],
                          setup.fbgemm_rows(fb_model)[rows], before)
-    return verdict, measure(fb_step, timer)
+    theirs, ours_figures = measure_side_by_side([fb_step, ours_step], timer)
+    return verdict, theirs, ours_figures
 
 
 def dlrm_check(ours_loss: torch.Tensor, fbgemm_loss: torch.Tensor, ours: torch.Tensor, theirs: torch.Tensor,

@@ -92,3 +92,17 @@ def test_the_dlrm_case_is_the_examples_full_model_and_its_check_separates_agreem
     assert ts.dlrm_check(loss, loss.clone(), ours, ours + 1e-3, before).startswith("MISMATCH")
     assert ts.dlrm_check(loss, loss + 1e-3, ours, ours.clone(), before).startswith("MISMATCH")
     assert ts.dlrm_check(loss, loss.clone(), before, before.clone(), before).startswith("MISMATCH")  # nothing moved
+
+
+def test_wall_loops_of_the_libraries_are_taken_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """measure_side_by_side: each library's GPU and host figures, and its wall loops of STEPS
+    steps alternated with the other's (A B A B ...), the median of WALL_LOOPS loops each."""
+    calls: list[str] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(ts.harness, "host_us", lambda step, calls: 7.0)
+    timer = type("Timer", (), {"median_us": lambda self, step: 3.0})()
+    first, second = ts.measure_side_by_side([lambda: calls.append("a"), lambda: calls.append("b")], timer)
+    runs = "".join(calls)
+    assert runs == ("a" * ts.STEPS + "b" * ts.STEPS) * ts.WALL_LOOPS
+    assert (first.gpu_us, first.host_us, second.gpu_us, second.host_us) == (3.0, 7.0, 3.0, 7.0)
+    assert first.wall_us is not None and second.wall_us is not None
