@@ -320,6 +320,14 @@ def launch_packed(fn: Any, grid: int, block: int, stream: int, signature: Params
 
 
 def raise_launch_error(err: Any, grid: int, block: int, signature: Params) -> None:
-    """The LaunchError of a refused launch, naming the CUresult, the grid and the signature."""
+    """The LaunchError of a refused launch, naming the CUresult (an enum, or its value from the
+    compiled host path's launch_raw), the grid and the signature."""
+    if isinstance(err, int):
+        from cuda.bindings import driver
+
+        try:
+            err = driver.CUresult(err)
+        except ValueError:
+            pass
     raise LaunchError(f"cuLaunchKernel failed: {getattr(err, 'name', err)} ({int(err)}), grid {grid}, "
                       f"block {block}, parameters {signature.kinds!r}")

@@ -104,7 +104,7 @@ def _bind_on_cpu(library: Any) -> None:
 
     library.init(ctypes.cast(_FAKE_LAUNCH, ctypes.c_void_p).value, lambda: 0, lambda index: 0,
                  index_check.default_mode, index_check._TOKENS, tuning, host.raise_launch_error, launch,
-                 lambda: False, ops.host_path_backward, tbe.host_path_backward)
+                 lambda: False, ops.host_path_backward, tbe.host_path_backward, tbe.host_path_update)
 
 
 @SLOW_BUILD
@@ -670,3 +670,32 @@ def test_a_checked_lookup_reaches_the_index_check_registered_with_the_launcher()
     from reference_kernels import index_check
 
     assert launch._index_check() is index_check
+
+
+# ---------------------------------------------------------------------------------------------
+# launch_raw: the Python path's own launches through the library (the backward's preparation,
+# sort and passes).
+
+@SLOW_BUILD
+def test_the_python_paths_launches_go_through_the_library_once_it_is_loaded(on_cpu: Any,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """``launch._launch_packed`` hands the library the function, grid, block, the current stream and
+    the packed parameters; the driver sees what the Python packer packed, and a refused launch
+    raises the LaunchError that names the CUresult."""
+    from reference_kernels import nvrtc
+
+    signature = nvrtc.params("PqPq")
+    monkeypatch.setattr(launch, "_current_device", lambda: 0)
+    monkeypatch.setattr(launch, "_raw_stream", lambda index: 0)
+    monkeypatch.setattr(launch, "_HOST_PATH", [None, lambda: False, on_cpu, None])
+    launch._launch_packed(0, 0xBEEF, 9, 128, signature, (0x1000, 7, 0x2000, -3))
+    launch._launch_packed(0, 0xBEEF, 0, 128, signature, (0x1000, 7, 0x2000, -3))  # an empty grid: nothing
+    (function, grid, block, params), = _RECORDED
+    assert (function, grid, block) == (0xBEEF, 9, 128)
+    assert params == signature.layout.pack(0x1000, 7, 0x2000, -3)
+    refusing = type("Refusing", (), {"launch_raw": lambda self, *args: 1})()  # CUDA_ERROR_INVALID_VALUE
+    monkeypatch.setattr(launch, "_HOST_PATH", [None, lambda: False, refusing, None])
+    with pytest.raises(nvrtc.LaunchError, match="CUDA_ERROR_INVALID_VALUE.*grid 9, block 128"):
+        launch._launch_packed(0, 0xBEEF, 9, 128, signature, (0x1000, 7, 0x2000, -3))
+    with pytest.raises(TypeError, match="5 arguments"):
+        on_cpu.launch_raw(0xBEEF, 9, 128)
