@@ -1,0 +1,165 @@
+"""Host time of a training step, split, under the host path's variants (change 59).
+
+    python3 -m benchmarks step_host [--only TEXT ...] [--sort-sizes] [--rounds N]
+
+For each training-suite case named (default: 4Mx128 Zipf 1.2 SGD and 40Mx128 uniform SGD; float32,
+no per-sample weights), our module is built as the suite builds it and one step is timed under
+each variant, ``--rounds`` times in turn (the host's speed drifts within a minute):
+
+- ``new``: as shipped;
+- ``python-path``: the compiled host path hidden (``diagnostics.python_host_path``): the forward
+  through the Python path, every launch through cuda-bindings;
+- ``torch-sort``: the backward's keys sorted by torch.sort (``RADIX_MIN_KEYS`` past every case);
+- ``bindings-launches``: the forward served, the Python path's launches through cuda-bindings'
+  cuLaunchKernel instead of the library's ``launch_raw``.
+
+Per variant: GPU time (the suite's median of L2-flushed steps), wall time (the suite's median of
+loops of back-to-back steps), host time per step (median of five ``harness.host_us``), and the
+forward's and the backward's host time apart (medians, the GPU held asleep).
+
+``--sort-sizes``: host and GPU time of ``torch.sort(keys, stable=True)`` and of ``launch.sort_rows``
+at 16K to 2.6M int32 keys of 22 and 26 bits (the radix sort forced on with ``RADIX_MIN_KEYS`` 1),
+the two results compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import time
+from collections.abc import Callable, Iterator
+
+import torch
+
+from benchmarks import harness, training_suite
+
+DEFAULT_CASES = ["4Mx128 B6912 L100 zipf1.2 sgd", "40Mx128 B6912 L27 uniform sgd"]
+SORT_SIZES = (16_384, 65_536, 186_624, 400_000, 691_200, 1_048_576, 2_621_440)
+STEPS = 20
+
+
+@contextlib.contextmanager
+def _torch_sort() -> Iterator[None]:
+    from reference_kernels import launch
+
+    saved = launch.RADIX_MIN_KEYS
+    launch.RADIX_MIN_KEYS = 1 << 40
+    try:
+        yield
+    finally:
+        launch.RADIX_MIN_KEYS = saved
+
+
+@contextlib.contextmanager
+def _bindings_launches() -> Iterator[None]:
+    from reference_kernels import launch
+
+    saved = launch._HOST_PATH
+    launch._HOST_PATH = []
+    try:
+        yield
+    finally:
+        launch._HOST_PATH = saved
+
+
+def variants() -> dict[str, Callable[[], contextlib.AbstractContextManager[None]]]:
+    from reference_kernels import diagnostics
+
+    return {"new": contextlib.nullcontext, "python-path": diagnostics.python_host_path, "torch-sort": _torch_sort,
+            "bindings-launches": _bindings_launches}
+
+
+def host_split(forward: Callable[[], torch.Tensor], grad: torch.Tensor) -> tuple[float, float]:
+    """Median host µs of the forward and of the backward, the GPU asleep meanwhile."""
+    fw, bw = [], []
+    for _ in range(5):
+        torch.cuda.synchronize()
+        torch.cuda._sleep(300_000_000)
+        for _ in range(STEPS):
+            t0 = time.perf_counter()
+            out = forward()
+            t1 = time.perf_counter()
+            out.backward(grad)
+            bw.append(time.perf_counter() - t1)
+            fw.append(t1 - t0)
+        torch.cuda.synchronize()
+    return 1e6 * statistics.median(fw), 1e6 * statistics.median(bw)
+
+
+def run_case(name: str, rounds: int, timer: harness.Timer) -> None:
+    case = next(c for c in training_suite.all_cases() if c.name == name)
+    inputs = training_suite.make_inputs(case, torch.Generator(device=harness.DEV).manual_seed(0))
+    ours = training_suite.ours_module(case, "default")
+
+    def forward() -> torch.Tensor:
+        out: torch.Tensor = ours(inputs.indices, inputs.offsets)
+        return out
+
+    def step() -> None:
+        forward().backward(inputs.grad)
+
+    for r in range(rounds):
+        for label, variant in variants().items():
+            with variant():
+                for _ in range(3):
+                    step()
+                fw, bw = host_split(forward, inputs.grad)
+                figures = training_suite.measure(step, timer)
+                host = statistics.median(harness.host_us(step, calls=STEPS) for _ in range(5))
+            print(f"{name} round {r} [{label}] GPU {figures.gpu_us:.0f} wall {figures.wall_us:.0f} host {host:.0f} "
+                  f"| forward host {fw:.0f} backward host {bw:.0f}", flush=True)
+
+
+@contextlib.contextmanager
+def _own_sort() -> Iterator[None]:
+    from reference_kernels import launch
+
+    saved = launch.RADIX_MIN_KEYS
+    launch.RADIX_MIN_KEYS = 1
+    try:
+        yield
+    finally:
+        launch.RADIX_MIN_KEYS = saved
+
+
+def _host_and_gpu(fn: Callable[[], object], timer: harness.Timer) -> tuple[float, float]:
+    fn()
+    return statistics.median(harness.host_us(fn, calls=STEPS) for _ in range(5)), timer.median_us(fn)
+
+
+def sort_sizes(timer: harness.Timer) -> None:
+    from reference_kernels import launch
+
+    print("keys, bits | torch.sort host, GPU | sort_rows host, GPU (µs) | same")
+    for rows in (4_000_000, 40_000_000):
+        for n in SORT_SIZES:
+            keys = torch.randint(0, rows, (n,), device=harness.DEV, dtype=torch.int32)
+            th, tg = _host_and_gpu(lambda: torch.sort(keys, stable=True), timer)
+            with _own_sort():
+                oh, og = _host_and_gpu(lambda: launch.sort_rows(keys, rows), timer)
+                ours = launch.sort_rows(keys, rows)
+            theirs = torch.sort(keys, stable=True)
+            same = torch.equal(ours[0], theirs[0]) and torch.equal(ours[1], theirs[1])
+            print(f"{n:>9d} {rows.bit_length():>2d} | {th:7.1f} {tg:7.1f} | {oh:7.1f} {og:7.1f} | {same}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", default=DEFAULT_CASES, help="training-suite case names")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--sort-sizes", action="store_true", help="also the sort alone at several key counts")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("step_host needs a CUDA GPU")
+        return 2
+    timer = harness.Timer(reps=STEPS)
+    if args.sort_sizes:
+        sort_sizes(timer)
+    for name in args.only:
+        run_case(name, args.rounds, timer)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
