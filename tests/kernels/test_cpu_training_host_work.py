@@ -20,7 +20,7 @@ LAUNCHES = ["index_check", "tbe_prepare", "embedding_bag_backward", "embedding_b
 # The step's torch operations: the check's two copies, the output, the preparation's keys and grad
 # rows (and mean's bag scales), the gradient's view, the sort, the backward's partial sums.
 OPS = ["empty_like", "empty_like", "new_empty", "empty_like", "empty_like", "view", "sort", "new_empty"]
-# With a million keys or more, radix_sort.cu instead of the sort: its workspace, sorted keys and
+# From launch.RADIX_MIN_KEYS keys on, radix_sort.cu instead of the sort: its workspace, sorted keys and
 # positions, and a histogram, a scan and a scatter per 8 bits of the rows (the cases' 4 x 1,000
 # rows and the sentinel row: 12 bits, two passes).
 RADIX_OPS = ["empty", "empty_like", "empty"]
@@ -41,12 +41,12 @@ def test_a_training_step_dispatches_a_few_allocations_a_sort_and_five_launches(c
     assert work.launches[2:] == LAUNCHES[1:]
 
 
-def test_a_step_of_a_million_keys_sorts_them_with_its_own_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_step_of_many_keys_sorts_them_with_its_own_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
     from reference_kernels import launch
 
-    monkeypatch.setattr(launch, "RADIX_MIN_KEYS", 1)  # the cases' 1,024 keys as if they were a million
+    monkeypatch.setattr(launch, "RADIX_MIN_KEYS", 1)  # the cases' 1,024 keys as if they were many
     with host_overhead.without_gpu(stubbed=False), torch.enable_grad():
         work = host_overhead.step_work(host_overhead.training_case("sgd sum"))
     sort = OPS.index("sort")
