@@ -58,7 +58,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -187,6 +187,28 @@ def host_us(fn: Callable[[], object], calls: int = 50) -> float:
     host = (time.perf_counter() - t0) / calls * 1e6
     torch.cuda.synchronize()
     return host
+
+
+def host_us_unqueued(fn: Callable[[], object], calls: Sequence[int] = (20, 5, 2, 1)) -> float | None:
+    """``host_us`` for calls that launch many kernels: where the GPU woke before the host had
+    enqueued the calls, the host waited (the driver's launch queue was full, or a call
+    synchronised) and the figure would be the GPU's sleep; fewer calls are timed then, down to
+    the last of ``calls``, and None is returned if even those waited."""
+    fn()
+    torch.cuda.synchronize()
+    for count in calls:
+        torch.cuda._sleep(200_000_000)  # ~0.1 s, as host_us
+        woke = torch.cuda.Event()
+        woke.record()
+        t0 = time.perf_counter()
+        for _ in range(count):
+            fn()
+        host = (time.perf_counter() - t0) / count * 1e6
+        waited = woke.query()  # the sleep is over: the host's calls waited for the GPU
+        torch.cuda.synchronize()
+        if not waited:
+            return host
+    return None
 
 
 def copy_ceiling_gbps(timer: Timer) -> float:

@@ -13,7 +13,7 @@ interaction, BCE loss, SGD on the dense layers and SGD on the rows (the example'
 Before timing, one step of ours and of FBGEMM from the same weights on the same batch; their
 losses and updated rows must agree (the training suite's check). Each step is then timed as the
 suite times the embedding-only cases (GPU time of one step, wall time of 20 back to back: the
-median of up to five such loops, host time with the queue full): the difference between the
+median of up to five such loops, host time with the GPU asleep): the difference between the
 libraries is the embeddings' share.
 """
 

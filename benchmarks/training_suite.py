@@ -16,10 +16,10 @@ Per library and case: GPU time per step (CUDA events, median of 20 steps, L2 flu
 each, the GPU held asleep until the host has enqueued the step: harness.Timer), wall time per
 step of 20 back-to-back steps (no synchronisation inside the loop: a step that synchronises or
 spends more host time than GPU time shows here; the median of up to five loops, ours and FBGEMM's
-taken in turn), and host time per step while the GPU queue is
-kept full (harness.host_us: what the host spends enqueueing one step; a step that waits for the
-GPU shows up as the GPU's sleep, as the DLRM step's thousands of launches do once the driver's
-launch queue is full). Before timing, one step of ours and one of FBGEMM from the same
+taken in turn), and host time per step while the GPU sleeps (harness.host_us_unqueued: what
+the host spends enqueueing one step, over 20 steps, or fewer where the GPU woke before the host
+had enqueued them, as the DLRM step's launches fill the driver's launch queue; none where even
+one step waits for the GPU). Before timing, one step of ours and one of FBGEMM from the same
 weights: the rows they updated must agree (``check``).
 
 Writes ``PREFIX.json`` (every figure, the environment, the summary), ``PREFIX.txt`` (the table) and
@@ -178,7 +178,7 @@ def make_inputs(case: Case, gen: torch.Generator) -> Inputs:
 def measure(step: Callable[[], object], timer: harness.Timer) -> Figures:
     """GPU time (median of STEPS cold steps), wall time per step (STEPS back to back: the median
     of up to WALL_LOOPS such loops, so that one stall of a shared host does not decide it) and
-    host time per step (queue kept full) of ``step``."""
+    host time per step (the GPU asleep: harness.host_us_unqueued) of ``step``."""
     return measure_side_by_side([step], timer)[0]
 
 
@@ -197,7 +197,7 @@ def measure_side_by_side(steps: list[Callable[[], object]], timer: harness.Timer
                 step()
             torch.cuda.synchronize()
             taken.append((time.perf_counter() - t0) / STEPS * 1e6)
-    return [Figures(gpu_us=g, wall_us=statistics.median(taken), host_us=harness.host_us(step, calls=STEPS))
+    return [Figures(gpu_us=g, wall_us=statistics.median(taken), host_us=harness.host_us_unqueued(step))
             for step, g, taken in zip(steps, gpu, loops, strict=True)]
 
 
@@ -502,7 +502,7 @@ def text_table(results: list[CaseResult], summary_: dict[str, Any]) -> str:
             f"{'ours':>7s} {'fbgemm':>7s} {'torch':>7s} {'xFB':>5s} | {'ours':>6s} {'fbgemm':>6s}  check")
     lines = ["GPU time per step (us, median of 20, L2 flushed) | wall per step (us, 20 back to back, median of "
              f"up to {WALL_LOOPS} loops) | "
-             "host us per step (queue full)", head, "-" * len(head)]
+             "host us per step (GPU asleep)", head, "-" * len(head)]
     for r in results:
         lines.append(f"{r.case:58s} {_fmt(r.ours.gpu_us):>7s} {_fmt(r.fbgemm.gpu_us):>7s} {_fmt(r.torch.gpu_us):>7s} "
                      f"{_fmt(r.gpu_vs_fbgemm, 2):>5s} {_fmt(r.gpu_vs_torch, 2):>5s} | {_fmt(r.ours.wall_us):>7s} "

@@ -99,10 +99,46 @@ def test_wall_loops_of_the_libraries_are_taken_in_turn(monkeypatch: pytest.Monke
     steps alternated with the other's (A B A B ...), the median of WALL_LOOPS loops each."""
     calls: list[str] = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    monkeypatch.setattr(ts.harness, "host_us", lambda step, calls: 7.0)
+    monkeypatch.setattr(ts.harness, "host_us_unqueued", lambda step: 7.0)
     timer = type("Timer", (), {"median_us": lambda self, step: 3.0})()
     first, second = ts.measure_side_by_side([lambda: calls.append("a"), lambda: calls.append("b")], timer)
     runs = "".join(calls)
     assert runs == ("a" * ts.STEPS + "b" * ts.STEPS) * ts.WALL_LOOPS
     assert (first.gpu_us, first.host_us, second.gpu_us, second.host_us) == (3.0, 7.0, 3.0, 7.0)
     assert first.wall_us is not None and second.wall_us is not None
+
+
+@pytest.mark.parametrize("wakes_after, expected", [
+    ({20: False}, "first"), ({20: True, 5: False}, "second"), ({20: True, 5: True, 2: True, 1: True}, None)])
+def test_host_time_is_taken_over_fewer_steps_where_the_gpu_woke_first(monkeypatch: pytest.MonkeyPatch,
+                                                                      wakes_after: dict[int, bool],
+                                                                      expected: str | None) -> None:
+    """harness.host_us_unqueued: 20 calls while the GPU sleeps; where the sleep was over before
+    they were enqueued (the launch queue was full, or a call synchronised), 5, 2, then 1; None if
+    even one call waited."""
+    from benchmarks import harness
+
+    calls: list[int] = []
+    attempts: list[int] = []  # the calls made by each attempt, as its event sees them
+
+    class Event:
+        def record(self) -> None:
+            self.start = len(calls)
+
+        def query(self) -> bool:
+            attempts.append(len(calls) - self.start)
+            return wakes_after[attempts[-1]]
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: None)
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+
+    def fn() -> None:
+        calls.append(1)
+
+    host = harness.host_us_unqueued(fn)
+    assert sum(attempts) + 1 == len(calls)  # one warm-up call, then each attempt's calls
+    if expected is None:
+        assert host is None and attempts == [20, 5, 2, 1]
+    else:
+        assert host is not None and host >= 0 and attempts == ([20] if expected == "first" else [20, 5])
