@@ -176,17 +176,27 @@ class Timer:
         return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=False)) * 1e3
 
 
-def host_us(fn: Callable[[], object], calls: int = 50) -> float:
-    """Host time per call: the GPU sleeps meanwhile, so calls only enqueue work."""
-    fn()
-    torch.cuda.synchronize()
-    torch.cuda._sleep(200_000_000)  # ~0.1 s, longer than the calls take to enqueue
+def _host_attempt(fn: Callable[[], object], calls: int) -> tuple[float, bool]:
+    """Host time per call of ``calls`` calls while the GPU sleeps (~0.1 s, longer than the calls
+    take to enqueue), and whether the GPU woke before they were enqueued: then the host waited
+    for it (the driver's launch queue was full, or a call synchronised)."""
+    torch.cuda._sleep(200_000_000)
+    woke = torch.cuda.Event()
+    woke.record()
     t0 = time.perf_counter()
     for _ in range(calls):
         fn()
     host = (time.perf_counter() - t0) / calls * 1e6
+    waited = woke.query()
     torch.cuda.synchronize()
-    return host
+    return host, waited
+
+
+def host_us(fn: Callable[[], object], calls: int = 50) -> float:
+    """Host time per call: the GPU sleeps meanwhile, so calls only enqueue work."""
+    fn()
+    torch.cuda.synchronize()
+    return _host_attempt(fn, calls)[0]
 
 
 def host_us_unqueued(fn: Callable[[], object], calls: Sequence[int] = (20, 5, 2, 1)) -> float | None:
@@ -197,15 +207,7 @@ def host_us_unqueued(fn: Callable[[], object], calls: Sequence[int] = (20, 5, 2,
     fn()
     torch.cuda.synchronize()
     for count in calls:
-        torch.cuda._sleep(200_000_000)  # ~0.1 s, as host_us
-        woke = torch.cuda.Event()
-        woke.record()
-        t0 = time.perf_counter()
-        for _ in range(count):
-            fn()
-        host = (time.perf_counter() - t0) / count * 1e6
-        waited = woke.query()  # the sleep is over: the host's calls waited for the GPU
-        torch.cuda.synchronize()
+        host, waited = _host_attempt(fn, count)
         if not waited:
             return host
     return None

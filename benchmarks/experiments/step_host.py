@@ -9,7 +9,7 @@ each variant, ``--rounds`` times in turn (the host's speed drifts within a minut
 - ``new``: as shipped;
 - ``python-path``: the compiled host path hidden (``diagnostics.python_host_path``): the forward
   through the Python path, every launch through cuda-bindings;
-- ``torch-sort``: the backward's keys sorted by torch.sort (``RADIX_MIN_KEYS`` past every case);
+- ``torch-sort``: the backward's keys sorted by torch.sort (the knob ``tuning.own_sort`` off);
 - ``bindings-launches``: the forward served, the Python path's launches through cuda-bindings'
   cuLaunchKernel instead of the library's ``launch_raw``.
 
@@ -28,7 +28,10 @@ import argparse
 import contextlib
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+from unittest import mock
 
 import torch
 
@@ -39,35 +42,12 @@ SORT_SIZES = (16_384, 65_536, 186_624, 400_000, 691_200, 1_048_576, 2_621_440)
 STEPS = 20
 
 
-@contextlib.contextmanager
-def _torch_sort() -> Iterator[None]:
-    from reference_kernels import launch
+def variants() -> dict[str, Callable[[], contextlib.AbstractContextManager[Any]]]:
+    from reference_kernels import diagnostics, launch, tuning
 
-    saved = launch.RADIX_MIN_KEYS
-    launch.RADIX_MIN_KEYS = 1 << 40
-    try:
-        yield
-    finally:
-        launch.RADIX_MIN_KEYS = saved
-
-
-@contextlib.contextmanager
-def _bindings_launches() -> Iterator[None]:
-    from reference_kernels import launch
-
-    saved = launch._HOST_PATH
-    launch._HOST_PATH = []
-    try:
-        yield
-    finally:
-        launch._HOST_PATH = saved
-
-
-def variants() -> dict[str, Callable[[], contextlib.AbstractContextManager[None]]]:
-    from reference_kernels import diagnostics
-
-    return {"new": contextlib.nullcontext, "python-path": diagnostics.python_host_path, "torch-sort": _torch_sort,
-            "bindings-launches": _bindings_launches}
+    return {"new": contextlib.nullcontext, "python-path": diagnostics.python_host_path,
+            "torch-sort": partial(tuning.tuned, own_sort=False),
+            "bindings-launches": partial(mock.patch.object, launch, "_HOST_PATH", [])}
 
 
 def host_split(forward: Callable[[], torch.Tensor], grad: torch.Tensor) -> tuple[float, float]:
@@ -111,18 +91,6 @@ def run_case(name: str, rounds: int, timer: harness.Timer) -> None:
                   f"| forward host {fw:.0f} backward host {bw:.0f}", flush=True)
 
 
-@contextlib.contextmanager
-def _own_sort() -> Iterator[None]:
-    from reference_kernels import launch
-
-    saved = launch.RADIX_MIN_KEYS
-    launch.RADIX_MIN_KEYS = 1
-    try:
-        yield
-    finally:
-        launch.RADIX_MIN_KEYS = saved
-
-
 def _host_and_gpu(fn: Callable[[], object], timer: harness.Timer) -> tuple[float, float]:
     fn()
     return statistics.median(harness.host_us(fn, calls=STEPS) for _ in range(5)), timer.median_us(fn)
@@ -136,7 +104,7 @@ def sort_sizes(timer: harness.Timer) -> None:
         for n in SORT_SIZES:
             keys = torch.randint(0, rows, (n,), device=harness.DEV, dtype=torch.int32)
             th, tg = _host_and_gpu(lambda: torch.sort(keys, stable=True), timer)
-            with _own_sort():
+            with mock.patch.object(launch, "RADIX_MIN_KEYS", 1):
                 oh, og = _host_and_gpu(lambda: launch.sort_rows(keys, rows), timer)
                 ours = launch.sort_rows(keys, rows)
             theirs = torch.sort(keys, stable=True)

@@ -373,18 +373,23 @@ struct BagBackward : public torch::autograd::Node {
   }
 };
 
-// The backward of a table-batched call: the weight's gradient only (the op gives per-sample weights
-// none, as the Python path's TBEFunction does).
-struct TableBatchedBackward : public torch::autograd::Node {
+// What both table-batched nodes save of a call: its tables, the lookup's indices and offsets (the
+// pass's copies when it checks), the per-sample weights and the mode.
+struct TableBatchedNode : public torch::autograd::Node {
   torch::autograd::SavedVariable table_rows, indices, offsets, per_sample_weights;
   int mode = 0;
-  int64_t num_weights = 0;
-
-  std::string name() const override { return "ReferenceKernelsTableBatchedBackward"; }
 
   void release_variables() override {
     for (auto* saved : {&table_rows, &indices, &offsets, &per_sample_weights}) saved->reset_data();
   }
+};
+
+// The backward of a table-batched call: the weight's gradient only (the op gives per-sample weights
+// none, as the Python path's TBEFunction does).
+struct TableBatchedBackward : public TableBatchedNode {
+  int64_t num_weights = 0;
+
+  std::string name() const override { return "ReferenceKernelsTableBatchedBackward"; }
 
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     pybind11::gil_scoped_acquire gil;
@@ -400,10 +405,9 @@ struct TableBatchedBackward : public torch::autograd::Node {
 // The backward of a table-batched call of a module with a sparse gradient or a fused optimizer:
 // the module's own (tbe.host_path_update, as its SparseTBE Function runs it) on what that Function
 // saves; ``update`` is the module's fused optimizer state, or True for a sparse gradient.
-struct TableBatchedUpdate : public torch::autograd::Node {
-  torch::autograd::SavedVariable weight, table_rows, indices, offsets, per_sample_weights;
+struct TableBatchedUpdate : public TableBatchedNode {
+  torch::autograd::SavedVariable weight;
   PyObject* update = nullptr;  // owned
-  int mode = 0;
 
   std::string name() const override { return "ReferenceKernelsTableBatchedUpdate"; }
 
@@ -415,7 +419,8 @@ struct TableBatchedUpdate : public torch::autograd::Node {
   }
 
   void release_variables() override {
-    for (auto* saved : {&weight, &table_rows, &indices, &offsets, &per_sample_weights}) saved->reset_data();
+    TableBatchedNode::release_variables();
+    weight.reset_data();
   }
 
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
@@ -429,17 +434,25 @@ struct TableBatchedUpdate : public torch::autograd::Node {
   }
 };
 
-void attach_table_batched_update(const at::Tensor& out, const at::Tensor& weight, const at::Tensor& table_rows,
-                                 const at::Tensor& indices, const at::Tensor& offsets, const at::Tensor& psw,
-                                 int mode, PyObject* update) {
-  auto node = NodeMaker<NodePtr>::make<TableBatchedUpdate>();
+// A table-batched node of type T on the weight's edge, holding what TableBatchedNode saves.
+template <typename T>
+auto table_batched_node(const at::Tensor& weight, const at::Tensor& table_rows, const at::Tensor& indices,
+                        const at::Tensor& offsets, const at::Tensor& psw, int mode) {
+  auto node = NodeMaker<NodePtr>::make<T>();
   node->set_next_edges(torch::autograd::collect_next_edges(weight));
-  node->weight = torch::autograd::SavedVariable(weight, false);
   node->table_rows = torch::autograd::SavedVariable(table_rows, false);
   node->indices = torch::autograd::SavedVariable(indices, false);
   node->offsets = torch::autograd::SavedVariable(offsets, false);
   node->per_sample_weights = torch::autograd::SavedVariable(psw, false);
   node->mode = mode;
+  return node;
+}
+
+void attach_table_batched_update(const at::Tensor& out, const at::Tensor& weight, const at::Tensor& table_rows,
+                                 const at::Tensor& indices, const at::Tensor& offsets, const at::Tensor& psw,
+                                 int mode, PyObject* update) {
+  auto node = table_batched_node<TableBatchedUpdate>(weight, table_rows, indices, offsets, psw, mode);
+  node->weight = torch::autograd::SavedVariable(weight, false);
   Py_INCREF(update);
   node->update = update;
   torch::autograd::set_history(out, node);
@@ -448,13 +461,7 @@ void attach_table_batched_update(const at::Tensor& out, const at::Tensor& weight
 void attach_table_batched_backward(const at::Tensor& out, const at::Tensor& weight, const at::Tensor& table_rows,
                                    const at::Tensor& indices, const at::Tensor& offsets, const at::Tensor& psw,
                                    int mode) {
-  auto node = NodeMaker<NodePtr>::make<TableBatchedBackward>();
-  node->set_next_edges(torch::autograd::collect_next_edges(weight));
-  node->table_rows = torch::autograd::SavedVariable(table_rows, false);
-  node->indices = torch::autograd::SavedVariable(indices, false);
-  node->offsets = torch::autograd::SavedVariable(offsets, false);
-  node->per_sample_weights = torch::autograd::SavedVariable(psw, false);
-  node->mode = mode;
+  auto node = table_batched_node<TableBatchedBackward>(weight, table_rows, indices, offsets, psw, mode);
   node->num_weights = weight.size(0);
   torch::autograd::set_history(out, node);
 }
