@@ -530,14 +530,23 @@ def sort_by_row(flat: torch.Tensor, num_weights: int) -> tuple[torch.Tensor, tor
     return sort_rows(keys, num_weights)
 
 
-# radix_sort.cu's kernels' parameters: (keys, n, shift, counts, tiles); (counts, tiles, totals);
-# (keys in, values in, n, shift, counts, totals, tiles, keys out, values out, positions out).
-HISTOGRAM_PARAMS = nvrtc.params(PTR + I64 + I32 + PTR + I64)
-SCAN_PARAMS = nvrtc.params(PTR + I64 + PTR)
-SCATTER_PARAMS = nvrtc.params(PTR + PTR + I64 + I32 + PTR + PTR + I64 + PTR + PTR + PTR)
-RADIX_ITEMS = 12  # keys per thread per tile (radix_sort.cu's ITEMS: 8 * TILE bytes of shared memory)
+# radix_sort.cu's kernels' parameters: (keys, n, passes, totals); (keys in, values in, n, shift,
+# totals, status, tile counter, keys out, values out, positions out).
+HISTOGRAMS_PARAMS = nvrtc.params(PTR + I64 + I32 + PTR)
+ONESWEEP_PARAMS = nvrtc.params(PTR + PTR + I64 + I32 + PTR + PTR + PTR + PTR + PTR + PTR)
+# Keys per thread per tile (radix_sort.cu's ITEMS: 8 * TILE bytes of shared memory): 12, and 6
+# below RADIX_SMALL_BELOW keys, where twice the tiles fill more of the GPU (change 60, H200: 186,624
+# keys of 26 bits 43.5 us a sort at 6, 51.6 at 12; 400,000 keys 57.9 at 6, 55.5 at 12).
+RADIX_ITEMS = 12
+RADIX_ITEMS_SMALL = 6
+RADIX_SMALL_BELOW = 1 << 18
 RADIX_TILE = BLOCK * RADIX_ITEMS
+RADIX_TILE_SMALL = BLOCK * RADIX_ITEMS_SMALL
 RADIX_DIGITS = 256
+RADIX_LOOK_BACK = 8  # look-back words a onesweep thread reads at once (radix_sort.cu's LOOK_BACK)
+RADIX_MAX_PASSES = 4
+RADIX_MAX_KEYS = 2**30  # radix_sort.cu's look-back words count in 30 bits
+RADIX_HISTOGRAM_MAX_BLOCKS = 256  # the totals' grid-stride blocks, at most (each adds its counts atomically)
 # From 16,384 keys on (the fewest measured), 22 and 26 bits, ours took 5-38 us less GPU time
 # than torch.sort's four onesweep passes and about the same host time (60-100 us either way on
 # the H200's host), four passes included (change 59). Fewer keys take torch.sort.
@@ -548,40 +557,44 @@ def sort_rows(keys: torch.Tensor, max_key: int) -> tuple[torch.Tensor, torch.Ten
     """``torch.sort(keys, stable=True)`` for sort keys in [0, ``max_key``] (the backward's rows,
     the sentinel row ``num_rows`` included): (sorted keys, int64 positions). int32 keys on a
     CUDA device, RADIX_MIN_KEYS of them or more, take radix_sort.cu, 8 bits a pass over
-    bit_length(max_key) bits only (1 to 4 passes, where torch sorts all 32 bits in 4); other
-    keys, and the knob ``tuning.own_sort`` off, torch.sort. The same bits either way: both are the stable sort.
+    bit_length(max_key) bits only (1 to 4 passes, where torch sorts all 32 bits in 4): one
+    launch for every pass's digit totals, then one a pass; other keys, and the knob
+    ``tuning.own_sort`` off, torch.sort. The same bits either way: both are the stable sort.
     Keys outside [0, max_key] are the caller's error (sorted by their low bits only)."""
     import torch
 
     n = keys.numel()
     passes = max(1, -(-max(1, max_key).bit_length() // 8))
-    if (keys.dtype != torch.int32 or not _on_gpu(keys) or n < RADIX_MIN_KEYS or n >= 2**31
+    if (keys.dtype != torch.int32 or not _on_gpu(keys) or n < RADIX_MIN_KEYS or n >= RADIX_MAX_KEYS
             or not tuning.current().own_sort):
         return torch.sort(keys, stable=True)
-    tiles = -(-n // RADIX_TILE)
+    items = RADIX_ITEMS_SMALL if n < RADIX_SMALL_BELOW else RADIX_ITEMS
+    tiles = -(-n // (BLOCK * items))
     index = keys.get_device()
-    histogram, scan, scatter = _radix_functions(index)
-    # one int32 workspace (pointers into it, no views: each view is a dispatch): the counts of
-    # each (digit, tile), the digits' totals, then two (keys, values) pairs the passes use in turn
-    work = torch.empty(RADIX_DIGITS * (tiles + 1) + 4 * n, dtype=torch.int32, device=keys.device)
-    counts = work.data_ptr()
-    totals = counts + 4 * RADIX_DIGITS * tiles
-    spare = totals + 4 * RADIX_DIGITS
+    histograms, onesweep = _radix_functions(index, items)
+    # the zeroed int32 words (pointers into them, no views: each view is a dispatch): every
+    # pass's digit totals, its tile counter, its look-back words
+    control = torch.zeros(RADIX_MAX_PASSES * (RADIX_DIGITS + 1) + passes * tiles * RADIX_DIGITS, dtype=torch.int32,
+                          device=keys.device)
+    totals = control.data_ptr()
+    counters = totals + 4 * RADIX_MAX_PASSES * RADIX_DIGITS
+    status = counters + 4 * RADIX_MAX_PASSES
+    pairs = torch.empty(4 * n if passes > 1 else 0, dtype=torch.int32, device=keys.device)  # (keys, values) x 2
     out_keys = torch.empty_like(keys)
     positions = torch.empty(n, dtype=torch.int64, device=keys.device)
     if POISON_OUTPUTS:  # an element the kernels fail to write cannot pass a comparison
         out_keys.fill_(-7)
         positions.fill_(-7)
+    _launch_packed(index, histograms, min(tiles, RADIX_HISTOGRAM_MAX_BLOCKS), BLOCK, HISTOGRAMS_PARAMS,
+                   (keys.data_ptr(), n, passes, totals))
     src_keys, src_values = keys.data_ptr(), 0  # the first pass numbers the positions itself
     for p in range(passes):
         last = p == passes - 1
-        pair = spare + (p % 2) * 8 * n
+        pair = pairs.data_ptr() + (p % 2) * 8 * n
         dst_keys, dst_values = (out_keys.data_ptr(), 0) if last else (pair, pair + 4 * n)
-        _launch_packed(index, histogram, tiles, BLOCK, HISTOGRAM_PARAMS, (src_keys, n, 8 * p, counts, tiles))
-        _launch_packed(index, scan, RADIX_DIGITS, BLOCK, SCAN_PARAMS, (counts, tiles, totals))
-        _launch_packed(index, scatter, tiles, BLOCK, SCATTER_PARAMS, (
-            src_keys, src_values, n, 8 * p, counts, totals, tiles, dst_keys, dst_values,
-            positions.data_ptr() if last else 0))
+        _launch_packed(index, onesweep, tiles, BLOCK, ONESWEEP_PARAMS, (
+            src_keys, src_values, n, 8 * p, totals + 4 * RADIX_DIGITS * p, status + 4 * RADIX_DIGITS * tiles * p,
+            counters + 4 * p, dst_keys, dst_values, positions.data_ptr() if last else 0))
         src_keys, src_values = dst_keys, dst_values
     return out_keys, positions
 
@@ -592,17 +605,20 @@ def _on_gpu(t: torch.Tensor) -> bool:
     return bool(t.is_cuda)
 
 
-_RADIX: dict[int, tuple[Any, Any, Any]] = {}  # device -> radix_sort.cu's three kernels
+# (device, items, look-back) -> radix_sort.cu's two kernels
+_RADIX: dict[tuple[int, int, int], tuple[Any, Any]] = {}
 
 
-def _radix_functions(index: int) -> tuple[Any, Any, Any]:
-    """radix_sort.cu's histogram, scan and scatter kernels on device ``index`` (compiled once)."""
-    found = _RADIX.get(index)
+def _radix_functions(index: int, items: int) -> tuple[Any, Any]:
+    """radix_sort.cu's histogram and onesweep kernels on device ``index``, ``items`` keys per
+    thread per tile (compiled once)."""
+    key = (index, items, RADIX_LOOK_BACK)
+    found = _RADIX.get(key)
     if found is None:
-        defines = {"BLOCK": BLOCK, "ITEMS": RADIX_ITEMS}
-        histogram, scan, scatter = (nvrtc.get_function("radix_sort.cu", entry, defines, index)
-                                    for entry in ("radix_histogram", "radix_scan", "radix_scatter"))
-        found = _RADIX[index] = (histogram, scan, scatter)
+        defines = {"BLOCK": BLOCK, "ITEMS": items, "LOOK_BACK": RADIX_LOOK_BACK}
+        histograms, onesweep = (nvrtc.get_function("radix_sort.cu", entry, defines, index)
+                                for entry in ("radix_histograms", "radix_onesweep"))
+        found = _RADIX[key] = (histograms, onesweep)
     return found
 
 
@@ -742,6 +758,16 @@ def _side_stream(device_index: int) -> torch.cuda.Stream:
     import torch
 
     return torch.cuda.Stream(device_index)  # type: ignore[no-untyped-call]
+
+
+@functools.cache
+def priority_stream(device_index: int) -> torch.cuda.Stream:
+    """A stream of a priority above the default (negative: higher): the block scheduler places its
+    blocks before those of default-priority kernels still waiting for room (tbe.presort's small
+    grids beside a lookup's many blocks)."""
+    import torch
+
+    return torch.cuda.Stream(device_index, priority=-1)  # type: ignore[no-untyped-call]
 
 
 def _zero_untouched_rows(grad_weight: torch.Tensor, rows: torch.Tensor, padding_idx: int,

@@ -4,20 +4,25 @@
 // 4 (docs/training.md, issue 37's counters: torch's 4 onesweep passes 136 us on 2.6M keys,
 // FBGEMM's 3 over the row bits 110 us).
 //
-// Each pass sorts by one 8-bit digit (key >> shift) & 255, stably, in three kernels:
-//   radix_histogram: per tile of TILE consecutive items, the count of each digit:
-//     counts[d * tiles + tile] (digit-major, so that step 2 scans each digit's tiles in order);
-//   radix_scan: one block per digit d: counts[d * tiles + tile] becomes the number of items of
-//     digit d in tiles before `tile`, totals[d] the digit's total;
-//   radix_scatter: each tile ranks its items by digit, stably: each warp takes 32 * ITEMS
-//     consecutive items, 32 a round, finds a round's lanes of one digit by __match_any_sync and
-//     counts them on its own counters; one scan per digit over the warps then orders the
-//     warps. The items are staged in shared memory in sorted order and each digit's run is
-//     written to its place: (items of smaller digits) + (items of this digit in earlier
-//     tiles) + (rank in tile).
+// One launch for the digit totals of every pass, then one launch a pass (the onesweep scheme of
+// Adinets and Merrill, "Onesweep: A Faster Least Significant Digit Radix Sort for GPUs", 2022:
+// no per-pass histogram and scan launches; change 60):
+//   radix_histograms: the count of each digit of each pass over all keys: totals[pass][digit];
+//   radix_onesweep: one tile of TILE consecutive items per block, in the order blocks take tile
+//     numbers from a counter (a tile waits only on tiles whose blocks already run). The tile
+//     ranks its items by digit, stably: each warp takes 32 * ITEMS consecutive items, 32 a
+//     round, finds a round's lanes of one digit by __match_any_sync and counts them on its own
+//     counters; one scan per digit over the warps then orders the warps. Thread d then
+//     publishes the tile's count of digit d (AGGREGATE), looks back over earlier tiles' words
+//     until one holds its inclusive prefix (INCLUSIVE), and publishes its own inclusive prefix:
+//     the items of digit d in earlier tiles. The items are staged in shared memory in sorted
+//     order and each digit's run is written to its place: (items of smaller digits, from the
+//     totals) + (items of this digit in earlier tiles) + (rank in tile).
 // The first pass takes the positions 0..n-1 as the values; the last writes them as int64 (the
-// backward kernels' positions). Every output element is written once; no atomics on global
-// memory; the result is the stable sort, the same bits as torch.sort(keys, stable=True).
+// backward kernels' positions). Every output element is written once; the look-back words and
+// the totals hold integer counts, so the result does not depend on the blocks' timing: the
+// stable sort, the same bits as torch.sort(keys, stable=True). A look-back word packs its flag
+// in the top two bits over a 30-bit count (launch.sort_rows sorts fewer than 2^30 keys here).
 #include "common.cuh"
 
 #ifndef BLOCK
@@ -26,15 +31,25 @@
 #ifndef ITEMS  // items per thread per tile (the staging arrays: 8 * TILE bytes of shared memory)
 #define ITEMS 12
 #endif
-#ifndef SCATTER_MIN_BLOCKS  // the scatter's occupancy floor (without it ptxas caps it at 64 registers and spills)
+#ifndef SCATTER_MIN_BLOCKS  // the onesweep pass's occupancy floor (without it ptxas caps it at 64 registers and spills)
 #define SCATTER_MIN_BLOCKS 3
+#endif
+#ifndef LOOK_BACK  // look-back words read at once
+#define LOOK_BACK 8
 #endif
 #define TILE (BLOCK * ITEMS)
 #define RADIX 256
+#define MAX_PASSES 4
 #define WARPS (BLOCK / 32)
+#define FLAG_AGGREGATE (1u << 30)
+#define FLAG_INCLUSIVE (2u << 30)
+#define COUNT_MASK ((1u << 30) - 1u)
 static_assert(BLOCK == RADIX, "a thread per digit in the scans");
 
 __device__ __forceinline__ int digit_of(int key, int shift) { return (int)(((u32)key >> shift) & (RADIX - 1)); }
+
+__device__ __forceinline__ void publish(u32* word, u32 value) { *(volatile u32*)word = value; }
+__device__ __forceinline__ u32 peek(const u32* word) { return *(volatile const u32*)word; }
 
 // Exclusive prefix sum of one value per thread over the block; *total gets the sum.
 __device__ __forceinline__ int block_exclusive_sum(int value, int* total) {
@@ -60,74 +75,66 @@ __device__ __forceinline__ int block_exclusive_sum(int value, int* total) {
   return before + inclusive - value;
 }
 
-// A counter per (warp, digit): an atomic per key, which collide only on a warp's equal digits
-// (a hot row's keys). Adding a warp's equal digits at once through __match_any_sync cost more on
-// every key than the collisions do (change 58: 2.1M keys, uniform 201 -> 155 us a sort, Zipf
-// 1.2 128 -> 116 us, H100).
-extern "C" __global__ void __launch_bounds__(BLOCK) radix_histogram(const int* __restrict__ keys, i64 n, int shift,
-                                                                   int* __restrict__ counts, i64 tiles) {
-  __shared__ int hist[WARPS][RADIX];
-  const i64 base = (i64)blockIdx.x * TILE;
-  const int warp = threadIdx.x >> 5;
+// Every pass's digit counts in one read of the keys: a grid-stride loop, counters per block in
+// shared memory, then one global atomic per (pass, digit, block) into the zeroed totals.
+extern "C" __global__ void __launch_bounds__(BLOCK) radix_histograms(const int* __restrict__ keys, i64 n,
+                                                                    int passes, int* __restrict__ totals) {
+  __shared__ int hist[MAX_PASSES][RADIX];
 #pragma unroll
-  for (int w = 0; w < WARPS; ++w) hist[w][threadIdx.x] = 0;
+  for (int p = 0; p < MAX_PASSES; ++p) hist[p][threadIdx.x] = 0;
   __syncthreads();
-  int key[ITEMS];
-#pragma unroll
-  for (int u = 0; u < ITEMS; ++u) {  // every load issued before the first atomic
-    const i64 i = base + u * BLOCK + threadIdx.x;
-    key[u] = i < n ? __ldg(keys + i) : 0;
+  for (i64 i = (i64)blockIdx.x * BLOCK + threadIdx.x; i < n; i += (i64)gridDim.x * BLOCK) {
+    const int key = __ldg(keys + i);
+    for (int p = 0; p < passes; ++p) atomicAdd(&hist[p][digit_of(key, 8 * p)], 1);
   }
-#pragma unroll
-  for (int u = 0; u < ITEMS; ++u)
-    if (base + u * BLOCK + threadIdx.x < n) atomicAdd(&hist[warp][digit_of(key[u], shift)], 1);
   __syncthreads();
-  int sum = 0;
-#pragma unroll
-  for (int w = 0; w < WARPS; ++w) sum += hist[w][threadIdx.x];
-  counts[(i64)threadIdx.x * tiles + blockIdx.x] = sum;
+  for (int p = 0; p < passes; ++p) {
+    const int c = hist[p][threadIdx.x];
+    if (c != 0) atomicAdd(totals + p * RADIX + threadIdx.x, c);
+  }
 }
 
-extern "C" __global__ void __launch_bounds__(BLOCK) radix_scan(int* __restrict__ counts, i64 tiles,
-                                                              int* __restrict__ totals) {
-  int* row = counts + (i64)blockIdx.x * tiles;
-  int carry = 0;
-  for (i64 t0 = 0; t0 < tiles; t0 += BLOCK) {  // block-uniform
-    const i64 t = t0 + threadIdx.x;
-    const int value = t < tiles ? row[t] : 0;
-    int sum;
-    const int before = block_exclusive_sum(value, &sum);
-    if (t < tiles) row[t] = carry + before;
-    carry += sum;
+// The items of digit d in tiles before ``tile``: its earlier tiles' words read back, LOOK_BACK at a
+// time (independent loads, one round trip each: the tiles' blocks run at once, and a word read
+// one at a time cost a round trip per tile), summing counts up to the nearest inclusive one and
+// waiting where a word is not yet published.
+__device__ __forceinline__ u32 look_back(const u32* status, i64 tile, int d) {
+  u32 earlier = 0;
+  i64 t = tile - 1;
+  while (t >= 0) {
+    u32 word[LOOK_BACK];
+#pragma unroll
+    for (int k = 0; k < LOOK_BACK; ++k) word[k] = t - k >= 0 ? peek(status + (t - k) * RADIX + d) : FLAG_INCLUSIVE;
+    int k = 0;
+    for (; k < LOOK_BACK && word[k] != 0; ++k) {
+      earlier += word[k] & COUNT_MASK;
+      if (word[k] & FLAG_INCLUSIVE) return earlier;
+    }
+    t -= k;  // on from the first word not yet published (k = 0: read it again)
   }
-  if (threadIdx.x == 0) totals[blockIdx.x] = carry;
+  return earlier;
 }
 
-extern "C" __global__ void __launch_bounds__(BLOCK, SCATTER_MIN_BLOCKS) radix_scatter(
+// One pass over the digit (key >> shift) & 255. totals: this pass's digit counts; status: its
+// look-back words, tiles x RADIX, zeroed; tile_counter: its tile numbers, zeroed.
+extern "C" __global__ void __launch_bounds__(BLOCK, SCATTER_MIN_BLOCKS) radix_onesweep(
     const int* __restrict__ keys_in, const int* __restrict__ values_in, i64 n, int shift,
-    const int* __restrict__ counts, const int* __restrict__ totals, i64 tiles, int* __restrict__ keys_out,
+    const int* __restrict__ totals, u32* status, int* tile_counter, int* __restrict__ keys_out,
     int* __restrict__ values_out, i64* __restrict__ positions_out) {
   __shared__ int stage_keys[TILE];
   __shared__ int stage_values[TILE];
   __shared__ int warp_count[WARPS][RADIX];  // items of digit d in warp w's part of the tile
   __shared__ int tile_start[RADIX];          // this tile's items of smaller digits
   __shared__ i64 out_start[RADIX];           // where this tile's run of digit d goes
+  __shared__ int tile_number;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const i64 base = (i64)blockIdx.x * TILE;
-  const int valid = n - base < TILE ? (int)(n - base) : TILE;
-
-  {  // thread d: where digit d's items go
-    const int d = threadIdx.x;
-    const i64 here = counts[(i64)d * tiles + blockIdx.x];
-    const i64 next = blockIdx.x + 1 < tiles ? counts[(i64)d * tiles + blockIdx.x + 1] : totals[d];
-    int all;
-    const int smaller = block_exclusive_sum(totals[d], &all);
-    tile_start[d] = block_exclusive_sum((int)(next - here), &all);
-    out_start[d] = (i64)smaller + here;
+  if (threadIdx.x == 0) tile_number = atomicAdd(tile_counter, 1);
 #pragma unroll
-    for (int w = 0; w < WARPS; ++w) warp_count[w][d] = 0;
-  }
+  for (int w = 0; w < WARPS; ++w) warp_count[w][threadIdx.x] = 0;
   __syncthreads();
+  const i64 tile = tile_number;
+  const i64 base = tile * TILE;
+  const int valid = n - base < TILE ? (int)(n - base) : TILE;
   // Warp w owns the tile's items [w * 32 * ITEMS, (w + 1) * 32 * ITEMS), 32 consecutive ones a
   // round (coalesced loads); it ranks them by digit in item order with its own counters, no
   // block-wide barrier between rounds.
@@ -155,15 +162,27 @@ extern "C" __global__ void __launch_bounds__(BLOCK, SCATTER_MIN_BLOCKS) radix_sc
     __syncwarp();
   }
   __syncthreads();
-  {  // thread d: the items of digit d before each warp's, in this tile (warp_count becomes that)
+  {  // thread d: the tile's items of digit d; where each warp's start (warp_count becomes that)
     const int d = threadIdx.x;
-    int run = tile_start[d];
+    int count = 0;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) count += warp_count[w][d];
+    u32* mine = status + tile * RADIX + d;
+    publish(mine, (tile == 0 ? FLAG_INCLUSIVE : FLAG_AGGREGATE) | (u32)count);  // before any barrier
+    int all;
+    const int smaller = block_exclusive_sum(totals[d], &all);
+    const int start = block_exclusive_sum(count, &all);
+    tile_start[d] = start;
+    int run = start;
 #pragma unroll
     for (int w = 0; w < WARPS; ++w) {
       const int c = warp_count[w][d];
       warp_count[w][d] = run;
       run += c;
     }
+    const u32 earlier = look_back(status, tile, d);
+    if (tile != 0) publish(mine, FLAG_INCLUSIVE | (earlier + (u32)count));
+    out_start[d] = (i64)smaller + earlier;
   }
   __syncthreads();
 #pragma unroll

@@ -1,6 +1,6 @@
 """Host time of a training step, split, under the host path's variants (change 59).
 
-    python3 -m benchmarks step_host [--only TEXT ...] [--sort-sizes] [--rounds N]
+    python3 -m benchmarks step_host [--only TEXT ...] [--sort-sizes] [--rounds N] [--timeline]
 
 For each training-suite case named (default: 4Mx128 Zipf 1.2 SGD and 40Mx128 uniform SGD; float32,
 no per-sample weights), our module is built as the suite builds it and one step is timed under
@@ -11,7 +11,13 @@ each variant, ``--rounds`` times in turn (the host's speed drifts within a minut
   through the Python path, every launch through cuda-bindings;
 - ``torch-sort``: the backward's keys sorted by torch.sort (the knob ``tuning.own_sort`` off);
 - ``bindings-launches``: the forward served, the Python path's launches through cuda-bindings'
-  cuLaunchKernel instead of the library's ``launch_raw``.
+  cuLaunchKernel instead of the library's ``launch_raw``;
+- ``no-presort``: the backward's preparation and sort in the backward (the knob
+  ``tuning.presort`` off), not launched in the forward beside the lookup (change 60).
+
+``--timeline``: per variant, one step's kernels in the order they started (torch.profiler's
+trace): stream, start and end in µs from the first kernel's start, name; where the presort's
+kernels overlap the lookup, their ends interleave.
 
 Per variant: GPU time (the suite's median of L2-flushed steps), wall time (the suite's median of
 loops of back-to-back steps), host time per step (median of five ``harness.host_us``), and the
@@ -30,6 +36,7 @@ import statistics
 import time
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -47,7 +54,30 @@ def variants() -> dict[str, Callable[[], contextlib.AbstractContextManager[Any]]
 
     return {"new": contextlib.nullcontext, "python-path": diagnostics.python_host_path,
             "torch-sort": partial(tuning.tuned, own_sort=False),
-            "bindings-launches": partial(mock.patch.object, launch, "_HOST_PATH", [])}
+            "bindings-launches": partial(mock.patch.object, launch, "_HOST_PATH", []),
+            "no-presort": partial(tuning.tuned, presort=False)}
+
+
+def timeline(step: Callable[[], None]) -> list[tuple[int, float, float, str]]:
+    """One step's kernels as the profiler traced them: (stream, start µs, end µs, name), start
+    order, times from the first kernel's start."""
+    import json
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        torch.cuda._sleep(100_000_000)  # the step's launches queue up: the GPU's own timeline
+        step()
+        torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile(suffix=".json") as trace:
+        prof.export_chrome_trace(trace.name)
+        events = json.loads(Path(trace.name).read_text())["traceEvents"]
+    kernels = sorted((e["ts"], e["ts"] + e["dur"], e["args"].get("stream", -1), e["name"])
+                     for e in events if e.get("cat") in ("kernel", "gpu_memset") and "sleep" not in e["name"])
+    first = kernels[0][0] if kernels else 0.0
+    return [(stream, start - first, end - first, name) for start, end, stream, name in kernels]
 
 
 def host_split(forward: Callable[[], torch.Tensor], grad: torch.Tensor) -> tuple[float, float]:
@@ -67,7 +97,7 @@ def host_split(forward: Callable[[], torch.Tensor], grad: torch.Tensor) -> tuple
     return 1e6 * statistics.median(fw), 1e6 * statistics.median(bw)
 
 
-def run_case(name: str, rounds: int, timer: harness.Timer) -> None:
+def run_case(name: str, rounds: int, timer: harness.Timer, with_timeline: bool) -> None:
     case = next(c for c in training_suite.all_cases() if c.name == name)
     inputs = training_suite.make_inputs(case, torch.Generator(device=harness.DEV).manual_seed(0))
     ours = training_suite.ours_module(case, "default")
@@ -87,8 +117,11 @@ def run_case(name: str, rounds: int, timer: harness.Timer) -> None:
                 fw, bw = host_split(forward, inputs.grad)
                 figures = training_suite.measure(step, timer)
                 host = statistics.median(harness.host_us(step, calls=STEPS) for _ in range(5))
+                kernels = timeline(step) if with_timeline and r == 0 else []
             print(f"{name} round {r} [{label}] GPU {figures.gpu_us:.0f} wall {figures.wall_us:.0f} host {host:.0f} "
                   f"| forward host {fw:.0f} backward host {bw:.0f}", flush=True)
+            for stream, start, end, kernel in kernels:
+                print(f"    stream {stream:>3} {start:7.1f} {end:7.1f} {kernel[:100]}")
 
 
 def _host_and_gpu(fn: Callable[[], object], timer: harness.Timer) -> tuple[float, float]:
@@ -96,20 +129,26 @@ def _host_and_gpu(fn: Callable[[], object], timer: harness.Timer) -> tuple[float
     return statistics.median(harness.host_us(fn, calls=STEPS) for _ in range(5)), timer.median_us(fn)
 
 
-def sort_sizes(timer: harness.Timer) -> None:
+def sort_sizes(timer: harness.Timer, items: list[int], look_backs: list[int]) -> None:
+    """sort_rows timed at each (radix_sort.cu's ITEMS: keys per thread per tile, LOOK_BACK)."""
     from reference_kernels import launch
 
-    print("keys, bits | torch.sort host, GPU | sort_rows host, GPU (µs) | same")
+    shapes = [(count, back) for count in items for back in look_backs]
+    print(f"keys, bits | torch.sort host, GPU | sort_rows host, GPU (µs) at (ITEMS, LOOK_BACK) {shapes} | same")
     for rows in (4_000_000, 40_000_000):
         for n in SORT_SIZES:
             keys = torch.randint(0, rows, (n,), device=harness.DEV, dtype=torch.int32)
             th, tg = _host_and_gpu(lambda: torch.sort(keys, stable=True), timer)
-            with mock.patch.object(launch, "RADIX_MIN_KEYS", 1):
-                oh, og = _host_and_gpu(lambda: launch.sort_rows(keys, rows), timer)
-                ours = launch.sort_rows(keys, rows)
             theirs = torch.sort(keys, stable=True)
-            same = torch.equal(ours[0], theirs[0]) and torch.equal(ours[1], theirs[1])
-            print(f"{n:>9d} {rows.bit_length():>2d} | {th:7.1f} {tg:7.1f} | {oh:7.1f} {og:7.1f} | {same}", flush=True)
+            line, same = [], True
+            for count, back in shapes:
+                forced = {"RADIX_MIN_KEYS": 1, "RADIX_ITEMS": count, "RADIX_SMALL_BELOW": 0, "RADIX_LOOK_BACK": back}
+                with mock.patch.multiple(launch, **forced):
+                    oh, og = _host_and_gpu(lambda: launch.sort_rows(keys, rows), timer)
+                    ours = launch.sort_rows(keys, rows)
+                line.append(f"{oh:7.1f} {og:7.1f}")
+                same = same and torch.equal(ours[0], theirs[0]) and torch.equal(ours[1], theirs[1])
+            print(f"{n:>9d} {rows.bit_length():>2d} | {th:7.1f} {tg:7.1f} | {' | '.join(line)} | {same}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,15 +156,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", default=DEFAULT_CASES, help="training-suite case names")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--sort-sizes", action="store_true", help="also the sort alone at several key counts")
+    parser.add_argument("--timeline", action="store_true", help="one step's kernels per variant (round 0)")
+    parser.add_argument("--radix-items", type=int, nargs="+", default=[12],
+                        help="--sort-sizes: radix_sort.cu's ITEMS values to time")
+    parser.add_argument("--radix-look-back", type=int, nargs="+", default=[8],
+                        help="--sort-sizes: radix_sort.cu's LOOK_BACK values to time")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("step_host needs a CUDA GPU")
         return 2
     timer = harness.Timer(reps=STEPS)
     if args.sort_sizes:
-        sort_sizes(timer)
+        sort_sizes(timer, args.radix_items, args.radix_look_back)
     for name in args.only:
-        run_case(name, args.rounds, timer)
+        run_case(name, args.rounds, timer, args.timeline)
     return 0
 
 

@@ -1,7 +1,7 @@
 """GPU tests of the backward's own sort (radix_sort.cu, ``launch.sort_rows``, issue 37): the
 stable sort over only the bits the rows use equals ``torch.sort(keys, stable=True)`` bit for bit,
 sorted keys and int64 positions, on fresh random keys: one to four passes (every int32 key),
-tiles cut anywhere (one key, part of a tile, a tile and one more, millions),
+tiles of both sizes cut anywhere (one key, part of a tile, a tile and one more, millions),
 uniform, skewed (a hot key with most of the positions, as Zipf traffic makes), all equal,
 already sorted and reversed. Outputs are poisoned first; no call synchronises with the host."""
 
@@ -21,7 +21,7 @@ def every_size(monkeypatch: pytest.MonkeyPatch) -> None:
     """The sort for any number of keys (the launcher leaves fewer than RADIX_MIN_KEYS to torch)."""
     monkeypatch.setattr(launch, "RADIX_MIN_KEYS", 1)
 
-TILE = launch.RADIX_TILE
+TILE, SMALL_TILE = launch.RADIX_TILE, launch.RADIX_TILE_SMALL
 
 
 def draw(gen: torch.Generator, n: int, max_key: int, kind: str) -> torch.Tensor:
@@ -51,7 +51,8 @@ def check(keys: torch.Tensor, max_key: int) -> None:
 
 
 @pytest.mark.parametrize("max_key", [1, 255, 256, 4_000, 65_536, 2**24 - 1, 2**24, 2**31 - 2])
-@pytest.mark.parametrize("n", [1, 5, TILE - 1, TILE, TILE + 1, 100_003])
+@pytest.mark.parametrize("n", [1, 5, SMALL_TILE - 1, SMALL_TILE + 1, TILE - 1, TILE, TILE + 1, 100_003,
+                               launch.RADIX_SMALL_BELOW + 7])
 @pytest.mark.parametrize("kind", ["uniform", "skewed", "equal", "sorted", "reversed"])
 def test_the_sort_equals_torchs_stable_sort(gen: torch.Generator, max_key: int, n: int, kind: str) -> None:
     check(draw(gen, n, max_key, kind), max_key)
