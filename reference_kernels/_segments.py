@@ -50,25 +50,16 @@ def _sort_keys(flat: Tensor, bag_of: Tensor | None, num_rows: int, padding_idx: 
     return keys if drop is None else torch.where(drop, num_rows, keys)
 
 
-def _sorted(flat: Tensor, bag_of: Tensor | None, num_rows: int, padding_idx: int, keys_ready: bool,
-            presorted: tuple[Tensor, Tensor] | None) -> tuple[Tensor, Tensor]:
-    """(sorted keys, positions): ``presorted`` where the forward sorted them, else the sort now."""
-    if presorted is not None:
-        return presorted
-    keys = flat if keys_ready else _sort_keys(flat, bag_of, num_rows, padding_idx)
-    return launch.sort_rows(keys, num_rows)
-
-
 def segment_gradient(grad_out: Tensor, flat: Tensor, *, bag_of: Tensor | None, bag_size: int, num_rows: int,
                      per_sample_weights: Tensor | None, bag_scale: Tensor | None, padding_idx: int,
-                     scale: float = 1.0, keys_ready: bool = False,
-                     presorted: tuple[Tensor, Tensor] | None = None) -> Segments:
+                     scale: float = 1.0, keys_ready: bool = False) -> Segments:
     """``flat``: the table row of each lookup position; the rest as ``launch.bag_backward``.
     ``keys_ready``: ``flat`` already is the sort keys (``_sort_keys``' dtype and sentinel:
-    ``launch.prepare_table_lookups``); ``presorted``: and sorted (``_sorted``)."""
+    ``launch.prepare_table_lookups``)."""
     n, dim = flat.numel(), grad_out.shape[1]
-    sorted_rows, positions = _sorted(flat, bag_of, num_rows, padding_idx, keys_ready, presorted)
-    key_dtype = sorted_rows.dtype
+    keys = flat if keys_ready else _sort_keys(flat, bag_of, num_rows, padding_idx)
+    key_dtype = keys.dtype
+    sorted_rows, positions = launch.sort_rows(keys, num_rows)
     starts = sorted_rows[1:] != sorted_rows[:-1]
     rank = torch.zeros(n, dtype=key_dtype, device=flat.device)
     torch.cumsum(starts, 0, dtype=key_dtype, out=rank[1:])
@@ -154,19 +145,20 @@ _FITS: dict[tuple[int, int, int, int, bool], bool] = {}
 def fused_update(grad_out: Tensor, flat: Tensor, *, bag_of: Tensor | None, bag_size: int,
                  per_sample_weights: Tensor | None, bag_scale: Tensor | None, padding_idx: int, scale: float,
                  spec: OptimizerSpec, weight: Tensor, state1: Tensor, state2: Tensor, step: int, seed: int,
-                 keys_ready: bool = False, presorted: tuple[Tensor, Tensor] | None = None) -> None:
+                 keys_ready: bool = False) -> None:
     """The fused backward + optimizer step on the looked-up rows of ``weight`` (in place).
-    ``keys_ready``, ``presorted``: as ``segment_gradient``."""
+    ``keys_ready``: ``flat`` already is the sort keys (as ``segment_gradient``)."""
     num_rows = weight.shape[0]
     if flat.numel() == 0 or weight.shape[1] == 0:
         return
     if not fits_passes(grad_out, weight):
         seg = segment_gradient(grad_out, flat, bag_of=bag_of, bag_size=bag_size, num_rows=num_rows,
                                per_sample_weights=per_sample_weights, bag_scale=bag_scale, padding_idx=padding_idx,
-                               scale=scale, keys_ready=keys_ready, presorted=presorted)
+                               scale=scale, keys_ready=keys_ready)
         apply_update(seg, spec, weight, state1, state2, step, seed)
         return
-    sorted_rows, positions = _sorted(flat, bag_of, num_rows, padding_idx, keys_ready, presorted)
+    keys = flat if keys_ready else _sort_keys(flat, bag_of, num_rows, padding_idx)
+    sorted_rows, positions = launch.sort_rows(keys, num_rows)
     fused_defines = (("FUSED_OPT", 1), ("OPTIMIZER", spec.code), ("STOCHASTIC", _stochastic(spec, weight)))
     fused_values = (weight.data_ptr(), 0 if state1 is None else state1.data_ptr(),
                     0 if state2 is None else state2.data_ptr(), *_optimizer_values(spec, step, seed))

@@ -24,8 +24,7 @@ def init(library: Any) -> None:
 
     library.init(host.launch_address(), torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream,
                  index_check.default_mode, index_check._TOKENS, tuning, host.raise_launch_error, launch,
-                 host.transforms_active(), ops.host_path_backward, tbe.host_path_backward, tbe.host_path_update,
-                 tbe.host_path_presort)
+                 host.transforms_active(), ops.host_path_backward, tbe.host_path_backward, tbe.host_path_update)
 
 
 def published(library: Any) -> None:

@@ -760,16 +760,6 @@ def _side_stream(device_index: int) -> torch.cuda.Stream:
     return torch.cuda.Stream(device_index)  # type: ignore[no-untyped-call]
 
 
-@functools.cache
-def priority_stream(device_index: int) -> torch.cuda.Stream:
-    """A stream of a priority above the default (negative: higher): the block scheduler places its
-    blocks before those of default-priority kernels still waiting for room (tbe.presort's small
-    grids beside a lookup's many blocks)."""
-    import torch
-
-    return torch.cuda.Stream(device_index, priority=-1)  # type: ignore[no-untyped-call]
-
-
 def _zero_untouched_rows(grad_weight: torch.Tensor, rows: torch.Tensor, padding_idx: int,
                          keys: torch.Tensor | None) -> torch.cuda.Event:
     """On the current stream: a bitmap of the looked-up rows (``rows``: int32 or int64; also

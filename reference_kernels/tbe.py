@@ -16,7 +16,6 @@ output gradient (docs/kernels.md, "Tables of mixed widths").
 
 from __future__ import annotations
 
-import dataclasses
 import operator
 from collections.abc import Sequence
 from typing import Any, Optional
@@ -24,7 +23,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from . import api, launch, ops, sparse_update, tuning
+from . import api, launch, ops, sparse_update
 from .api import MODES
 from .errors import CheckMode
 from .host import LOADED as _HOST_PATH
@@ -101,38 +100,6 @@ def prepared_lookups(table_rows: Tensor, indices: Tensor, offsets: Tensor, mode:
     return sparse_update.Lookups(keys, grad_row, 0, psw, scale, 1.0, -1, sentinel)
 
 
-# What presort hands the backward: the lookups with their sorted keys, and the event after them.
-Presorted = tuple[sparse_update.Lookups, Any]
-
-
-def presort(table_rows: Tensor, indices: Tensor, offsets: Tensor, mode: str, psw: Optional[Tensor],
-            num_rows: int) -> Optional[Presorted]:
-    """The backward's preparation and sort (``prepared_lookups``, ``launch.sort_rows``), launched
-    now on a high-priority side stream: they depend on the indices alone, so they run beside
-    the forward's lookup, whose grid is DRAM-bound, where the backward would run them on the
-    step's critical path (latency-bound kernels of small grids; docs/perf/change-60.md). None
-    where the backward sorts (the knob ``tuning.presort`` off, CPU tensors, a CUDA graph being
-    captured: the forward's capture would end with its side stream unjoined)."""
-    if (not indices.is_cuda or not tuning.current().presort
-            or torch.cuda.is_current_stream_capturing()):
-        return None
-    device = indices.device.index
-    main = torch.cuda.current_stream(device)
-    side = launch.priority_stream(device)
-    side.wait_stream(main)
-    with torch.cuda.stream(side):
-        lk = prepared_lookups(table_rows, indices, offsets, mode, psw, num_rows)
-        order = launch.sort_rows(lk.rows, num_rows)
-        done = side.record_event()
-    # each stream's allocations outlive their use on the other (a graph freed unused included)
-    for used in (table_rows, indices, offsets):
-        used.record_stream(side)
-    for made in (lk.bag_of, lk.bag_scale, *order):
-        if made is not None:
-            made.record_stream(main)
-    return dataclasses.replace(lk, presorted=order), done
-
-
 def _traced(t: Tensor) -> bool:
     """A backward being traced (torch.compile: fake or functional tensors) takes torch operations."""
     return type(t) is not Tensor or torch.compiler.is_compiling()
@@ -185,52 +152,35 @@ class SparseTBE(torch.autograd.Function):
         ctx.mode, ctx.fused = mode, fused
         ctx.save_for_backward(weight, table_rows, indices, offsets, psw)
         if torch.compiler.is_compiling():  # traced: the registered op
-            ctx.presorted = None
             traced: Tensor = tbe_forward_op(weight, table_rows, table_sizes, indices, offsets, psw, mode)
             return traced
-        ctx.presorted = presort(table_rows, indices, offsets, mode, psw, weight.shape[0])
         # eager: the op's implementation without the custom op's Python dispatch (host time per step)
         return tbe_forward_impl(weight, table_rows, table_sizes, indices, offsets, psw, mode)
 
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], ...]:
         weight, table_rows, indices, offsets, psw = ctx.saved_tensors
-        return (_update(grad_out, weight, table_rows, indices, offsets, psw, ctx.mode, ctx.fused, ctx.presorted),
+        return (_update(grad_out, weight, table_rows, indices, offsets, psw, ctx.mode, ctx.fused),
                 None, None, None, None, None, None, None)
 
 
 def _update(grad_out: Tensor, weight: Tensor, table_rows: Tensor, indices: Tensor, offsets: Tensor,
-            psw: Optional[Tensor], mode: str, fused: Optional[sparse_update.FusedState],
-            presorted: Optional[Presorted] = None) -> Optional[Tensor]:
+            psw: Optional[Tensor], mode: str, fused: Optional[sparse_update.FusedState]) -> Optional[Tensor]:
     """The backward of a module with a sparse gradient or a fused optimizer: the sparse gradient of
-    ``weight``, or (``fused``) None after updating it in place; ``presorted``: what ``presort``
-    launched in the forward (None: prepare and sort now)."""
-    if presorted is None:
-        lk = prepared_lookups(table_rows, indices, offsets, mode, psw, weight.shape[0])
-    else:
-        lk, done = presorted
-        torch.cuda.current_stream(grad_out.device).wait_event(done)
+    ``weight``, or (``fused``) None after updating it in place."""
+    lk = prepared_lookups(table_rows, indices, offsets, mode, psw, weight.shape[0])
     grad = grad_out.contiguous().view(-1, weight.shape[1])
     return sparse_update.sparse_or_fused_backward(grad, lk, weight, fused)
 
 
 def host_path_update(grad_out: Tensor, weight: Tensor, table_rows: Tensor, indices: Tensor, offsets: Tensor,
-                     per_sample_weights: Optional[Tensor], mode: str, update: Any,
-                     presorted: Optional[Presorted]) -> tuple[Optional[Tensor]]:
+                     per_sample_weights: Optional[Tensor], mode: str,
+                     update: Any) -> tuple[Optional[Tensor]]:
     """The backward of a sparse or fused module's call that the compiled host path served
     (csrc/host_path.cpp, TableBatchedUpdate): SparseTBE's backward on what it would have saved;
-    ``update``: the module's fused optimizer state, or True for a sparse gradient; ``presorted``:
-    what the forward's ``host_path_presort`` gave."""
+    ``update``: the module's fused optimizer state, or True for a sparse gradient."""
     fused = None if update is True else update
-    return (_update(grad_out, weight, table_rows, indices, offsets, per_sample_weights, mode, fused, presorted),)
-
-
-def host_path_presort(table_rows: Tensor, indices: Tensor, offsets: Tensor, per_sample_weights: Optional[Tensor],
-                      mode: str, num_rows: int) -> Optional[Presorted]:
-    """``presort`` for a sparse or fused module's call that the compiled host path serves, after
-    its check pass and before its lookup (TableBatchedUpdate keeps the result for
-    ``host_path_update``)."""
-    return presort(table_rows, indices, offsets, mode, per_sample_weights, num_rows)
+    return (_update(grad_out, weight, table_rows, indices, offsets, per_sample_weights, mode, fused),)
 
 
 tbe_forward_op.register_autograd(_backward, setup_context=_setup)

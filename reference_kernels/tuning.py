@@ -95,9 +95,6 @@ class Tuning:
     backward_async_regs_base: int = 48  # registers a thread needs: base + per float of the lane's row
     backward_async_regs_per_float: int = 4
     own_sort: bool = True  # the backward's int32 keys: radix_sort.cu over the rows' bits (False: torch.sort)
-    # sparse and fused table-batched modules: the backward's preparation and sort launched in the
-    # forward, on a high-priority side stream beside the lookup (tbe.presort; False: in the backward)
-    presort: bool = True
     overlap_zero_fill: bool = True  # zero untouched rows on a side stream (few lookups per row)
     overlap_max_lookups_per_row: float = 0.1
     fill_blocks_per_sm: int = 16

@@ -1,6 +1,7 @@
-"""Host time of a training step, split, under the host path's variants (change 59).
+"""Host time of a training step, split, under the host path's variants (changes 59, 60).
 
-    python3 -m benchmarks step_host [--only TEXT ...] [--sort-sizes] [--rounds N] [--timeline]
+    python3 -m benchmarks step_host [--only TEXT ...] [--rounds N] [--variants NAME ...] [--timeline]
+                                    [--sort-sizes [--radix-items N ...] [--radix-look-back N ...]]
 
 For each training-suite case named (default: 4Mx128 Zipf 1.2 SGD and 40Mx128 uniform SGD; float32,
 no per-sample weights), our module is built as the suite builds it and one step is timed under
@@ -11,13 +12,13 @@ each variant, ``--rounds`` times in turn (the host's speed drifts within a minut
   through the Python path, every launch through cuda-bindings;
 - ``torch-sort``: the backward's keys sorted by torch.sort (the knob ``tuning.own_sort`` off);
 - ``bindings-launches``: the forward served, the Python path's launches through cuda-bindings'
-  cuLaunchKernel instead of the library's ``launch_raw``;
-- ``no-presort``: the backward's preparation and sort in the backward (the knob
-  ``tuning.presort`` off), not launched in the forward beside the lookup (change 60).
+  cuLaunchKernel instead of the library's ``launch_raw``.
+
+``--variants``: only the variants named.
 
 ``--timeline``: per variant, one step's kernels in the order they started (torch.profiler's
-trace): stream, start and end in µs from the first kernel's start, name; where the presort's
-kernels overlap the lookup, their ends interleave.
+trace, the step's launches queued behind a GPU sleep): stream, start and end in µs from the
+first kernel's start, name: the kernels' own times and the gaps between them.
 
 Per variant: GPU time (the suite's median of L2-flushed steps), wall time (the suite's median of
 loops of back-to-back steps), host time per step (median of five ``harness.host_us``), and the
@@ -25,7 +26,8 @@ forward's and the backward's host time apart (medians, the GPU held asleep).
 
 ``--sort-sizes``: host and GPU time of ``torch.sort(keys, stable=True)`` and of ``launch.sort_rows``
 at 16K to 2.6M int32 keys of 22 and 26 bits (the radix sort forced on with ``RADIX_MIN_KEYS`` 1),
-the two results compared.
+the two results compared; ours at each pair of radix_sort.cu's ITEMS (keys per thread per tile)
+and LOOK_BACK (look-back words read at once) given.
 """
 
 from __future__ import annotations
@@ -54,8 +56,7 @@ def variants() -> dict[str, Callable[[], contextlib.AbstractContextManager[Any]]
 
     return {"new": contextlib.nullcontext, "python-path": diagnostics.python_host_path,
             "torch-sort": partial(tuning.tuned, own_sort=False),
-            "bindings-launches": partial(mock.patch.object, launch, "_HOST_PATH", []),
-            "no-presort": partial(tuning.tuned, presort=False)}
+            "bindings-launches": partial(mock.patch.object, launch, "_HOST_PATH", [])}
 
 
 def timeline(step: Callable[[], None]) -> list[tuple[int, float, float, str]]:
@@ -97,7 +98,7 @@ def host_split(forward: Callable[[], torch.Tensor], grad: torch.Tensor) -> tuple
     return 1e6 * statistics.median(fw), 1e6 * statistics.median(bw)
 
 
-def run_case(name: str, rounds: int, timer: harness.Timer, with_timeline: bool) -> None:
+def run_case(name: str, rounds: int, timer: harness.Timer, with_timeline: bool, only: list[str]) -> None:
     case = next(c for c in training_suite.all_cases() if c.name == name)
     inputs = training_suite.make_inputs(case, torch.Generator(device=harness.DEV).manual_seed(0))
     ours = training_suite.ours_module(case, "default")
@@ -111,6 +112,8 @@ def run_case(name: str, rounds: int, timer: harness.Timer, with_timeline: bool) 
 
     for r in range(rounds):
         for label, variant in variants().items():
+            if only and label not in only:
+                continue
             with variant():
                 for _ in range(3):
                     step()
@@ -157,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--sort-sizes", action="store_true", help="also the sort alone at several key counts")
     parser.add_argument("--timeline", action="store_true", help="one step's kernels per variant (round 0)")
+    parser.add_argument("--variants", nargs="+", default=[], help="only these variants (default: all)")
     parser.add_argument("--radix-items", type=int, nargs="+", default=[12],
                         help="--sort-sizes: radix_sort.cu's ITEMS values to time")
     parser.add_argument("--radix-look-back", type=int, nargs="+", default=[8],
@@ -169,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.sort_sizes:
         sort_sizes(timer, args.radix_items, args.radix_look_back)
     for name in args.only:
-        run_case(name, args.rounds, timer, args.timeline)
+        run_case(name, args.rounds, timer, args.timeline, args.variants)
     return 0
 
 

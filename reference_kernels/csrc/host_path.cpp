@@ -102,7 +102,6 @@ struct State {
   PyObject* backward = nullptr;           // ops.host_path_backward
   PyObject* tbe_backward = nullptr;       // tbe.host_path_backward
   PyObject* tbe_update = nullptr;         // tbe.host_path_update (sparse gradient or fused optimizer)
-  PyObject* tbe_presort = nullptr;        // tbe.host_path_presort (its sort, launched in the forward)
   PyObject* launch_module = nullptr;  // reference_kernels.launch (its POISON_OUTPUTS, read per call)
   PyObject* poison_name = nullptr;    // "POISON_OUTPUTS"
   const int64_t* flags = nullptr;  // index_check.FLAGS once pinned (one word per device)
@@ -405,20 +404,17 @@ struct TableBatchedBackward : public TableBatchedNode {
 
 // The backward of a table-batched call of a module with a sparse gradient or a fused optimizer:
 // the module's own (tbe.host_path_update, as its SparseTBE Function runs it) on what that Function
-// saves; ``update`` is the module's fused optimizer state, or True for a sparse gradient;
-// ``presorted`` what tbe.host_path_presort launched in the forward (or None).
+// saves; ``update`` is the module's fused optimizer state, or True for a sparse gradient.
 struct TableBatchedUpdate : public TableBatchedNode {
   torch::autograd::SavedVariable weight;
-  PyObject* update = nullptr;     // owned
-  PyObject* presorted = nullptr;  // owned
+  PyObject* update = nullptr;  // owned
 
   std::string name() const override { return "ReferenceKernelsTableBatchedUpdate"; }
 
   ~TableBatchedUpdate() override {
-    if ((update != nullptr || presorted != nullptr) && Py_IsInitialized()) {
+    if (update != nullptr && Py_IsInitialized()) {
       pybind11::gil_scoped_acquire gil;
-      Py_XDECREF(update);
-      Py_XDECREF(presorted);
+      Py_DECREF(update);
     }
   }
 
@@ -432,9 +428,9 @@ struct TableBatchedUpdate : public TableBatchedNode {
     const at::Tensor& grad_out = grads[0];
     if (!grad_out.defined()) return {at::Tensor()};
     return gradients(PyObject_CallFunction(
-        state.tbe_update, "NNNNNNOOO", THPVariable_Wrap(grad_out), THPVariable_Wrap(weight.unpack()),
+        state.tbe_update, "NNNNNNOO", THPVariable_Wrap(grad_out), THPVariable_Wrap(weight.unpack()),
         THPVariable_Wrap(table_rows.unpack()), THPVariable_Wrap(indices.unpack()), THPVariable_Wrap(offsets.unpack()),
-        THPVariable_Wrap(per_sample_weights.unpack()), state.mode_names[mode], update, presorted), 1);
+        THPVariable_Wrap(per_sample_weights.unpack()), state.mode_names[mode], update), 1);
   }
 };
 
@@ -452,24 +448,14 @@ auto table_batched_node(const at::Tensor& weight, const at::Tensor& table_rows, 
   return node;
 }
 
-// ``presorted``: a new reference, which the node takes.
 void attach_table_batched_update(const at::Tensor& out, const at::Tensor& weight, const at::Tensor& table_rows,
                                  const at::Tensor& indices, const at::Tensor& offsets, const at::Tensor& psw,
-                                 int mode, PyObject* update, PyObject* presorted) {
+                                 int mode, PyObject* update) {
   auto node = table_batched_node<TableBatchedUpdate>(weight, table_rows, indices, offsets, psw, mode);
   node->weight = torch::autograd::SavedVariable(weight, false);
   Py_INCREF(update);
   node->update = update;
-  node->presorted = presorted;
   torch::autograd::set_history(out, node);
-}
-
-// tbe.host_path_presort on the call's saved tensors: a new reference, nullptr on a Python error.
-PyObject* presort(const at::Tensor& table_rows, const at::Tensor& indices, const at::Tensor& offsets,
-                  const at::Tensor& psw, int mode, int64_t num_rows) {
-  return PyObject_CallFunction(state.tbe_presort, "NNNNOL", THPVariable_Wrap(table_rows), THPVariable_Wrap(indices),
-                               THPVariable_Wrap(offsets), THPVariable_Wrap(psw), state.mode_names[mode],
-                               static_cast<long long>(num_rows));
 }
 
 void attach_table_batched_backward(const at::Tensor& out, const at::Tensor& weight, const at::Tensor& table_rows,
@@ -908,22 +894,13 @@ PyObject* tbe(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     values[kOffsets] = clean.offsets_ptr;
   }
   if (poison) out.fill_(std::nan(""));
-  const at::Tensor& saved_indices = clean.indices.defined() ? clean.indices : input;
-  const at::Tensor& saved_offsets = clean.offsets.defined() ? clean.offsets : *c.offsets;
-  const at::Tensor saved_psw = c.psw ? *c.psw : at::Tensor();
-  PyObject* presorted = nullptr;  // the module's own backward's sort, launched before the lookup
-  if (grad && own_backward) {
-    presorted = presort(*t.rows, saved_indices, saved_offsets, saved_psw, c.mode, c.num_rows);
-    if (presorted == nullptr) return nullptr;
-  }
-  if (!launch_entry(*lookup, values, stream)) {
-    Py_XDECREF(presorted);
-    return nullptr;
-  }
+  if (!launch_entry(*lookup, values, stream)) return nullptr;
   if (grad) {
+    const at::Tensor& saved_indices = clean.indices.defined() ? clean.indices : input;
+    const at::Tensor& saved_offsets = clean.offsets.defined() ? clean.offsets : *c.offsets;
+    const at::Tensor saved_psw = c.psw ? *c.psw : at::Tensor();
     if (own_backward) {
-      attach_table_batched_update(out, weight, *t.rows, saved_indices, saved_offsets, saved_psw, c.mode, update,
-                                  presorted);
+      attach_table_batched_update(out, weight, *t.rows, saved_indices, saved_offsets, saved_psw, c.mode, update);
     } else {
       attach_table_batched_backward(out, weight, *t.rows, saved_indices, saved_offsets, saved_psw, c.mode);
     }
@@ -1079,17 +1056,16 @@ PyObject* keep(PyObject* obj) {
 }
 
 // init(launch_address, current_device, raw_stream, default_mode, tokens, tuning_module, on_launch_error,
-//      launch_module, transforms_active, backward, tbe_backward, tbe_update, tbe_presort)
+//      launch_module, transforms_active, backward, tbe_backward, tbe_update)
 PyObject* init(PyObject*, PyObject* args) {
   long long launch;
   PyObject *current, *stream, *mode, *tokens, *tuning, *on_error, *launch_module, *transforms, *backward, *tbe_backward,
-      *tbe_update, *tbe_presort;
-  if (!PyArg_ParseTuple(args, "LOOOOOOOOOOOO", &launch, &current, &stream, &mode, &tokens, &tuning, &on_error,
-                        &launch_module, &transforms, &backward, &tbe_backward, &tbe_update, &tbe_presort)) {
+      *tbe_update;
+  if (!PyArg_ParseTuple(args, "LOOOOOOOOOOO", &launch, &current, &stream, &mode, &tokens, &tuning, &on_error,
+                        &launch_module, &transforms, &backward, &tbe_backward, &tbe_update)) {
     return nullptr;
   }
   state.tbe_update = keep(tbe_update);
-  state.tbe_presort = keep(tbe_presort);
   state.transforms_active = keep(transforms);
   state.backward = keep(backward);
   state.tbe_backward = keep(tbe_backward);

@@ -104,8 +104,7 @@ def _bind_on_cpu(library: Any) -> None:
 
     library.init(ctypes.cast(_FAKE_LAUNCH, ctypes.c_void_p).value, lambda: 0, lambda index: 0,
                  index_check.default_mode, index_check._TOKENS, tuning, host.raise_launch_error, launch,
-                 lambda: False, ops.host_path_backward, tbe.host_path_backward, tbe.host_path_update,
-                 tbe.host_path_presort)
+                 lambda: False, ops.host_path_backward, tbe.host_path_backward, tbe.host_path_update)
 
 
 @SLOW_BUILD
@@ -199,19 +198,9 @@ def _fake_tbe_backward(grad_out: Any, table_rows: Any, indices: Any, offsets: An
 
 
 def _fake_tbe_update(grad_out: Any, weight: Any, table_rows: Any, indices: Any, offsets: Any, psw: Any, mode: str,
-                     update: Any, presorted: Any) -> tuple[Any]:
-    _BACKWARD_CALLS.append((grad_out, weight, table_rows, indices, offsets, psw, mode, update, presorted))
+                     update: Any) -> tuple[Any]:
+    _BACKWARD_CALLS.append((grad_out, weight, table_rows, indices, offsets, psw, mode, update))
     return (None,) if update is not True else (torch.full_like(weight, 3.0),)
-
-
-_PRESORT_CALLS: list[tuple[Any, ...]] = []
-
-
-def _fake_tbe_presort(table_rows: Any, indices: Any, offsets: Any, psw: Any, mode: str, num_rows: int) -> Any:
-    """Records the call, and what it hands the backward: a fresh object per call."""
-    handed = object()
-    _PRESORT_CALLS.append((table_rows, indices, offsets, psw, mode, num_rows, len(_RECORDED), handed))
-    return handed
 
 
 @pytest.fixture
@@ -221,7 +210,7 @@ def on_cpu(library: Any) -> Any:
 
     library.init(ctypes.cast(_RECORD_LAUNCH, ctypes.c_void_p).value, lambda: 0, lambda index: 0,
                  index_check.default_mode, index_check._TOKENS, tuning, host.raise_launch_error, launch,
-                 lambda: False, _fake_backward, _fake_tbe_backward, _fake_tbe_update, _fake_tbe_presort)
+                 lambda: False, _fake_backward, _fake_tbe_backward, _fake_tbe_update)
     library.cpu_as_device0(True)
     library.set_ledger(0, ctypes.addressof(_FLAGS), LEDGERS["deferred"], LEDGERS["warn"])
     library.clear()
@@ -571,10 +560,9 @@ def test_a_table_batched_call_with_a_gradient_gets_its_node(on_cpu: Any) -> None
 @SLOW_BUILD
 @pytest.mark.parametrize("sparse", [True, False], ids=["sparse gradient", "fused optimizer"])
 def test_a_sparse_or_fused_call_with_a_gradient_gets_the_modules_own_backward(on_cpu: Any, sparse: bool) -> None:
-    """A module with a sparse gradient or a fused optimizer: the same check pass and lookup, the
-    backward's presort launched between them on the pass's copies, and a node that hands the
-    module's backward what SparseTBE saves (the weight, the pass's copies), the module's update
-    (True, or its optimizer state, the same object at every step) and what this call's presort gave."""
+    """A module with a sparse gradient or a fused optimizer: the same check pass and lookup, and a
+    node that hands the module's backward what SparseTBE saves (the weight, the pass's copies) and
+    the module's update (True, or its optimizer state, the same object at every step)."""
     t = _Tables([50, 60], 16, 40, 3, psw=True)
     t.weight.requires_grad_(True)
     state = True if sparse else object()
@@ -583,19 +571,13 @@ def test_a_sparse_or_fused_call_with_a_gradient_gets_the_modules_own_backward(on
     for step in range(2):
         _RECORDED.clear()
         _BACKWARD_CALLS.clear()
-        _PRESORT_CALLS.clear()
         out = on_cpu.tbe(*t.arguments("sum", "deferred", update=state))
         assert out is not None and out.grad_fn.name() == "ReferenceKernelsTableBatchedUpdate"
         assert [fn for fn, *_ in _RECORDED] == [0xC4EC, 0xF00D]  # the check pass, then the lookup
-        (p_rows, p_idx, p_offsets, p_psw, p_mode, p_num_rows, launched_before, handed), = _PRESORT_CALLS
-        assert launched_before == 1  # after the check pass, before the lookup
         out.backward(torch.ones_like(out))
-        (grad_out, weight, rows, saved_idx, saved_offsets, psw, mode, update, presorted), = _BACKWARD_CALLS
+        (grad_out, weight, rows, saved_idx, saved_offsets, psw, mode, update), = _BACKWARD_CALLS
         words = struct.unpack("16q", _RECORDED[0][3])
         assert weight is t.weight and rows.data_ptr() == t.rows.data_ptr() and update is state
-        assert (p_rows is rows or p_rows.data_ptr() == rows.data_ptr()) and p_idx.data_ptr() == saved_idx.data_ptr()
-        assert p_offsets.data_ptr() == saved_offsets.data_ptr() and p_psw.data_ptr() == psw.data_ptr()
-        assert (p_mode, p_num_rows) == ("sum", 110) and presorted is handed
         assert saved_idx.dtype == torch.int32 and saved_idx.data_ptr() == words[9]  # the pass's copies
         assert saved_offsets.data_ptr() == words[10] and psw.data_ptr() == t.psw.data_ptr() and mode == "sum"
         assert torch.equal(grad_out, torch.ones_like(out))
@@ -676,10 +658,10 @@ def test_the_package_binds_the_library_from_above(monkeypatch: pytest.MonkeyPatc
     assert host.bind(stand_in) is stand_in
     host._binding().published(stand_in)
     (_, init), (_, ledger) = calls
-    assert len(init) == 13 and init[0] == 0x1234
+    assert len(init) == 12 and init[0] == 0x1234
     assert init[3:6] == (index_check.default_mode, index_check._TOKENS, tuning)
     assert init[6:8] == (host.raise_launch_error, launch)
-    assert init[9:] == (ops.host_path_backward, tbe.host_path_backward, tbe.host_path_update, tbe.host_path_presort)
+    assert init[9:] == (ops.host_path_backward, tbe.host_path_backward, tbe.host_path_update)
     assert hasattr(tuning, "_CURRENT") and hasattr(launch, "POISON_OUTPUTS")  # the names host_path.cpp reads
     assert ledger == (3, ctypes.addressof(index_check.FLAGS), LEDGERS["deferred"], LEDGERS["warn"])
 

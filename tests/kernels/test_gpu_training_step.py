@@ -4,10 +4,6 @@
   fused SGD or row-wise Adagrad, float32 and float16 weights, the default (deferred) index check,
   run under ``torch.cuda.set_sync_debug_mode("error")`` (torch raises on any synchronising call)
   and equal, bit for bit, the same steps run outside it.
-* The backward's sort launched in the forward (``tbe.presort``, on a high-priority side stream):
-  steps with it equal steps that sort in the backward, bit for bit (fused updates and sparse
-  gradients, batches past the own radix sort's threshold), and a forward whose graph is dropped
-  unused leaves the next steps equal too.
 * CUDA graphs: a step captured as torch documents (warm-up on a side stream, then
   ``torch.cuda.graph``) and replayed on new indices, offsets and gradients in its static buffers
   equals the same steps run eagerly, bit for bit (weights and optimizer state).
@@ -29,7 +25,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import reference_kernels as rk  # noqa: E402
-from reference_kernels import optim, tbe, tuning  # noqa: E402
+from reference_kernels import optim  # noqa: E402
 from reference_kernels.tbe import TableBatchedEmbeddingBag  # noqa: E402
 
 pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("poison_outputs", "drained_ledger")]
@@ -106,44 +102,6 @@ def test_table_batched_steps_do_not_synchronise(name: str, dtype: torch.dtype, g
         assert not ours.isnan().any()
         assert torch.equal(ours, reference)
     assert_same_training_state(watched, plain)
-    rk.check_index_errors()
-
-
-@pytest.mark.parametrize("name", [*sorted(SPECS), "sparse"])
-def test_sorting_in_the_forward_equals_sorting_in_the_backward(name: str, gen: torch.Generator,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """Steps whose backward sort ran in the forward (presort) against the same steps with the
-    knob off: outputs, weights and optimizer state (or sparse gradients) equal bit for bit; batches
-    of 20,000 positions (radix_sort.cu's path) and of a few hundred (torch.sort's)."""
-    if name == "sparse":
-        first, second = (TableBatchedEmbeddingBag(list(ROWS), DIM, device="cuda", sparse=True) for _ in range(2))
-        with torch.no_grad():
-            second.weight.copy_(first.weight)
-    else:
-        first, second = tbe_pair(SPECS[name], torch.float32)
-    presorts: list[int] = []
-    real_presort = tbe.presort
-
-    def counted(*args: Any) -> Any:
-        found = real_presort(*args)
-        presorts.append(found is not None)
-        return found
-
-    monkeypatch.setattr(tbe, "presort", counted)
-    steps = [(*tbe_batch(gen, positions), torch.randn(BATCH, len(ROWS) * DIM, generator=gen, device="cuda"))
-             for positions in (20_000, None, 20_000)]
-    dropped = first(*steps[0][:2])  # a forward whose graph is never used: its presort's tensors outlive it
-    del dropped
-    for indices, offsets, grad in steps:
-        with tuning.tuned(presort=False):
-            expected = tbe_step(second, indices, offsets, grad)
-        assert torch.equal(tbe_step(first, indices, offsets, grad), expected)
-        if name == "sparse":
-            assert torch.equal(first.weight.grad.to_dense(), second.weight.grad.to_dense())
-            first.weight.grad = second.weight.grad = None
-        else:
-            assert_same_training_state(first, second)
-    assert presorts == [True] + [False, True] * 3  # every forward of ``first`` sorted, none of ``second``
     rk.check_index_errors()
 
 
