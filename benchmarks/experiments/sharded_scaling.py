@@ -206,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             folder.mkdir(parents=True, exist_ok=True)
             (folder / f"sharded_scaling_n{world}.json").write_text(json.dumps(result, indent=1))
             print(summarize(folder))
+    dist.barrier()  # before the teardown: examples/dlrm/dlrm_sharded.py's main says why
     dist.destroy_process_group()
     return 0
 

@@ -384,6 +384,12 @@ def main(argv: list[str] | None = None) -> int:
         out = args.json or (Path(os.environ["OUT"]) / f"dlrm_sharded_n{world}.json" if os.environ.get("OUT") else None)
         if out:
             out.write_text(json.dumps(result, indent=1))
+    # A barrier first: its wait lets go of the GIL, so gloo's worker threads can drop the last
+    # all_gather's Python-owned tensors (they take the GIL to do it). Without it a rank that got
+    # here within the interpreter's 5 ms switch interval could free the DDP reducers, and with
+    # them the process group, holding the GIL while the group's destructor joined a worker that
+    # waited for the GIL: a hang at exit, about one run in ten of tests/distributed's CPU runs.
+    dist.barrier()
     dist.destroy_process_group()
     return status
 
