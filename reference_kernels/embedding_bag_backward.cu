@@ -80,6 +80,9 @@
 #ifndef FUSED_OPT
 #define FUSED_OPT 0
 #endif
+#ifndef EXTEND_RUNS  // 1: a run from one chunk into the next that ends near its start is summed whole
+#define EXTEND_RUNS 0  // by its first chunk's team (no partial sums, nothing for the combine)
+#endif
 #ifndef PRELOAD  // FUSED_OPT: a segment's weight row (and row-wise Adagrad's accumulator) loaded when it opens
 #define PRELOAD 0
 #endif
@@ -131,6 +134,19 @@ __device__ __forceinline__ void zero(RowAcc& a) {
   for (int c = 0; c < CHUNKS; ++c)
 #pragma unroll
     for (int e = 0; e < VEC; ++e) a.v[c][e] = 0.0f;
+}
+
+// work / col_tiles and its remainder's column: 32-bit division where both fit (64-bit division is
+// a long software routine, most of a combine team's instructions when it has nothing to add)
+__device__ __forceinline__ void split_work(i64 work, int col_tiles, i64& chunk, i64& col0) {
+  if (work <= 0x7fffffff) {
+    const u32 q = (u32)work / (u32)col_tiles;
+    chunk = q;
+    col0 = (i64)((u32)work - q * (u32)col_tiles) * TILE_COLS;
+  } else {
+    chunk = work / col_tiles;
+    col0 = (work % col_tiles) * (i64)TILE_COLS;
+  }
 }
 
 __device__ __forceinline__ i64 lane_col(i64 col0, int c, int row_lane) {
@@ -271,8 +287,10 @@ __device__ __forceinline__ void apply_loaded_row(i64 row, const RowAcc& a, const
 }
 
 // The same, reading the row itself. Not inlined: without PRELOAD it is called from every flush
-// site of the chunk loop.
-__device__ __noinline__ void apply_row(i64 row, const RowAcc& a, i64 dim, int row_lane, const FusedArgs& f) {
+// site of the chunk loop. The arguments by value: taken by reference, the kernels stored them in
+// local memory at their start, every thread, whether it ever updated a row or not (the combine
+// pass: 56 bytes a thread, most of its time under uniform traffic; change 61).
+__device__ __noinline__ void apply_row(i64 row, RowAcc a, i64 dim, int row_lane, FusedArgs f) {
   const RowPre unused = {};
   apply_loaded_row<false>(row, a, unused, dim, row_lane, f);
 }
@@ -282,12 +300,15 @@ struct RowPre {};
 
 // A segment of `row` ends: write it where it belongs (see the file comment).
 // Returns 1 if it was the head piece of a run that continues into later chunks.
+// `head_summed` (EXTEND_RUNS): the chunk's first run began in the previous chunk, whose team sums
+// it whole; this chunk's piece of it is dropped.
 __device__ __forceinline__ int flush_segment(i64 row, const RowAcc& a, bool first_in_chunk, bool continues,
                                              i64 prev_row, i64 padding_idx, i64 dim, i64 col0, int row_lane,
                                              i64 chunk, grad_t* grad_weight, float* partial, const FusedArgs& fused,
-                                             const RowPre& pre) {
+                                             const RowPre& pre, bool head_summed) {
   if (row == padding_idx) return 0;
   if (first_in_chunk && row == prev_row) {
+    if (head_summed) return 0;
     store_partial(partial + (chunk * 2 + 0) * dim, a, dim, col0, row_lane);
     return 0;
   }
@@ -352,6 +373,50 @@ __device__ __forceinline__ void window_bits(const Window& w, i64 cur, int count,
   in_bag = __ballot_sync(mask, row_lane < count && w.bag >= 0) >> team_base;
 }
 
+#if EXTEND_RUNS
+#define TEAM_BITS (ROW_LANES == 32 ? 0xffffffffu : (1u << (ROW_LANES & 31)) - 1u)
+// A run that crosses from one chunk into the next, `from` being the next chunk's start: its end
+// (the first position at or past `from` with another row, or num_indices) when that lies within
+// ROW_LANES positions of `from`, else -1. The run's first chunk's team and the next chunk's team
+// both ask it with the same arguments, so they agree on who sums the run: under uniform traffic
+// nearly every run that crosses a chunk boundary is two or three positions long.
+__device__ __forceinline__ i64 run_end_near(const ROW_T* __restrict__ sorted_rows, i64 from, i64 num_indices,
+                                            i64 row, int row_lane, u32 mask, int team_base) {
+  const i64 stop = from + ROW_LANES < num_indices ? from + ROW_LANES : num_indices;
+  const bool here = from + row_lane < stop;
+  const u32 other = (__ballot_sync(mask, here && (i64)sorted_rows[from + row_lane] != row) >> team_base) & TEAM_BITS;
+  if (other != 0) return from + __ffs(other) - 1;
+  if (stop == num_indices) return stop;
+  return (i64)sorted_rows[stop] != row ? stop : -1;
+}
+
+// a += positions [from, stop) of one run (at most ROW_LANES), in order, as the chunk loop adds them.
+__device__ __forceinline__ void add_positions(RowAcc& a, i64 from, i64 stop, int row_lane, u32 mask,
+                                              const weight_t* __restrict__ grad_out, i64 dim, i64 col0,
+                                              const ROW_T* sorted_rows, const i64* positions, const i64* bag_of,
+                                              i64 bag_size, const weight_t* per_sample_weights,
+                                              const float* bag_scale, float scale) {
+  const int count = (int)(stop - from);
+  const Window w = load_window(from, row_lane < count, row_lane, sorted_rows, positions, bag_of, bag_size,
+                               per_sample_weights, bag_scale, scale);
+#pragma unroll 1
+  for (int m = 0; m < count; ++m) {
+    const int b = __shfl_sync(mask, w.bag, m, ROW_LANES);
+    const float factor = HAS_PSW || HAS_SCALE ? __shfl_sync(mask, w.scale, m, ROW_LANES) : scale;
+    if (b < 0) continue;
+#pragma unroll
+    for (int c = 0; c < CHUNKS; ++c) {
+      const i64 col = lane_col(col0, c, row_lane);
+      if (col >= dim) continue;
+      float values[VEC];
+      to_floats(load_pack<weight_t, VEC>(grad_out + (i64)b * dim + col), values);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) a.v[c][e] = fmaf(factor, values[e], a.v[c][e]);
+    }
+  }
+}
+#endif
+
 #if ASYNC_AHEAD
 // cp.async (sm_80 and later): a 16-byte copy from global to shared memory that holds no register
 // while in flight; cached in L2 only (.cg: a gradient row is read once per position).
@@ -386,6 +451,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
     float* __restrict__ partial, int* __restrict__ carries,
     weight_t* __restrict__ fused_weight, float* __restrict__ state1, float* __restrict__ state2, float lr, float eps,
     float beta1, float beta2, float weight_decay, float step_size, u64 seed) {
+  wait_for_previous_kernel();
   const FusedArgs fused = {fused_weight, state1, state2, {lr, eps, beta1, beta2, weight_decay, step_size, seed}};
   const int lane = threadIdx.x & 31;
   const int row_lane = lane & (ROW_LANES - 1);
@@ -394,8 +460,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
   const i64 num_chunks = (num_indices + CHUNK_POS - 1) / CHUNK_POS;
   const i64 work = ((i64)blockIdx.x * BLOCK + threadIdx.x) / ROW_LANES;
   if (work >= num_chunks * col_tiles) return;
-  const i64 chunk = work / col_tiles;
-  const i64 col0 = (work % col_tiles) * (i64)TILE_COLS;
+  i64 chunk, col0;
+  split_work(work, col_tiles, chunk, col0);
   const i64 begin = chunk * CHUNK_POS;
   const i64 end = begin + CHUNK_POS < num_indices ? begin + CHUNK_POS : num_indices;
   const i64 prev_row = begin > 0 ? (i64)sorted_rows[begin - 1] : -2;
@@ -405,6 +471,14 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
   zero(acc);
   i64 cur = sorted_rows[begin];  // row of the open segment
   bool first = true;             // the open segment is the chunk's first
+#if EXTEND_RUNS
+  // the chunk starts inside a run that began in the previous chunk and ends near this one's start
+  const bool head_summed = cur == prev_row &&
+                           (begin == CHUNK_POS || (i64)sorted_rows[begin - CHUNK_POS - 1] != prev_row) &&
+                           run_end_near(sorted_rows, begin, num_indices, prev_row, row_lane, mask, team_base) >= 0;
+#else
+  const bool head_summed = false;
+#endif
   int carry = 0;
   RowPre open_pre;  // PRELOAD: the open segment's row (unused otherwise)
 #if PRELOAD_ON
@@ -456,7 +530,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
     const bool opens = (starts >> m) & 1u;
     if (opens) {  // the open segment closed inside the chunk
       carry |= flush_segment(cur, acc, first, false, prev_row, padding_idx, dim, col0, row_lane, chunk, grad_weight,
-                             partial, fused, open_pre);
+                             partial, fused, open_pre, head_summed);
       zero(acc);
       cur = r;
       first = false;
@@ -512,7 +586,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
         const float factor = HAS_PSW || HAS_SCALE ? __shfl_sync(mask, w.scale, m + u, ROW_LANES) : scale;
         if ((starts >> (m + u)) & 1u) {  // the open segment closed inside the chunk
           carry |= flush_segment(cur, acc, first, false, prev_row, padding_idx, dim, col0, row_lane, chunk,
-                                 grad_weight, partial, fused, open_pre);
+                                 grad_weight, partial, fused, open_pre, head_summed);
           zero(acc);
           cur = r;
           first = false;
@@ -533,8 +607,19 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_ba
   }
 #endif  // ASYNC_AHEAD
   // the last segment: continued by the next chunk when that starts with the same row
-  carry |= flush_segment(cur, acc, first, cur == next_row, prev_row, padding_idx, dim, col0, row_lane, chunk,
-                         grad_weight, partial, fused, open_pre);
+  bool continues = cur == next_row;
+#if EXTEND_RUNS
+  if (continues && !(first && cur == prev_row) && cur != padding_idx) {  // this chunk holds the run's start
+    const i64 stop = run_end_near(sorted_rows, end, num_indices, cur, row_lane, mask, team_base);
+    if (stop >= 0) {
+      add_positions(acc, end, stop, row_lane, mask, grad_out, dim, col0, sorted_rows, positions, bag_of, bag_size,
+                    per_sample_weights, bag_scale, scale);
+      continues = false;
+    }
+  }
+#endif
+  carry |= flush_segment(cur, acc, first, continues, prev_row, padding_idx, dim, col0, row_lane, chunk,
+                         grad_weight, partial, fused, open_pre, head_summed);
   if (row_lane == 0 && col0 == 0) carries[chunk] = carry;
 }
 
@@ -696,6 +781,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, COMBINE_MIN_BLOCKS) embeddin
     const float* __restrict__ partial, const int* __restrict__ carries, grad_t* __restrict__ grad_weight,
     weight_t* __restrict__ fused_weight, float* __restrict__ state1, float* __restrict__ state2, float lr, float eps,
     float beta1, float beta2, float weight_decay, float step_size, u64 seed) {
+  wait_for_previous_kernel();
   __shared__ float red[COMBINE_TEAMS / 2 * CHUNKS * VEC * ROW_LANES];
   __shared__ i64 long_head[COMBINE_ITEMS];  // step 2's runs: their head chunks (-1: none)
   const FusedArgs fused = {fused_weight, state1, state2, {lr, eps, beta1, beta2, weight_decay, step_size, seed}};
@@ -708,9 +794,9 @@ extern "C" __global__ void __launch_bounds__(BLOCK, COMBINE_MIN_BLOCKS) embeddin
     const u32 mask = team_mask<ROW_LANES>(lane);
     const i64 work = (i64)blockIdx.x * COMBINE_ITEMS + team;
     i64 head = -1;
-    if (work < num_chunks * col_tiles && carries[work / col_tiles] != 0) {
-      const i64 chunk = work / col_tiles;
-      const i64 col0 = (work % col_tiles) * (i64)TILE_COLS;
+    i64 chunk = 0, col0 = 0;
+    if (work < num_chunks * col_tiles) split_work(work, col_tiles, chunk, col0);
+    if (work < num_chunks * col_tiles && carries[chunk] != 0) {
       const i64 row = sorted_rows[chunk * CHUNK_POS + CHUNK_POS - 1];  // the run's: the chunk's last position
       int held = 0;  // of chunks chunk + 2, ..., chunk + 1 + COMBINE_PROBE (chunk + 1 continues it: flagged)
 #pragma unroll
@@ -760,6 +846,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, COMBINE_MIN_BLOCKS) embeddin
 extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_backward_mark(
     const INDEX_T* __restrict__ rows, i64 num_indices, i64 num_weights, u32* __restrict__ touched,
     int* __restrict__ keys32) {
+  wait_for_previous_kernel();
   const i64 stride = (i64)gridDim.x * BLOCK;
   for (i64 i = (i64)blockIdx.x * BLOCK + threadIdx.x; i < num_indices; i += stride) {
     const i64 r = rows[i];
@@ -777,6 +864,7 @@ typedef RawWord<FILL_BYTES>::type FillWord;
 extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_backward_fill(
     const u32* __restrict__ touched, i64 num_weights, i64 row_words, int row_shift,  // -1: not a power of 2
     i64 padding_idx, FillWord* __restrict__ grad) {
+  wait_for_previous_kernel();
   const i64 total = num_weights * row_words;
   const i64 step = (i64)gridDim.x * BLOCK * FILL_UNROLL;
   const FillWord zero_word = {};

@@ -448,6 +448,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
     const i64* __restrict__ table_rows, i64 bags_per_table, i64 out_row_stride,
     weight_t* __restrict__ out, i64* __restrict__ argmax,
     i64* check_lock, i64* check_record, int* check_flag, i64 check_token, i64 check_op, i64 check_rows) {
+  wait_for_previous_kernel();
   const int lane = threadIdx.x & 31;
   const int team_lane = lane & (TEAM - 1);
   const int group = team_lane / ROW_LANES;      // which of the R rows this lane reads
@@ -603,6 +604,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
     const INDEX_T* __restrict__ indices, i64 num_bags, int col_tiles,
     const weight_t* __restrict__ per_sample_weights, i64 padding_idx,
     weight_t* __restrict__ out, i64* __restrict__ argmax) {
+  wait_for_previous_kernel();
   const int lane = threadIdx.x & 31;
   const int row_lane = lane & (ROW_LANES - 1);
   const u32 mask = team_mask<ROW_LANES>(lane);
@@ -748,6 +750,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
     const weight_t* __restrict__ per_sample_weights, i64 padding_idx,
     const i64* __restrict__ table_rows, i64 bags_per_table, i64 out_row_stride,
     weight_t* __restrict__ out, i64* __restrict__ argmax) {
+  wait_for_previous_kernel();
   const int lane = threadIdx.x & 31;
   const int row_lane = lane & (ROW_LANES - 1);
   const u32 mask = team_mask<ROW_LANES>(lane);

@@ -59,6 +59,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_gather(
     const Word* __restrict__ weight, i64 row_words,  // row size in words
     const INDEX_T* __restrict__ indices, i64 num_indices,
     Word* __restrict__ out) {
+  wait_for_previous_kernel();
   const int lane = threadIdx.x & 31;
   const int row_lane = lane & (ROW_LANES - 1);
   const u32 mask = team_mask<ROW_LANES>(lane);
@@ -296,6 +297,7 @@ __device__ __forceinline__ void bulk_steps(const Load& load, i64 items, char* __
 #ifndef BULK_BAGS
 extern "C" __global__ void __launch_bounds__(BLOCK) embedding_gather_bulk(
     const char* __restrict__ weight, const INDEX_T* __restrict__ indices, i64 num_indices, char* __restrict__ out) {
+  wait_for_previous_kernel();
   const int lane = threadIdx.x & 31;
   bulk_steps([&](i64 step, char* stage, u32 bar) {
     load_stage(weight, indices, step * BULK_ROWS, stage_rows(step, num_indices), stage, bar, lane);
@@ -305,6 +307,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_gather_bulk(
 extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_forward_bulk(
     const char* __restrict__ weight, const INDEX_T* __restrict__ indices, i64 num_indices,
     const INDEX_T* __restrict__ offsets, i64 num_offsets, i64 num_bags, i64 padding_idx, char* __restrict__ out) {
+  wait_for_previous_kernel();
   const int lane = threadIdx.x & 31;
   const i64 stride = (i64)gridDim.x * WARPS;  // bulk_steps' stride over steps
   // The offsets of the lane's bag one step ahead: a step's copies then wait on one load (the

@@ -40,7 +40,6 @@ SETTINGS = ("auto", "wait", "off")
 SOURCE = Path(__file__).resolve().parent / "csrc" / "host_path.cpp"
 MODULE_NAME = "_reference_kernels_host"
 BUILD_TIMEOUT_S = 600
-CHECK_BLOCKS_PER_SM = 8  # the check pass's grid cap (index_check.run_check)
 CXX_FLAGS: tuple[str, ...] = ("-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden", "-w")
 
 # Where a kernel argument comes from (enum Source in host_path.cpp): a constant of the call, or
@@ -158,6 +157,46 @@ def launch_address() -> int:
     if not address:
         raise HostPathError("libcuda.so.1 has no cuLaunchKernel")
     return address
+
+
+PROGRAMMATIC_ENV = "REFERENCE_KERNELS_PROGRAMMATIC_LAUNCH"
+PROGRAMMATIC_SETTINGS = ("auto", "off")
+PROGRAMMATIC_MIN_CAPABILITY = (9, 0)  # griddepcontrol (common.cuh's wait_for_previous_kernel): sm_90 on
+
+
+def programmatic_setting() -> str:
+    """REFERENCE_KERNELS_PROGRAMMATIC_LAUNCH, checked (auto when unset)."""
+    value = os.environ.get(PROGRAMMATIC_ENV, "auto").strip().lower() or "auto"
+    if value not in PROGRAMMATIC_SETTINGS:
+        raise ValueError(f"environment variable {PROGRAMMATIC_ENV}={value!r} is not one of "
+                         f"{', '.join(PROGRAMMATIC_SETTINGS)}")
+    return value
+
+
+def launch_ex_address() -> int:
+    """libcuda's cuLaunchKernelEx where the library's launches may be programmatic, else 0: the
+    setting is ``auto``, every visible GPU is sm_90 or newer (where the kernels' wait is compiled
+    in), and the driver has the entry point (CUDA 12.0 on)."""
+    import torch
+
+    if programmatic_setting() == "off":
+        return 0
+    devices = range(torch.cuda.device_count())
+    if not devices or any(torch.cuda.get_device_capability(d) < PROGRAMMATIC_MIN_CAPABILITY for d in devices):
+        return 0
+    library = ctypes.CDLL("libcuda.so.1")
+    found = getattr(library, "cuLaunchKernelEx", None)
+    address = ctypes.cast(found, ctypes.c_void_p).value if found is not None else None
+    return address or 0
+
+
+def set_programmatic(on: bool) -> bool:
+    """Experiments: the loaded library's launches programmatic (``on``, where ``launch_ex_address``
+    allows) or plain; returns whether they were programmatic before. Without a loaded library
+    every launch is plain (the Python path's cuLaunchKernel) and this returns False."""
+    if not LOADED:
+        return False
+    return bool(LOADED[2].set_launch_ex(launch_ex_address() if on else 0))
 
 
 def transforms_active() -> Callable[[], bool]:
@@ -295,13 +334,14 @@ def argument_sources(pack: Callable[..., Sequence[object]]) -> tuple[tuple[int, 
     return tuple((markers[v], 0) if isinstance(v, int) and v in markers else (0, v) for v in values)
 
 
-def offer_check(device_index: int, index_dtype: Any, clean_dtype: Any, fn: Any, sms: int, cap: int = 0) -> None:
+def offer_check(device_index: int, index_dtype: Any, clean_dtype: Any, fn: Any, sms: int, cap: int,
+                blocks_per_sm: int) -> None:
     """After the Python path ran a check pass the library missed: register its kernel
-    (index_check.run_check's launch: BLOCK threads, at most 8 blocks per SM; ``cap``: the
-    table-batched variant's TABLE_CAP, 0 for one table)."""
+    (index_check.run_check's launch: BLOCK threads, at most ``blocks_per_sm`` blocks per SM, the
+    knob ``check_blocks_per_sm``; ``cap``: the table-batched variant's TABLE_CAP, 0 for one table)."""
     from .plan import BLOCK
 
-    LOADED[2].offer_check(device_index, index_dtype, clean_dtype, int(fn), BLOCK, sms * CHECK_BLOCKS_PER_SM, cap)
+    LOADED[2].offer_check(device_index, index_dtype, clean_dtype, int(fn), BLOCK, sms * blocks_per_sm, cap)
 
 
 def offer(key: tuple[Any, ...], device_index: int, prepared: Any) -> None:

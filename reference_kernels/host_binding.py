@@ -17,7 +17,8 @@ from . import host
 
 
 def init(library: Any) -> None:
-    """``library.init``: the launch entry point and the Python callbacks, in host_path.cpp's order."""
+    """``library.init``: the launch entry points and the Python callbacks, in host_path.cpp's order;
+    programmatic launches where ``host.launch_ex_address`` allows them."""
     import torch
 
     from . import index_check, launch, ops, tbe, tuning
@@ -25,6 +26,7 @@ def init(library: Any) -> None:
     library.init(host.launch_address(), torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream,
                  index_check.default_mode, index_check._TOKENS, tuning, host.raise_launch_error, launch,
                  host.transforms_active(), ops.host_path_backward, tbe.host_path_backward, tbe.host_path_update)
+    library.set_launch_ex(host.launch_ex_address())
 
 
 def published(library: Any) -> None:

@@ -86,6 +86,7 @@ extern "C" __global__ void __launch_bounds__(CHECK_BLOCK) index_check(
     const i64* __restrict__ table_sizes, i64 tables, i64 bags_per_table, const i64* __restrict__ spans_in,
     CLEAN_T* __restrict__ clean_indices, CLEAN_T* __restrict__ clean_offsets,
     i64* lock, i64* record, int* host_flag, i64 token, i64 op) {
+  wait_for_previous_kernel();
   __shared__ u64 first_pos, first_bag;
   __shared__ u64 bad_count, bag_count;
 #if TABLE_CAP > 0

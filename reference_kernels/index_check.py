@@ -29,7 +29,7 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import host, launch, nvrtc
+from . import host, launch, nvrtc, tuning
 from .errors import CheckMode, EmbeddingIndexError, EmbeddingIndexWarning
 from .host import LOADED as _HOST_PATH
 from .nvrtc import I64, PTR
@@ -360,8 +360,8 @@ def run_check(indices: torch.Tensor, offsets: torch.Tensor | None, *, num_rows: 
     fn, sms = found if found is not None else _function(device_index, indices.dtype, out_dtype, cap)
     lock, record, flag = book.pointers[mode]
     if _HOST_PATH and spans is None and _HOST_PATH[2].pending():  # the compiled host path missed this pass
-        host.offer_check(device_index, indices.dtype, out_dtype, fn, sms, cap)
-    launch._launch_packed(device_index, fn, grid_stride_blocks(max(n, n_off), sms, host.CHECK_BLOCKS_PER_SM),
+        host.offer_check(device_index, indices.dtype, out_dtype, fn, sms, cap, tuning.current().check_blocks_per_sm)
+    launch._launch_packed(device_index, fn, grid_stride_blocks(max(n, n_off), sms, tuning.current().check_blocks_per_sm),
                            BLOCK, CHECK_PARAMS, (
         indices.data_ptr(), n, num_rows, launch._ptr(offsets), n_off, launch._ptr(table_sizes), tables,
         bags_per_table, launch._ptr(spans), clean.data_ptr(), launch._ptr(clean_offsets), lock, record, flag,

@@ -533,6 +533,7 @@ def sort_by_row(flat: torch.Tensor, num_weights: int) -> tuple[torch.Tensor, tor
 # radix_sort.cu's kernels' parameters: (keys, n, passes, totals); (keys in, values in, n, shift,
 # totals, status, tile counter, keys out, values out, positions out).
 HISTOGRAMS_PARAMS = nvrtc.params(PTR + I64 + I32 + PTR)
+ZERO_PARAMS = nvrtc.params(PTR + I64)  # radix_zero: (8-byte words, count)
 ONESWEEP_PARAMS = nvrtc.params(PTR + PTR + I64 + I32 + PTR + PTR + PTR + PTR + PTR + PTR)
 # Keys per thread per tile (radix_sort.cu's ITEMS: 8 * TILE bytes of shared memory): 12, and 6
 # below RADIX_SMALL_BELOW keys, where twice the tiles fill more of the GPU (change 60, H200: 186,624
@@ -559,7 +560,7 @@ def sort_rows(keys: torch.Tensor, max_key: int) -> tuple[torch.Tensor, torch.Ten
     the sentinel row ``num_rows`` included): (sorted keys, int64 positions). int32 keys on a
     CUDA device, RADIX_MIN_KEYS of them or more, take radix_sort.cu, 8 bits a pass over
     bit_length(max_key) bits only (1 to 4 passes, where torch sorts all 32 bits in 4): one
-    launch for every pass's digit totals, then one a pass; other keys, and the knob
+    launch zeroing its control words, one for every pass's digit totals, then one a pass; other keys, and the knob
     ``tuning.own_sort`` off, torch.sort. The same bits either way: both are the stable sort.
     Keys outside [0, max_key] are the caller's error (sorted by their low bits only)."""
     import torch
@@ -572,11 +573,14 @@ def sort_rows(keys: torch.Tensor, max_key: int) -> tuple[torch.Tensor, torch.Ten
     items = RADIX_ITEMS_SMALL if n < RADIX_SMALL_BELOW else RADIX_ITEMS
     tiles = -(-n // (BLOCK * items))
     index = keys.get_device()
-    histograms, onesweep = _radix_functions(index, items)
+    zero, histograms, onesweep = _radix_functions(index, items)
     # the zeroed int32 words (pointers into them, no views: each view is a dispatch): every
-    # pass's digit totals, its tile counter, its look-back words
-    control = torch.zeros(RADIX_MAX_PASSES * (RADIX_DIGITS + 1) + passes * tiles * RADIX_DIGITS, dtype=torch.int32,
-                          device=keys.device)
+    # pass's digit totals, its tile counter, its look-back words (an even count: radix_zero
+    # writes 8-byte words)
+    words = RADIX_MAX_PASSES * (RADIX_DIGITS + 1) + passes * tiles * RADIX_DIGITS
+    control = torch.empty(words, dtype=torch.int32, device=keys.device)
+    _launch_packed(index, zero, min(-(-words // (2 * BLOCK)), RADIX_HISTOGRAM_MAX_BLOCKS), BLOCK, ZERO_PARAMS,
+                   (control.data_ptr(), words // 2))
     totals = control.data_ptr()
     counters = totals + 4 * RADIX_MAX_PASSES * RADIX_DIGITS
     status = counters + 4 * RADIX_MAX_PASSES
@@ -606,20 +610,20 @@ def _on_gpu(t: torch.Tensor) -> bool:
     return bool(t.is_cuda)
 
 
-# (device, items, look-back) -> radix_sort.cu's two kernels
-_RADIX: dict[tuple[int, int, int], tuple[Any, Any]] = {}
+# (device, items, look-back) -> radix_sort.cu's three kernels
+_RADIX: dict[tuple[int, int, int], tuple[Any, Any, Any]] = {}
 
 
-def _radix_functions(index: int, items: int) -> tuple[Any, Any]:
-    """radix_sort.cu's histogram and onesweep kernels on device ``index``, ``items`` keys per
-    thread per tile (compiled once)."""
+def _radix_functions(index: int, items: int) -> tuple[Any, Any, Any]:
+    """radix_sort.cu's zero, histogram and onesweep kernels on device ``index``, ``items`` keys
+    per thread per tile (compiled once)."""
     key = (index, items, RADIX_LOOK_BACK)
     found = _RADIX.get(key)
     if found is None:
         defines = {"BLOCK": BLOCK, "ITEMS": items, "LOOK_BACK": RADIX_LOOK_BACK}
-        histograms, onesweep = (nvrtc.get_function("radix_sort.cu", entry, defines, index)
-                                for entry in ("radix_histograms", "radix_onesweep"))
-        found = _RADIX[key] = (histograms, onesweep)
+        zero, histograms, onesweep = (nvrtc.get_function("radix_sort.cu", entry, defines, index)
+                                      for entry in ("radix_zero", "radix_histograms", "radix_onesweep"))
+        found = _RADIX[key] = (zero, histograms, onesweep)
     return found
 
 
@@ -703,6 +707,7 @@ PREPARE_PARAMS = nvrtc.params(PTR + I64 + PTR + I64 + I64 + I64 + PTR + I64 + PT
 # (device, index dtype, key dtype, mean, positions, bags) -> (compiled function, grid)
 _PREPARE: dict[tuple[Any, ...], tuple[Any, int]] = {}
 PREPARE_BLOCKS_PER_SM = 8  # the preparation's grid cap (a grid-stride loop)
+PREPARE_ITEMS = 4  # positions per thread per tile (lookup_prepare.cu's ITEMS)
 KEYS_INT32_BELOW = 2**31 - 1  # sort keys are int32 for fewer rows (the sentinel, num_rows, fits too)
 
 
@@ -731,9 +736,10 @@ def prepare_table_lookups(indices: torch.Tensor, offsets: torch.Tensor, table_ro
         if bag_scale is not None:
             bag_scale.fill_(float("nan"))
     index = indices.get_device()
-    found = _PREPARE.get((index, indices.dtype, key_dtype, mean, n, bags))
+    by_tiles = tuning.current().prepare_grid_by_tiles
+    found = _PREPARE.get((index, indices.dtype, key_dtype, mean, n, bags, by_tiles))
     if found is None:
-        found = _prepare_function(index, indices, key_dtype, mean, n, bags)
+        found = _prepare_function(index, indices, key_dtype, mean, n, bags, by_tiles)
     fn, grid = found
     _launch_packed(index, fn, grid, BLOCK, PREPARE_PARAMS, (
         indices.data_ptr(), n, offsets.data_ptr(), bags, tables, bags // tables, table_rows.data_ptr(), sentinel,
@@ -742,15 +748,18 @@ def prepare_table_lookups(indices: torch.Tensor, offsets: torch.Tensor, table_ro
 
 
 def _prepare_function(index: int, indices: torch.Tensor, key_dtype: torch.dtype, mean: bool, n: int,
-                      bags: int) -> tuple[Any, int]:
-    """Compile (once) the preparation's variant and size its grid; remember both."""
+                      bags: int, by_tiles: bool) -> tuple[Any, int]:
+    """Compile (once) the preparation's variant and size its grid; remember both. ``by_tiles``
+    (the knob ``prepare_grid_by_tiles``): a block per tile of BLOCK * PREPARE_ITEMS positions (and
+    enough for the mean's bags), where a block per BLOCK positions left three of four idle."""
     defines = {"INDEX_T": _index_type(indices.dtype), "KEY_T": _index_type(key_dtype), "MEAN": int(mean),
-               "BLOCK": BLOCK}
+               "BLOCK": BLOCK, "ITEMS": PREPARE_ITEMS}
     fn = nvrtc.get_function("lookup_prepare.cu", "tbe_prepare", defines, indices.device.index)
-    grid = grid_stride_blocks(max(n, bags), sm_count(indices.device), PREPARE_BLOCKS_PER_SM)
+    threads = max(-(-n // PREPARE_ITEMS), bags if mean else 0) if by_tiles else max(n, bags)
+    grid = grid_stride_blocks(threads, sm_count(indices.device), PREPARE_BLOCKS_PER_SM)
     if len(_PREPARE) >= _MAX_PLANS:
         _PREPARE.clear()
-    found = _PREPARE[(index, indices.dtype, key_dtype, mean, n, bags)] = (fn, grid)
+    found = _PREPARE[(index, indices.dtype, key_dtype, mean, n, bags, by_tiles)] = (fn, grid)
     return found
 
 

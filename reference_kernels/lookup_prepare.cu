@@ -97,11 +97,10 @@ __device__ i64 block_last_start_at_or_before(const INDEX_T* __restrict__ offsets
   return lo - 1;
 }
 
-// Position i's outputs, given its bag (-1: none) and whether it lies inside it.
-__device__ __forceinline__ void write_position(i64 i, i64 bag, bool inside, const INDEX_T* __restrict__ indices,
-                                               i64 tables, i64 bags_per_table, const i64* __restrict__ table_rows,
+// Position i's outputs (its index read), given its bag (-1: none) and whether it lies inside it.
+__device__ __forceinline__ void write_position(i64 i, i64 index, i64 bag, bool inside, i64 tables,
+                                               i64 bags_per_table, const i64* __restrict__ table_rows,
                                                i64 sentinel, KEY_T* __restrict__ keys, i64* __restrict__ grad_row) {
-  const i64 index = (i64)__ldg(indices + i);
   if (inside) {
     const i64 t = table_of(bag, bags_per_table);
     keys[i] = (KEY_T)(index + __ldg(table_rows + t));
@@ -116,6 +115,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) tbe_prepare(
     const INDEX_T* __restrict__ indices, i64 num_indices, const INDEX_T* __restrict__ offsets, i64 num_bags,
     i64 tables, i64 bags_per_table, const i64* __restrict__ table_rows, i64 sentinel, KEY_T* __restrict__ keys,
     i64* __restrict__ grad_row, float* __restrict__ bag_scale) {
+  wait_for_previous_kernel();
   __shared__ i64 stage[STAGE_BAGS + 1];     // offsets[lo + j]
   __shared__ int rel[STAGE_BAGS + 1];       // the same, as a tile position clamped to [-1, TILE]
   __shared__ i64 bag_row[STAGE_BAGS];       // bag lo + j's grad row (j * T + t) ...
@@ -123,6 +123,13 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) tbe_prepare(
   __shared__ int below;                      // staged bag starts at or before the tile's last position
   for (i64 base = (i64)blockIdx.x * TILE; base < num_indices; base += (i64)gridDim.x * TILE) {  // block-uniform
     const i64 last = base + TILE < num_indices ? base + TILE - 1 : num_indices - 1;
+    // the tile's indices read first: their loads overlap the bag search's rounds below
+    i64 index[ITEMS];
+#pragma unroll
+    for (int u = 0; u < ITEMS; ++u) {
+      const i64 i = base + u * BLOCK + threadIdx.x;
+      index[u] = i <= last ? (i64)__ldg(indices + i) : 0;
+    }
     const i64 first_bag = block_last_start_at_or_before(offsets, num_bags, base);
     const i64 lo = first_bag > 0 ? first_bag : 0;  // stage[j] = offsets[lo + j]
     const i64 room = num_bags + 1 - lo < STAGE_BAGS + 1 ? num_bags + 1 - lo : STAGE_BAGS + 1;
@@ -164,7 +171,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) tbe_prepare(
       if (fallback) {
         const i64 bag = last_start_at_or_before(offsets, num_bags, i);
         const bool inside = bag >= 0 && i < (i64)__ldg(offsets + bag + 1);
-        write_position(i, bag, inside, indices, tables, bags_per_table, table_rows, sentinel, keys, grad_row);
+        write_position(i, index[u], bag, inside, tables, bags_per_table, table_rows, sentinel, keys, grad_row);
         continue;
       }
       int a = 0, b = search;  // the first staged start past q; its bag + 1 is staged (the tile ends before it)
@@ -176,12 +183,11 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) tbe_prepare(
           b = mid;
         }
       }
-      const i64 index = (i64)__ldg(indices + i);
       if (a > 0 && q < rel[a]) {  // a = 0: before the first offset (lo = 0)
-        keys[i] = (KEY_T)(index + bag_first_row[a - 1]);
+        keys[i] = (KEY_T)(index[u] + bag_first_row[a - 1]);
         grad_row[i] = bag_row[a - 1];
       } else {
-        keys[i] = (KEY_T)(sentinel >= 0 ? sentinel : index + __ldg(table_rows));
+        keys[i] = (KEY_T)(sentinel >= 0 ? sentinel : index[u] + __ldg(table_rows));
         grad_row[i] = -1;
       }
     }

@@ -849,7 +849,7 @@ def plan_backward(call: BackwardCall, device: DeviceProps, tuning: Tuning) -> tu
                                balanced=tuning.balanced_col_tiles)
     chunk = backward_chunk(call.num_positions, tiling.row_lanes, device.sms, tuning)
     defines = _backward_defines(call, tiling, chunk, tuning)
-    chunk_defines = {**defines, "BACKWARD_PASS": 1}
+    chunk_defines = {**defines, "BACKWARD_PASS": 1, "EXTEND_RUNS": int(tuning.backward_extend_runs)}
     if call.fused:
         chunk_defines.update(fused_chunk_defines(tiling, tuning))
     unroll = chunk_defines["UNROLL"]

@@ -75,10 +75,19 @@ __device__ __forceinline__ int block_exclusive_sum(int value, int* total) {
   return before + inclusive - value;
 }
 
+// The sort's control words zeroed (every pass's digit totals, tile counters and look-back words, as
+// 8-byte words): a grid-stride loop launched like the passes, where a torch fill between two of our
+// launches waited a whole launch (the passes overlap theirs, common.cuh: change 61).
+extern "C" __global__ void __launch_bounds__(BLOCK) radix_zero(u64* __restrict__ words, i64 n) {
+  wait_for_previous_kernel();
+  for (i64 i = (i64)blockIdx.x * BLOCK + threadIdx.x; i < n; i += (i64)gridDim.x * BLOCK) words[i] = 0;
+}
+
 // Every pass's digit counts in one read of the keys: a grid-stride loop, counters per block in
 // shared memory, then one global atomic per (pass, digit, block) into the zeroed totals.
 extern "C" __global__ void __launch_bounds__(BLOCK) radix_histograms(const int* __restrict__ keys, i64 n,
                                                                     int passes, int* __restrict__ totals) {
+  wait_for_previous_kernel();
   __shared__ int hist[MAX_PASSES][RADIX];
 #pragma unroll
   for (int p = 0; p < MAX_PASSES; ++p) hist[p][threadIdx.x] = 0;
@@ -121,6 +130,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, SCATTER_MIN_BLOCKS) radix_on
     const int* __restrict__ keys_in, const int* __restrict__ values_in, i64 n, int shift,
     const int* __restrict__ totals, u32* status, int* tile_counter, int* __restrict__ keys_out,
     int* __restrict__ values_out, i64* __restrict__ positions_out) {
+  wait_for_previous_kernel();
   __shared__ int stage_keys[TILE];
   __shared__ int stage_values[TILE];
   __shared__ int warp_count[WARPS][RADIX];  // items of digit d in warp w's part of the tile

@@ -61,6 +61,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) sparse_update(
     const float* __restrict__ grad, weight_t* __restrict__ weight, i64 dim,
     float* __restrict__ state1, float* __restrict__ state2,
     float lr, float eps, float beta1, float beta2, float weight_decay, float step_size, u64 seed) {
+  wait_for_previous_kernel();
   const OptParams p = {lr, eps, beta1, beta2, weight_decay, step_size, seed};
   const int lane = threadIdx.x & 31;
   const i64 k = ((i64)blockIdx.x * BLOCK + threadIdx.x) >> 5;

@@ -52,6 +52,9 @@ class Tuning:
     wide_16bit_fewer_rows: bool = True  # d192 16-bit sum/mean: 2 rows in flight at 3 blocks, one team per bag
     small_f32_more_blocks: bool = True  # d64 / d32-with-weights float32: more blocks per SM
     pos32_limit: int = 2**31 - 2**16  # 32-bit positions below this many indices, rows, threads
+    # the index check's grid-stride cap in blocks per SM: one resident wave (48 registers a thread:
+    # five blocks of 256 fit an SM; eight made a second wave, change 61)
+    check_blocks_per_sm: int = 4
     fused_index_check: bool = True  # one-table calls of the general kernel check their indices inside it
     # forward, short bags of one fixed size
     short_step_vectors: int = 4  # vectors per lane per step (0 turns the short kernel off)
@@ -79,6 +82,9 @@ class Tuning:
     backward_rows_in_flight: int = 4
     backward_min_blocks: int = 2
     backward_streaming_rows: int = 1  # evict-first stores of the gradient rows
+    # a run from one chunk into the next that ends within a team's width of it is summed whole by
+    # its first chunk's team (EXTEND_RUNS): uniform traffic leaves the combine pass nothing to add
+    backward_extend_runs: bool = True
     # the fused chunk pass (plan.fused_chunk_defines): a segment's row loaded when it opens, for
     # rows up to backward_preload_max_floats floats a lane, with preload_rows positions in flight
     # and preload_min_blocks blocks per SM (rows of up to 4 floats a lane)
@@ -94,6 +100,7 @@ class Tuning:
     backward_async_block: int = 128
     backward_async_regs_base: int = 48  # registers a thread needs: base + per float of the lane's row
     backward_async_regs_per_float: int = 4
+    prepare_grid_by_tiles: bool = True  # the preparation: a block per tile of positions (change 61)
     own_sort: bool = True  # the backward's int32 keys: radix_sort.cu over the rows' bits (False: torch.sort)
     overlap_zero_fill: bool = True  # zero untouched rows on a side stream (few lookups per row)
     overlap_max_lookups_per_row: float = 0.1

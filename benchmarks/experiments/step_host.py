@@ -13,6 +13,11 @@ each variant, ``--rounds`` times in turn (the host's speed drifts within a minut
 - ``torch-sort``: the backward's keys sorted by torch.sort (the knob ``tuning.own_sort`` off);
 - ``bindings-launches``: the forward served, the Python path's launches through cuda-bindings'
   cuLaunchKernel instead of the library's ``launch_raw``.
+- ``plain-launches``: the library's launches through cuLaunchKernel, not programmatic
+  (``host.set_programmatic(False)``; change 61);
+- ``no-extend-runs``, ``check-grid-8``, ``prepare-grid-by-positions``: change 61's knobs back at
+  their old values (``backward_extend_runs`` off, ``check_blocks_per_sm`` 8,
+  ``prepare_grid_by_tiles`` off).
 
 ``--variants``: only the variants named.
 
@@ -52,12 +57,28 @@ STEPS = 20
 SLEEP_KERNEL = "spin_kernel"  # torch.cuda._sleep's kernel, left out of a timeline
 
 
+@contextlib.contextmanager
+def plain_launches() -> Any:
+    """The compiled host path's launches through cuLaunchKernel inside the block (not programmatic)."""
+    from reference_kernels import host
+
+    was = host.set_programmatic(False)
+    try:
+        yield
+    finally:
+        host.set_programmatic(was)
+
+
 def variants() -> dict[str, Callable[[], contextlib.AbstractContextManager[Any]]]:
     from reference_kernels import diagnostics, launch, tuning
 
     return {"new": contextlib.nullcontext, "python-path": diagnostics.python_host_path,
             "torch-sort": partial(tuning.tuned, own_sort=False),
-            "bindings-launches": partial(mock.patch.object, launch, "_HOST_PATH", [])}
+            "bindings-launches": partial(mock.patch.object, launch, "_HOST_PATH", []),
+            "plain-launches": plain_launches,
+            "no-extend-runs": partial(tuning.tuned, backward_extend_runs=False),
+            "check-grid-8": partial(tuning.tuned, check_blocks_per_sm=8),
+            "prepare-grid-by-positions": partial(tuning.tuned, prepare_grid_by_tiles=False)}
 
 
 def timeline(step: Callable[[], None]) -> list[tuple[int, float, float, str]]:

@@ -81,6 +81,25 @@ struct KeyHash {
 using LaunchFn = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**,
                          void**);
 
+// cuLaunchKernelEx's configuration, laid out as cuda.h's CUlaunchAttribute and CUlaunchConfig (this
+// file includes no CUDA header). Every launch here asks for programmatic stream serialization once
+// set_launch_ex gave the entry point: each kernel of the package waits for the previous one as its
+// first statement (common.cuh, wait_for_previous_kernel), so the driver may overlap the launch.
+struct LaunchAttribute {
+  int id;
+  char pad[4];
+  unsigned char value[64];
+};
+struct LaunchConfig {
+  unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes;
+  void* stream;
+  LaunchAttribute* attrs;
+  unsigned num_attrs;
+};
+static_assert(sizeof(LaunchAttribute) == 72 && sizeof(LaunchConfig) == 56, "cuda.h's layout");
+using LaunchExFn = int (*)(const LaunchConfig*, void*, void**, void**);
+constexpr int kProgrammaticStreamSerialization = 6;  // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+
 constexpr int kMaxDevices = 64;
 constexpr int kCheckModes = 2;  // deferred, warn (sync stays on the Python path)
 constexpr size_t kMaxPlans = 4096;
@@ -88,6 +107,7 @@ constexpr int kMaxParamBytes = 512;
 
 struct State {
   LaunchFn launch = nullptr;
+  LaunchExFn launch_ex = nullptr;  // cuLaunchKernelEx (set_launch_ex): programmatic launches; null: launch
   PyObject* current_device = nullptr;  // torch._C._cuda_getDevice
   PyObject* raw_stream = nullptr;      // torch._C._cuda_getCurrentRawStream
   PyObject* default_mode = nullptr;    // index_check.default_mode
@@ -165,6 +185,7 @@ void follow_knobs() {
   }
   if (knobs != state.knobs) {
     state.plans.clear();
+    state.checks.clear();  // their grids follow a knob too (check_blocks_per_sm)
     state.knobs = knobs;  // identity only; tuning keeps its objects alive while current
   }
   Py_DECREF(knobs);
@@ -242,10 +263,23 @@ const CheckEntry* find_check(int64_t device, at::ScalarType index_type, at::Scal
   return &found->second;
 }
 
+// The driver call of every launch here: a 1-D grid, no dynamic shared memory, the parameters in
+// the driver's `extra` array; programmatic (cuLaunchKernelEx) once set_launch_ex gave the entry point.
+int driver_launch(void* function, unsigned grid, unsigned block, void* stream, void** extra) {
+  if (state.launch_ex != nullptr) {
+    LaunchAttribute attribute = {};
+    attribute.id = kProgrammaticStreamSerialization;
+    const int allowed = 1;
+    std::memcpy(attribute.value, &allowed, sizeof(allowed));
+    const LaunchConfig config = {grid, 1, 1, block, 1, 1, 0, stream, &attribute, 1};
+    return state.launch_ex(&config, function, nullptr, extra);
+  }
+  return state.launch(function, grid, 1, 1, block, 1, 1, 0, stream, nullptr, extra);
+}
+
 bool launch(uintptr_t function, unsigned grid, unsigned block, void* buffer, size_t size, int64_t stream) {
   void* extra[5] = {reinterpret_cast<void*>(1), buffer, reinterpret_cast<void*>(2), &size, nullptr};
-  const int err = state.launch(reinterpret_cast<void*>(function), grid, 1, 1, block, 1, 1, 0,
-                               reinterpret_cast<void*>(stream), nullptr, extra);
+  const int err = driver_launch(reinterpret_cast<void*>(function), grid, block, reinterpret_cast<void*>(stream), extra);
   if (err == 0) return true;
   PyObject* raised = PyObject_CallFunction(state.on_launch_error, "iII", err, grid, block);
   Py_XDECREF(raised);  // it raises: the caller returns nullptr with its error set
@@ -268,9 +302,9 @@ PyObject* launch_raw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const unsigned long long stream = PyLong_AsUnsignedLongLong(args[3]);
   const unsigned long long extra = PyLong_AsUnsignedLongLong(args[4]);
   if (PyErr_Occurred()) return nullptr;
-  const int err = state.launch(reinterpret_cast<void*>(function), static_cast<unsigned>(grid), 1, 1,
-                               static_cast<unsigned>(block), 1, 1, 0, reinterpret_cast<void*>(stream), nullptr,
-                               reinterpret_cast<void**>(extra));
+  const int err = driver_launch(reinterpret_cast<void*>(function), static_cast<unsigned>(grid),
+                                static_cast<unsigned>(block), reinterpret_cast<void*>(stream),
+                                reinterpret_cast<void**>(extra));
   return PyLong_FromLong(err);
 }
 
@@ -1034,6 +1068,16 @@ PyObject* cpu_as_device0(PyObject*, PyObject* flag) {
 
 PyObject* served_count(PyObject*, PyObject*) { return PyLong_FromUnsignedLongLong(state.served); }
 
+// set_launch_ex(address): cuLaunchKernelEx's address, every launch from then on programmatic; 0: plain
+// cuLaunchKernel again. Returns whether launches were programmatic before.
+PyObject* set_launch_ex(PyObject*, PyObject* address) {
+  const unsigned long long value = PyLong_AsUnsignedLongLong(address);
+  if (PyErr_Occurred()) return nullptr;
+  const bool before = state.launch_ex != nullptr;
+  state.launch_ex = reinterpret_cast<LaunchExFn>(value);
+  return PyBool_FromLong(before);
+}
+
 // set_ledger(device, flags_address, deferred (lock, record, flag), warn (lock, record, flag))
 PyObject* set_ledger(PyObject*, PyObject* args) {
   long long device, flags, dl, dr, df, wl, wr, wf;
@@ -1100,6 +1144,7 @@ PyMethodDef methods[] = {
     {"plan_count", plan_count, METH_NOARGS, "How many plans are registered."},
     {"cpu_as_device0", cpu_as_device0, METH_O, "Tests without a GPU: CPU tensors as device 0."},
     {"served_count", served_count, METH_NOARGS, "How many calls this library launched."},
+    {"set_launch_ex", set_launch_ex, METH_O, "cuLaunchKernelEx's address: programmatic launches (0: off)."},
     {"set_ledger", set_ledger, METH_VARARGS, "The index check's ledger pointers of one device."},
     {"init", init, METH_VARARGS, "Bind the launch entry point and the Python callbacks."},
     {nullptr, nullptr, 0, nullptr}};

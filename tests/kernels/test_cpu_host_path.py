@@ -36,6 +36,27 @@ def test_an_unknown_setting_names_the_variable(monkeypatch: pytest.MonkeyPatch) 
         host.setting()
 
 
+def test_programmatic_launches_need_the_setting_and_sm90_on_every_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cuLaunchKernelEx's address only where every visible GPU compiles the kernels' wait
+    (griddepcontrol, sm_90 on) and the setting is not ``off``; an unknown value names the variable."""
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    capabilities = {0: (9, 0), 1: (8, 0)}
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: capabilities[d])
+    monkeypatch.delenv(host.PROGRAMMATIC_ENV, raising=False)
+    assert host.programmatic_setting() == "auto"
+    assert host.launch_ex_address() == 0  # an sm_80 beside the sm_90
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert host.launch_ex_address() == 0  # no GPU
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: type("Driver", (), {})())  # a driver without the entry
+    assert host.launch_ex_address() == 0
+    monkeypatch.setenv(host.PROGRAMMATIC_ENV, "off")
+    assert host.launch_ex_address() == 0
+    monkeypatch.setenv(host.PROGRAMMATIC_ENV, "on")
+    with pytest.raises(ValueError, match="REFERENCE_KERNELS_PROGRAMMATIC_LAUNCH='on' is not one of auto, off"):
+        host.launch_ex_address()
+
+
 def test_the_argument_sources_reproduce_every_forward_packer() -> None:
     """Over a spread of the golden table's calls (every forward entry), the sources read off a
     packer by probing give that packer's arguments for other values, with and without the
@@ -648,8 +669,10 @@ def test_the_package_binds_the_library_from_above(monkeypatch: pytest.MonkeyPatc
 
     calls: list[tuple[str, tuple[Any, ...]]] = []
     stand_in = type("Library", (), {"init": lambda self, *a: calls.append(("init", a)),
+                                     "set_launch_ex": lambda self, *a: calls.append(("set_launch_ex", a)),
                                      "set_ledger": lambda self, *a: calls.append(("set_ledger", a))})()
     monkeypatch.setattr(host, "launch_address", lambda: 0x1234)
+    monkeypatch.setattr(host, "launch_ex_address", lambda: 0x5678)
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0, raising=False)
     book = type("Book", (), {"device_index": 3, "pointers": LEDGERS})()
@@ -657,7 +680,8 @@ def test_the_package_binds_the_library_from_above(monkeypatch: pytest.MonkeyPatc
     assert host._binding() is host_binding.BINDING
     assert host.bind(stand_in) is stand_in
     host._binding().published(stand_in)
-    (_, init), (_, ledger) = calls
+    (_, init), launch_ex, (_, ledger) = calls
+    assert launch_ex == ("set_launch_ex", (0x5678,))
     assert len(init) == 12 and init[0] == 0x1234
     assert init[3:6] == (index_check.default_mode, index_check._TOKENS, tuning)
     assert init[6:8] == (host.raise_launch_error, launch)
@@ -699,3 +723,56 @@ def test_the_python_paths_launches_go_through_the_library_once_it_is_loaded(on_c
         launch._launch_packed(0, 0xBEEF, 9, 128, signature, (0x1000, 7, 0x2000, -3))
     with pytest.raises(TypeError, match="5 arguments"):
         on_cpu.launch_raw(0xBEEF, 9, 128)
+
+
+# cuda.h's CUlaunchAttribute and CUlaunchConfig, as a recording cuLaunchKernelEx reads them
+class _Attribute(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int), ("rest", ctypes.c_char * 60)]
+
+
+class _Config(ctypes.Structure):
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_bytes", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_Attribute)), ("num_attrs", ctypes.c_uint)]
+
+
+_EX_RECORDED: list[tuple[Any, ...]] = []
+
+
+def _record_launch_ex(config: Any, function: int, params: int, extra: Any) -> int:
+    c = config.contents
+    attributes = [(c.attrs[i].id, c.attrs[i].value) for i in range(c.num_attrs)]
+    buffer, size = extra[1], ctypes.cast(extra[3], ctypes.POINTER(ctypes.c_size_t))[0]
+    _EX_RECORDED.append((function, tuple(c.grid), tuple(c.block), c.shared_bytes, c.stream, attributes, params,
+                         ctypes.string_at(buffer, size)))
+    return 0
+
+
+_RECORD_LAUNCH_EX = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_Config), ctypes.c_void_p, ctypes.c_void_p,
+                                     ctypes.POINTER(ctypes.c_void_p))(_record_launch_ex)
+
+
+@SLOW_BUILD
+def test_launches_are_programmatic_once_the_library_has_cuLaunchKernelEx(on_cpu: Any,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """With cuLaunchKernelEx's address set, every launch (launch_raw here) goes through it with the
+    same function, 1-D grid and block, stream and parameters, and one attribute: programmatic stream
+    serialization (6) allowed; set back to 0, launches are plain cuLaunchKernel again."""
+    from reference_kernels import nvrtc
+
+    signature = nvrtc.params("PqPq")
+    monkeypatch.setattr(launch, "_current_device", lambda: 0)
+    monkeypatch.setattr(launch, "_raw_stream", lambda index: 0x77)
+    monkeypatch.setattr(launch, "_HOST_PATH", [None, lambda: False, on_cpu, None])
+    _EX_RECORDED.clear()
+    assert on_cpu.set_launch_ex(ctypes.cast(_RECORD_LAUNCH_EX, ctypes.c_void_p).value) is False
+    try:
+        launch._launch_packed(0, 0xBEEF, 9, 128, signature, (0x1000, 7, 0x2000, -3))
+    finally:
+        assert on_cpu.set_launch_ex(0) is True
+    (function, grid, block, shared, stream, attributes, params, packed), = _EX_RECORDED
+    assert (function, grid, block, shared, stream, params) == (0xBEEF, (9, 1, 1), (128, 1, 1), 0, 0x77, None)
+    assert attributes == [(6, 1)]
+    assert packed == signature.layout.pack(0x1000, 7, 0x2000, -3)
+    assert _RECORDED == []
+    launch._launch_packed(0, 0xBEEF, 9, 128, signature, (0x1000, 7, 0x2000, -3))
+    assert len(_RECORDED) == 1 and len(_EX_RECORDED) == 1

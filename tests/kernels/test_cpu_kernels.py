@@ -337,8 +337,9 @@ def test_nvrtc_compiles_the_preparation_variants_the_launcher_picks(monkeypatch:
 
 @needs_nvrtc
 def test_nvrtc_compiles_the_sort_and_the_launcher_sizes_its_passes_by_the_rows(monkeypatch: pytest.MonkeyPatch) -> None:
-    """radix_sort.cu compiles with NVRTC; ``sort_rows`` launches every pass's digit totals, then
-    a onesweep pass per 8 bits of the largest key (the sentinel row included), a tile per 1,536
+    """radix_sort.cu compiles with NVRTC; ``sort_rows`` launches the zeroing of its control words
+    (every pass's totals, tile counter and look-back words, two to a thread), every pass's digit
+    totals, then a onesweep pass per 8 bits of the largest key (the sentinel row included), a tile per 1,536
     keys (3,072 from RADIX_SMALL_BELOW keys on), up to 31 bits (int32 keys); fewer than
     RADIX_MIN_KEYS keys take torch.sort."""
     import torch
@@ -360,11 +361,12 @@ def test_nvrtc_compiles_the_sort_and_the_launcher_sizes_its_passes_by_the_rows(m
                                 (40_000_000, 4), (2**31 - 2, 4)):
             launched.clear()
             launch.sort_rows(torch.zeros(10_000, dtype=torch.int32), max_key)
-            assert [fn for fn, _ in launched] == ["radix_histograms"] + ["radix_onesweep"] * passes
-            assert [grid for _, grid in launched] == [7] * (passes + 1)  # ceil(10,000 / 1,536)
+            assert [fn for fn, _ in launched] == ["radix_zero", "radix_histograms"] + ["radix_onesweep"] * passes
+            words = 4 * 257 + passes * 7 * 256
+            assert [grid for _, grid in launched] == [-(-words // 512)] + [7] * (passes + 1)  # ceil(10,000 / 1,536)
         launched.clear()
         launch.sort_rows(torch.zeros(launch.RADIX_SMALL_BELOW, dtype=torch.int32), 2**24)
-        assert [grid for _, grid in launched] == [86] * 5  # ceil(262,144 / 3,072)
+        assert [grid for _, grid in launched] == [175] + [86] * 5  # ceil(262,144 / 3,072)
     finally:
         launch.clear_plans()
 

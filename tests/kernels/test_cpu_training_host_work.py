@@ -20,11 +20,12 @@ LAUNCHES = ["index_check", "tbe_prepare", "embedding_bag_backward", "embedding_b
 # The step's torch operations: the check's two copies, the output, the preparation's keys and grad
 # rows (and mean's bag scales), the gradient's view, the sort, the backward's partial sums.
 OPS = ["empty_like", "empty_like", "new_empty", "empty_like", "empty_like", "view", "sort", "new_empty"]
-# From launch.RADIX_MIN_KEYS keys on, radix_sort.cu instead of the sort: its zeroed counters, the
-# passes' buffers, sorted keys and positions, and every pass's digit totals, then a onesweep
-# launch per 8 bits of the rows (the cases' 4 x 1,000 rows and the sentinel row: 12 bits, two passes).
-RADIX_OPS = ["zeros", "empty", "empty_like", "empty"]
-RADIX_LAUNCHES = ["radix_histograms"] + ["radix_onesweep"] * 2
+# From launch.RADIX_MIN_KEYS keys on, radix_sort.cu instead of the sort: its counters (zeroed by
+# its own launch), the passes' buffers, sorted keys and positions, and every pass's digit totals,
+# then a onesweep launch per 8 bits of the rows (the cases' 4 x 1,000 rows and the sentinel row:
+# 12 bits, two passes).
+RADIX_OPS = ["empty", "empty", "empty_like", "empty"]
+RADIX_LAUNCHES = ["radix_zero", "radix_histograms"] + ["radix_onesweep"] * 2
 
 
 @pytest.mark.parametrize("case", host_overhead.TRAINING_CASES)

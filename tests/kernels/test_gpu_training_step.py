@@ -190,6 +190,34 @@ def test_captured_training_step_replays_equal_eager(name: str, own_sort: bool, g
     rk.check_index_errors()
 
 
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_programmatic_launches_are_on_and_change_no_bit(name: str, gen: torch.Generator) -> None:
+    """On an sm_90 GPU the compiled host path launches programmatically by default (change 61:
+    every kernel waits for the previous one as its first statement); steps of a module a few
+    thousand lookups long (the radix sort's and the combine's launches included) equal, bit for
+    bit, the same steps with plain cuLaunchKernel launches."""
+    from reference_kernels import host
+
+    if not host.LOADED:
+        pytest.skip("the compiled host path is not loaded (REFERENCE_KERNELS_HOST_PATH)")
+    on = host.set_programmatic(True)
+    assert on == (torch.cuda.get_device_capability() >= host.PROGRAMMATIC_MIN_CAPABILITY)
+    programmatic, plain = tbe_pair(SPECS[name], torch.float32)
+    steps = [(*tbe_batch(gen, positions=40_000), torch.randn(BATCH, len(ROWS) * DIM, generator=gen, device="cuda"))
+             for _ in range(3)]
+    outs = [tbe_step(programmatic, *step) for step in steps]
+    host.set_programmatic(False)
+    try:
+        plain_outs = [tbe_step(plain, *step) for step in steps]
+    finally:
+        host.set_programmatic(on)
+    for ours, reference in zip(outs, plain_outs, strict=True):
+        assert not ours.isnan().any()
+        assert torch.equal(ours, reference)
+    assert_same_training_state(programmatic, plain)
+    rk.check_index_errors()
+
+
 RESUME_SPECS = {
     "sgd-f16-stochastic": (optim.SGD(lr=0.05, stochastic_rounding=True), torch.float16),
     "adagrad-f32": (SPECS["adagrad"], torch.float32),
