@@ -18,6 +18,7 @@ update each row where its sum is complete (FUSED_OPT), one pass over the touched
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -52,14 +53,14 @@ def _sort_keys(flat: Tensor, bag_of: Tensor | None, num_rows: int, padding_idx: 
 
 def segment_gradient(grad_out: Tensor, flat: Tensor, *, bag_of: Tensor | None, bag_size: int, num_rows: int,
                      per_sample_weights: Tensor | None, bag_scale: Tensor | None, padding_idx: int,
-                     scale: float = 1.0, keys_ready: bool = False) -> Segments:
+                     scale: float = 1.0, keys_ready: bool = False, sort: Any = None) -> Segments:
     """``flat``: the table row of each lookup position; the rest as ``launch.bag_backward``.
     ``keys_ready``: ``flat`` already is the sort keys (``_sort_keys``' dtype and sentinel:
-    ``launch.prepare_table_lookups``)."""
+    ``launch.prepare_table_lookups``); ``sort``: their radix sort, begun (``launch.radix_start``)."""
     n, dim = flat.numel(), grad_out.shape[1]
     keys = flat if keys_ready else _sort_keys(flat, bag_of, num_rows, padding_idx)
     key_dtype = keys.dtype
-    sorted_rows, positions = launch.sort_rows(keys, num_rows)
+    sorted_rows, positions = launch.sort_rows(keys, num_rows, sort if keys_ready else None)
     starts = sorted_rows[1:] != sorted_rows[:-1]
     rank = torch.zeros(n, dtype=key_dtype, device=flat.device)
     torch.cumsum(starts, 0, dtype=key_dtype, out=rank[1:])
@@ -145,20 +146,20 @@ _FITS: dict[tuple[int, int, int, int, bool], bool] = {}
 def fused_update(grad_out: Tensor, flat: Tensor, *, bag_of: Tensor | None, bag_size: int,
                  per_sample_weights: Tensor | None, bag_scale: Tensor | None, padding_idx: int, scale: float,
                  spec: OptimizerSpec, weight: Tensor, state1: Tensor, state2: Tensor, step: int, seed: int,
-                 keys_ready: bool = False) -> None:
+                 keys_ready: bool = False, sort: Any = None) -> None:
     """The fused backward + optimizer step on the looked-up rows of ``weight`` (in place).
-    ``keys_ready``: ``flat`` already is the sort keys (as ``segment_gradient``)."""
+    ``keys_ready``, ``sort``: as ``segment_gradient``."""
     num_rows = weight.shape[0]
     if flat.numel() == 0 or weight.shape[1] == 0:
         return
     if not fits_passes(grad_out, weight):
         seg = segment_gradient(grad_out, flat, bag_of=bag_of, bag_size=bag_size, num_rows=num_rows,
                                per_sample_weights=per_sample_weights, bag_scale=bag_scale, padding_idx=padding_idx,
-                               scale=scale, keys_ready=keys_ready)
+                               scale=scale, keys_ready=keys_ready, sort=sort)
         apply_update(seg, spec, weight, state1, state2, step, seed)
         return
     keys = flat if keys_ready else _sort_keys(flat, bag_of, num_rows, padding_idx)
-    sorted_rows, positions = launch.sort_rows(keys, num_rows)
+    sorted_rows, positions = launch.sort_rows(keys, num_rows, sort if keys_ready else None)
     fused_defines = (("FUSED_OPT", 1), ("OPTIMIZER", spec.code), ("STOCHASTIC", _stochastic(spec, weight)))
     fused_values = (weight.data_ptr(), 0 if state1 is None else state1.data_ptr(),
                     0 if state2 is None else state2.data_ptr(), *_optimizer_values(spec, step, seed))

@@ -361,8 +361,8 @@ def run_check(indices: torch.Tensor, offsets: torch.Tensor | None, *, num_rows: 
     lock, record, flag = book.pointers[mode]
     if _HOST_PATH and spans is None and _HOST_PATH[2].pending():  # the compiled host path missed this pass
         host.offer_check(device_index, indices.dtype, out_dtype, fn, sms, cap, tuning.current().check_blocks_per_sm)
-    launch._launch_packed(device_index, fn, grid_stride_blocks(max(n, n_off), sms, tuning.current().check_blocks_per_sm),
-                           BLOCK, CHECK_PARAMS, (
+    grid = grid_stride_blocks(max(n, n_off), sms, tuning.current().check_blocks_per_sm)
+    launch._launch_packed(device_index, fn, grid, BLOCK, CHECK_PARAMS, (
         indices.data_ptr(), n, num_rows, launch._ptr(offsets), n_off, launch._ptr(table_sizes), tables,
         bags_per_table, launch._ptr(spans), clean.data_ptr(), launch._ptr(clean_offsets), lock, record, flag,
         next(_TOKENS), _OP_CODES[op]))

@@ -555,32 +555,69 @@ RADIX_HISTOGRAM_MAX_BLOCKS = 256  # the totals' grid-stride blocks, at most (eac
 RADIX_MIN_KEYS = 1 << 14
 
 
-def sort_rows(keys: torch.Tensor, max_key: int) -> tuple[torch.Tensor, torch.Tensor]:
+# A radix sort begun before its keys exist (``radix_start``): its zeroed control words, passes,
+# tiles and keys per thread; the keys' writer counts the digit totals into the control words.
+RadixStart = tuple[Any, int, int, int]
+
+
+def _radix_shape(n: int, max_key: int) -> tuple[int, int, int]:
+    """(passes, keys per thread per tile, tiles) of radix_sort.cu over ``n`` keys up to ``max_key``."""
+    passes = max(1, -(-max(1, max_key).bit_length() // 8))
+    items = RADIX_ITEMS_SMALL if n < RADIX_SMALL_BELOW else RADIX_ITEMS
+    return passes, items, -(-n // (BLOCK * items))
+
+
+def _takes_radix(n: int, int32_keys: bool, on_gpu: bool) -> bool:
+    return int32_keys and on_gpu and RADIX_MIN_KEYS <= n < RADIX_MAX_KEYS and tuning.current().own_sort
+
+
+def _radix_control(index: int, n: int, passes: int, tiles: int, items: int, device: Any) -> Any:
+    """The sort's control words (every pass's digit totals, tile counter and look-back words; an
+    even count: radix_zero writes 8-byte words), zeroed by radix_zero on the current stream."""
+    import torch
+
+    zero = _radix_functions(index, items)[0]
+    words = RADIX_MAX_PASSES * (RADIX_DIGITS + 1) + passes * tiles * RADIX_DIGITS
+    control = torch.empty(words, dtype=torch.int32, device=device)
+    _launch_packed(index, zero, min(-(-words // (2 * BLOCK)), RADIX_HISTOGRAM_MAX_BLOCKS), BLOCK, ZERO_PARAMS,
+                   (control.data_ptr(), words // 2))
+    return control
+
+
+def radix_start(n: int, max_key: int, like: torch.Tensor) -> RadixStart | None:
+    """Begin ``sort_rows`` of ``n`` int32 keys up to ``max_key`` on ``like``'s device before the keys
+    are written, where sort_rows would take radix_sort.cu (else None): the control words zeroed,
+    for the keys' writer to count the digit totals (lookup_prepare.cu's ``totals``) so that the
+    sort skips its own counting launch (change 61)."""
+    if not _takes_radix(n, max_key < KEYS_INT32_BELOW, _on_gpu(like)):
+        return None
+    passes, items, tiles = _radix_shape(n, max_key)
+    return _radix_control(like.get_device(), n, passes, tiles, items, like.device), passes, tiles, items
+
+
+def sort_rows(keys: torch.Tensor, max_key: int, started: RadixStart | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``torch.sort(keys, stable=True)`` for sort keys in [0, ``max_key``] (the backward's rows,
     the sentinel row ``num_rows`` included): (sorted keys, int64 positions). int32 keys on a
     CUDA device, RADIX_MIN_KEYS of them or more, take radix_sort.cu, 8 bits a pass over
     bit_length(max_key) bits only (1 to 4 passes, where torch sorts all 32 bits in 4): one
     launch zeroing its control words, one for every pass's digit totals, then one a pass; other keys, and the knob
     ``tuning.own_sort`` off, torch.sort. The same bits either way: both are the stable sort.
-    Keys outside [0, max_key] are the caller's error (sorted by their low bits only)."""
+    Keys outside [0, max_key] are the caller's error (sorted by their low bits only).
+    ``started``: ``radix_start``'s for these keys, their digit totals already counted."""
     import torch
 
     n = keys.numel()
-    passes = max(1, -(-max(1, max_key).bit_length() // 8))
-    if (keys.dtype != torch.int32 or not _on_gpu(keys) or n < RADIX_MIN_KEYS or n >= RADIX_MAX_KEYS
-            or not tuning.current().own_sort):
+    if started is None and not _takes_radix(n, keys.dtype == torch.int32, _on_gpu(keys)):
         return torch.sort(keys, stable=True)
-    items = RADIX_ITEMS_SMALL if n < RADIX_SMALL_BELOW else RADIX_ITEMS
-    tiles = -(-n // (BLOCK * items))
     index = keys.get_device()
-    zero, histograms, onesweep = _radix_functions(index, items)
-    # the zeroed int32 words (pointers into them, no views: each view is a dispatch): every
-    # pass's digit totals, its tile counter, its look-back words (an even count: radix_zero
-    # writes 8-byte words)
-    words = RADIX_MAX_PASSES * (RADIX_DIGITS + 1) + passes * tiles * RADIX_DIGITS
-    control = torch.empty(words, dtype=torch.int32, device=keys.device)
-    _launch_packed(index, zero, min(-(-words // (2 * BLOCK)), RADIX_HISTOGRAM_MAX_BLOCKS), BLOCK, ZERO_PARAMS,
-                   (control.data_ptr(), words // 2))
+    if started is None:
+        passes, items, tiles = _radix_shape(n, max_key)
+        control = _radix_control(index, n, passes, tiles, items, keys.device)
+    else:
+        control, passes, tiles, items = started
+    _, histograms, onesweep = _radix_functions(index, items)
+    # pointers into the zeroed words (no views: each view is a dispatch): every pass's digit
+    # totals, its tile counter, its look-back words
     totals = control.data_ptr()
     counters = totals + 4 * RADIX_MAX_PASSES * RADIX_DIGITS
     status = counters + 4 * RADIX_MAX_PASSES
@@ -590,8 +627,9 @@ def sort_rows(keys: torch.Tensor, max_key: int) -> tuple[torch.Tensor, torch.Ten
     if POISON_OUTPUTS:  # an element the kernels fail to write cannot pass a comparison
         out_keys.fill_(-7)
         positions.fill_(-7)
-    _launch_packed(index, histograms, min(tiles, RADIX_HISTOGRAM_MAX_BLOCKS), BLOCK, HISTOGRAMS_PARAMS,
-                   (keys.data_ptr(), n, passes, totals))
+    if started is None:
+        _launch_packed(index, histograms, min(tiles, RADIX_HISTOGRAM_MAX_BLOCKS), BLOCK, HISTOGRAMS_PARAMS,
+                       (keys.data_ptr(), n, passes, totals))
     src_keys, src_values = keys.data_ptr(), 0  # the first pass numbers the positions itself
     for p in range(passes):
         last = p == passes - 1
@@ -702,8 +740,8 @@ def _backward_prepared(key: tuple[Any, ...], grad_out: torch.Tensor, sorted_rows
 
 
 # The preparation kernel's parameters (lookup_prepare.cu): indices, num_indices, offsets,
-# num_bags, tables, bags_per_table, table_rows, sentinel, keys, grad_row, bag_scale.
-PREPARE_PARAMS = nvrtc.params(PTR + I64 + PTR + I64 + I64 + I64 + PTR + I64 + PTR + PTR + PTR)
+# num_bags, tables, bags_per_table, table_rows, sentinel, keys, grad_row, bag_scale, totals, passes.
+PREPARE_PARAMS = nvrtc.params(PTR + I64 + PTR + I64 + I64 + I64 + PTR + I64 + PTR + PTR + PTR + PTR + I32)
 # (device, index dtype, key dtype, mean, positions, bags) -> (compiled function, grid)
 _PREPARE: dict[tuple[Any, ...], tuple[Any, int]] = {}
 PREPARE_BLOCKS_PER_SM = 8  # the preparation's grid cap (a grid-stride loop)
@@ -712,8 +750,8 @@ KEYS_INT32_BELOW = 2**31 - 1  # sort keys are int32 for fewer rows (the sentinel
 
 
 def prepare_table_lookups(indices: torch.Tensor, offsets: torch.Tensor, table_rows: torch.Tensor, *,
-                          num_rows: int, mean: bool,
-                          sentinel: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+                          num_rows: int, mean: bool, sentinel: int,
+                          sort: RadixStart | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """One launch of lookup_prepare.cu for a table-batched call (T = ``table_rows.numel()``
     tables, ``offsets``: T * B + 1 entries, the indices' dtype, both contiguous on one device):
     (sort keys, grad rows, bag scales). keys[p]: position p's global row (int32 below
@@ -721,7 +759,8 @@ def prepare_table_lookups(indices: torch.Tensor, offsets: torch.Tensor, table_ro
     index itself, the dense backward's row for it); grad_row[p] (int64): its row of the output
     gradient viewed as [B * T, dim] (j * T + t for table t's j-th bag), -1 in no bag; with
     ``mean`` the float32 scale 1 / (bag length) of each grad row (0 for an empty bag), else None.
-    Equal, bit for bit, to ``tbe.tbe_lookups``' torch operations for non-decreasing offsets."""
+    Equal, bit for bit, to ``tbe.tbe_lookups``' torch operations for non-decreasing offsets.
+    ``sort`` (``radix_start``'s for these keys): the kernel also counts their digit totals."""
     import torch
 
     n, bags = indices.numel(), offsets.numel() - 1
@@ -743,7 +782,8 @@ def prepare_table_lookups(indices: torch.Tensor, offsets: torch.Tensor, table_ro
     fn, grid = found
     _launch_packed(index, fn, grid, BLOCK, PREPARE_PARAMS, (
         indices.data_ptr(), n, offsets.data_ptr(), bags, tables, bags // tables, table_rows.data_ptr(), sentinel,
-        keys.data_ptr(), grad_row.data_ptr(), 0 if bag_scale is None else bag_scale.data_ptr()))
+        keys.data_ptr(), grad_row.data_ptr(), 0 if bag_scale is None else bag_scale.data_ptr(),
+        0 if sort is None else sort[0].data_ptr(), 0 if sort is None else sort[1]))
     return keys, grad_row, bag_scale
 
 

@@ -34,6 +34,10 @@
 //
 // Each output element is written by exactly one thread and depends on the inputs alone: the
 // same inputs always give the same bits.
+//
+// With `totals` (int keys only): the radix sort's digit totals of the keys written, 8 bits a pass
+// for `passes` passes (radix_sort.cu's radix_histograms, which the sort then skips: change 61),
+// counted per block in shared memory and added to the zeroed `totals` once per block.
 #include "common.cuh"
 
 #ifndef INDEX_T  // the indices' and offsets' type: i64 or int
@@ -59,6 +63,14 @@
 #endif
 static_assert(ITEMS * BLOCK < 0x7fffffff, "tile positions are int");
 #define TILE (BLOCK * ITEMS)
+#define DIGITS 256        // radix_sort.cu's RADIX
+#define MAX_PASSES 4      // and its MAX_PASSES
+static_assert(BLOCK == DIGITS, "a thread per digit adds the block's totals");
+
+// One key's digits counted (radix_sort.cu's digit_of), pass by pass.
+__device__ __forceinline__ void count_digits(int (*hist)[DIGITS], i64 key, int passes) {
+  for (int p = 0; p < passes; ++p) atomicAdd(&hist[p][((u32)key >> (8 * p)) & (DIGITS - 1)], 1);
+}
 
 // The bag of position p: the last b in [0, num_bags) with offsets[b] <= p (-1: none), as
 // torch.searchsorted(offsets[:num_bags], p, right=True) - 1 for sorted offsets.
@@ -97,25 +109,34 @@ __device__ i64 block_last_start_at_or_before(const INDEX_T* __restrict__ offsets
   return lo - 1;
 }
 
-// Position i's outputs (its index read), given its bag (-1: none) and whether it lies inside it.
-__device__ __forceinline__ void write_position(i64 i, i64 index, i64 bag, bool inside, i64 tables,
-                                               i64 bags_per_table, const i64* __restrict__ table_rows,
-                                               i64 sentinel, KEY_T* __restrict__ keys, i64* __restrict__ grad_row) {
+// Position i's outputs (its index read), given its bag (-1: none) and whether it lies inside it;
+// returns its key.
+__device__ __forceinline__ KEY_T write_position(i64 i, i64 index, i64 bag, bool inside, i64 tables,
+                                                i64 bags_per_table, const i64* __restrict__ table_rows,
+                                                i64 sentinel, KEY_T* __restrict__ keys, i64* __restrict__ grad_row) {
+  KEY_T key;
   if (inside) {
     const i64 t = table_of(bag, bags_per_table);
-    keys[i] = (KEY_T)(index + __ldg(table_rows + t));
+    key = (KEY_T)(index + __ldg(table_rows + t));
     grad_row[i] = (bag - t * bags_per_table) * tables + t;
   } else {
-    keys[i] = (KEY_T)(sentinel >= 0 ? sentinel : index + __ldg(table_rows));
+    key = (KEY_T)(sentinel >= 0 ? sentinel : index + __ldg(table_rows));
     grad_row[i] = -1;
   }
+  keys[i] = key;
+  return key;
 }
 
 extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) tbe_prepare(
     const INDEX_T* __restrict__ indices, i64 num_indices, const INDEX_T* __restrict__ offsets, i64 num_bags,
     i64 tables, i64 bags_per_table, const i64* __restrict__ table_rows, i64 sentinel, KEY_T* __restrict__ keys,
-    i64* __restrict__ grad_row, float* __restrict__ bag_scale) {
+    i64* __restrict__ grad_row, float* __restrict__ bag_scale, int* __restrict__ totals, int passes) {
   wait_for_previous_kernel();
+  __shared__ int hist[MAX_PASSES][DIGITS];  // totals: this block's digit counts
+  if (totals != 0) {
+#pragma unroll
+    for (int p = 0; p < MAX_PASSES; ++p) hist[p][threadIdx.x] = 0;
+  }  // the tile loop's first __syncthreads orders these before any count
   __shared__ i64 stage[STAGE_BAGS + 1];     // offsets[lo + j]
   __shared__ int rel[STAGE_BAGS + 1];       // the same, as a tile position clamped to [-1, TILE]
   __shared__ i64 bag_row[STAGE_BAGS];       // bag lo + j's grad row (j * T + t) ...
@@ -171,7 +192,9 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) tbe_prepare(
       if (fallback) {
         const i64 bag = last_start_at_or_before(offsets, num_bags, i);
         const bool inside = bag >= 0 && i < (i64)__ldg(offsets + bag + 1);
-        write_position(i, index[u], bag, inside, tables, bags_per_table, table_rows, sentinel, keys, grad_row);
+        const KEY_T key = write_position(i, index[u], bag, inside, tables, bags_per_table, table_rows, sentinel,
+                                         keys, grad_row);
+        if (totals != 0) count_digits(hist, (i64)key, passes);
         continue;
       }
       int a = 0, b = search;  // the first staged start past q; its bag + 1 is staged (the tile ends before it)
@@ -183,15 +206,24 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) tbe_prepare(
           b = mid;
         }
       }
+      KEY_T key;
       if (a > 0 && q < rel[a]) {  // a = 0: before the first offset (lo = 0)
-        keys[i] = (KEY_T)(index[u] + bag_first_row[a - 1]);
+        key = (KEY_T)(index[u] + bag_first_row[a - 1]);
         grad_row[i] = bag_row[a - 1];
       } else {
-        keys[i] = (KEY_T)(sentinel >= 0 ? sentinel : index[u] + __ldg(table_rows));
+        key = (KEY_T)(sentinel >= 0 ? sentinel : index[u] + __ldg(table_rows));
         grad_row[i] = -1;
       }
+      keys[i] = key;
+      if (totals != 0) count_digits(hist, (i64)key, passes);
     }
     __syncthreads();  // the stage is refilled for the next tile
+  }
+  if (totals != 0) {  // the loop's last __syncthreads has ordered every count before these reads
+    for (int p = 0; p < passes; ++p) {
+      const int c = hist[p][threadIdx.x];
+      if (c != 0) atomicAdd(totals + p * DIGITS + threadIdx.x, c);
+    }
   }
 #if MEAN
   for (i64 i = (i64)blockIdx.x * BLOCK + threadIdx.x; i < num_bags; i += (i64)gridDim.x * BLOCK) {

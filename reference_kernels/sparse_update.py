@@ -48,7 +48,8 @@ class Lookups:
     (``bag_of``; None: position // bag_size), and the per-contribution factors.
     ``keys_ready``: ``rows`` already is the backward's sort keys (int32 where the rows fit, the
     sentinel ``num_rows`` at every position that must not contribute), as
-    ``launch.prepare_table_lookups`` writes them: no torch operations make them again."""
+    ``launch.prepare_table_lookups`` writes them: no torch operations make them again.
+    ``sort``: the backward's radix sort of those keys, begun (``launch.radix_start``)."""
 
     rows: Tensor
     bag_of: Tensor | None
@@ -58,6 +59,7 @@ class Lookups:
     scale: float
     padding_idx: int
     keys_ready: bool = False
+    sort: Any = None
 
 
 def bag_lookups(indices: Tensor, offsets: Tensor | None, include_last_offset: bool, mode: str,
@@ -82,7 +84,7 @@ def sparse_or_fused_backward(grad_out: Tensor, lookups: Lookups, weight: Tensor,
         seg = _segments.segment_gradient(grad_out, lookups.rows, bag_of=lookups.bag_of, bag_size=bag_size,
                                          num_rows=num_rows, per_sample_weights=lookups.per_sample_weights,
                                          bag_scale=lookups.bag_scale, padding_idx=lookups.padding_idx,
-                                         scale=lookups.scale, keys_ready=lookups.keys_ready)
+                                         scale=lookups.scale, keys_ready=lookups.keys_ready, sort=lookups.sort)
         return _segments.sparse_coo(seg, dim, weight.dtype)
     if (isinstance(fused.spec, Adam) or _segments._stochastic(fused.spec, weight)) \
             and torch.cuda.is_current_stream_capturing():
@@ -92,7 +94,7 @@ def sparse_or_fused_backward(grad_out: Tensor, lookups: Lookups, weight: Tensor,
                            per_sample_weights=lookups.per_sample_weights, bag_scale=lookups.bag_scale,
                            padding_idx=lookups.padding_idx, scale=lookups.scale, spec=fused.spec, weight=weight,
                            state1=fused.state1, state2=fused.state2, step=fused.step, seed=fused.seed,
-                           keys_ready=lookups.keys_ready)
+                           keys_ready=lookups.keys_ready, sort=lookups.sort)
     return None
 
 

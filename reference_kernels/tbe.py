@@ -94,10 +94,14 @@ def prepared_lookups(table_rows: Tensor, indices: Tensor, offsets: Tensor, mode:
                      num_rows: int, sentinel: bool = True) -> sparse_update.Lookups:
     """``tbe_lookups`` in one kernel (launch.prepare_table_lookups, lookup_prepare.cu), with the
     rows already the sort keys: ``sentinel``: positions in no bag get the row ``num_rows``
-    (skipped by the sparse and fused backwards), else their index (the dense backward's row)."""
+    (skipped by the sparse and fused backwards), else their index (the dense backward's row).
+    With ``sentinel``, where the backward's sort will be radix_sort.cu's, the sort begins here and
+    the kernel counts its digit totals (``launch.radix_start``)."""
+    sort = launch.radix_start(indices.numel(), num_rows, indices) if sentinel else None
     keys, grad_row, scale = launch.prepare_table_lookups(indices, offsets, table_rows, num_rows=num_rows,
-                                                         mean=mode == "mean", sentinel=num_rows if sentinel else -1)
-    return sparse_update.Lookups(keys, grad_row, 0, psw, scale, 1.0, -1, sentinel)
+                                                         mean=mode == "mean", sentinel=num_rows if sentinel else -1,
+                                                         sort=sort)
+    return sparse_update.Lookups(keys, grad_row, 0, psw, scale, 1.0, -1, sentinel, sort)
 
 
 def _traced(t: Tensor) -> bool:

@@ -20,12 +20,14 @@ LAUNCHES = ["index_check", "tbe_prepare", "embedding_bag_backward", "embedding_b
 # The step's torch operations: the check's two copies, the output, the preparation's keys and grad
 # rows (and mean's bag scales), the gradient's view, the sort, the backward's partial sums.
 OPS = ["empty_like", "empty_like", "new_empty", "empty_like", "empty_like", "view", "sort", "new_empty"]
-# From launch.RADIX_MIN_KEYS keys on, radix_sort.cu instead of the sort: its counters (zeroed by
-# its own launch), the passes' buffers, sorted keys and positions, and every pass's digit totals,
-# then a onesweep launch per 8 bits of the rows (the cases' 4 x 1,000 rows and the sentinel row:
-# 12 bits, two passes).
-RADIX_OPS = ["empty", "empty", "empty_like", "empty"]
-RADIX_LAUNCHES = ["radix_zero", "radix_histograms"] + ["radix_onesweep"] * 2
+# From launch.RADIX_MIN_KEYS keys on, radix_sort.cu instead of the sort, begun before the
+# preparation (launch.radix_start): its control words (zeroed by its own launch, before the
+# preparation, which counts the digit totals into them); at the sort, the passes' buffers, sorted
+# keys and positions, and a onesweep launch per 8 bits of the rows (the cases' 4 x 1,000 rows and
+# the sentinel row: 12 bits, two passes).
+RADIX_START_OPS = ["empty"]
+RADIX_OPS = ["empty", "empty_like", "empty"]
+RADIX_LAUNCHES = ["radix_onesweep"] * 2
 
 
 @pytest.mark.parametrize("case", host_overhead.TRAINING_CASES)
@@ -51,8 +53,8 @@ def test_a_step_of_many_keys_sorts_them_with_its_own_passes(monkeypatch: pytest.
     with host_overhead.without_gpu(stubbed=False), torch.enable_grad():
         work = host_overhead.step_work(host_overhead.training_case("sgd sum"))
     sort = OPS.index("sort")
-    assert work.ops == OPS[:sort] + RADIX_OPS + OPS[sort + 1:]
-    assert work.launches[2:] == ["tbe_prepare", *RADIX_LAUNCHES, *LAUNCHES[2:]]
+    assert work.ops == OPS[:3] + RADIX_START_OPS + OPS[3:sort] + RADIX_OPS + OPS[sort + 1:]
+    assert work.launches[2:] == ["radix_zero", "tbe_prepare", *RADIX_LAUNCHES, *LAUNCHES[2:]]
 
 
 def test_the_training_measurement_reports_host_time_ops_and_launches() -> None:

@@ -91,6 +91,32 @@ def test_preparation_equals_the_torch_operations(gen: torch.Generator, case: str
             assert scale is None
 
 
+@pytest.mark.parametrize("case", ["many tiles", "in no bag", "tiles of empty bags"])
+@pytest.mark.parametrize("num_rows", [10_000, 70_000, 40_000_000])
+def test_the_preparation_counts_the_radix_sorts_digits(gen: torch.Generator, case: str, num_rows: int,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a radix sort begun (``launch.radix_start``: its control words zeroed), the kernel adds
+    its keys' digit totals, 8 bits a pass over the passes num_rows needs (2, 3 and 4 here), equal
+    to a count of the keys it wrote; the sort then run on them without counting again equals
+    torch's stable sort (keys and positions)."""
+    monkeypatch.setattr(launch, "RADIX_MIN_KEYS", 1)
+    tables, bags_per_table, lead, tail, longest, empty = CASES[case]
+    indices, offsets, table_rows = random_layout(gen, tables, bags_per_table, lead, tail, torch.int64, longest, empty)
+    started = launch.radix_start(indices.numel(), num_rows, indices)
+    assert started is not None
+    control, passes, _, _ = started
+    assert passes == -(-num_rows.bit_length() // 8)
+    keys, _, _ = launch.prepare_table_lookups(indices, offsets, table_rows, num_rows=num_rows, mean=False,
+                                              sentinel=num_rows, sort=started)
+    totals = control[: 4 * 256].view(4, 256)
+    for p in range(4):
+        expected = torch.bincount((keys.long() >> (8 * p)) & 255, minlength=256) if p < passes else 0 * totals[p]
+        assert torch.equal(totals[p].long(), expected.long())
+    got_keys, got_positions = launch.sort_rows(keys, num_rows, started)
+    want_keys, want_positions = torch.sort(keys, stable=True)
+    assert torch.equal(got_keys, want_keys) and torch.equal(got_positions, want_positions)
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
 def test_decreasing_offsets_still_give_every_position_one_answer(gen: torch.Generator, dtype: torch.dtype) -> None:
     """Offsets that decrease (an invalid batch, reported by the index check): no bag is promised,
