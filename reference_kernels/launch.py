@@ -742,7 +742,7 @@ def _backward_prepared(key: tuple[Any, ...], grad_out: torch.Tensor, sorted_rows
 # The preparation kernel's parameters (lookup_prepare.cu): indices, num_indices, offsets,
 # num_bags, tables, bags_per_table, table_rows, sentinel, keys, grad_row, bag_scale, totals, passes.
 PREPARE_PARAMS = nvrtc.params(PTR + I64 + PTR + I64 + I64 + I64 + PTR + I64 + PTR + PTR + PTR + PTR + I32)
-# (device, index dtype, key dtype, mean, positions, bags) -> (compiled function, grid)
+# (device, index dtype, key dtype, mean, positions, bags, grid by tiles) -> (compiled function, grid)
 _PREPARE: dict[tuple[Any, ...], tuple[Any, int]] = {}
 PREPARE_BLOCKS_PER_SM = 8  # the preparation's grid cap (a grid-stride loop)
 PREPARE_ITEMS = 4  # positions per thread per tile (lookup_prepare.cu's ITEMS)
