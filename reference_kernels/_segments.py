@@ -56,11 +56,12 @@ def segment_gradient(grad_out: Tensor, flat: Tensor, *, bag_of: Tensor | None, b
                      scale: float = 1.0, keys_ready: bool = False, sort: Any = None) -> Segments:
     """``flat``: the table row of each lookup position; the rest as ``launch.bag_backward``.
     ``keys_ready``: ``flat`` already is the sort keys (``_sort_keys``' dtype and sentinel:
-    ``launch.prepare_table_lookups``); ``sort``: their radix sort, begun (``launch.radix_start``)."""
+    ``launch.prepare_table_lookups``); ``sort``: their radix sort, begun (``launch.radix_start``;
+    only with ``keys_ready``: the preparation counted the keys' digits)."""
     n, dim = flat.numel(), grad_out.shape[1]
     keys = flat if keys_ready else _sort_keys(flat, bag_of, num_rows, padding_idx)
     key_dtype = keys.dtype
-    sorted_rows, positions = launch.sort_rows(keys, num_rows, sort if keys_ready else None)
+    sorted_rows, positions = launch.sort_rows(keys, num_rows, sort)
     starts = sorted_rows[1:] != sorted_rows[:-1]
     rank = torch.zeros(n, dtype=key_dtype, device=flat.device)
     torch.cumsum(starts, 0, dtype=key_dtype, out=rank[1:])
@@ -159,7 +160,7 @@ def fused_update(grad_out: Tensor, flat: Tensor, *, bag_of: Tensor | None, bag_s
         apply_update(seg, spec, weight, state1, state2, step, seed)
         return
     keys = flat if keys_ready else _sort_keys(flat, bag_of, num_rows, padding_idx)
-    sorted_rows, positions = launch.sort_rows(keys, num_rows, sort if keys_ready else None)
+    sorted_rows, positions = launch.sort_rows(keys, num_rows, sort)
     fused_defines = (("FUSED_OPT", 1), ("OPTIMIZER", spec.code), ("STOCHASTIC", _stochastic(spec, weight)))
     fused_values = (weight.data_ptr(), 0 if state1 is None else state1.data_ptr(),
                     0 if state2 is None else state2.data_ptr(), *_optimizer_values(spec, step, seed))

@@ -359,9 +359,10 @@ def run_check(indices: torch.Tensor, offsets: torch.Tensor | None, *, num_rows: 
     found = _FUNCTIONS.get((device_index, indices.dtype, out_dtype, cap))
     fn, sms = found if found is not None else _function(device_index, indices.dtype, out_dtype, cap)
     lock, record, flag = book.pointers[mode]
+    blocks_per_sm = tuning.current().check_blocks_per_sm
     if _HOST_PATH and spans is None and _HOST_PATH[2].pending():  # the compiled host path missed this pass
-        host.offer_check(device_index, indices.dtype, out_dtype, fn, sms, cap, tuning.current().check_blocks_per_sm)
-    grid = grid_stride_blocks(max(n, n_off), sms, tuning.current().check_blocks_per_sm)
+        host.offer_check(device_index, indices.dtype, out_dtype, fn, sms, cap, blocks_per_sm)
+    grid = grid_stride_blocks(max(n, n_off), sms, blocks_per_sm)
     launch._launch_packed(device_index, fn, grid, BLOCK, CHECK_PARAMS, (
         indices.data_ptr(), n, num_rows, launch._ptr(offsets), n_off, launch._ptr(table_sizes), tables,
         bags_per_table, launch._ptr(spans), clean.data_ptr(), launch._ptr(clean_offsets), lock, record, flag,

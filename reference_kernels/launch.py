@@ -571,7 +571,7 @@ def _takes_radix(n: int, int32_keys: bool, on_gpu: bool) -> bool:
     return int32_keys and on_gpu and RADIX_MIN_KEYS <= n < RADIX_MAX_KEYS and tuning.current().own_sort
 
 
-def _radix_control(index: int, n: int, passes: int, tiles: int, items: int, device: Any) -> Any:
+def _radix_control(index: int, passes: int, tiles: int, items: int, device: Any) -> Any:
     """The sort's control words (every pass's digit totals, tile counter and look-back words; an
     even count: radix_zero writes 8-byte words), zeroed by radix_zero on the current stream."""
     import torch
@@ -592,7 +592,7 @@ def radix_start(n: int, max_key: int, like: torch.Tensor) -> RadixStart | None:
     if not _takes_radix(n, max_key < KEYS_INT32_BELOW, _on_gpu(like)):
         return None
     passes, items, tiles = _radix_shape(n, max_key)
-    return _radix_control(like.get_device(), n, passes, tiles, items, like.device), passes, tiles, items
+    return _radix_control(like.get_device(), passes, tiles, items, like.device), passes, tiles, items
 
 
 def sort_rows(keys: torch.Tensor, max_key: int, started: RadixStart | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -600,8 +600,8 @@ def sort_rows(keys: torch.Tensor, max_key: int, started: RadixStart | None = Non
     the sentinel row ``num_rows`` included): (sorted keys, int64 positions). int32 keys on a
     CUDA device, RADIX_MIN_KEYS of them or more, take radix_sort.cu, 8 bits a pass over
     bit_length(max_key) bits only (1 to 4 passes, where torch sorts all 32 bits in 4): one
-    launch zeroing its control words, one for every pass's digit totals, then one a pass; other keys, and the knob
-    ``tuning.own_sort`` off, torch.sort. The same bits either way: both are the stable sort.
+    launch zeroing its control words, one for every pass's digit totals, then one a pass; other
+    keys, and the knob ``tuning.own_sort`` off, torch.sort. The same bits either way: both are the stable sort.
     Keys outside [0, max_key] are the caller's error (sorted by their low bits only).
     ``started``: ``radix_start``'s for these keys, their digit totals already counted."""
     import torch
@@ -612,7 +612,7 @@ def sort_rows(keys: torch.Tensor, max_key: int, started: RadixStart | None = Non
     index = keys.get_device()
     if started is None:
         passes, items, tiles = _radix_shape(n, max_key)
-        control = _radix_control(index, n, passes, tiles, items, keys.device)
+        control = _radix_control(index, passes, tiles, items, keys.device)
     else:
         control, passes, tiles, items = started
     _, histograms, onesweep = _radix_functions(index, items)
