@@ -4,7 +4,8 @@ Commands: ``suite`` (benchmarks/harness.py: every figure of the kernel benchmark
 (benchmarks/charts.py: the figures of a suite's results file, rendered again), ``fbgemm_peer``
 (where FBGEMM's forward op would be loaded from, or why not), ``training_suite``
 (benchmarks/training_suite.py: training steps of ours, FBGEMM and torch), ``training_dlrm``
-(its whole-DLRM-step case alone), each module
+(its whole-DLRM-step case alone), ``results_branch`` (benchmarks/results_branch.py: result
+files onto the ``bench-results`` branch), each module
 of benchmarks/experiments/ by its name, and ``speed_check`` / ``round_speed``
 (benchmarks/compliance/). ``list`` prints them with their first docstring line.
 """
@@ -23,7 +24,8 @@ HERE = Path(__file__).resolve().parent
 def commands() -> dict[str, str]:
     """Command name -> the module that runs it."""
     found = {"suite": "benchmarks.harness", "charts": "benchmarks.charts", "fbgemm_peer": "benchmarks.fbgemm_peer",
-             "training_suite": "benchmarks.training_suite", "training_dlrm": "benchmarks.training_dlrm"}
+             "training_suite": "benchmarks.training_suite", "training_dlrm": "benchmarks.training_dlrm",
+             "results_branch": "benchmarks.results_branch"}
     for package in ("experiments", "compliance"):
         for module in pkgutil.iter_modules([str(HERE / package)]):
             found[module.name] = f"benchmarks.{package}.{module.name}"
