@@ -2,7 +2,8 @@
 
 A variant is one nvcc compile: a kernel source, an architecture, its ``-D`` options and the
 criterion its test judges it by (no spill, or the spills a table allows). Its key hashes all four,
-the source with every header it includes, so a key names one compile and one verdict.
+the source's code with every header it includes (comments left out: a comment edit compiles the
+same), so a key names one compile and one verdict.
 
 - ``NVCC_SWEEP=changed`` (the default under ``-m nvcc_sweep``): a variant whose key is neither in
   the committed manifest (``golden/nvcc_sweep.keys``: the keys of the last exhaustive sweep that
@@ -65,12 +66,22 @@ def cache_dir() -> Path:
     return base / "mlperf-kernel-compliance" / "nvcc-sweep"
 
 
+# C and C++ comments (a string literal holding "//" or "/*" would be cut too: kernel sources hold
+# none that matter, and a wrong cut could only make two sources look different)
+COMMENTS = re.compile(r"/\*.*?\*/|//[^\n]*", flags=re.DOTALL)
+
+
+def code_text(text: str) -> str:
+    """The source without its comments and trailing blanks: a comment edit compiles the same."""
+    return "\n".join(line.rstrip() for line in COMMENTS.sub("", text).splitlines() if line.strip())
+
+
 @cache
 def source_digest(name: str) -> str:
-    """The source's text and, recursively, every local header it includes."""
+    """The source's code (comments left out) and, recursively, every local header it includes."""
     text = (KERNEL_DIR / name).read_text()
     headers = sorted(set(re.findall(r'^\s*#\s*include\s+"([^"]+)"', text, flags=re.MULTILINE)))
-    parts = [text, *(f"{header}:{source_digest(header)}" for header in headers)]
+    parts = [code_text(text), *(f"{header}:{source_digest(header)}" for header in headers)]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 

@@ -1,5 +1,6 @@
 """Every module of the kernel lab (benchmarks/) imports on a machine without a GPU, runs nothing
-at import, has a main() (or its command names another function), and reaches reference_kernels through public names only."""
+at import, has a main() (or its command names another function), and reaches reference_kernels
+through public names only."""
 
 from __future__ import annotations
 
