@@ -33,6 +33,8 @@ def test_items_per_case_with_junit(tmp_path: Path, build_root: Path) -> None:
     xml = junit.read_text()
     assert 'name="gather[build]"' in xml and 'name="partial-write[sum-csr-float32-int64-d3]"' in xml
     assert 'failures="0"' not in xml
+    assert "compliance kernels: 1 of 2 kernel(s) verified, 1 failed, 0 not verified here" in run.stdout
+    assert '<property name="kernels_verified" value="1"' in xml
 
 
 def test_inert_without_kernels(tmp_path: Path) -> None:
