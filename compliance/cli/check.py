@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -18,9 +19,10 @@ from compliance.cli.common import (
 )
 from compliance.cli.exits import EXIT_FINDINGS, EXIT_OK, exit_codes_epilog, reports_input_errors
 from compliance.engine import run_check
-from compliance.model import CheckOptions
+from compliance.model import CheckOptions, CheckReport
 from compliance.report import FORMATS
 from compliance.report.text import render_text
+from compliance.tracked import tracked_copy
 from compliance.upstream.options import UpstreamOptions
 from compliance.verify.options import VerifyOptions
 
@@ -45,6 +47,9 @@ from compliance.verify.options import VerifyOptions
 @click.option("--allow-unverified", is_flag=True,
               help="With --verify: a kernel this machine cannot run is a warning (verify-skipped), not the "
                    "error verify-not-run.")
+@click.option("--tracked", is_flag=True,
+              help="PATH is in a git repository: check the files its index tracks (what a commit submits), "
+                   "not the working tree's untracked or ignored files (local build outputs) or .git.")
 @click.option("--verbose", "-v", is_flag=True,
               help="Text format: list every finding (default: a few per implementation and rule).")
 @click.option("--summary", is_flag=True,
@@ -52,7 +57,7 @@ from compliance.verify.options import VerifyOptions
 @reports_input_errors
 def check_command(path: Path, rules: str | None, fmt: str, output: Path | None, upstream: bool,
                   upstream_cache: Path | None, offline: bool, require_upstream: bool, verify: bool,
-                  seed: int | None, allow_unverified: bool, verbose: bool, summary: bool) -> None:
+                  seed: int | None, allow_unverified: bool, tracked: bool, verbose: bool, summary: bool) -> None:
     """Check the submission tree at PATH (one organization or a directory of them)."""
     if (offline or upstream_cache) and not upstream:
         raise click.UsageError("--offline and --upstream-cache need --upstream")
@@ -64,9 +69,17 @@ def check_command(path: Path, rules: str | None, fmt: str, output: Path | None, 
                            upstream=UpstreamOptions(cache_dir=upstream_cache, offline=offline) if upstream else None,
                            verify=VerifyOptions(seed=seed, allow_unverified=allow_unverified) if verify else None,
                            require_upstream=require_upstream)
-    report = run_check(path, options)
+    report = _run(path, options, tracked)
     text = render_text(report, verbose=verbose, summary=summary) if fmt == "text" else FORMATS[fmt](report)
     emit(text, output, checked_root=path)
     if output is not None:
         echo(f"report written to {output}; {'PASS' if report.passed else 'FAIL'}", err=True)
     raise SystemExit(report.exit_code)
+
+
+def _run(path: Path, options: CheckOptions, tracked: bool) -> CheckReport:
+    if not tracked:
+        return run_check(path, options)
+    with tracked_copy(path) as copy:
+        # Findings name paths relative to the root: the report names PATH, the tree the user gave.
+        return replace(run_check(copy, options), root=path.resolve())
