@@ -145,7 +145,7 @@ def run_action(action_file: Path, given: dict[str, str], workspace: Path, temp: 
     runs: list[StepRun] = []
     for index, step in enumerate(action["runs"]["steps"]):
         name = step.get("name") or step.get("id") or f"step {index}"
-        if "if" in step and not ctx.condition(str(step["if"])):
+        if not ctx.condition(str(step.get("if", "success()"))):  # no `if`: run while nothing failed
             runs.append(StepRun(name, ran=False, note="condition false"))
             continue
         if "uses" in step:

@@ -79,3 +79,20 @@ def test_not_a_repository_is_an_input_error(tmp_path: Path) -> None:
     shutil.copytree(EXAMPLE_ORG, tmp_path / "Acme")
     code, output = _check(tmp_path / "Acme", "--tracked")
     assert code == 2 and "Error: " in output and "--tracked needs a git repository" in output
+
+
+def test_the_repository_configuration_runs_nothing(repo: Path, tmp_path: Path) -> None:
+    """Blobs are read, never checked out: a smudge filter or a hook the repository names never runs."""
+    marker = tmp_path / "ran"
+    _git(repo, "config", "filter.evil.smudge", f"touch {marker}; cat")
+    _git(repo, "config", "core.fsmonitor", f"touch {marker}; true")
+    (repo / ".gitattributes").write_text("* filter=evil\n")
+    (repo / "run.sh").write_text("#!/bin/sh\n")
+    (repo / "run.sh").chmod(0o755)
+    (repo / "link").symlink_to("systems")
+    _git(repo, "add", "-A")
+    marker.unlink(missing_ok=True)  # `git add` itself may have run them
+    with tracked_copy(repo) as copy:
+        assert (copy / "run.sh").stat().st_mode & 0o111
+        assert (copy / "link").is_symlink() and str((copy / "link").readlink()) == "systems"
+    assert not marker.exists()
