@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+# pytester runs pytest in a subprocess on a generated project (the pytest plugin's tests).
+pytest_plugins = ["pytester"]
+
 
 @functools.cache
 def cuda_available() -> bool:
