@@ -50,9 +50,12 @@ def _decode(case: Case, inputs: CaseInputs, flaw: str = "") -> torch.Tensor:
     assert q is not None
     weight, rows, dim = inputs.weight, case.num_embeddings, case.dim
     if q.scales_in == "row":
-        scale = weight[:, 0:2].contiguous().view(torch.float16).float()
-        bias = weight[:, 2:4].contiguous().view(torch.float16).float() if q.bias else torch.zeros(rows, 1)
-        body = weight[:, 2 + 2 * q.bias:]
+        if q.weight == "fp8_e4m3":  # a float32 scale, then the codes
+            scale, bias = weight[:, 0:4].contiguous().view(torch.float32), torch.zeros(rows, 1)
+        else:  # FBGEMM's: fp16 scale, fp16 bias, then the codes
+            scale = weight[:, 0:2].contiguous().view(torch.float16).float()
+            bias = weight[:, 2:4].contiguous().view(torch.float16).float()
+        body = weight[:, 4:]
         if q.weight == "int4":
             low, high = (body >> 4, body & 15) if flaw == "nibbles" else (body & 15, body >> 4)
             codes = torch.stack([low, high], dim=2).reshape(rows, -1)[:, :dim].float()
@@ -168,6 +171,8 @@ def test_int8_output_bound_is_half_a_code_plus_the_float_error() -> None:
     ({"weight": "int8", "scale": "row", "scales_in": "argument"}, "passes one table's scale"),
     ({"weight": "int8", "scale": "table", "bias": True}, "a bias is row-wise"),
     ({"weight": "int4", "scale": "row", "scales_in": "tensor"}, "int4 codes come in FBGEMM's fused rows"),
+    ({"weight": "int8", "scale": "row"}, "carry a scale and a bias"),
+    ({"weight": "fp8_e4m3", "scale": "row", "bias": True}, "a float32 scale, no bias"),
 ])
 def test_semantics_no_kernel_can_have_are_refused(quantization: dict[str, Any], why: str) -> None:
     q = Quantization.from_mapping(quantization)
