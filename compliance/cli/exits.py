@@ -39,7 +39,7 @@ def reports_input_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except InputError as exc:
-            echo(f"error: {exc}", err=True)
+            echo(f"error: {one_line(str(exc))}", err=True)  # names from the tree: escaped
             raise SystemExit(EXIT_INPUT) from exc
         except BrokenPipeError as exc:
             raise SystemExit(output_closed()) from exc
