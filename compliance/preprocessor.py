@@ -58,6 +58,8 @@ _TOKEN = re.compile(rb"[A-Za-z_$\x80-\xff][\w$\x80-\xff]*|\.?\d(?:[\w.]|[eEpP][+
 _DIRECTIVE = re.compile(rb"[ \t]*(?:#|%:)[ \t]*(\w*)(.*)")
 _DEFINE = re.compile(rb"[ \t]*([A-Za-z_$][\w$]*)(\()?")
 _PASTE = (b"##", b"%:%:")
+DEFINES = re.compile(rb"^[ \t]*(?:#|%:)[ \t]*define\b", re.M)
+"""A ``#define`` line: only a text holding one can make a kernel spelling by expansion."""
 _INCLUDE = re.compile(rb"[ \t]*[<\"]([^>\"\n]+)[>\"]")
 
 
@@ -325,12 +327,23 @@ def kernel_line(data: bytes) -> int | None:
     """Line of the first kernel entry in a C, C++ or CUDA source as the compiler reads it, or None.
 
     The logical text is searched first (a spelling, or a ``#define`` of one, is evidence); macros
-    are expanded only where they can make a spelling: the text holds ``global`` or pastes tokens."""
-    text = logical_text(data)
+    are expanded only where they can make a spelling: the text holds ``global`` or pastes tokens.
+    A spelling in the raw text is first tried in the logical text of the lines up to it (a kernel
+    near the top costs only those lines); one found there is in code, since no literal or comment
+    that could hold it ends past its line except a raw string, which errs on the safe side."""
+    joined = join_splices(data)
+    raw = qualifier_offset(joined)
+    if raw is not None:
+        end = joined.find(b"\n", raw)
+        head = logical_text(joined[:len(joined) if end < 0 else end])
+        offset = qualifier_offset(head)
+        if offset is not None:
+            return head.count(b"\n", 0, offset) + 1
+    text = logical_text(joined)
     offset = qualifier_offset(text)
     if offset is not None:
         return text.count(b"\n", 0, offset) + 1
-    if (b"global" in text or b"##" in text or b"%:%:" in text) and (b"define" in text):
+    if (b"global" in text or b"##" in text or b"%:%:" in text) and DEFINES.search(text):
         expansion = expand("", data)
         if expansion.exhausted or any(qualifier_offset(part) is not None for _, part in expansion.parts):
             return _first_use_line(text)
