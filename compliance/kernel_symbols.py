@@ -64,10 +64,12 @@ def _name(match: re.Match[bytes] | None) -> bytes | None:
     return match.group(1) if match is not None and match.group(1) not in _NOT_NAMES else None
 
 
-def kernel_definitions(name: str, data: bytes, resolve: preprocessor.Resolver | None = None) -> list[tuple[str, str]]:
+def kernel_definitions(name: str, data: bytes, resolve: preprocessor.Resolver | None = None,
+                       strings: bool = False) -> list[tuple[str, str]]:
     """(file, kernel function) for every kernel entry in the C/C++/CUDA source ``data`` (the file
-    ``name``) and in the files it includes that ``resolve`` finds, in reading order."""
-    expansion = preprocessor.expand(name, data, resolve)
+    ``name``) and in the files it includes that ``resolve`` finds, in reading order (``strings``:
+    kernels in string literals count too, for text a loader compiles, e.g. a Python file)."""
+    expansion = preprocessor.expand(name, data, resolve, strings=strings)
     found = []
     for file, text in expansion.parts:
         for start, end in preprocessor.qualifier_spans(text):
@@ -79,8 +81,9 @@ def kernel_definitions(name: str, data: bytes, resolve: preprocessor.Resolver | 
     return found
 
 
-def kernel_functions(data: bytes, python: bool = False) -> list[str]:
-    """Kernel function names defined in ``data`` (a C/C++/CUDA source, or Python when ``python``)."""
+def kernel_functions(data: bytes, python: bool = False, strings: bool = False) -> list[str]:
+    """Kernel function names defined in ``data``: Triton functions when ``python``, else CUDA kernels
+    of a C/C++/CUDA source (``strings``: also those in string literals, for other text)."""
     if python:
         return [m.group(1).decode() for m in TRITON.finditer(_PY_COMMENTS.sub(b"", data))]
-    return [function for _, function in kernel_definitions("", data)]
+    return [function for _, function in kernel_definitions("", data, strings=strings)]

@@ -81,10 +81,16 @@ def _set_apart(match: re.Match[bytes]) -> bytes:
     return (b"''" if text.endswith(b"'") else b'""') + newlines
 
 
-def logical_text(data: bytes) -> bytes:
+def _comment_apart(match: re.Match[bytes]) -> bytes:
+    text = match.group()
+    return _set_apart(match) if text.startswith(b"/") else text
+
+
+def logical_text(data: bytes, strings: bool = False) -> bytes:
     """``data`` after translation phases 2 and 3: splices joined, each comment one blank, each string
-    or character literal empty (``""``, ``''``); line numbers unchanged."""
-    return _LEXEMES.sub(_set_apart, join_splices(data))
+    or character literal empty (``""``, ``''``; kept when ``strings``: text that a loader compiles
+    holds its kernels in literals); line numbers unchanged."""
+    return _LEXEMES.sub(_comment_apart if strings else _set_apart, join_splices(data))
 
 
 def _attribute_holds_global(text: bytes, start: int) -> bool:
@@ -165,7 +171,8 @@ Resolver = Callable[[str, bytes], "tuple[str, bytes] | None"]
 
 
 class _Expander:
-    def __init__(self, resolve: Resolver | None, budget: int) -> None:
+    def __init__(self, resolve: Resolver | None, budget: int, strings: bool) -> None:
+        self.strings = strings
         self.macros: dict[bytes, Macro] = {}
         self.resolve = resolve
         self.budget = budget
@@ -181,7 +188,7 @@ class _Expander:
         """Read one file (and what it includes) in order, appending its expanded text."""
         self.seen.add(name)
         pending: list[bytes] = []
-        for line in logical_text(data).split(b"\n"):
+        for line in logical_text(data, self.strings).split(b"\n"):
             directive = _DIRECTIVE.match(line)
             if directive is None:
                 pending.append(line)
@@ -313,9 +320,11 @@ def _paste(tokens: list[bytes]) -> list[bytes]:
     return out
 
 
-def expand(name: str, data: bytes, resolve: Resolver | None = None, budget: int = EXPANSION_BUDGET) -> Expansion:
-    """The text of ``data`` (the file ``name``) and of what it includes, every macro expanded."""
-    expander = _Expander(resolve, budget)
+def expand(name: str, data: bytes, resolve: Resolver | None = None, budget: int = EXPANSION_BUDGET,
+           strings: bool = False) -> Expansion:
+    """The text of ``data`` (the file ``name``) and of what it includes, every macro expanded
+    (``strings``: string literals kept, for text a loader compiles)."""
+    expander = _Expander(resolve, budget, strings)
     try:
         expander.read(name, data)
     except BudgetExhausted:

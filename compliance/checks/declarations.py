@@ -24,6 +24,7 @@ from compliance.checks.specs import UNDECLARED as UNDECLARED
 from compliance.checks.specs import UNSHIPPED as UNSHIPPED
 from compliance.checks.specs import VENDORED as VENDORED
 from compliance.context import DeclaredKernel
+from compliance.inventory import C_SOURCE_EXTENSIONS
 from compliance.kernel_symbols import kernel_definitions, kernel_functions
 from compliance.manifest import MANIFEST_NAME
 from compliance.paths import parent_dir, tree_relative
@@ -232,8 +233,9 @@ def _kernel_definitions(ctx: CheckContext, item: DeclaredKernel,
     for rel, data in named:
         if rel.endswith((".py", ".pyi")):
             found.update(((rel, f), None) for f in kernel_functions(data, python=True))
-        else:
-            found.update((pair, None) for pair in kernel_definitions(rel, data, resolve))
+        else:  # text that is not C, C++ or CUDA source holds kernels for a loader, in its strings too
+            strings = posixpath.splitext(rel)[1].lower() not in C_SOURCE_EXTENSIONS
+            found.update((pair, None) for pair in kernel_definitions(rel, data, resolve, strings))
     return found
 
 
