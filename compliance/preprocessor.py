@@ -52,8 +52,9 @@ SPELLINGS = (
     "__attribute__((tile_global))", "[[gnu::tile_global]]",
 )
 """Every kernel-entry spelling recognised, each compiled by the nvcc test (prefixing a definition)."""
-EXPANSION_BUDGET = 200_000
-"""Token steps of macro expansion per text (a bomb of nested macros stops here)."""
+EXPANSION_BUDGET = 1_000_000
+"""Tokens read and produced by macro expansion per text, once a macro is defined (a bomb of nested
+macros stops here; text before the first ``#define`` is not tokenised at all)."""
 _TOKEN = re.compile(rb"[A-Za-z_$\x80-\xff][\w$\x80-\xff]*|\.?\d(?:[\w.]|[eEpP][+-])*|%:%:|##|%:|\.\.\.|::|\n|\S")
 _DIRECTIVE = re.compile(rb"[ \t]*(?:#|%:)[ \t]*(\w*)(.*)")
 _DEFINE = re.compile(rb"[ \t]*([A-Za-z_$][\w$]*)(\()?")
@@ -199,10 +200,14 @@ class _Expander:
         self.flush(name, pending)
 
     def flush(self, name: str, lines: list[bytes]) -> None:
+        """Append ``lines`` (code between directives) expanded; as they are while no macro is defined."""
         if lines:
-            tokens = _TOKEN.findall(b"\n".join(lines))
-            self.spend(len(tokens))
-            self.result.parts.append((name, b" ".join(self.expand(tokens))))
+            text = b"\n".join(lines)
+            if self.macros:
+                tokens = _TOKEN.findall(text)
+                self.spend(len(tokens))
+                text = b" ".join(self.expand(tokens))
+            self.result.parts.append((name, text))
         lines.clear()
 
     def directive(self, name: str, keyword: bytes, rest: bytes, depth: int) -> None:
@@ -233,13 +238,13 @@ class _Expander:
         stack = [(token, hide) for token in reversed(tokens)]
         out: list[bytes] = []
         while stack:
-            self.spend()
             token, hidden = stack.pop()
             macro = self.macros.get(token)
             if macro is None or token in hidden:
                 out.append(token)
                 continue
             if macro.params is None:
+                self.spend(len(macro.body) + 1)
                 stack.extend((t, hidden | {token}) for t in reversed(macro.body))
                 continue
             args = _take_arguments(stack)
@@ -247,6 +252,7 @@ class _Expander:
                 out.append(token)
                 continue
             body = self.substitute(macro, args, hidden)
+            self.spend(len(body) + 1)
             stack.extend((t, hidden | {token}) for t in reversed(body))
         return out
 
@@ -339,10 +345,12 @@ def kernel_line(data: bytes) -> int | None:
     are expanded only where they can make a spelling: the text holds ``global`` or pastes tokens.
     A spelling in the raw text is first tried in the logical text of the lines up to it (a kernel
     near the top costs only those lines); one found there is in code, since no literal or comment
-    that could hold it ends past its line except a raw string, which errs on the safe side."""
+    that could hold it ends past its line, unless a raw string opens before it (then the whole text
+    is read). A spelling in a macro's argument counts even where the macro stringifies it (``#x``):
+    the safe side; ``kernel_symbols`` expands it exactly."""
     joined = join_splices(data)
     raw = qualifier_offset(joined)
-    if raw is not None:
+    if raw is not None and b'R"' not in joined[:raw]:  # a raw string can span lines: read it whole
         end = joined.find(b"\n", raw)
         head = logical_text(joined[:len(joined) if end < 0 else end])
         offset = qualifier_offset(head)
