@@ -23,7 +23,8 @@ HERE = Path(__file__).resolve().parent
 def commands() -> dict[str, str]:
     """Command name -> the module that runs it."""
     found = {"suite": "benchmarks.harness", "charts": "benchmarks.charts", "fbgemm_peer": "benchmarks.fbgemm_peer",
-             "training_suite": "benchmarks.training_suite", "training_dlrm": "benchmarks.training_dlrm"}
+             "training_suite": "benchmarks.training_suite", "training_dlrm": "benchmarks.training_dlrm",
+             "quantized_suite": "benchmarks.quantized_suite"}
     for package in ("experiments", "compliance"):
         for module in pkgutil.iter_modules([str(HERE / package)]):
             found[module.name] = f"benchmarks.{package}.{module.name}"

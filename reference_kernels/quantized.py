@@ -52,7 +52,8 @@ FBGEMM_TYPES = {"fp32": "FP32", "fp16": "FP16", "int8": "INT8", "int4": "INT4", 
 @dataclass(frozen=True)
 class QuantizedTable:
     """One table in one of ``FORMATS``: ``data`` is ``uint8 [rows, row_bytes(format, dim)]``;
-    ``scale`` is the table-wise scale (``fp8_tablewise``, ``int8_tablewise``), else None."""
+    ``scale`` is the table-wise scale (``fp8_tablewise``, ``int8_tablewise``; used as a float32),
+    else None."""
 
     format: str
     dim: int
@@ -65,6 +66,11 @@ class QuantizedTable:
 
     def to(self, device: torch.device | str) -> QuantizedTable:
         return QuantizedTable(self.format, self.dim, self.data.to(device), self.scale)
+
+
+def float32(x: float) -> float:
+    """x rounded to float32: table-wise scales are float32 values (the kernel's arithmetic)."""
+    return float(torch.tensor(x, dtype=torch.float32))
 
 
 def check_format(fmt: str, dim: int) -> None:
@@ -173,11 +179,11 @@ def quantize(weight: Tensor, fmt: str, scale: float | None = None) -> QuantizedT
         return QuantizedTable(fmt, dim, _pack(header, q, fmt, dim))
     amax = w.abs().double().amax(dim=1) if fmt == "fp8_rowwise" else w.abs().double().max()
     if fmt == "int8_tablewise":
-        step = float(scale) if scale is not None else float(amax) / 127 or 1.0
+        step = float32(float(scale) if scale is not None else float(amax) / 127 or 1.0)
         codes = torch.round(w.double() / step).clamp(-127, 127).to(torch.int8).view(torch.uint8)
         return QuantizedTable(fmt, dim, _pack(None, codes, fmt, dim), step)
     if fmt == "fp8_tablewise":
-        step = float(scale) if scale is not None else float(amax) / E4M3_MAX or 1.0
+        step = float32(float(scale) if scale is not None else float(amax) / E4M3_MAX or 1.0)
         _check_fp8_scale(torch.tensor([step]))
         return QuantizedTable(fmt, dim, _pack(None, e4m3_codes(w.double() / step), fmt, dim), step)
     row_scale = (amax / E4M3_MAX).float()
@@ -213,9 +219,9 @@ def dequantize(table: QuantizedTable, rows: Tensor | None = None, dtype: torch.d
         s = data[:, 0:4].contiguous().view(torch.float32).double()
         out = s * e4m3_values(data[:, 4:4 + dim])
     elif fmt == "fp8_tablewise":
-        out = float(table.scale or 1.0) * e4m3_values(data[:, :dim])
+        out = float32(table.scale or 1.0) * e4m3_values(data[:, :dim])
     else:
-        out = float(table.scale or 1.0) * data[:, :dim].contiguous().view(torch.int8).double()
+        out = float32(table.scale or 1.0) * data[:, :dim].contiguous().view(torch.int8).double()
     return out.to(dtype)
 
 
@@ -287,8 +293,9 @@ OUTPUT_DTYPES = (torch.float32, torch.float16, torch.int8)
 
 
 def reference_forward(tables: Sequence[QuantizedTable], indices: Tensor, offsets: Tensor, pooling: str = "sum",
-                      per_sample_weights: Tensor | None = None) -> Tensor:
+                      per_sample_weights: Tensor | None = None, absolute: bool = False) -> Tensor:
     """The table-batched lookup in float64 over the dequantized rows (no output rounding).
+    ``absolute``: pool |weight * element| instead (the error bound's A).
 
     ``offsets`` (T * B + 1, table-major bags, FBGEMM's layout) delimit ``indices`` (each relative
     to its table). ``pooling`` "sum" / "mean": ``[B, sum(dims)]``, table t's columns after those
@@ -306,12 +313,18 @@ def reference_forward(tables: Sequence[QuantizedTable], indices: Tensor, offsets
     inside = (bag >= 0) & (bag < bags) & (positions >= offs[0]) & (positions < offs[-1])
     table_of = torch.where(inside, bag // max(batch, 1), -1)
     weights = None if per_sample_weights is None else per_sample_weights.double()
+    if absolute and weights is not None:
+        weights = weights.abs()
+
+    def rows_of(table: QuantizedTable, sel: Tensor) -> Tensor:
+        rows = dequantize(table, indices[sel])
+        return rows.abs() if absolute else rows
     if pooling == "none":
         dim = tables[0].dim
         out = torch.zeros(indices.numel(), dim, dtype=torch.float64, device=indices.device)
         for t, table in enumerate(tables):
             sel = (table_of == t).nonzero().flatten()
-            rows = dequantize(table, indices[sel])
+            rows = rows_of(table, sel)
             out[sel] = rows if weights is None else rows * weights[sel, None]
         return out
     dims = [t.dim for t in tables]
@@ -319,7 +332,7 @@ def reference_forward(tables: Sequence[QuantizedTable], indices: Tensor, offsets
     col = 0
     for t, table in enumerate(tables):
         sel = (table_of == t).nonzero().flatten()
-        rows = dequantize(table, indices[sel])
+        rows = rows_of(table, sel)
         if weights is not None:
             rows = rows * weights[sel, None]
         pooled = torch.zeros(batch, table.dim, dtype=torch.float64, device=indices.device)

@@ -168,3 +168,25 @@ def test_reference_unpooled_and_int8_output(gen: torch.Generator) -> None:
     assert torch.equal(out[:, :8], torch.round(pooled[:, :8] * 10).clamp(-128, 127).to(torch.int8))
     with pytest.raises(ValueError, match="inverse scale"):
         q.round_output(pooled, torch.int8)
+
+
+def test_module_cpu_path_and_arguments(gen: torch.Generator) -> None:
+    from reference_kernels.quantized_tbe import QuantizedTableBatchedEmbeddingBag, geometry
+
+    tables = [q.quantize(table(20, 16, gen), "int8"), q.quantize(table(30, 8, gen), "fp8_tablewise")]
+    idx, offs = batch([20, 30], 4, gen)
+    module = QuantizedTableBatchedEmbeddingBag(tables, "sum", torch.float16)
+    assert torch.equal(module(idx, offs), q.reference_forward(tables, idx, offs).half())
+    assert [t.format for t in module.tables()] == ["int8", "fp8_tablewise"]
+    assert torch.equal(module.tables()[0].data, tables[0].data)
+    with pytest.raises(ValueError, match="inverse scale"):
+        QuantizedTableBatchedEmbeddingBag(tables, "sum", torch.int8)
+    with pytest.raises(ValueError, match="one width"):
+        QuantizedTableBatchedEmbeddingBag(tables, "none", torch.float32)
+    with pytest.raises(ValueError, match="T \\* B \\+ 1"):
+        module(idx, offs[:-1])
+    # int8 d128: 9 chunks a row, three teams a warp; long bags take all three, short ones one each
+    long_bags = geometry("int8", 128, 30.0, 4)
+    assert (long_bags.chunks, long_bags.tw, long_bags.tpb, long_bags.bpw) == (9, 9, 3, 1)
+    assert geometry("int8", 128, 1.0, 4).bpw == 3
+    assert geometry("fp32", 136, 1.0, 4).tw == 32  # 34 chunks: two tiles of a 32-lane team
