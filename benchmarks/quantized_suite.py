@@ -5,6 +5,8 @@ same quantized tables for both (FBGEMM's rows are ours byte for byte: ``quantize
 same int32 indices and offsets, fp16 output, and times both with the suite's method (harness.Timer:
 L2 flushed, GPU head start, median of ``--reps`` calls; both on the same inputs, in the same process).
 FBGEMM runs with ``bounds_check_mode=NONE`` (no index check; ours has none in this module either).
+Ours gets each table's pooling factor as the geometry hint (``pooling_factors``; ``--no-hints``:
+without it).
 
 Bytes: *compulsory* = unique rows x row bytes (qparams and padding included) + indices + offsets +
 output; ``% copy`` = compulsory bytes / time / the copy ceiling measured in the same run.
@@ -26,6 +28,7 @@ import torch
 from benchmarks import harness
 from benchmarks.training_suite import load_fbgemm
 from reference_kernels import quantized as q
+from reference_kernels import quantized_tbe
 from reference_kernels.quantized_tbe import QuantizedTableBatchedEmbeddingBag
 
 DEV = "cuda"
@@ -127,18 +130,59 @@ def fbgemm_module(case: Case, tables: list[q.QuantizedTable]) -> torch.nn.Module
     return module
 
 
+# launch shapes tried by --sweep: (geometry policy, (rows in flight, blocks per SM, pipelined))
+SWEEP: dict[str, list[tuple[str, tuple[int, int, int]]]] = {
+    "int8": [("mean", (4, 3, 0)), ("fill", (4, 3, 0)), ("fill", (2, 3, 1)), ("fill", (4, 2, 1)),
+             ("fill", (8, 2, 0)), ("fill", (2, 3, 0))],
+    "int4": [("mean", (4, 2, 0)), ("fill", (4, 2, 0)), ("fill", (2, 2, 1)), ("fill", (4, 2, 1)),
+             ("fill", (2, 2, 0)), ("fill", (8, 1, 0))],
+}
+SWEEP_CASES = ("4x4M d128 {} B8192 L30 uniform", "4x1M d64 {} B16384 L20 uniform", "4x4M d128 {} B8192 L30 zipf",
+               "d128 {} B512 uniform", "d128 {} B2048 uniform", "d128 {} B16384 uniform")
+
+
+def sweep(timer: harness.Timer, seed: int) -> dict[str, object]:
+    """Time ours under each launch shape of SWEEP on its format's sweep cases, then keep the shape
+    with the best geomean (it becomes quantized_tbe's shape for the rest of the run)."""
+    found: dict[str, object] = {}
+    for fmt, shapes in SWEEP.items():
+        cases = [c for c in all_cases(False) if any(p.format(fmt) in c.name for p in SWEEP_CASES)]
+        times: dict[str, list[float]] = {f"{pol} {shape}": [] for pol, shape in shapes}
+        for case in cases:
+            gen = torch.Generator(device=DEV).manual_seed(seed)
+            tables = [random_rows(f, r, d, gen) for f, r, d in zip(case.formats, case.rows, case.dims, strict=True)]
+            tb = harness.table_batch(list(case.rows), case.batch, list(case.pooling), case.alpha, gen)
+            indices, offsets = tb.indices.int(), tb.offsets.int()
+            module = QuantizedTableBatchedEmbeddingBag(tables, case.pooling_mode, torch.float16)
+            for policy, shape in shapes:
+                quantized_tbe.GEOMETRY_POLICY = policy
+                quantized_tbe.LAUNCH_SHAPE[fmt] = shape
+                times[f"{policy} {shape}"].append(timer.median_us(lambda: module(indices, offsets)))
+            print(f"sweep {case.name}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in times.items()), flush=True)
+        scores = {k: geomean(v) or math.inf for k, v in times.items()}
+        best = min(scores, key=lambda k: scores[k])
+        policy, shape = next((p, sh) for p, sh in shapes if f"{p} {sh}" == best)
+        quantized_tbe.GEOMETRY_POLICY = policy
+        quantized_tbe.LAUNCH_SHAPE[fmt] = shape
+        found[fmt] = {"best": best, "geomean_us": scores, "times_us": times,
+                      "cases": [c.name for c in cases]}
+        print(f"sweep {fmt}: best {best} (geomean us {scores})", flush=True)
+    return found
+
+
 def compulsory_bytes(case: Case, tb: harness.TableBatch, tables: list[q.QuantizedTable]) -> int:
     unique = sum(int(torch.unique(i).numel()) * q.row_bytes(t.format, t.dim)
                  for i, t in zip(tb.per_table, tables, strict=True))
     return unique + 4 * (tb.indices.numel() + tb.offsets.numel()) + 2 * case.batch * sum(case.dims)
 
 
-def run_case(case: Case, timer: harness.Timer, ceiling: float, fbgemm: bool, seed: int) -> Result:
+def run_case(case: Case, timer: harness.Timer, ceiling: float, fbgemm: bool, seed: int, hints: bool = True) -> Result:
     gen = torch.Generator(device=DEV).manual_seed(seed)
     tables = [random_rows(f, r, d, gen) for f, r, d in zip(case.formats, case.rows, case.dims, strict=True)]
     tb = harness.table_batch(list(case.rows), case.batch, list(case.pooling), case.alpha, gen)
     indices, offsets = tb.indices.int(), tb.offsets.int()
-    ours = QuantizedTableBatchedEmbeddingBag(tables, case.pooling_mode, torch.float16)
+    ours = QuantizedTableBatchedEmbeddingBag(tables, case.pooling_mode, torch.float16,
+                                             pooling_factors=case.pooling if hints else None)
     nbytes = compulsory_bytes(case, tb, tables)
     result = Result(case.name, ",".join(sorted(set(case.formats))), case.batch, case.alpha,
                     timer.median_us(lambda: ours(indices, offsets)), None, nbytes)
@@ -187,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seed", type=int, default=54)
     parser.add_argument("--only", help="run the cases whose name holds this text")
+    parser.add_argument("--no-hints", action="store_true", help="no pooling_factors hint (geometry from shapes)")
+    parser.add_argument("--sweep", action="store_true", help="first pick each format's launch shape (SWEEP)")
     args = parser.parse_args(argv)
     reason = load_fbgemm(args.fbgemm, args.tools)
     if reason:
@@ -195,12 +241,13 @@ def main(argv: list[str] | None = None) -> int:
     ceiling = harness.copy_ceiling_gbps(timer)
     print(f"device {torch.cuda.get_device_name()}; copy ceiling {ceiling:.0f} GB/s; FBGEMM: {reason or 'loaded'}",
           flush=True)
+    swept = sweep(timer, args.seed) if args.sweep else {}
     results = []
     for case in all_cases(args.quick):
         if args.only and args.only not in case.name:
             continue
         try:
-            r = run_case(case, timer, ceiling, not reason, args.seed)
+            r = run_case(case, timer, ceiling, not reason, args.seed, not args.no_hints)
             torch.cuda.empty_cache()
         except Exception as error:  # one case's failure is recorded, the rest still run
             print(f"{case.name}: {type(error).__name__}: {error}"[:400], flush=True)
@@ -209,7 +256,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r.case}: ours {r.ours_us:.1f} us ({r.pct_copy:.1f} % copy), FBGEMM {r.fbgemm_us} us, "
               f"x{r.vs_fbgemm}, diff {r.max_rel_diff}", flush=True)
     report = {"device": torch.cuda.get_device_name(), "copy_ceiling_gbps": ceiling, "fbgemm": reason or "loaded",
-              "results": [asdict(r) for r in results], "summary": summary(results)}
+              "results": [asdict(r) for r in results], "summary": summary(results), "sweep": swept,
+              "launch_shape": {k: list(v) for k, v in quantized_tbe.LAUNCH_SHAPE.items()},
+              "geometry_policy": quantized_tbe.GEOMETRY_POLICY}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)

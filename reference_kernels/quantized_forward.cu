@@ -19,7 +19,8 @@
 // launches once per format, each launch writing its tables' columns); POOLING 0 sum, 1 mean, 2 none (each position's row on its own output row);
 // OUT_DTYPE 0 float32, 1 float16, 2 int8 (rint(x * inverse scale), saturated); PSW per-sample
 // weights (float32); INDEX64 indices and offsets int64, else int32; ROWS_IN_FLIGHT rows a team
-// loads before it uses them.
+// loads before it uses them; PIPELINE 1: a team loads its next batch of rows before it sums the
+// current one.
 #include "common.cuh"
 
 #ifndef POOLING
@@ -36,6 +37,9 @@
 #endif
 #ifndef TABLE_FORMAT
 #define TABLE_FORMAT 2
+#endif
+#ifndef PIPELINE
+#define PIPELINE 0
 #endif
 #ifndef ROWS_IN_FLIGHT
 #define ROWS_IN_FLIGHT 4
@@ -214,13 +218,11 @@ __device__ __forceinline__ void lookup(const unsigned char* __restrict__ data, c
     const bool has_chunk = chunk < tb.chunks;
 #pragma unroll
     for (int s = 0; s < S; ++s) acc[s] = 0.f;
-    // (measured: loading the next rows' indices while the current rows are in flight made the
-    // 4x4M d128 int8 case slower, 94.7 -> 116.5 us; docs/perf/issue54-quantized.md)
     const unsigned char* table = data + tb.byte_base;
-    for (int p = start + j; p < end; p += tb.tpb * ROWS_IN_FLIGHT) {
-      uint4 v[ROWS_IN_FLIGHT];
-      u32 header[ROWS_IN_FLIGHT];
-      float weight[ROWS_IN_FLIGHT];
+    const int step = tb.tpb * ROWS_IN_FLIGHT;
+    // One batch: the rows at positions p, p + tpb, ... (ROWS_IN_FLIGHT of them) of this team.
+    auto load_batch = [&](int p, uint4 (&v)[ROWS_IN_FLIGHT], u32 (&header)[ROWS_IN_FLIGHT],
+                          float (&weight)[ROWS_IN_FLIGHT]) {
 #pragma unroll
       for (int k = 0; k < ROWS_IN_FLIGHT; ++k) {
         const int pos = p + k * tb.tpb;
@@ -234,6 +236,9 @@ __device__ __forceinline__ void lookup(const unsigned char* __restrict__ data, c
           if (PSW) weight[k] = psw[pos];
         }
       }
+    };
+    auto use_batch = [&](int p, const uint4 (&v)[ROWS_IN_FLIGHT], const u32 (&header)[ROWS_IN_FLIGHT],
+                         const float (&weight)[ROWS_IN_FLIGHT]) {
 #pragma unroll
       for (int k = 0; k < ROWS_IN_FLIGHT; ++k) {
         const int pos = p + k * tb.tpb;
@@ -251,7 +256,37 @@ __device__ __forceinline__ void lookup(const unsigned char* __restrict__ data, c
           accumulate<FMT>(acc, v[k], qp, weight[k]);
         }
       }
+    };
+#if PIPELINE
+    // the next batch's rows are loaded before this batch is summed: a team always has rows in flight
+    uint4 v[ROWS_IN_FLIGHT];
+    u32 header[ROWS_IN_FLIGHT];
+    float weight[ROWS_IN_FLIGHT];
+    load_batch(start + j, v, header, weight);
+    for (int p = start + j; p < end; p += step) {
+      uint4 cur[ROWS_IN_FLIGHT];
+      u32 cur_header[ROWS_IN_FLIGHT];
+      float cur_weight[ROWS_IN_FLIGHT];
+#pragma unroll
+      for (int k = 0; k < ROWS_IN_FLIGHT; ++k) {
+        cur[k] = v[k];
+        cur_header[k] = header[k];
+        cur_weight[k] = weight[k];
+      }
+      load_batch(p + step, v, header, weight);
+      use_batch(p, cur, cur_header, cur_weight);
     }
+#else
+    // (measured: loading the next rows' indices while the current rows are in flight made the
+    // 4x4M d128 int8 case slower, 94.7 -> 116.5 us; docs/perf/issue54-quantized.md)
+    for (int p = start + j; p < end; p += step) {
+      uint4 v[ROWS_IN_FLIGHT];
+      u32 header[ROWS_IN_FLIGHT];
+      float weight[ROWS_IN_FLIGHT];
+      load_batch(p, v, header, weight);
+      use_batch(p, v, header, weight);
+    }
+#endif
     if (POOLING != 2) {
       // the bag's teams combined in team order (fixed: deterministic)
       for (int t = 1; t < tb.tpb; ++t) {

@@ -31,11 +31,14 @@ BLOCK = 256
 OUTPUT_CODE = {torch.float32: 0, torch.float16: 1, torch.int8: 2}
 POOLING_CODE = {"sum": 0, "mean": 1, "none": 2}
 META_WORDS = 8
-# Rows a team loads before it uses them, and blocks per SM the registers are capped for, per format
-# (the int4 kernel holds 32 accumulators a lane). Benchmarks may change them.
-LAUNCH_SHAPE: dict[str, tuple[int, int]] = {"fp32": (4, 4), "fp16": (4, 4), "int8": (4, 3), "int4": (4, 2),
-                                             "fp8_rowwise": (4, 3), "fp8_tablewise": (4, 3),
-                                             "int8_tablewise": (4, 3)}
+# Per format: rows a team loads at once, blocks per SM the registers are capped for (the int4
+# kernel holds 32 accumulators a lane), and whether a team loads its next rows before it sums the
+# current ones (PIPELINE). Benchmarks change them (quantized_suite --sweep).
+# int8 / int4: the sweep's picks on an H200 (docs/perf/issue54-quantized.md); the fp8 and table-wise
+# int8 kernels hold as many accumulators as int8's and take its shape.
+LAUNCH_SHAPE: dict[str, tuple[int, int, int]] = {"fp32": (4, 4, 0), "fp16": (4, 4, 0), "int8": (2, 3, 1),
+                                                  "int4": (2, 2, 1), "fp8_rowwise": (2, 3, 1),
+                                                  "fp8_tablewise": (2, 3, 1), "int8_tablewise": (2, 3, 1)}
 _SIGNATURE = nvrtc.params(nvrtc.PTR + nvrtc.PTR + nvrtc.I32 + nvrtc.I64 + nvrtc.PTR + nvrtc.PTR + nvrtc.PTR
                           + nvrtc.PTR + nvrtc.I64)
 POISON_OUTPUTS = False
@@ -53,14 +56,38 @@ class TableGeometry:
     bpw: int
 
 
-def geometry(fmt: str, dim: int, mean_bag: float, rows_in_flight: int) -> TableGeometry:
-    """A team covers a row (at most 32 lanes; wider rows in tiles); a bag gets as many teams as
-    give each ``rows_in_flight`` rows, at most the warp's teams; the rest of the warp takes more
-    bags."""
+FILL_WARPS = 8192
+"""Below this many warps with one team a bag (about 2.5 waves of 24 warps on 132 SMs), a bag's rows
+are split over several teams so that the launch still fills the GPU."""
+GEOMETRY_POLICY = "fill"
+""""fill": one team a bag unless the launch would not fill the GPU; "mean": a bag gets as many
+teams as give each ``rows_in_flight`` of the mean bag's rows (the first version; benchmarks compare)."""
+
+
+LONG_BAG_BATCHES = 16
+"""With ``pooling_factors``, a table whose bags hold more than this many batches of rows for one team
+splits each bag over several teams (else one team's walk of a 100-row bag is the launch's tail); the
+teams a bag gets divide the warp's teams, so none idles."""
+
+
+def geometry(fmt: str, dim: int, mean_bag: float, rows_in_flight: int, bags: int = 0,
+             known_length: bool = False) -> TableGeometry:
+    """A team covers a row (at most 32 lanes; wider rows in tiles) and a warp holds ``32 // tw``
+    teams. One team a bag (a warp takes as many bags as it has teams: short bags keep every team
+    busy) unless ``bags`` such warps would not fill the GPU, or (``known_length``: ``mean_bag`` is
+    this table's own) the table's bags are long: then a bag gets up to a warp's teams, as many as
+    give each at least ``rows_in_flight`` of the bag's rows."""
     chunks = row_bytes(fmt, dim) // 16
     tw = min(chunks, 32)
     teams = 32 // tw
-    tpb = max(1, min(teams, int(mean_bag // rows_in_flight)))
+    by_length = max(1, min(teams, int(mean_bag // rows_in_flight)))
+    if GEOMETRY_POLICY == "mean":
+        tpb = by_length
+    elif known_length and mean_bag > LONG_BAG_BATCHES * rows_in_flight:
+        wanted = -(-int(mean_bag) // (LONG_BAG_BATCHES * rows_in_flight))
+        tpb = min(d for d in range(1, teams + 1) if teams % d == 0 and (d >= wanted or d == teams))
+    else:
+        tpb = 1 if bags // teams >= FILL_WARPS else min(by_length, max(1, -(-FILL_WARPS * teams // max(bags, 1))))
     return TableGeometry(chunks, tw, tpb, teams // tpb)
 
 
@@ -71,13 +98,15 @@ def _float_bits(x: float) -> int:
 class QuantizedTableBatchedEmbeddingBag(torch.nn.Module):
     """Many quantized tables, one lookup (see the module docstring). ``tables``: QuantizedTable
     values (``quantized.quantize`` / ``from_fbgemm``); ``output_inverse_scales``: one per table,
-    needed for int8 output."""
+    needed for int8 output; ``pooling_factors``: optional, each table's expected bag length (a
+    hint for the launch geometry: long bags are split over several teams; results do not depend
+    on it)."""
 
     data: Tensor
 
     def __init__(self, tables: Sequence[QuantizedTable], pooling: str = "sum",
                  output_dtype: torch.dtype = torch.float16, output_inverse_scales: Sequence[float] | None = None,
-                 device: torch.device | str | None = None) -> None:
+                 device: torch.device | str | None = None, pooling_factors: Sequence[float] | None = None) -> None:
         super().__init__()
         if not tables:
             raise ValueError("QuantizedTableBatchedEmbeddingBag needs at least one table")
@@ -90,6 +119,9 @@ class QuantizedTableBatchedEmbeddingBag(torch.nn.Module):
                 raise ValueError("int8 output is for pooled lookups")
             if output_inverse_scales is None or len(output_inverse_scales) != len(tables):
                 raise ValueError("int8 output needs one inverse scale per table (output_inverse_scales)")
+        if pooling_factors is not None and len(pooling_factors) != len(tables):
+            raise ValueError("pooling_factors: one mean bag length per table")
+        self.pooling_factors = None if pooling_factors is None else [float(x) for x in pooling_factors]
         if pooling == "none" and len({t.dim for t in tables}) > 1:
             raise ValueError("unpooled lookups need tables of one width")
         self.formats = [t.format for t in tables]
@@ -153,11 +185,11 @@ class QuantizedTableBatchedEmbeddingBag(torch.nn.Module):
         stream = torch.cuda.current_stream(self.data.device).cuda_stream
         device_index = self.data.device.index if self.data.device.index is not None else torch.cuda.current_device()
         for fmt, meta, warps in self._launches(batch, indices.numel(), device_index):
-            rows_in_flight, min_blocks = LAUNCH_SHAPE[fmt]
+            rows_in_flight, min_blocks, pipeline = LAUNCH_SHAPE[fmt]
             defines = {"TABLE_FORMAT": FORMAT_CODE[fmt], "POOLING": POOLING_CODE[self.pooling],
                        "OUT_DTYPE": OUTPUT_CODE[self.output_dtype], "PSW": int(psw is not None),
                        "INDEX64": int(indices.dtype == torch.int64), "ROWS_IN_FLIGHT": rows_in_flight,
-                       "MIN_BLOCKS": min_blocks}
+                       "MIN_BLOCKS": min_blocks, "PIPELINE": pipeline}
             fn = nvrtc.get_function(SOURCE, KERNEL, defines, device_index)
             grid = -(-warps * 32 // BLOCK)
             nvrtc.launch_packed(fn, grid, BLOCK, stream, _SIGNATURE,
@@ -170,8 +202,11 @@ class QuantizedTableBatchedEmbeddingBag(torch.nn.Module):
         """Per format: its tables' metadata (quantized_forward.cu's layout) and its warp count;
         made once per (batch, geometry) and kept on the device."""
         mean_bag = num_indices / max(1, batch * len(self.formats))
-        geoms = [geometry(f, d, mean_bag, LAUNCH_SHAPE[f][0]) for f, d in zip(self.formats, self.dims, strict=True)]
-        key = (batch, device_index, tuple(geoms))
+        bags = batch * len(self.formats)
+        lengths = self.pooling_factors or [mean_bag] * len(self.formats)
+        geoms = [geometry(f, d, n, LAUNCH_SHAPE[f][0], bags, self.pooling_factors is not None)
+                 for f, d, n in zip(self.formats, self.dims, lengths, strict=True)]
+        key = (batch, device_index, tuple(geoms), tuple(LAUNCH_SHAPE.items()))
         found = self._meta.get(key)
         if found is not None:
             return found

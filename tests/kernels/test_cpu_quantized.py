@@ -189,4 +189,12 @@ def test_module_cpu_path_and_arguments(gen: torch.Generator) -> None:
     long_bags = geometry("int8", 128, 30.0, 4)
     assert (long_bags.chunks, long_bags.tw, long_bags.tpb, long_bags.bpw) == (9, 9, 3, 1)
     assert geometry("int8", 128, 1.0, 4).bpw == 3
+    many = geometry("int8", 128, 30.0, 4, bags=4 * 8192)  # enough warps with one team a bag
+    assert (many.tpb, many.bpw) == (1, 3)
+    hinted = geometry("int8", 128, 100.0, 2, bags=10**6, known_length=True)  # a 100-row bag: 3 teams
+    assert (hinted.tpb, hinted.bpw) == (3, 1)
+    assert geometry("int8", 128, 30.0, 2, bags=10**6, known_length=True).tpb == 1
+    # int4 d128: 6 teams a warp; a 100-row bag wants 4 teams, which do not divide 6: it gets 6
+    assert geometry("int4", 128, 100.0, 2, bags=10**6, known_length=True).tpb == 6
+    assert geometry("int8", 128, 3.0, 2, bags=10**6, known_length=True).tpb == 1
     assert geometry("fp32", 136, 1.0, 4).tw == 32  # 34 chunks: two tiles of a 32-lane team

@@ -136,3 +136,26 @@ def test_cpu_module_is_the_reference(gen: torch.Generator) -> None:
     cpu = module(b.indices.cpu(), b.offsets.cpu())
     ref = q.reference_forward(tables, b.indices.cpu(), b.offsets.cpu(), "mean").float()
     assert torch.equal(cpu, ref)
+
+
+SHAPES = [(4, 3, 0), (2, 3, 1), (4, 2, 1), (8, 2, 0), (2, 2, 0)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("pooling", ["sum", "none"])
+def test_launch_shapes(shape: tuple[int, int, int], pooling: str, gen: torch.Generator,
+                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every launch shape the benchmark's sweep may pick (rows in flight, register cap, pipelined
+    loads), both geometry policies, with and without the pooling-factor hint, short and long bags."""
+    fmts = ["int8", "int4", "fp8_rowwise", "fp16", "int8_tablewise"]
+    monkeypatch.setattr(quantized_tbe, "LAUNCH_SHAPE", {**quantized_tbe.LAUNCH_SHAPE, **dict.fromkeys(fmts, shape)})
+    dims = [64] * 5 if pooling == "none" else [128, 64, 20, 136, 32]
+    sizes = [700, 300, 2000, 50, 90]
+    tables = random_tables(fmts, dims, sizes, gen)
+    for policy in ("fill", "mean"):
+        monkeypatch.setattr(quantized_tbe, "GEOMETRY_POLICY", policy)
+        for max_len in (2, 45):
+            b = Batch(sizes, 40, max_len, gen, torch.int32, weighted=max_len == 2)
+            for hint in (None, [max_len / 2] * len(fmts)):  # pooling_factors: long bags over several teams
+                check(QuantizedTableBatchedEmbeddingBag(tables, pooling, torch.float32, pooling_factors=hint),
+                      tables, b)
