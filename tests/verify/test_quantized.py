@@ -199,3 +199,26 @@ def test_the_gpu_fixture_declares_the_cpu_twins_kernels() -> None:
         assert all(k.semantics.quantization is not None for k in kernels)
         ids.append(sorted(k.id for k in kernels))
     assert ids[0] == ids[1] and len(ids[0]) == 6
+
+
+@pytest.mark.parametrize(("q", "theirs"), [
+    (Quantization("int8", "row", bias=True, scales_in="row", row_alignment=16), "int8"),
+    (Quantization("int4", "row", bias=True, scales_in="row", row_alignment=16), "int4"),
+    (Quantization("fp8_e4m3", "row", scales_in="row", row_alignment=16), "fp8_rowwise"),
+    (Quantization("int8", "table", scales_in="argument"), "int8_tablewise"),
+    (Quantization("fp8_e4m3", "table", scales_in="argument"), "fp8_tablewise"),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_the_verifiers_rows_are_reference_kernels_rows(q: Quantization, theirs: str) -> None:
+    """The layouts the verifier hands a kernel decode, byte for byte, to the same values with
+    reference_kernels.quantized (FBGEMM's rows; the verifier itself never imports it)."""
+    from compliance.verify.quantized import quantized_table
+    from reference_kernels.quantized import QuantizedTable, dequantize, row_bytes
+
+    for case in (c for c in _cases(q) if c.dim % 4 == 0):
+        table = quantized_table(case, torch.Generator().manual_seed(case.seed))
+        data = table.weight.view(torch.uint8)
+        assert data.shape[1] == row_bytes(theirs, case.dim) or q.scales_in != "row"
+        padded = torch.zeros(case.num_embeddings, row_bytes(theirs, case.dim), dtype=torch.uint8)
+        padded[:, :data.shape[1]] = data
+        scale = case.scales[0] if case.scales else None
+        assert torch.equal(dequantize(QuantizedTable(theirs, case.dim, padded, scale)), table.values), case.id
