@@ -10,7 +10,7 @@ every rule the page names. A search box and a severity filter hide what does not
 Self-contained: the style and the script are inline, nothing is fetched, and the page's
 Content-Security-Policy allows only those two blocks (by hash) and no connection at all, so it
 works from a ``file://`` URL and an escaping mistake could not run a script either. Every string
-from the tree (paths, messages, kernel ids, organization names) goes through :func:`_text`:
+from the tree (paths, messages, kernel ids, organization names) goes through :func:`page_text`:
 control characters and lone surrogates escaped (``one_line``), bidirectional and zero-width
 controls shown as ``\\u202e``-style escapes (a file name holding U+202E must not reorder what a
 reviewer reads), then HTML-escaped.
@@ -91,7 +91,7 @@ _SCRIPT = """
 """
 
 
-def _text(value: object) -> str:
+def page_text(value: object) -> str:
     """A string from the tree, safe as HTML text or attribute value (see the module docstring)."""
     visible = _INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", one_line(str(value)))
     return html.escape(visible, quote=True)
@@ -102,7 +102,7 @@ def _rule_anchor(rule_id: str) -> str:
 
 
 def _rule_link(rule_id: str) -> str:
-    return f'<a href="#{_rule_anchor(rule_id)}"><code>{_text(rule_id)}</code></a>'
+    return f'<a href="#{_rule_anchor(rule_id)}"><code>{page_text(rule_id)}</code></a>'
 
 
 def _hash(source: str) -> str:
@@ -112,27 +112,27 @@ def _hash(source: str) -> str:
 def _header(report: CheckReport) -> list[str]:
     rs, choice = report.ruleset, report.choice
     prov = rs.provenance
-    decision = (f'<a href="{_text(prov.decision)}">{_text(prov.decision)}</a>' if _LINK.match(prov.decision)
-                else _text(prov.decision))
+    decision = (f'<a href="{page_text(prov.decision)}">{page_text(prov.decision)}</a>' if _LINK.match(prov.decision)
+                else page_text(prov.decision))
     status = ('<span class="badge proposal">PROPOSAL, not MLPerf policy</span>' if rs.status == "proposal"
-              else f'<span class="badge">{_text(rs.status)}</span>')
-    rows = [("rule set", f"<code>{_text(rs.id)}</code> — {_text(rs.title)} {status}"),
-            ("chosen by", _text(choice.reason)),
-            ("provenance", f"{decision} ({_text(prov.date)})"
-             + "".join(f"; {_text(v)}" for v in (prov.body, prov.note) if v)),
-            ("rule file", f'<span class="path">{_text(rs.source)}</span>'),
-            ("checked tree", f'<span class="path">{_text(report.root)}</span>'),
-            ("checks", _text(", ".join(report.stages))),
-            ("tool", f"compliance {_text(__version__)}; every rule id links to its entry in the "
+              else f'<span class="badge">{page_text(rs.status)}</span>')
+    rows = [("rule set", f"<code>{page_text(rs.id)}</code> — {page_text(rs.title)} {status}"),
+            ("chosen by", page_text(choice.reason)),
+            ("provenance", f"{decision} ({page_text(prov.date)})"
+             + "".join(f"; {page_text(v)}" for v in (prov.body, prov.note) if v)),
+            ("rule file", f'<span class="path">{page_text(rs.source)}</span>'),
+            ("checked tree", f'<span class="path">{page_text(report.root)}</span>'),
+            ("checks", page_text(", ".join(report.stages))),
+            ("tool", f"compliance {page_text(__version__)}; every rule id links to its entry in the "
                      '<a href="#rules">rule reference</a> below (also <code>compliance rules explain ID</code>)')]
     if choice.stricter:
-        rows.insert(2, ("stricter round", f"<code>{_text(choice.stricter)}</code> also fits this tree"))
+        rows.insert(2, ("stricter round", f"<code>{page_text(choice.stricter)}</code> also fits this tree"))
     table = "".join(f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in rows)
     verdict = "PASS" if report.passed else "FAIL"
     rest = status_line(report).removeprefix(f"{verdict}:")
-    return [f"<h1>Custom-kernel compliance: <code>{_text(rs.id)}</code></h1>",
+    return [f"<h1>Custom-kernel compliance: <code>{page_text(rs.id)}</code></h1>",
             f'<table class="meta">{table}</table>',
-            f'<p class="verdict"><span class="{verdict}">{verdict}</span>:{_text(rest)}</p>']
+            f'<p class="verdict"><span class="{verdict}">{verdict}</span>:{page_text(rest)}</p>']
 
 
 def _toolbar() -> str:
@@ -146,12 +146,13 @@ def _toolbar() -> str:
 
 def _kernel_row(kernel: KernelEntry) -> str:
     rules = ", ".join(_rule_link(r) for r in kernel.rules) or "—"
-    declared = f"<code>{_text(kernel.kernel)}</code>" if kernel.kernel else '<span class="error">undeclared</span>'
-    return (f'<tr class="row" data-level="{_text(kernel.verdict)}"><td>{_text(kernel.organization or OUTSIDE)}</td>'
-            f"<td>{_text(kernel.benchmark or NO_BENCHMARK)}</td>"
-            f'<td><span class="path">{_text(kernel.path)}</span></td><td>{declared}</td>'
-            f'<td class="{_text(kernel.verdict)}">{_text(kernel.verdict)}</td><td>{rules}</td>'
-            f"<td>{_text(kernel.why)}</td></tr>")
+    declared = f"<code>{page_text(kernel.kernel)}</code>" if kernel.kernel else '<span class="error">undeclared</span>'
+    return (f'<tr class="row" data-level="{page_text(kernel.verdict)}">'
+            f"<td>{page_text(kernel.organization or OUTSIDE)}</td>"
+            f"<td>{page_text(kernel.benchmark or NO_BENCHMARK)}</td>"
+            f'<td><span class="path">{page_text(kernel.path)}</span></td><td>{declared}</td>'
+            f'<td class="{page_text(kernel.verdict)}">{page_text(kernel.verdict)}</td><td>{rules}</td>'
+            f"<td>{page_text(kernel.why)}</td></tr>")
 
 
 def _kernel_section(groups: tuple[KernelGroup, ...]) -> list[str]:
@@ -164,8 +165,9 @@ def _kernel_section(groups: tuple[KernelGroup, ...]) -> list[str]:
         badge = ('<span class="badge">decided by the round\'s policy</span>' if group.decided
                  else '<span class="badge proposal">in a benchmark the policy covers: not allowlisted</span>'
                  if group.covered else "")
-        lines += [f'<section data-group="kernels"><h3>{_text(group.title)} <code>{_text(group.category)}</code> '
-                  f"{badge} — {len(group.kernels)} kernel(s), {group.failed} failing</h3>",
+        lines += [f'<section data-group="kernels"><h3>{page_text(group.title)} '
+                  f"<code>{page_text(group.category)}</code> {badge} — "
+                  f"{len(group.kernels)} kernel(s), {group.failed} failing</h3>",
                   "<table><tr><th>organization</th><th>benchmark</th><th>file</th><th>declared as</th>"
                   "<th>verdict</th><th>rules</th><th>why this category</th></tr>",
                   *(_kernel_row(k) for k in group.kernels), "</table></section>"]
@@ -174,11 +176,11 @@ def _kernel_section(groups: tuple[KernelGroup, ...]) -> list[str]:
 
 def _finding_row(finding: Finding) -> str:
     where = f"{finding.path}:{finding.line}" if finding.line else finding.path
-    kernel = f" <span class=\"info\">[kernel <code>{_text(finding.kernel)}</code>]</span>" if finding.kernel else ""
+    kernel = f" <span class=\"info\">[kernel <code>{page_text(finding.kernel)}</code>]</span>" if finding.kernel else ""
     level = finding.severity.value
-    return (f'<tr class="row" data-level="{level}"><td><span class="path">{_text(where)}</span></td>'
+    return (f'<tr class="row" data-level="{level}"><td><span class="path">{page_text(where)}</span></td>'
             f'<td class="{level}">{level}</td><td>{_rule_link(finding.rule_id)}</td>'
-            f'<td>{_text(finding.message)}{kernel}<div class="fix">fix: {_text(finding.hint)}</div></td></tr>')
+            f'<td>{page_text(finding.message)}{kernel}<div class="fix">fix: {page_text(finding.hint)}</div></td></tr>')
 
 
 def _findings_section(report: CheckReport) -> list[str]:
@@ -193,11 +195,11 @@ def _findings_section(report: CheckReport) -> list[str]:
         errors = sum(1 for f in found if f.severity is Severity.ERROR)
         warnings = sum(1 for f in found if f.severity is Severity.WARNING)
         verdict = "FAIL" if errors else "pass"
-        lines.append(f'<details open data-group="organization"><summary>{_text(org)}: '
+        lines.append(f'<details open data-group="organization"><summary>{page_text(org)}: '
                      f'<span class="{verdict}">{verdict}</span> ({errors} error(s), {warnings} warning(s))</summary>')
         for benchmark in sorted(by_org[org]):
             rows = sorted(by_org[org][benchmark], key=lambda f: (f.severity.rank, f.sort_key()))
-            lines += [f'<section data-group="benchmark"><h3>{_text(benchmark)}</h3>',
+            lines += [f'<section data-group="benchmark"><h3>{page_text(benchmark)}</h3>',
                       "<table><tr><th>file:line</th><th>severity</th><th>rule</th><th>finding and fix</th></tr>",
                       *(_finding_row(f) for f in rows), "</table></section>"]
         lines.append("</details>")
@@ -212,13 +214,13 @@ def _rules_section(report: CheckReport, groups: tuple[KernelGroup, ...]) -> list
     for rule_id in sorted(named):
         spec = spec_for(rule_id)
         if spec is None:
-            lines.append(f'<div class="rule" id="{_rule_anchor(rule_id)}"><code>{_text(rule_id)}</code></div>')
+            lines.append(f'<div class="rule" id="{_rule_anchor(rule_id)}"><code>{page_text(rule_id)}</code></div>')
             continue
         level = report.ruleset.check_config(rule_id).level
-        lines.append(f'<div class="rule" id="{_rule_anchor(rule_id)}"><h3><code>{_text(spec.id)}</code>: '
-                     f"{_text(spec.title)}</h3><p>Level in this rule set: <b>{_text(level)}</b> "
-                     f"(default {_text(spec.default_level)}).</p><p>{_text(spec.doc)}</p>"
-                     f"<p><b>How to fix:</b> {_text(spec.hint)}</p></div>")
+        lines.append(f'<div class="rule" id="{_rule_anchor(rule_id)}"><h3><code>{page_text(spec.id)}</code>: '
+                     f"{page_text(spec.title)}</h3><p>Level in this rule set: <b>{page_text(level)}</b> "
+                     f"(default {page_text(spec.default_level)}).</p><p>{page_text(spec.doc)}</p>"
+                     f"<p><b>How to fix:</b> {page_text(spec.hint)}</p></div>")
     return lines
 
 
@@ -232,6 +234,6 @@ def render_html(report: CheckReport) -> str:
     head = ['<!DOCTYPE html>', '<html lang="en"><head><meta charset="utf-8">',
             f'<meta http-equiv="Content-Security-Policy" content="{policy}">',
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
-            f"<title>compliance: {_text(report.ruleset.id)} — {'PASS' if report.passed else 'FAIL'}</title>",
+            f"<title>compliance: {page_text(report.ruleset.id)} — {'PASS' if report.passed else 'FAIL'}</title>",
             f"<style>{_STYLE}</style></head><body>"]
     return "\n".join(head + body + [f"<script>{_SCRIPT}</script>", "</body></html>"]) + "\n"
