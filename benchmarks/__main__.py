@@ -26,7 +26,7 @@ def commands() -> dict[str, str]:
     found = {"suite": "benchmarks.harness", "charts": "benchmarks.charts", "fbgemm_peer": "benchmarks.fbgemm_peer",
              "training_suite": "benchmarks.training_suite",
              "training_dlrm": "benchmarks.training_suite:main_dlrm_alone",  # the suite's DLRM case alone
-             "results_branch": "benchmarks.results_branch"}
+             "results_branch": "benchmarks.results_branch", "quantized_suite": "benchmarks.quantized_suite"}
     for package in ("experiments", "compliance"):
         for module in pkgutil.iter_modules([str(HERE / package)]):
             found[module.name] = f"benchmarks.{package}.{module.name}"

@@ -72,6 +72,15 @@ NVCC_VARIANTS: dict[str, list[str]] = {
                                   "-DBACKWARD_PASS=2 -DFUSED_OPT=1 -DOPTIMIZER=2 -DWEIGHT_DTYPE=1 -DVEC=8 -DCHUNKS=4 "
                                   "-DBLOCK=256 -DCOMBINE_ITEMS=8 -DROW_T=int"],
     "embedding_gather.cu": ["", "-DCHUNK_BYTES=2 -DROW_LANES=4 -DINDEX_T=int"],
+    # as quantized_tbe.LAUNCH_SHAPE compiles it: one variant a format, poolings, outputs, weights
+    "quantized_forward.cu": ["-DTABLE_FORMAT=0 -DMIN_BLOCKS=4", "-DTABLE_FORMAT=1 -DPOOLING=1 -DMIN_BLOCKS=4",
+                             "-DTABLE_FORMAT=2 -DOUT_DTYPE=1 -DINDEX64=0 -DMIN_BLOCKS=3",
+                             "-DTABLE_FORMAT=3 -DPSW=1 -DOUT_DTYPE=2 -DMIN_BLOCKS=2",
+                             "-DTABLE_FORMAT=4 -DPOOLING=2 -DPSW=1 -DMIN_BLOCKS=3",
+                             "-DTABLE_FORMAT=5 -DPOOLING=1 -DOUT_DTYPE=1 -DMIN_BLOCKS=3",
+                             "-DTABLE_FORMAT=6 -DPSW=1 -DOUT_DTYPE=2 -DMIN_BLOCKS=3",
+                             "-DTABLE_FORMAT=2 -DPIPELINE=1 -DROWS_IN_FLIGHT=2 -DMIN_BLOCKS=3",
+                             "-DTABLE_FORMAT=3 -DPIPELINE=1 -DROWS_IN_FLIGHT=2 -DMIN_BLOCKS=2"],
     "index_check.cu": ["", "-DINDEX_T=int", "-DCLEAN_T=int", "-DINDEX_T=int -DCLEAN_T=int -DTABLE_CAP=64",
                        "-DCLEAN_T=int -DTABLE_CAP=4096", "-DTABLE_CAP=-1"],
     "lookup_prepare.cu": ["", "-DINDEX_T=int -DMEAN=1", "-DKEY_T=i64 -DMEAN=1"],
