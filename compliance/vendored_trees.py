@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from compliance.catalogue.blobs import ProjectBlobs, load_blob_catalogue
+from compliance.blob_catalogue import ProjectBlobs, load_blob_catalogue
 from compliance.errors import InputError
 from compliance.layout import Location
 from compliance.schema_validation import problems_as_errors, validate_document

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compliance.catalogue.blobs import (
+from compliance.blob_catalogue import (
     ID_BYTES,
     MAX_RELEASES,
     NO_RELEASE,

@@ -6,6 +6,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from compliance import __version__
+from compliance.kernel_groups import kernel_groups
 from compliance.shared_sources import shared_sources
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ def report_dict(report: CheckReport) -> dict[str, Any]:
                                "warnings": o.warnings} for o in report.organizations()],
             "files": report.inventory.file_count,
         },
+        "custom_kernels": [g.to_dict() for g in kernel_groups(report)],
         "findings": [f.to_dict() for f in report.findings],
         "vendored_trees": [vendored_tree_dict(t) for t in report.inventory.vendored],
         "forks": [{"path": f.path, "project": f.project, "repository": f.repository,

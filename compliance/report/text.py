@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from compliance.checks.specs import VARIANT
 from compliance.checks.vendoring import FORK
 from compliance.findings import Finding, Severity
+from compliance.kernel_groups import KernelEntry, KernelGroup, kernel_groups
 from compliance.layout import Location, organization_names
 from compliance.report.interface import status_line
 from compliance.report.safetext import one_line
@@ -51,6 +52,9 @@ SHARED_GROUPS_LISTED = 10
 organizations are always listed)."""
 ORGANIZATIONS_LISTED = 20
 """Organizations given a verdict line each at the end of the default report."""
+KERNELS_LISTED = (40, 12, 4)
+"""Kernels listed one by one per policy category by default, tried in this order until the
+report fits (the other categories are one line each: their count per organization)."""
 OUTSIDE = "(outside any organization)"
 NO_BENCHMARK = "(no benchmark)"
 NO_IMPLEMENTATION = "(not in an implementation)"
@@ -333,6 +337,52 @@ def summary_table(report: CheckReport) -> list[str]:
     return lines
 
 
+def _kernel_line(kernel: KernelEntry, indent: str) -> str:
+    rules = f" ({', '.join(kernel.rules)})" if kernel.rules else ""
+    declared = f" [kernel {kernel.kernel}]" if kernel.kernel else ""
+    return f"{indent}{kernel.organization or OUTSIDE}: {kernel.path}: {kernel.verdict}{rules}{declared}"
+
+
+def _group_heading(group: KernelGroup) -> str:
+    decided = (" [decided by the round's policy]" if group.decided
+               else " [not allowlisted in this benchmark]" if group.covered else "")
+    return (f"  {group.category} — {group.title}{decided}: {len(group.kernels)} file(s), "
+            f"{group.failed} FAIL")
+
+
+def kernel_lines(groups: tuple[KernelGroup, ...], listed: int | None) -> list[str]:
+    """The report's opening: custom kernels by category. Policy categories (and the other kernels
+    of the benchmarks they cover) list each kernel (organization, path, verdict; up to ``listed``,
+    None: all); the others list each kernel only
+    when ``listed`` is None, else one line with their count per organization."""
+    if not groups:
+        return []
+    total = sum(len(g.kernels) for g in groups)
+    failed = sum(g.failed for g in groups)
+    lines = [f"custom kernels ({total} file(s), {failed} FAIL), by category:"]
+    for group in groups:
+        lines.append(_group_heading(group))
+        if listed is None or group.decided or group.covered:
+            shown = group.kernels if listed is None else group.kernels[:listed]
+            lines += [_kernel_line(k, "    ") for k in shown]
+            if len(group.kernels) > len(shown):
+                lines.append(f"    ... and {len(group.kernels) - len(shown)} more (--verbose lists them)")
+            continue
+        per_org = Counter(k.organization or OUTSIDE for k in group.kernels)
+        lines[-1] += ": " + ", ".join(f"{org} x{n}" for org, n in sorted(per_org.items()))
+    return lines + [""]
+
+
+def _fitting_kernels(groups: tuple[KernelGroup, ...], budget: int) -> list[str]:
+    """The most detailed kernel section within ``budget`` lines (the policy categories' first
+    kernels are kept whatever the length: they are the round's question)."""
+    for listed in KERNELS_LISTED:
+        lines = kernel_lines(groups, listed)
+        if len(lines) <= budget:
+            return lines
+    return kernel_lines(groups, KERNELS_LISTED[-1])
+
+
 def _header(report: CheckReport) -> list[str]:
     rs = report.ruleset
     command = "compliance verify" if report.stages == ("verify",) else "compliance check"
@@ -388,16 +438,19 @@ def _error_lines(view: _View, budget: int) -> list[str]:
 def render_text(report: CheckReport, verbose: bool = False, summary: bool = False) -> str:
     """The text report (see the module docstring for what ``verbose`` and ``summary`` change)."""
     head, foot = _header(report), _footer(report, verbose or summary)
+    groups = kernel_groups(report)
     if summary:
-        body = summary_table(report) + [""]
+        body = kernel_lines(groups, 0) + summary_table(report) + [""]
     elif not report.findings and not report.inventory.vendored and not report.inventory.forks:
-        body = ["no findings", ""]
+        body = kernel_lines(groups, None) + ["no findings", ""]
     else:
         view = _view(report)
         if verbose:
-            body = _grouped(view, None, True, None)
+            body = kernel_lines(groups, None) + _grouped(view, None, True, None)
         else:
-            body, per_org = _fitting_body(view, DEFAULT_MAX_LINES - len(head) - len(foot))
+            kernels = _fitting_kernels(groups, (DEFAULT_MAX_LINES - len(head) - len(foot)) // 2)
+            body, per_org = _fitting_body(view, DEFAULT_MAX_LINES - len(head) - len(foot) - len(kernels))
+            body = kernels + body
             if per_org:
                 foot = _footer(report, False, listed_in_body=True)
     # Names, messages and hints come from the tree: each line is escaped once here, so no

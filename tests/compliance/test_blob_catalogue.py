@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from compliance.catalogue.blobs import ID_BYTES, decode, encode, load_blob_catalogue, shipped_path
+from compliance.blob_catalogue import ID_BYTES, decode, encode, load_blob_catalogue, shipped_path
 from compliance.catalogue.build import COVERED_NAME, build, build_project, catalogued_repositories
 from compliance.upstream.blobs import blob_hash, normalized_blob_hash
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from compliance.catalogue.blobs import load_blob_catalogue
+from compliance.blob_catalogue import load_blob_catalogue
 from compliance.engine import run_check
 from compliance.errors import InputError
 from compliance.inventory import build_inventory

@@ -145,13 +145,32 @@ def test_entry_points_validate_check_indices_before_the_device(entry: int, clean
             call(value)  # type: ignore[operator]
 
 
+def test_modules_fix_their_mode_at_construction(clean_env: pytest.MonkeyPatch) -> None:
+    """The constructor's check_indices is resolved once: None takes the environment's default then,
+    and a later change of the environment does not change a module's mode; an assignment resolves
+    too (the attribute is always a CheckMode, never a spelling to resolve per call)."""
+    pytest.importorskip("torch")
+    from reference_kernels.tbe import TableBatchedEmbeddingBag
+
+    clean_env.setenv(ic.MODE_ENV, "warn")
+    modules = [rk.EmbeddingBag(3, 2), rk.Embedding(3, 2), TableBatchedEmbeddingBag([3, 4], 2)]
+    clean_env.setenv(ic.MODE_ENV, "sync")
+    assert [m.check_indices for m in modules] == [rk.CheckMode.WARN] * 3
+    modules[0].check_indices = True
+    assert modules[0].check_indices is rk.CheckMode.SYNC and modules[0]._check_mode is rk.CheckMode.SYNC
+
+
 def test_modules_default_to_the_environment() -> None:
     pytest.importorskip("torch")  # the modules are torch.nn.Modules (the kernels extra)
     from reference_kernels.tbe import TableBatchedEmbeddingBag
 
-    assert rk.EmbeddingBag(3, 2).check_indices is None
-    assert rk.Embedding(3, 2).check_indices is None
-    assert TableBatchedEmbeddingBag([3, 4], 2).check_indices is None
+    for make in (lambda **kw: rk.EmbeddingBag(3, 2, **kw), lambda **kw: rk.Embedding(3, 2, **kw),
+                 lambda **kw: TableBatchedEmbeddingBag([3, 4], 2, **kw)):
+        assert make().check_indices is rk.CheckMode.DEFERRED
+        assert make(check_indices=False).check_indices is rk.CheckMode.IGNORE
+        assert make(check_indices="warn").check_indices is rk.CheckMode.WARN
+        with pytest.raises(ValueError, match="check_indices must be one of"):
+            make(check_indices="fatal")  # at construction, not at the first forward
     with pytest.raises(ValueError, match="at least one row"):
         TableBatchedEmbeddingBag([3, 0], 2)
 
@@ -177,7 +196,8 @@ def test_error_message_names_op_position_value_and_range() -> None:
     assert finding is not None
     message = ic.error_message(finding)
     assert message.startswith("reference_kernels.TableBatchedEmbeddingBag: index -5 at position 0 is out of range "
-                              "for table 2 of 7 rows (valid: 0..6); offsets are invalid at bag 3: offsets must be "
+                              "for table 2 of 7 rows (valid: 0..6); offsets are invalid at bag 3: offsets must "
+                              "start at 0 (offsets[0] == 0, as torch.nn.functional.embedding_bag requires), be "
                               "non-decreasing and lie in [0, 9]")
     assert message.endswith("(4 more bad indices or bags since the last check)")
 
@@ -185,8 +205,9 @@ def test_error_message_names_op_position_value_and_range() -> None:
 def test_offsets_only_and_warning_messages() -> None:
     finding = ic.parse_record(_record(owner=1, op=2, bag=2, indices=10, bag_count=1))
     assert finding is not None and finding.position is None
-    assert ic.error_message(finding) == ("reference_kernels.embedding: offsets are invalid at bag 1: offsets must be "
-                                         "non-decreasing and lie in [0, 10] (the number of indices)")
+    assert ic.error_message(finding) == ("reference_kernels.embedding: offsets are invalid at bag 1: offsets must "
+                                         "start at 0 (offsets[0] == 0, as torch.nn.functional.embedding_bag "
+                                         "requires), be non-decreasing and lie in [0, 10] (the number of indices)")
     finding = ic.parse_record(_record(owner=1, op=1, pos=4, value=12, table=-1, rows=10, indices=10, count=3))
     assert finding is not None
     assert ic.warning_message(finding) == (
