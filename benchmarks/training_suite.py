@@ -227,10 +227,8 @@ def ours_module(case: Case, check: str) -> Any:
     from reference_kernels.tbe import TableBatchedEmbeddingBag
 
     spec = optim.SGD(lr=LR) if case.optimizer == "sgd" else optim.RowWiseAdagrad(lr=LR, eps=EPS)
-    module = TableBatchedEmbeddingBag(list(case.rows), case.dim, dtype=case.dtype, device=harness.DEV,
-                                      optimizer=spec)
-    module.check_indices = "deferred" if check == "default" else "ignore"
-    return module
+    return TableBatchedEmbeddingBag(list(case.rows), case.dim, dtype=case.dtype, device=harness.DEV,
+                                    optimizer=spec, check_indices="deferred" if check == "default" else "ignore")
 
 
 def fbgemm_module(case: Case, check: str, initial: torch.Tensor, starts: list[int]) -> Any:
@@ -527,6 +525,13 @@ def training_dlrm_name() -> str:
     from benchmarks import training_dlrm
 
     return training_dlrm.NAME
+
+
+def main_dlrm_alone(argv: list[str] | None = None) -> int:
+    """The training suite's whole-DLRM-step case alone (benchmarks/training_dlrm.py):
+    ``python3 -m benchmarks training_dlrm --out PREFIX [--fbgemm DIR] [--tools DIR]``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    return main([*args, "--only", training_dlrm_name()])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -76,6 +76,8 @@ MAX_SETUP_BYTES = 128 * 1024
 real ones are under 40 KB, apex's is 35 KB). A larger one that mentions extensions is ``setup-py-unparseable``."""
 CUDA_EXTENSIONS = {".cu", ".cuh"}
 CPP_EXTENSIONS = {".c", ".cc", ".cpp", ".cxx", ".c++", ".h", ".hh", ".hpp", ".hxx", ".inl", ".inc"}
+C_SOURCE_EXTENSIONS = CUDA_EXTENSIONS | CPP_EXTENSIONS
+"""Read as the compiler reads them: a ``__global__`` in a comment or string literal is no kernel."""
 DATA_EXTENSIONS = {".json", ".log", ".csv", ".txt", ".pbtxt"}
 """Data and logs: a kernel there needs a loader, which is code and is scanned for every marker;
 these are scanned for CUDA/PTX source and hidden binaries only (the bulk of a round's bytes)."""
@@ -274,9 +276,10 @@ class Inventory:
 
 # --------------------------------------------------------------------------- sniffing
 
-def scan_markers(data: bytes) -> list[Evidence]:
-    """First occurrence of each native-code marker family in ``data`` (a whole file)."""
-    return [Evidence(name, line) for name, line in recognisers.scan_markers(data)]
+def scan_markers(data: bytes, c_source: bool = False) -> list[Evidence]:
+    """First occurrence of each native-code marker family in ``data`` (a whole file; ``c_source``:
+    C, C++ or CUDA source, read as the compiler reads it)."""
+    return [Evidence(name, line) for name, line in recognisers.scan_markers(data, c_source)]
 
 
 EXTENSION_CALLS = ("CUDAExtension", "CppExtension", "Extension", "Pybind11Extension")
@@ -430,7 +433,8 @@ def _read_stream(fd: int, size: int, rel: str, name: str, walk: Walk) -> None:
     # ninja's logs and dependency lists name headers (torch/extension.h): read like data files, for
     # kernel definitions (CUDA, PTX) only, so a kernel hidden in one is still found
     is_data = ext in DATA_EXTENSIONS or (build_dir is not None and is_build_noise(rel))
-    scanner = recognisers.MarkerScanner(recognisers.DATA_MARKER_SET if is_data else recognisers.CODE_MARKERS)
+    scanner = recognisers.MarkerScanner(recognisers.DATA_MARKER_SET if is_data else recognisers.CODE_MARKERS,
+                                        c_source=ext in C_SOURCE_EXTENSIONS)
     whole = data if len(data) <= size and len(data) < CHUNK_BYTES else None
     base64_too = not is_data or size <= recognisers.DATA_BASE64_LIMIT
     if whole is None:
