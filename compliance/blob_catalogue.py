@@ -10,7 +10,8 @@ bytes; docs/upstream.md argues the collision and forgery margin.
 Format (all integers little-endian; varint = LEB128)::
 
     MAGIC, then an lzma (xz) stream of:
-      u32 header length, header (JSON: format, id_bytes, projects: [{id, blobs, paths, versions}])
+      u32 header length, header (JSON: format, id_bytes, gap_bytes,
+                                 projects: [{id, blobs, paths, versions, bytes of its section}])
       per project, in header order:
         paths      varint byte length + UTF-8 paths joined by "\\n" (sorted; a blob's paths index them)
         ids        sorted ascending, each as a varint gap between its first GAP_BYTES bytes (read as
@@ -28,10 +29,11 @@ import functools
 import json
 import lzma
 import struct
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 MAGIC = b"MLPCBLOB"
 """First bytes of ``blobs.bin``."""
@@ -166,32 +168,53 @@ class _Reader:
             shift += 7
 
 
+def _section(project: ProjectBlobs) -> bytes:
+    out = bytearray()
+    text = "\n".join(project.paths).encode()
+    out += _varint(len(text)) + text
+    ids = sorted(project.blobs)
+    previous = 0
+    for short in ids:
+        lead = int.from_bytes(short[:GAP_BYTES], "big")
+        out += _varint(lead - previous) + short[GAP_BYTES:]
+        previous = lead
+    out += b"".join(bytes(project.blobs[i][1:]) for i in ids)
+    for short in ids:
+        paths = sorted(project.blobs[short][0])
+        out += _varint(len(paths)) + b"".join(_varint(p) for p in paths)
+    return bytes(out)
+
+
 def encode(projects: Sequence[ProjectBlobs]) -> bytes:
     """``blobs.bin``'s bytes for ``projects`` (deterministic: same input, same bytes)."""
+    sections = [_section(p) for p in projects]
     header = {"format": FORMAT, "id_bytes": ID_BYTES, "gap_bytes": GAP_BYTES,
-              "projects": [{"id": p.id, "blobs": len(p.blobs), "paths": len(p.paths),
-                            "versions": list(p.versions)} for p in projects]}
-    body = bytearray()
+              "projects": [{"id": p.id, "blobs": len(p.blobs), "paths": len(p.paths), "versions": list(p.versions),
+                            "bytes": len(section)} for p, section in zip(projects, sections, strict=True)]}
     head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
-    body += struct.pack("<I", len(head)) + head
-    for project in projects:
-        text = "\n".join(project.paths).encode()
-        body += _varint(len(text)) + text
-        ids = sorted(project.blobs)
-        previous = 0
-        for short in ids:
-            lead = int.from_bytes(short[:GAP_BYTES], "big")
-            body += _varint(lead - previous) + short[GAP_BYTES:]
-            previous = lead
-        body += b"".join(bytes(project.blobs[i][1:]) for i in ids)
-        for short in ids:
-            paths = sorted(project.blobs[short][0])
-            body += _varint(len(paths)) + b"".join(_varint(p) for p in paths)
-    return MAGIC + lzma.compress(bytes(body), preset=9 | lzma.PRESET_EXTREME)
+    body = struct.pack("<I", len(head)) + head + b"".join(sections)
+    return MAGIC + lzma.compress(body, preset=9 | lzma.PRESET_EXTREME)
 
 
-def decode(data: bytes) -> tuple[ProjectBlobs, ...]:
-    """The projects in ``blobs.bin``'s bytes (ValueError on anything else)."""
+def _parse_project(meta: dict[str, Any], section: bytes) -> ProjectBlobs:
+    reader = _Reader(section)
+    text = reader.take(reader.varint()).decode()
+    paths = tuple(text.split("\n")) if text else ()
+    count = meta["blobs"]
+    ids, lead = [], 0
+    for _ in range(count):
+        lead += reader.varint()
+        ids.append(lead.to_bytes(GAP_BYTES, "big") + reader.take(ID_BYTES - GAP_BYTES))
+    spans = reader.take(count * 2)
+    blobs = {}
+    for index, short in enumerate(ids):
+        held = tuple(reader.varint() for _ in range(reader.varint()))
+        blobs[short] = (held, spans[2 * index], spans[2 * index + 1])
+    return ProjectBlobs(meta["id"], tuple(meta["versions"]), paths, blobs)
+
+
+def _sections(data: bytes) -> list[tuple[dict[str, Any], bytes]]:
+    """(header entry, undecoded section) of every project in ``blobs.bin``'s bytes."""
     if not data.startswith(MAGIC):
         raise ValueError("not a blob catalogue (bad magic)")
     try:
@@ -203,22 +226,32 @@ def decode(data: bytes) -> tuple[ProjectBlobs, ...]:
     if header.get("format") != FORMAT or header.get("id_bytes") != ID_BYTES or header.get("gap_bytes") != GAP_BYTES:
         raise ValueError(f"blob catalogue format {header.get('format')} / {header.get('id_bytes')}-byte ids "
                          f"is not this reader's ({FORMAT} / {ID_BYTES})")
-    projects = []
-    for meta in header["projects"]:
-        text = reader.take(reader.varint()).decode()
-        paths = tuple(text.split("\n")) if text else ()
-        count = meta["blobs"]
-        ids, lead = [], 0
-        for _ in range(count):
-            lead += reader.varint()
-            ids.append(lead.to_bytes(GAP_BYTES, "big") + reader.take(ID_BYTES - GAP_BYTES))
-        spans = reader.take(count * 2)
-        blobs = {}
-        for index, short in enumerate(ids):
-            held = tuple(reader.varint() for _ in range(reader.varint()))
-            blobs[short] = (held, spans[2 * index], spans[2 * index + 1])
-        projects.append(ProjectBlobs(meta["id"], tuple(meta["versions"]), paths, blobs))
-    return tuple(projects)
+    return [(meta, reader.take(meta["bytes"])) for meta in header["projects"]]
+
+
+def decode(data: bytes) -> tuple[ProjectBlobs, ...]:
+    """The projects in ``blobs.bin``'s bytes (ValueError on anything else)."""
+    return tuple(_parse_project(meta, section) for meta, section in _sections(data))
+
+
+class LazyCatalogue(Mapping[str, ProjectBlobs]):
+    """Repository -> its blobs, each project parsed on first use (one copy seldom needs more)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._raw = {meta["id"]: (meta, section) for meta, section in _sections(data)}
+        self._parsed: dict[str, ProjectBlobs] = {}
+
+    def __getitem__(self, repository: str) -> ProjectBlobs:
+        if repository not in self._parsed:
+            meta, section = self._raw[repository]
+            self._parsed[repository] = _parse_project(meta, section)
+        return self._parsed[repository]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
 
 
 def shipped_path() -> Path:
@@ -227,14 +260,15 @@ def shipped_path() -> Path:
 
 
 @functools.cache
-def load_blob_catalogue(path: Path | None = None) -> dict[str, ProjectBlobs]:
-    """Catalogue id -> its blobs, read once on first use (an absent file: no project has blobs)."""
+def load_blob_catalogue(path: Path | None = None) -> Mapping[str, ProjectBlobs]:
+    """Repository -> its blobs, read once on first use, each project parsed when first asked for
+    (an absent file: no project has blobs)."""
     source = path or shipped_path()
     try:
         data = source.read_bytes()
     except FileNotFoundError:
         return {}
-    return {p.id: p for p in decode(data)}
+    return LazyCatalogue(data)
 
 
 def iter_ids(project: ProjectBlobs) -> Iterator[str]:

@@ -145,6 +145,8 @@ class UpstreamPolicy:
 
     allowed_hosts: tuple[str, ...] = ("github.com", "gitlab.com")
     """Hosts an upstream repository URL may point at."""
+    allowed_schemes: tuple[str, ...] = ("https",)
+    """URL schemes an upstream repository URL may use (``ssh`` for ``git@host:path``)."""
     require_commit: bool = True
     """A full 40-hex commit is required; a branch is not a pin."""
     allow_local: bool = False
@@ -724,8 +726,9 @@ def _build(merged: dict[str, Any], chain: list[Path], origins: dict[str, str]) -
 
 def _upstream_policy(raw: Mapping[str, Any]) -> UpstreamPolicy:
     kwargs = dict(raw)
-    if "allowed_hosts" in kwargs:
-        kwargs["allowed_hosts"] = tuple(kwargs["allowed_hosts"])
+    for key in ("allowed_hosts", "allowed_schemes"):
+        if key in kwargs:
+            kwargs[key] = tuple(kwargs[key])
     return UpstreamPolicy(**kwargs)
 
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import ChainMap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -60,7 +61,7 @@ class UpstreamBlobs:
 
     def __init__(self) -> None:
         self.files: dict[str, dict[str, bytes]] = {}
-        self.built: dict[str, ProjectBlobs] | None = None
+        self.built: Mapping[str, ProjectBlobs] | None = None
 
     def add(self, project_id: str, files: Mapping[str, str | bytes]) -> None:
         """Make ``files`` (copy-relative path -> content) versions of catalogue entry ``project_id``."""
@@ -71,23 +72,23 @@ class UpstreamBlobs:
         self.files.setdefault(repository, {}).update(
             {path: data.encode() if isinstance(data, str) else data for path, data in files.items()})
 
-    def catalogue(self) -> dict[str, ProjectBlobs]:
+    def catalogue(self) -> Mapping[str, ProjectBlobs]:
         """The shipped catalogue with every registered project replaced by what was registered."""
         from compliance.blob_catalogue import ID_BYTES, ProjectBlobs, load_blob_catalogue
         from compliance.upstream.blobs import normalized_blob_hash
 
         if self.built is not None:
             return self.built
-        merged = dict(load_blob_catalogue())
+        registered: dict[str, ProjectBlobs] = {}
         for repository, files in self.files.items():
             paths = tuple(sorted(files))
             blobs: dict[bytes, tuple[tuple[int, ...], int, int]] = {}
             for index, path in enumerate(paths):
                 short = bytes.fromhex(normalized_blob_hash(files[path])[:2 * ID_BYTES])
                 blobs[short] = (tuple(sorted({*blobs.get(short, ((), 0, 0))[0], index})), 0, 0)
-            merged[repository] = ProjectBlobs(repository, ("v1.0",), paths, blobs)
-        self.built = merged
-        return merged
+            registered[repository] = ProjectBlobs(repository, ("v1.0",), paths, blobs)
+        self.built = ChainMap(registered, load_blob_catalogue())  # type: ignore[arg-type]
+        return self.built
 
 
 @pytest.fixture

@@ -68,9 +68,9 @@ def main() -> int:
             result = subprocess.run([sys.executable, "-m", "compliance", "check", str(root)],
                                     capture_output=True, text=True)
             times.append(time.perf_counter() - start)
-            if result.returncode != 0:
-                print(result.stdout[-2000:], result.stderr[-2000:])
-                return 2
+            if result.returncode not in (0, 1):  # 1: findings (the declared copy's repository is no
+                print(result.stdout[-2000:], result.stderr[-2000:])  # catalogued upstream: its kernels
+                return 2  # are reported); 2 and more: the check did not complete
         median = statistics.median(times)
         print(f"files={args.files} runs={' '.join(f'{t:.2f}s' for t in times)} median={median:.2f}s "
               f"(limit {args.limit:.1f}s, whole process incl. interpreter start)")

@@ -40,6 +40,8 @@ class ParsedUrl:
     """Repository path."""
     local: bool
     """file:// URL or filesystem path."""
+    scheme: str = "https"
+    """URL scheme (``ssh`` for the scp form ``user@host:path``)."""
 
 
 def parse_repository(url: str) -> ParsedUrl | None:
@@ -48,7 +50,7 @@ def parse_repository(url: str) -> ParsedUrl | None:
         return None
     scp = _SCP_LIKE.fullmatch(url)
     if scp:
-        return ParsedUrl(scp["host"].lower(), scp["path"], False)
+        return ParsedUrl(scp["host"].lower(), scp["path"], False, "ssh")
     try:
         parsed = urlparse(url)
         hostname = parsed.hostname  # raises ValueError for a malformed IPv6 literal or port
@@ -57,7 +59,7 @@ def parse_repository(url: str) -> ParsedUrl | None:
     if parsed.scheme == "file" or (not parsed.scheme and url.startswith(("/", "./", "../"))):
         return ParsedUrl(None, parsed.path or url, True)
     if parsed.scheme in ("https", "http", "ssh", "git") and hostname:
-        return ParsedUrl(hostname.lower(), parsed.path, False)
+        return ParsedUrl(hostname.lower(), parsed.path, False, parsed.scheme)
     return None
 
 
@@ -71,6 +73,9 @@ def repository_problem(url: str, policy: UpstreamPolicy) -> tuple[str, str] | No
                                                 "does not allow local upstreams")
     if len([p for p in parsed.path.strip("/").removesuffix(".git").split("/") if p]) < 2:
         return MALFORMED.id, f"{url!r} names no owner/repository"
+    if parsed.scheme not in policy.allowed_schemes:
+        return HOST.id, (f"{parsed.scheme}:// is not allowed (allowed: "
+                         f"{', '.join(s + '://' for s in policy.allowed_schemes)})")
     if parsed.host not in policy.allowed_hosts:
         return HOST.id, f"host {parsed.host!r} is not allowed (allowed: {', '.join(policy.allowed_hosts)})"
     return None
@@ -96,7 +101,22 @@ def _kernel_findings(ctx: CheckContext, item: DeclaredKernel) -> Iterator[Findin
                           line=upstream.line, kernel=kernel.id)
 
 
+def _vendored_findings(ctx: CheckContext) -> Iterator[Finding | None]:
+    """A ``vendored:`` declaration is a claim to prove: an acceptable repository, a full commit."""
+    policy = ctx.ruleset.upstream_policy
+    for relpath, manifest in ctx.manifests:
+        for entry in manifest.vendored:
+            problem = repository_problem(entry.repository, policy)
+            if problem:
+                yield ctx.finding(problem[0], relpath, f"vendored {entry.path!r}: {problem[1]}", line=entry.line)
+            if policy.require_commit and not FULL_COMMIT.fullmatch(entry.commit):
+                yield ctx.finding(NOT_PINNED.id, relpath, f"vendored {entry.path!r}: commit {entry.commit!r} is "
+                                  "not a full 40-hex commit", line=entry.line)
+
+
 def run(ctx: CheckContext) -> Iterator[Finding | None]:
-    """Upstream link findings for every declared kernel."""
+    """Upstream link findings for every declared kernel and every declared vendored copy."""
     for item in ctx.kernels():
         yield from _kernel_findings(ctx, item)
+    if ctx.proof != "upstream":  # the upstream stage reports a bad declaration itself
+        yield from _vendored_findings(ctx)
