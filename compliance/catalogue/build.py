@@ -11,8 +11,8 @@ reachable from them and from the default branch (pull-request refs and other bra
 out: anyone can push a kernel to a pull request). A repository without a mirror keeps the blobs
 and record it has in the shipped files.
 
-Which blobs: every version of every file with a C/C++/CUDA/PTX extension, and every version of any
-other file whose content has a kernel anchor (``ANCHORS``: what the checker's kernel scan looks
+Which blobs: every version of every file with a CUDA/PTX extension, and every version of any
+other file (C/C++ included) whose content has a kernel anchor (``ANCHORS``: what the checker's kernel scan looks
 for, spelled broadly). Ids are computed after CRLF->LF, the way the walk hashes native files.
 A blob the mirror lacks (``git rev-list --missing=print``: a partial clone leaves out large
 blobs) is still catalogued: its id and paths come from the trees that name it, and since its
@@ -44,14 +44,15 @@ from compliance.blob_catalogue import (
     shipped_path,
 )
 from compliance.upstream.blobs import normalized_blob_hash
-from compliance.vendored_trees import SOURCE_EXTENSIONS, load_catalogue
+from compliance.vendored_trees import load_catalogue
 
-CATALOGUED_EXTENSIONS = SOURCE_EXTENSIONS | {".ptx", ".cl"}
-"""Files catalogued in every version whatever their content."""
-ANCHORS = re.compile(rb"__global__|__device__|__attribute__|triton|numba|cupy|RawKernel|RawModule|"
+CATALOGUED_EXTENSIONS = frozenset({".cu", ".cuh", ".ptx"})
+"""Files catalogued in every version whatever their content (CUDA: every one is native code)."""
+ANCHORS = re.compile(rb"__glo|__location__|__annotate__|__device__|__attribute__|triton|numba|cupy|RawKernel|RawModule|"
                      rb"ElementwiseKernel|ReductionKernel|jiterator|load_inline|cpp_extension|nvrtc|NVRTC|"
                      rb"PYBIND11|TORCH_LIBRARY|extension\.h|\.entry|asm|SourceModule|cuda\.jit|Extension\(")
-"""Content that makes any other file catalogued (a superset of what the kernel scan reports)."""
+"""Content that makes any other file (C/C++ included) catalogued: a superset of what the kernel scan
+reports, spelled broadly (a C++ file without any of these holds no kernel the scan could report)."""
 MAX_READ_BYTES = 8 * 1024 * 1024
 """Larger blobs are catalogued by extension alone (their content is not read)."""
 COVERED_NAME = "covered.json"

@@ -50,7 +50,8 @@ def vendored_tree_dict(tree: VendoredTree) -> dict[str, Any]:
             "repository": tree.repository, "reason": tree.reason, "parent": tree.parent,
             "declared": tree.declared, "files": tree.files, "source_files": tree.source_files,
             "native_files": tree.native_files, "unproven_files": tree.unproven,
-            "reported_files": tree.reported,
+            "reported_files": tree.reported, "proven_files": tree.proven, "modified_files": tree.modified,
+            "release": tree.version,
             "submitter": tree.location.submitter,
             "benchmark": tree.location.benchmark, "implementation": tree.location.implementation}
 

@@ -129,6 +129,11 @@ def _tree_line(tree: VendoredTree, indent: str) -> str:
     own = tree.reported
     proof = f" ({tree.unproven} unproven, {own} reported one by one)" if tree.unproven and own else (
         f" ({tree.unproven} unproven)" if tree.unproven else (" (reported one by one)" if own else ""))
+    if tree.proven or tree.modified:
+        release = f" of {tree.version}" if tree.version else ""
+        modified = f", {tree.modified} modified upstream file(s)" if tree.modified else ""
+        proof = f" ({tree.proven} proven upstream{release}{modified}, {own} reported one by one)" if own else (
+            f" ({tree.proven} proven upstream{release})")
     return (f"{indent}vendored {name}: {tree.path}/ — {tree.files} files, {tree.source_files} C/C++/CUDA "
             f"sources, {tree.native_files} with kernel code{proof}{declared}")
 

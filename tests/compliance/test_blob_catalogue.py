@@ -20,7 +20,7 @@ from compliance.upstream.blobs import blob_hash, normalized_blob_hash
 KERNEL_V1 = b"__global__ void scale(float* x) { x[0] *= 2.0f; }\n"
 KERNEL_V2 = b"__global__ void scale(float* x) { x[0] *= 3.0f; }\n"
 KERNEL_DEV = b"__global__ void scale(float* x) { x[0] *= 4.0f; }\n"
-HEADER_CRLF = b"#pragma once\r\nint helper();\r\n"
+HEADER_CRLF = b"#pragma once\r\n__device__ int helper();\r\n"
 PLAIN_PY = b"print('no kernel here')\n"
 TRITON_PY = b"import triton\n@triton.jit\ndef k(x):\n    pass\n"
 
