@@ -23,13 +23,13 @@ import errno
 import os
 import stat
 import warnings
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from compliance import recognisers
+from compliance.blobs import file_normalized_blob_hash, normalized_blob_hash
 from compliance.containers import container_kind, examine_container, member_path, open_file
 from compliance.errors import InputError
 from compliance.layout import (
@@ -52,7 +52,6 @@ from compliance.setup_sources import (
     module_assignments,
     relative_to_root,
 )
-from compliance.upstream.blobs import file_normalized_blob_hash, normalized_blob_hash
 from compliance.vendored_trees import (
     Fork,
     TreeFacts,
@@ -260,18 +259,6 @@ class Inventory:
     def vendored_owner(self, relpath: str) -> str | None:
         """The outermost vendored tree holding ``relpath``, if any."""
         return next((t.path for t in self.vendored if t.parent is None and relpath.startswith(t.path + "/")), None)
-
-    def by_submitter(self) -> dict[str, dict[str, int]]:
-        """Counts per submitter: native, vendored native, binaries, manifests."""
-        counts: dict[str, Counter[str]] = {}
-        for item in self.native:
-            key = "vendored_native" if item.vendored_tree else "native"
-            counts.setdefault(item.location.submitter or "-", Counter())[key] += 1
-        for binary in self.binaries:
-            counts.setdefault(binary.location.submitter or "-", Counter())["binaries"] += 1
-        for manifest in self.manifests:
-            counts.setdefault(self.locate(manifest).submitter or "-", Counter())["manifests"] += 1
-        return {k: dict(v) for k, v in sorted(counts.items())}
 
 
 # --------------------------------------------------------------------------- sniffing

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from compliance.checks.interface import CheckConfig
-from compliance.checks.registry import config_problems, effective_config, spec_for
 from compliance.errors import InputError, InputErrors
+from compliance.rulespecs.interface import CheckConfig
+from compliance.rulespecs.registry import config_problems, effective_config
 from compliance.schema_validation import problems_as_errors, validate_document
 from compliance.yamlsource import YamlDocument, load_yaml
 
@@ -801,8 +801,3 @@ def _load(path: Path, expected_id: str | None, roots: list[Path]) -> RuleSet:
     if errors:
         raise InputErrors(errors)
     return _build(resolution.merged, resolution.chain, resolution.origins)
-
-
-def check_exists(check_id: str) -> bool:
-    """True when ``check_id`` is a registered check."""
-    return spec_for(check_id) is not None

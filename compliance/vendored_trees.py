@@ -351,12 +351,6 @@ class Recognition:
     not_upstream: dict[str, str] = field(default_factory=dict)
     """Native file -> the catalogued copy it sits in whose upstream never had its path."""
 
-    def outermost(self, rel: str) -> str | None:
-        """Path of the outermost vendored tree holding ``rel``, or None."""
-        if rel in self.owner:
-            return self.owner[rel]
-        return next((t.path for t in self.trees if t.parent is None and rel.startswith(t.path + "/")), None)
-
 
 def _ancestors(rel: str) -> Iterator[str]:
     """Every directory above ``rel``, innermost first ("" for the root not included)."""

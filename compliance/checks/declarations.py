@@ -8,27 +8,27 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from compliance.build_rules import bazel_artefact
-from compliance.checks.readability import PATH_UNREADABLE
-
-# The specs live below the checks (compliance.checks.specs); re-exported under their old names.
-from compliance.checks.specs import ENTRY_SYMBOL as ENTRY_SYMBOL
-from compliance.checks.specs import KERNEL_FUNCTION as KERNEL_FUNCTION
-from compliance.checks.specs import LANGUAGE as LANGUAGE
-from compliance.checks.specs import MANIFEST_INVALID as MANIFEST_INVALID
-from compliance.checks.specs import MANIFEST_MISPLACED as MANIFEST_MISPLACED
-from compliance.checks.specs import NOT_ALLOWLISTED as NOT_ALLOWLISTED
-from compliance.checks.specs import REFERENCE_OP as REFERENCE_OP
-from compliance.checks.specs import SOURCE_EMPTY as SOURCE_EMPTY
-from compliance.checks.specs import SOURCE_MISSING as SOURCE_MISSING
-from compliance.checks.specs import SOURCE_OUTSIDE as SOURCE_OUTSIDE
-from compliance.checks.specs import UNDECLARED as UNDECLARED
-from compliance.checks.specs import UNSHIPPED as UNSHIPPED
-from compliance.checks.specs import VENDORED as VENDORED
 from compliance.context import DeclaredKernel
 from compliance.inventory import C_SOURCE_EXTENSIONS
 from compliance.kernel_symbols import kernel_definitions, kernel_functions
 from compliance.manifest import MANIFEST_NAME
 from compliance.paths import parent_dir, tree_relative
+from compliance.rulespecs.checks import (
+    ENTRY_SYMBOL,
+    KERNEL_FUNCTION,
+    LANGUAGE,
+    MANIFEST_INVALID,
+    MANIFEST_MISPLACED,
+    NOT_ALLOWLISTED,
+    PATH_UNREADABLE,
+    REFERENCE_OP,
+    SOURCE_EMPTY,
+    SOURCE_MISSING,
+    SOURCE_OUTSIDE,
+    UNDECLARED,
+    UNSHIPPED,
+    VENDORED,
+)
 from compliance.setup_sources import FileIndex, fixed_directory, fnmatch_under
 
 if TYPE_CHECKING:

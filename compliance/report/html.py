@@ -26,11 +26,11 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from compliance import __version__
-from compliance.checks.registry import spec_for
 from compliance.findings import Finding, Severity
 from compliance.kernel_groups import KernelEntry, KernelGroup, kernel_groups
 from compliance.report.interface import status_line
 from compliance.report.safetext import one_line
+from compliance.rulespecs.registry import spec_for
 
 if TYPE_CHECKING:
     from compliance.model import CheckReport

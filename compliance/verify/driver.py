@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compliance.verify import specs as rules
+from compliance.rulespecs import verify as rules
 from compliance.verify.build import BuildError, BuildSpec, parse_build
 from compliance.verify.cases import Case, DomainError, generate_cases
 from compliance.verify.kernel_process import EVENT_FD_VARIABLE, input_path, result_path

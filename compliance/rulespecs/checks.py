@@ -3,13 +3,13 @@
 They live apart from the checks so that the rule data (``compliance.ruleset`` and the registry)
 never imports a check module, and a check module (which needs ``compliance.context``) sits above
 them: no import circle. Each check module imports its own constants from here; the upstream and
-verify stages keep theirs in ``compliance/upstream/specs.py`` and ``compliance/verify/specs.py``.
+verify stages keep theirs in ``compliance/rulespecs/upstream.py`` and ``compliance/rulespecs/verify.py``.
 """
 
 from __future__ import annotations
 
-from compliance.checks.interface import CheckSpec
 from compliance.manifest import MANIFEST_NAME
+from compliance.rulespecs.interface import CheckSpec
 
 # compliance/checks/layout.py
 

@@ -1,8 +1,8 @@
-"""Rule ids of the verification stage (declarations only, listed in ``compliance.checks.registry``)."""
+"""Rule ids of the verification stage (declarations only, listed in ``compliance.rulespecs.registry``)."""
 
 from __future__ import annotations
 
-from compliance.checks.interface import CheckSpec
+from compliance.rulespecs.interface import CheckSpec
 
 _BUILD = ("kernels:\n  - id: bag\n    ...\n    build: {kind: torch_extension, function: bag_forward, "
           "arguments: [weight, indices, offsets, mode, out]}")
@@ -162,7 +162,3 @@ ACCUMULATION_PRECISION = CheckSpec(
         "under verify-mismatch.",
     hint="Convert each row to float32 before adding (`float acc`), and round to the output dtype once.",
     passing="float acc = 0; acc += float(w[i])", failing="at::Half acc = 0; acc += w[i]")
-VERIFY_SPECS = (PASSED, BUILD_MISSING, BUILD_INVALID, BUILD_FAILED, CRASH, TIMEOUT, MISMATCH, UNWRITTEN,
-                INPUT_MODIFIED, OUT_OF_BOUNDS_WRITE, OUTPUT_INVALID, NONDETERMINISTIC, SKIPPED, NOT_RUN,
-                GRADIENT_ROWS, UPDATE_MISMATCH, UNTOUCHED_MODIFIED, ACCUMULATION_PRECISION)
-"""Every rule the verification stage emits (their ``.id`` is what code refers to)."""

@@ -1,8 +1,8 @@
 """The rule registry: every check spec of every stage, listed here once, explicitly.
 
 Nothing registers itself on import: the spec constants live in data-only modules below
-the code that emits them (``compliance/checks/specs.py``, ``compliance/upstream/specs.py``,
-``compliance/verify/specs.py``), and ``specs()`` below is the one list of them.
+the code that emits them (``compliance/rulespecs/checks.py``, ``compliance/rulespecs/upstream.py``,
+``compliance/rulespecs/verify.py``), and ``specs()`` below is the one list of them.
 ``compliance rules explain/list``, rule-set validation and the generated
 docs/rule-reference.md (``python3 -m compliance.ruletools.reference``) read it;
 a test fails when a spec constant anywhere in ``compliance`` is missing here.
@@ -15,10 +15,9 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from compliance.checks import specs as static
-from compliance.checks.interface import CheckConfig, CheckSpec
-from compliance.upstream import specs as upstream
-from compliance.verify import specs as verify
+from compliance.rulespecs import checks as static
+from compliance.rulespecs import upstream, verify
+from compliance.rulespecs.interface import CheckConfig, CheckSpec
 
 
 def specs() -> tuple[CheckSpec, ...]:
