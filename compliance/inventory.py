@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from compliance import recognisers
+from compliance import recognisers, scan_cache
 from compliance.blobs import file_normalized_blob_hash, normalized_blob_hash
 from compliance.containers import container_kind, examine_container, member_path, open_file
 from compliance.errors import InputError
@@ -42,7 +42,7 @@ from compliance.layout import (
 )
 from compliance.manifest import MANIFEST_NAME
 from compliance.parallel import OrderedWork, default_workers
-from compliance.paths import parent_dir
+from compliance.paths import is_inside, parent_dir
 from compliance.recognisers import LANGUAGE_OF_MARKER, binary_kind
 from compliance.setup_sources import (
     FileIndex,
@@ -54,6 +54,7 @@ from compliance.setup_sources import (
 )
 from compliance.vendored_trees import (
     Fork,
+    ModifiedFile,
     TreeFacts,
     VendoredTree,
     build_directory_of,
@@ -118,6 +119,15 @@ class NativeFile:
     not_upstream_of: str | None = None
     """The catalogued copy it sits in whose upstream never had this path (so it is the
     submitter's own kernel), if any."""
+    proven: bool = False
+    """Inside a recognised copy, with content that is a version of an upstream file (the blob
+    catalogue): upstream code, never reported."""
+    modified: ModifiedFile | None = None
+    """Inside a recognised copy, at a path upstream had, with content no upstream version had:
+    the submitter's kernel, reported one by one with what upstream had there."""
+    awaits_upstream: bool = False
+    """Not proven, inside a tree declared as a copy of a catalogued project: ``--upstream``
+    compares it with the declared commit (a static check reports it one by one)."""
 
     @property
     def line(self) -> int | None:
@@ -382,6 +392,10 @@ class Walk:
     link_targets: dict[str, str] = field(default_factory=dict)
     container_members: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     unopened: dict[str, str] = field(default_factory=dict)
+    scanned: scan_cache.Entries = field(default_factory=dict)
+    """Each regular file's scan-cache entry (filled only while a scan cache is in use)."""
+    fresh: int = 0
+    """Files examined afresh while a scan cache was in use."""
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -489,7 +503,10 @@ def _record_source(rel: str, name: str, ext: str, markers: list[tuple[str, int]]
 
 
 def _visit_file(dir_fd: int, name: str, rel: str, walk: Walk) -> None:
-    """Open ``name`` in ``dir_fd`` (never following a link) and examine it."""
+    """Open ``name`` in ``dir_fd`` (never following a link) and examine it (or replay its scan-cache
+    entry when it is unchanged)."""
+    if _CACHE.recording and _cached_visit(dir_fd, name, rel, walk):
+        return
     try:
         fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
     except OSError:
@@ -508,12 +525,90 @@ def _examine_open(fd: int, rel: str, name: str, walk: Walk) -> None:
     if not stat.S_ISREG(status.st_mode):  # swapped after the listing, or a FIFO/device: never read
         walk.unscanned.append((rel, "not a regular file"))
         return
+    _register(rel, name, walk)
+    if not _CACHE.recording:
+        _read_stream(fd, status.st_size, rel, name, walk)
+        return
+    part = Walk(walk.root)
+    _read_stream(fd, status.st_size, rel, name, part)
+    merge_walk(walk, part)
+    walk.scanned[rel] = scan_cache.make_entry(scan_cache.stat_key(status), _record(part))
+    walk.fresh += 1
+
+
+def _register(rel: str, name: str, walk: Walk) -> None:
+    """What a regular file's name alone tells the walk."""
     walk.files.add(rel)
     if name == MANIFEST_NAME:
         walk.manifests.append(rel)
     if name.upper().startswith(("LICENSE", "COPYING")):
         walk.licensed_dirs.add(parent_dir(rel))
-    _read_stream(fd, status.st_size, rel, name, walk)
+
+
+@dataclass
+class _ScanCache:
+    """The entries of the walk under way (set before it starts: forked workers inherit them)."""
+
+    entries: scan_cache.Entries = field(default_factory=dict)
+    recording: bool = False
+
+
+_CACHE = _ScanCache()
+
+
+def _record(part: Walk) -> dict[str, Any] | None:
+    """What examining one file added to a walk, as JSON (None: nothing)."""
+    record: dict[str, Any] = {}
+    if part.native:
+        record["native"] = {p: [[e.marker, e.line] for e in ev] for p, ev in part.native.items()}
+    for name in ("digests", "unopened", "build_products", "container_members"):
+        if getattr(part, name):
+            record[name] = getattr(part, name)
+    for name in ("binaries", "unscanned", "unparseable_setups"):
+        if getattr(part, name):
+            record[name] = [list(item) for item in getattr(part, name)]
+    if part.setups:
+        record["setups"] = [{f.name: getattr(ext, f.name) for f in fields(SetupExtension)} for ext in part.setups]
+    return record or None
+
+
+def _replay(record: dict[str, Any] | None, walk: Walk) -> None:
+    """Add a file's recorded outcome to ``walk`` (the inverse of ``_record``)."""
+    if not record:
+        return
+    for path, evidence in record.get("native", {}).items():
+        walk.native[path] = [Evidence(marker, line) for marker, line in evidence]
+    walk.digests.update(record.get("digests", {}))
+    walk.unopened.update(record.get("unopened", {}))
+    for directory, products in record.get("build_products", {}).items():
+        walk.build_products.setdefault(directory, []).extend((p, k) for p, k in products)
+    for container, members in record.get("container_members", {}).items():
+        walk.container_members[container] = [(m, k) for m, k in members]
+    walk.binaries.extend((r, k, n) for r, k, n in record.get("binaries", ()))
+    walk.unscanned.extend((r, why) for r, why in record.get("unscanned", ()))
+    walk.unparseable_setups.extend((r, why) for r, why in record.get("unparseable_setups", ()))
+    for ext in record.get("setups", ()):
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in ext.items()}
+        walk.setups.append(SetupExtension(**values))
+
+
+def _cached_visit(dir_fd: int, name: str, rel: str, walk: Walk) -> bool:
+    """Replay ``rel``'s entry when the file is the one it was made from, unchanged (True), without
+    opening it; else False (the file is examined)."""
+    entry = _CACHE.entries.get(rel)
+    if entry is None:
+        return False
+    try:
+        status = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    same, record = scan_cache.entry_record(entry, scan_cache.stat_key(status))
+    if not stat.S_ISREG(status.st_mode) or not same:
+        return False
+    _register(rel, name, walk)
+    _replay(record, walk)
+    walk.scanned[rel] = entry
+    return True
 
 
 def _open_dir_inside(root_fd: int, parts: Sequence[str]) -> int:
@@ -668,6 +763,8 @@ def merge_walk(walk: Walk, part: Walk) -> None:
         elif item.name == "build_products":
             for directory, products in theirs.items():
                 mine.setdefault(directory, []).extend(products)
+        elif isinstance(mine, int):
+            setattr(walk, item.name, mine + theirs)
         else:
             mine.update(theirs)
 
@@ -745,9 +842,22 @@ class _Walker:
             self.pending, self.pending_files = [], 0
 
 
-def _walk(root: Path, workers: int) -> Walk:
+def _walk(root: Path, workers: int, cache: Path | None = None) -> Walk:
     walk = Walk(root)
     root_real = os.path.realpath(root)
+    stored = scan_cache.load(cache) if cache is not None else {}
+    _CACHE.entries, _CACHE.recording = stored, cache is not None
+    try:
+        _walk_into(walk, root, root_real, workers)
+    finally:
+        _CACHE.entries, _CACHE.recording = {}, False
+    if cache is not None and (walk.fresh or len(walk.scanned) != len(stored)):
+        scan_cache.save(cache, walk.scanned)
+    _drop_redundant_links(walk)
+    return walk
+
+
+def _walk_into(walk: Walk, root: Path, root_real: str, workers: int) -> None:
     try:
         root_fd = os.open(root_real, _DIR_FLAGS)
     except OSError as exc:
@@ -761,8 +871,6 @@ def _walk(root: Path, workers: int) -> Walk:
             merge_walk(walk, part)
     finally:
         os.close(root_fd)
-    _drop_redundant_links(walk)
-    return walk
 
 
 def _drop_redundant_links(walk: Walk) -> None:
@@ -824,15 +932,19 @@ def _size_reader(root: Path) -> Callable[[str], int]:
     return size_of
 
 
-def walk_tree(root: Path, workers: int | None = None) -> Walk:
+def walk_tree(root: Path, workers: int | None = None, scan_cache_dir: Path | None = None) -> Walk:
     """The single walk of ``root`` (raises ``InputError`` if it is not a directory). Files are examined
     by ``workers`` processes (default: one per usable core; 1: this process only) once the tree is
-    large enough to gain from them; the result is the same either way."""
+    large enough to gain from them; the result is the same either way. With ``scan_cache_dir``, an
+    unchanged file's outcome is taken from the scan cache kept there (``compliance.scan_cache``)."""
     if not root.exists():
         raise InputError("path does not exist", root)
     if not root.is_dir():
         raise InputError("not a directory (give the submission's root directory)", root)
-    return _walk(root, default_workers() if workers is None else workers)
+    cache = scan_cache.cache_path(scan_cache_dir, root) if scan_cache_dir is not None else None
+    if cache is not None and is_inside(cache, root):
+        cache = None  # nothing is written into the checked tree
+    return _walk(root, default_workers() if workers is None else workers, cache)
 
 
 def _add_setup_sources(walk: Walk) -> None:
@@ -851,6 +963,21 @@ def _add_setup_sources(walk: Walk) -> None:
                 digest = file_normalized_blob_hash(walk.root / source)
                 if digest is not None:
                     walk.digests[source] = digest
+
+
+def _digest_reader(root: Path, digests: dict[str, str]) -> Callable[[str], str | None]:
+    """LF-normalised blob id of a root-relative file: the walk's (native files read whole), else
+    read now (signature files of a nominated copy, streamed files) and remembered."""
+    read: dict[str, str | None] = {}
+
+    def digest_of(rel: str) -> str | None:
+        known = digests.get(rel)
+        if known is None:
+            if rel not in read:
+                read[rel] = file_normalized_blob_hash(root / rel)
+            known = read[rel]
+        return known
+    return digest_of
 
 
 def classify(walk: Walk, style: str, divisions: tuple[str, ...] = (),
@@ -872,11 +999,12 @@ def classify(walk: Walk, style: str, divisions: tuple[str, ...] = (),
     protected = _protected_dirs(walk, organizations, mapper)
     declared = {d: repo for d, repo in (declared_vendored or {}).items() if _declarable(d, protected, mapper)}
     facts = TreeFacts(frozenset(walk.files), frozenset(walk.dirs), frozenset(walk.native),
-                      frozenset(walk.licensed_dirs), _size_reader(root))
+                      frozenset(walk.licensed_dirs), _size_reader(root), _digest_reader(root, walk.digests))
     found = recognise(facts, protected.__contains__, locate_dir, vendored_markers, min_vendored_native,
                       declared, load_catalogue())
     native = tuple(NativeFile(rel, _languages(rel, ev), tuple(ev), locate(rel), found.owner.get(rel),
-                              rel in found.unproven, found.not_upstream.get(rel))
+                              rel in found.unproven, found.not_upstream.get(rel), rel in found.proven,
+                              found.modified.get(rel), rel in found.awaiting)
                    for rel, ev in sorted(walk.native.items()))
     return Inventory(
         root=root.resolve(), style=style, organizations=tuple(organizations),

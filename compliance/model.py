@@ -38,13 +38,16 @@ class CheckOptions:
     """Build and numerically verify declared kernels (``--verify``); None: the stage does not run."""
     require_upstream: bool = False
     """``--require-upstream``: vendored copies not proven by ``--upstream`` are errors."""
+    scan_cache: Path | None = None
+    """Directory of the scan cache (``compliance.scan_cache``): unchanged files are not read again;
+    None (the default of the library, ``--no-scan-cache``): every file is read."""
 
     @property
     def proof(self) -> str:
         """What proves a vendored copy: ``required``, ``upstream`` or ``static`` (see CheckContext.proof)."""
-        if self.require_upstream:
-            return "required"
-        return "upstream" if self.upstream is not None else "static"
+        if self.upstream is not None:  # --upstream judges declared copies, --require-upstream or not
+            return "upstream"
+        return "required" if self.require_upstream else "static"
 
 
 @dataclass(frozen=True)
