@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from compliance import recognisers
+from compliance.containers import container_kind, examine_container, member_path, open_file
 from compliance.errors import InputError
 from compliance.layout import (
     LayoutMapper,
@@ -43,7 +44,14 @@ from compliance.manifest import MANIFEST_NAME
 from compliance.parallel import OrderedWork, default_workers
 from compliance.paths import parent_dir
 from compliance.recognisers import LANGUAGE_OF_MARKER, binary_kind
-from compliance.setup_sources import FileIndex, SourceItem, extension_sources, module_assignments, relative_to_root
+from compliance.setup_sources import (
+    FileIndex,
+    SourceItem,
+    as_written,
+    extension_sources,
+    module_assignments,
+    relative_to_root,
+)
 from compliance.upstream.blobs import file_normalized_blob_hash, normalized_blob_hash
 from compliance.vendored_trees import (
     Fork,
@@ -59,6 +67,8 @@ CHUNK_BYTES = 8 * 1024 * 1024
 """Bytes read and scanned at a time (memory stays about this size whatever the file's)."""
 MAX_FILE_BYTES = 1024 * 1024 * 1024
 """Largest file scanned (1 GiB); a larger one is reported ``path-unscanned`` (an error)."""
+CONTAINER_HEAD_BYTES = 512
+"""Bytes that tell a container (an uncompressed tar's magic is at byte 257)."""
 MAX_DEPTH = 256
 """Deepest directory entered (one open handle per level); deeper ones are ``path-unscanned``."""
 MAX_SETUP_BYTES = 128 * 1024
@@ -131,6 +141,11 @@ class BinaryFile:
     """Bytes."""
     location: Location
     """Where it sits in the layout."""
+    members: tuple[tuple[str, str], ...] = ()
+    """A container's compiled members: (member name, binary kind), nested names joined by ``!/``
+    (empty for a file that is itself compiled, or a container that could not be opened)."""
+    unopened: str | None = None
+    """Why a container could not be opened (it is then judged as an opaque archive)."""
 
 
 @dataclass(frozen=True)
@@ -166,6 +181,8 @@ class SetupExtension:
     """Root-relative glob patterns the sources come from (``glob()``, ``os.listdir``)."""
     matched: tuple[str, ...] = ()
     """Files of the tree the patterns match (filled when the walk is classified)."""
+    outside: tuple[str, ...] = ()
+    """Sources (or patterns) as written that are absolute or climb out of the checked tree."""
 
     @property
     def shipped(self) -> tuple[str, ...]:
@@ -307,16 +324,34 @@ def setup_extensions(source: bytes, setup_relpath: str) -> list[SetupExtension]:
     return parse_setup(source, setup_relpath)[0]
 
 
+def extension_aliases(tree: ast.AST) -> dict[str, str]:
+    """Names bound only to extension classes (``extension = CppExtension``, later ``extension =
+    CUDAExtension``, as maskrcnn-benchmark's setup.py does) -> the strongest class they hold."""
+    bound: dict[str, set[str] | None] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            value = node.value
+            held = value.id if isinstance(value, ast.Name) else value.attr if isinstance(value, ast.Attribute) else None
+            known = bound.get(name, set())
+            bound[name] = None if held not in EXTENSION_CALLS or known is None else known | {str(held)}
+    return {name: next(k for k in EXTENSION_CALLS if k in held) for name, held in bound.items() if held}
+
+
 def setup_extensions_of(tree: ast.AST, setup_relpath: str) -> list[SetupExtension]:
     """The extension calls in a parsed setup.py (``ast.walk`` is iterative: no depth limit).
 
     Sources are literal lists or computed ones (``glob``, ``os.path.join``, ``os.listdir``,
-    names assigned once): ``compliance.setup_sources`` evaluates what it can, statically."""
+    names assigned once): ``compliance.setup_sources`` evaluates what it can, statically. A source
+    that is absolute or climbs out of the tree is kept as written (``outside``)."""
     base = parent_dir(setup_relpath)
     names = module_assignments(tree)
+    aliases = extension_aliases(tree)
     found = []
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Call) or _call_name(node) not in EXTENSION_CALLS:
+        called = _call_name(node) if isinstance(node, ast.Call) else None
+        kind = called if called in EXTENSION_CALLS else aliases.get(called or "")
+        if not isinstance(node, ast.Call) or kind is None:
             continue
         keywords = {k.arg: k.value for k in node.keywords if k.arg}
         name_node = node.args[0] if node.args else keywords.get("name")
@@ -328,7 +363,8 @@ def setup_extensions_of(tree: ast.AST, setup_relpath: str) -> list[SetupExtensio
         resolved = [(relative_to_root(i.text, base), i) for i in items]
         sources = tuple(r for r, i in resolved if r is not None and not i.pattern)
         patterns = tuple(r for r, i in resolved if r is not None and i.pattern)
-        found.append(SetupExtension(setup_relpath, node.lineno, str(_call_name(node)), name, sources, patterns))
+        outside = tuple(as_written(i.text) for r, i in resolved if r is None)
+        found.append(SetupExtension(setup_relpath, node.lineno, kind, name, sources, patterns, outside=outside))
     return found
 
 
@@ -354,6 +390,8 @@ class Walk:
     unscanned: list[tuple[str, str]] = field(default_factory=list)
     metadata_dirs: list[str] = field(default_factory=list)
     link_targets: dict[str, str] = field(default_factory=dict)
+    container_members: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    unopened: dict[str, str] = field(default_factory=dict)
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -378,6 +416,10 @@ def _read_stream(fd: int, size: int, rel: str, name: str, walk: Walk) -> None:
     kind = binary_kind(data[:64])
     if build_dir is not None:  # listed as a build product, and classified like any other file
         walk.build_products.setdefault(build_dir, []).append((rel, kind or "file"))
+    container = container_kind(data[:CONTAINER_HEAD_BYTES])
+    if container is not None:
+        _examine_container(fd, container, rel, name, size, walk)
+        return
     if kind is not None:
         walk.binaries.append((rel, kind, size))
         return
@@ -399,6 +441,25 @@ def _read_stream(fd: int, size: int, rel: str, name: str, walk: Walk) -> None:
     if embedded is not None:
         walk.binaries.append((rel, embedded, size))
     _record_source(rel, name, ext, scanner.markers(), walk, whole)
+
+
+def _examine_container(fd: int, kind: str, rel: str, name: str, size: int, walk: Walk) -> None:
+    """A container is a binary only through a compiled member; its kernel sources are native code."""
+    with open_file(fd) as handle:
+        contents = examine_container(kind, handle, name)
+    if contents.over_limit is not None:
+        walk.unscanned.append((rel, f"{kind} archive {contents.over_limit} (the limit for examining one)"))
+    if contents.unopened is not None:
+        walk.binaries.append((rel, kind, size))
+        walk.unopened[rel] = contents.unopened
+    elif contents.binaries:
+        walk.binaries.append((rel, kind, size))
+        walk.container_members[rel] = contents.binaries
+    for member, markers, digest in contents.sources:
+        path = member_path(rel, member)
+        walk.native[path] = [Evidence(marker, line or None) for marker, line in markers]
+        if digest is not None:
+            walk.digests[path] = digest
 
 
 def _scan_stream(fd: int, first: bytes, scanner: recognisers.MarkerScanner, base64_too: bool) -> str | None:
@@ -829,7 +890,8 @@ def classify(walk: Walk, style: str, divisions: tuple[str, ...] = (),
     return Inventory(
         root=root.resolve(), style=style, organizations=tuple(organizations),
         file_count=len(walk.files), native=native,
-        binaries=tuple(BinaryFile(r, k, s, locate(r)) for r, k, s in sorted(walk.binaries)),
+        binaries=tuple(BinaryFile(r, k, s, locate(r), tuple(walk.container_members.get(r, ())),
+                                  walk.unopened.get(r)) for r, k, s in sorted(walk.binaries)),
         symlinks=tuple(Symlink(r, t, e, locate(r)) for r, t, e in sorted(walk.symlinks)),
         manifests=tuple(sorted(walk.manifests)), setup_extensions=tuple(walk.setups),
         vendored=found.trees, files=frozenset(walk.files), unreadable=tuple(sorted(walk.unreadable)),

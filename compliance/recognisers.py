@@ -53,6 +53,9 @@ _ARCHIVE_MAGIC = (
 )
 
 
+JAVA_CLASS_MIN_VERSION = 45
+"""Java class files share the fat Mach-O magic ``CAFEBABE``; their next four bytes are the class
+version (major 45 and up), a fat Mach-O's are its architecture count (a handful)."""
 _FIRST_BYTES = frozenset(b"\x7f!\x50\xfe\xce\xcf\xcaMP\x1f\xfdB\x287")
 """The first byte of every magic below (most files start with none of them)."""
 
@@ -72,6 +75,8 @@ def binary_kind(head: bytes) -> str | None:
         return "ar-archive"
     if head[:4] == b"\x50\xed\x55\xba":  # fatbin magic 0xBA55ED50, little-endian
         return "fatbin"
+    if head[:4] == b"\xca\xfe\xba\xbe" and int.from_bytes(head[4:8], "big") >= JAVA_CLASS_MIN_VERSION:
+        return None  # a Java class file (its version where a fat Mach-O counts its architectures)
     if head[:4] in (b"\xfe\xed\xfa\xce", b"\xfe\xed\xfa\xcf", b"\xce\xfa\xed\xfe", b"\xcf\xfa\xed\xfe",
                     b"\xca\xfe\xba\xbe"):
         return "mach-o"

@@ -181,6 +181,11 @@ def relative_to_root(item_text: str, setup_dir: str) -> str | None:
     return "/".join(parts)
 
 
+def as_written(item_text: str) -> str:
+    """An item as the setup.py spells it (its own directory's placeholder shown as ``<setup.py dir>``)."""
+    return item_text.replace(SETUP_DIR, "<setup.py dir>")
+
+
 def _pattern_regex(pattern: str) -> re.Pattern[str]:
     """Glob semantics of ``glob.glob(recursive=True)``: ``*``/``?``/``[...]`` stay within one
     path component, ``**`` as a whole component spans any number of them."""
@@ -222,12 +227,8 @@ class FileIndex:
 
     def matching(self, pattern: str) -> list[str]:
         """Files matching the root-relative glob ``pattern``."""
-        fixed = []
-        for part in pattern.split("/")[:-1]:
-            if any(c in part for c in "*?["):
-                break
-            fixed.append(part)
-        prefix = "/".join(fixed) + "/" if fixed else ""
+        fixed = fixed_directory(pattern)
+        prefix = fixed + "/" if fixed else ""
         regex = _pattern_regex(pattern)
         start = bisect.bisect_left(self._files, prefix)
         found = []
@@ -237,6 +238,24 @@ class FileIndex:
             if regex.match(rel):
                 found.append(rel)
         return found
+
+    def holds_directory(self, directory: str) -> bool:
+        """True when some file lies under the root-relative ``directory`` (the root holds every file)."""
+        if not directory:
+            return bool(self._files)
+        prefix = directory + "/"
+        at = bisect.bisect_left(self._files, prefix)
+        return at < len(self._files) and self._files[at].startswith(prefix)
+
+
+def fixed_directory(pattern: str) -> str:
+    """The directory a glob pattern searches: its leading components without a wildcard."""
+    fixed = []
+    for part in pattern.split("/")[:-1]:
+        if any(c in part for c in "*?["):
+            break
+        fixed.append(part)
+    return "/".join(fixed)
 
 
 def fnmatch_under(pattern: str, rel: str) -> bool:

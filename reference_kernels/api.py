@@ -118,6 +118,10 @@ def _bag_layout(input: Tensor, offsets: Tensor | None, include_last_offset: bool
     if input.dim() == 2:
         if offsets is not None:
             raise ValueError("reference_kernels.embedding_bag: if input is 2-D [B, L], offsets must be None")
+        if input.shape[1] == 0:
+            raise ValueError(f"reference_kernels.embedding_bag: input is 2-D {list(input.shape)}, bags of length 0; "
+                             "torch.nn.functional.embedding_bag refuses it too (its offsets would step by 0: "
+                             "'step must be nonzero'). Pass empty bags as a 1-D input with offsets.")
         return input.contiguous(), None
     if input.dim() != 1:
         raise ValueError(f"reference_kernels.embedding_bag: input must be 1-D (with offsets) or 2-D, "

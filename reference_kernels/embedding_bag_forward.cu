@@ -345,7 +345,7 @@ __device__ __forceinline__ void bag_bounds(i64 bag, const INDEX_T* __restrict__ 
     start = (pos_t)(lo < 0 ? 0 : lo > num_indices ? num_indices : lo);
     end = (pos_t)(hi < 0 ? 0 : hi > num_indices ? num_indices : hi);
     const bool past_entry = bag + 1 == ck.num_bags && num_offsets > ck.num_bags;  // include_last_offset
-    const bool bad_bag = lo < 0 || lo > hi || hi > num_indices;
+    const bool bad_bag = lo < 0 || lo > hi || hi > num_indices || (bag == 0 && lo != 0);  // as the pass
     const bool bad_past = past_entry && (hi < 0 || hi > num_indices);  // the pass checks that entry as a bag
     if ((bad_bag || bad_past) && team_lane == 0) {
       add_count(ck.record, R_BAG_COUNT, bad_bag + bad_past);

@@ -5,7 +5,8 @@
 //   * index p is bad when it lies outside [0, rows) of its table (one table: num_embeddings;
 //     table-batched: table_sizes[t] of the table whose span holds p, below);
 //   * bag b's offsets are bad unless 0 <= offsets[b] <= offsets[b + 1] <= num_indices (the last
-//     entry is checked against num_indices).
+//     entry is checked against num_indices), and bag 0's unless offsets[0] == 0 (torch's
+//     embedding_bag requires it: positions before the first offset would belong to no bag).
 // With ``clean_indices`` set (deferred, warn, sync) the pass also writes the copy the lookup
 // reads: bad indices become 0 (row 0 of their table), offsets are clamped into [0, num_indices]
 // (table-batched: into their table's span), so no lookup kernel reads outside its table or
@@ -124,7 +125,7 @@ extern "C" __global__ void __launch_bounds__(CHECK_BLOCK) index_check(
   for (i64 b = tid; b < num_offsets; b += stride) {
     const i64 lo = (i64)offsets[b];
     const i64 hi = b + 1 < num_offsets ? (i64)offsets[b + 1] : num_indices;
-    if (lo < 0 || lo > hi || hi > num_indices) {
+    if (lo < 0 || lo > hi || hi > num_indices || (b == 0 && lo != 0)) {
       if (my_bag_count == 0) my_first_bag = b;
       ++my_bag_count;
     }

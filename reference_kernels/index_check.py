@@ -127,7 +127,8 @@ class Finding:
             valid = f"valid: 0..{self.rows - 1}" if self.rows else "the table has no rows"
             parts.append(f"index {self.value} at position {self.position} is out of range for {where} ({valid})")
         if self.bag is not None:
-            parts.append(f"offsets are invalid at bag {self.bag}: offsets must be non-decreasing and lie in "
+            parts.append(f"offsets are invalid at bag {self.bag}: offsets must start at 0 (offsets[0] == 0, as "
+                         "torch.nn.functional.embedding_bag requires), be non-decreasing and lie in "
                          f"[0, {self.num_indices}] (the number of indices)")
         return "; ".join(parts)
 

@@ -8,9 +8,12 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 # The specs live below the checks (compliance.checks.specs); re-exported under their old names.
+from compliance.build_rules import MakeRule, bazel_artefact, cmake_probe, is_make_file, make_rules
 from compliance.checks.specs import SYMLINK as SYMLINK
+from compliance.checks.specs import TOOL_ARTEFACTS
 from compliance.checks.specs import WITH_SOURCE as WITH_SOURCE
 from compliance.checks.specs import WITHOUT_SOURCE as WITHOUT_SOURCE
+from compliance.setup_sources import FileIndex
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext
@@ -30,7 +33,8 @@ TEXT_SUFFIXES = frozenset({".c", ".cc", ".cpp", ".cxx", ".c++", ".cu", ".cuh", "
 """A binary wearing one of these extensions pretends to be something else: never a build product."""
 BUILD_FILE_NAMES = frozenset({"CMakeLists.txt", "BUILD", "BUILD.bazel", "Makefile", "makefile", "GNUmakefile"})
 BUILD_FILE_SUFFIXES = (".cmake", ".mk", ".bzl")
-_READ = 256 * 1024
+PROBE_READ = 8 * 1024 * 1024
+"""Bytes of a binary under ``CMakeFiles/`` searched for CMake's probe strings."""
 _COMMENTS = re.compile(rb"/\*.*?\*/|//[^\n]*|#[^\n]*", re.S)
 _SOURCE_TOKEN = re.compile(rb"[\w./+-]+\.(?:c|cc|cpp|cxx|cu)\b")
 
@@ -58,17 +62,22 @@ class _Builders:
         self._binaries = frozenset(b.path for b in ctx.inventory.binaries)
         self.stems: dict[tuple[tuple[str | None, ...], str], list[str]] = {}
         self.build_files: dict[tuple[str | None, ...], list[str]] = {}
+        self.make_files: dict[str, list[str]] = {}
+        self._rules: dict[str, list[MakeRule]] = {}
+        self._index: FileIndex | None = None
         for rel in ctx.inventory.files:
             name = rel.rsplit("/", 1)[-1]
+            if is_make_file(name):
+                self.make_files.setdefault(os.path.dirname(rel), []).append(rel)
             if name.endswith(SOURCE_SUFFIXES):
                 self.stems.setdefault((_scope(rel, ctx), _stem(rel)), []).append(rel)
             elif name in BUILD_FILE_NAMES or name.endswith(BUILD_FILE_SUFFIXES):
                 self.build_files.setdefault(_scope(rel, ctx), []).append(rel)
 
-    def _read(self, rel: str) -> bytes:
+    def _read(self, rel: str, limit: int = 256 * 1024) -> bytes:
         try:
             with open(self.ctx.root / rel, "rb") as handle:
-                return handle.read(_READ)
+                return handle.read(limit)
         except OSError:
             return b""
 
@@ -102,13 +111,59 @@ class _Builders:
                     return True
         return False
 
+    @property
+    def index(self) -> FileIndex:
+        if self._index is None:
+            self._index = FileIndex(self.ctx.inventory.files)
+        return self._index
+
+    def _make_rules(self, script: str) -> list[MakeRule]:
+        if script not in self._rules:
+            self._rules[script] = make_rules(self._read(script).decode("utf-8", "replace"), script)
+        return self._rules[script]
+
+    def _present(self, pattern: str) -> bool:
+        if "*" in pattern:
+            return any(self.plausible(found) for found in self.index.matching(pattern))
+        return self.plausible(pattern)
+
+    def by_make_rule(self, path: str) -> bool:
+        """A rule of a Makefile in the binary's directory or above it builds it from present sources."""
+        directory = os.path.dirname(path)
+        while True:
+            for script in self.make_files.get(directory, ()):
+                for rule in self._make_rules(script):
+                    stem = rule.match(path)
+                    if stem is not None and all(self._present(s.replace("%", stem)) for s in rule.sources):
+                        return True
+            if not directory:
+                return False
+            directory = os.path.dirname(directory)
+
     def builds(self, binary: BinaryFile) -> bool:
         """True when something in the tree plausibly builds ``binary``."""
         if os.path.splitext(binary.path)[1].lower() in TEXT_SUFFIXES:
             return False
         scope = _scope(binary.path, self.ctx)
-        return self.by_stem(binary.path, scope) or self.by_setup(binary.path, scope) \
-            or self.by_build_file(binary.path, scope)
+        # A container is built when each compiled member is (a wheel of the tree's own extension).
+        if not binary.members and self.by_make_rule(binary.path):
+            return True
+        names = [member.rsplit("/", 1)[-1] for member, _ in binary.members] or [binary.path]
+        return all(self.by_stem(name, scope) or self.by_setup(name, scope) or self.by_build_file(name, scope)
+                   for name in names)
+
+    def tool_artefact(self, binary: BinaryFile) -> tuple[str, str] | None:
+        """(cache directory, what) when ``binary`` is a build tool's own artefact."""
+        if cmake_probe(binary.path, lambda: self._read(binary.path, PROBE_READ)):
+            parts = binary.path.split("/")
+            return "/".join(parts[:parts.index("CMakeFiles") + 1]), "CMake compiler probe"
+        what = bazel_artefact(binary.path, self.ctx.inventory.files, self.index.holds_directory)
+        if what is None:
+            return None
+        marker = "_embedded_binaries" if what == "Bazel install base" else "external"
+        parts = binary.path.split("/")
+        last = len(parts) - 2 - parts[:-1][::-1].index(marker)
+        return "/".join(parts[:last + 1]), what
 
 
 def _group_of(ctx: CheckContext, binary: BinaryFile) -> str:
@@ -132,19 +187,42 @@ def _products_finding(ctx: CheckContext, where: str, products: list[BinaryFile])
                        details={"products": [{"path": b.path, "kind": b.kind, "size": b.size} for b in products]})
 
 
+def _what(binary: BinaryFile) -> str:
+    """What the binary is, in words: a compiled file, a container through its compiled members,
+    or an archive that could not be opened."""
+    if binary.members:
+        named = ", ".join(f"{m} ({k})" for m, k in binary.members[:LISTED_IN_MESSAGE])
+        more = f" and {len(binary.members) - LISTED_IN_MESSAGE} more" if len(binary.members) > LISTED_IN_MESSAGE else ""
+        return f"{binary.kind} archive ({binary.size} bytes) holding compiled member(s) {named}{more}"
+    if binary.unopened:
+        return f"{binary.kind} archive ({binary.size} bytes) that cannot be opened ({binary.unopened})"
+    return f"{binary.kind} ({binary.size} bytes)"
+
+
 def run(ctx: CheckContext) -> Iterator[Finding | None]:
     """Binary and symlink findings."""
     builders = _Builders(ctx)
     grouped: dict[str, list[BinaryFile]] = {}
+    artefacts: dict[tuple[str, str], list[BinaryFile]] = {}
     for binary in ctx.inventory.binaries:
-        if builders.builds(binary):
+        artefact = builders.tool_artefact(binary)
+        if artefact is not None:
+            artefacts.setdefault(artefact, []).append(binary)
+        elif builders.builds(binary):
             grouped.setdefault(_group_of(ctx, binary), []).append(binary)
         else:
-            yield ctx.finding(WITHOUT_SOURCE.id, binary.path, f"{binary.kind} ({binary.size} bytes) that "
-                              "nothing in the tree builds (no plausible source, setup.py extension or "
-                              "build rule for it)")
+            yield ctx.finding(WITHOUT_SOURCE.id, binary.path, f"{_what(binary)} that nothing in the tree "
+                              "builds (no plausible source, setup.py extension or build rule for it)",
+                              details={"members": [{"member": m, "kind": k} for m, k in binary.members]}
+                              if binary.members else None)
     for where, products in sorted(grouped.items()):
         yield _products_finding(ctx, where, products)
+    for (where, what), found in sorted(artefacts.items()):
+        names = ", ".join(b.path[len(where) + 1:] for b in found[:LISTED_IN_MESSAGE])
+        more = f" and {len(found) - LISTED_IN_MESSAGE} more" if len(found) > LISTED_IN_MESSAGE else ""
+        yield ctx.finding(TOOL_ARTEFACTS.id, where, f"{len(found)} {what} binar{'y' if len(found) == 1 else 'ies'} "
+                          f"committed with a build cache: {names}{more}",
+                          details={"artefacts": [{"path": b.path, "kind": b.kind, "size": b.size} for b in found]})
     for link in ctx.inventory.symlinks:
         if link.escapes:
             yield ctx.finding(SYMLINK.id, link.path, f"symbolic link to {link.target!r} leaves the tree")

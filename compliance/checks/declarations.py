@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from compliance.build_rules import bazel_artefact
 from compliance.checks.readability import PATH_UNREADABLE
 
 # The specs live below the checks (compliance.checks.specs); re-exported under their old names.
@@ -26,7 +27,7 @@ from compliance.context import DeclaredKernel
 from compliance.kernel_symbols import kernel_functions
 from compliance.manifest import MANIFEST_NAME
 from compliance.paths import parent_dir, tree_relative
-from compliance.setup_sources import fnmatch_under
+from compliance.setup_sources import FileIndex, fixed_directory, fnmatch_under
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext
@@ -95,14 +96,22 @@ def _undeclared(ctx: CheckContext) -> Iterator[Finding | None]:
 
 
 def _unshipped_extension_sources(ctx: CheckContext) -> Iterator[Finding | None]:
+    """Sources a setup.py extension names that the tree lacks: a listed file, a pattern over a
+    directory the tree does not ship (an empty glob over a shipped directory is only an empty
+    glob: maskrcnn's ``cuda/syncfree/*.cpp`` beside its ``.cu`` files), a path outside the tree."""
+    index = FileIndex(ctx.inventory.files) if ctx.inventory.setup_extensions else None
     for ext in ctx.inventory.setup_extensions:
+        if index is not None and bazel_artefact(ext.setup_path, ctx.inventory.files, index.holds_directory):
+            continue  # a package Bazel downloaded into its cache: not the submission's build script
         missing = [s for s in ext.sources if s not in ctx.inventory.files]
-        empty = [p for p in ext.patterns if not any(fnmatch_under(p, m) for m in ext.matched)]
-        if missing or empty:
-            what = [*missing, *(f"{p} (pattern matching nothing)" for p in empty)]
+        unmatched = [p for p in ext.patterns if not any(fnmatch_under(p, m) for m in ext.matched)]
+        empty = [p for p in unmatched if index is not None and not index.holds_directory(fixed_directory(p))]
+        if missing or empty or ext.outside:
+            what = [*missing, *(f"{p} (pattern matching nothing)" for p in empty),
+                    *(f"{p} (outside the checked tree)" for p in ext.outside)]
             yield ctx.finding(UNSHIPPED.id, ext.setup_path, f"{ext.kind} {ext.name or ''} is built "
                               f"from sources that are not in the tree: {', '.join(what)}", line=ext.line,
-                              details={"missing": missing, "empty_patterns": empty})
+                              details={"missing": missing, "empty_patterns": empty, "outside": list(ext.outside)})
 
 
 def _vendored(ctx: CheckContext) -> Iterator[Finding | None]:

@@ -31,7 +31,7 @@ def specs() -> tuple[CheckSpec, ...]:
         static.LANGUAGE, static.REFERENCE_OP, static.SOURCE_MISSING, static.SOURCE_OUTSIDE,
         static.SOURCE_EMPTY, static.ENTRY_SYMBOL, static.VENDORED, static.UNSHIPPED,
         static.KERNEL_FUNCTION,
-        static.WITHOUT_SOURCE, static.WITH_SOURCE, static.SYMLINK,
+        static.WITHOUT_SOURCE, static.WITH_SOURCE, static.TOOL_ARTEFACTS, static.SYMLINK,
         static.MISSING, static.MALFORMED, static.HOST, static.NOT_PINNED,
         static.FORK,
         static.PATH_UNREADABLE, static.SETUP_UNPARSEABLE,

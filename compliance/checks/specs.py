@@ -216,7 +216,12 @@ WITHOUT_SOURCE = CheckSpec(
         "and `.cpython-*` suffixes ignored), (2) a setup.py `Extension`/`CppExtension`/"
         "`CUDAExtension` named like it whose sources are present and plausible, or (3) a build "
         "file (CMakeLists.txt, *.cmake, Bazel BUILD, Makefile, *.mk) that names its stem and lists "
-        "a plausible source present in the tree. *Plausible* means at least "
+        "a plausible source present in the tree, or (4) a rule of a Makefile of any name (`Makefile.txt`, "
+        "`*.mk`) in its directory or above whose target or `-o` output matches it (variables such as "
+        "`$(ARCH)` match any name part; pattern rules) and whose sources are present and plausible. "
+        "A container (zip, wheel, tar, gzip/bzip2/xz/zstd, `.deb`) is a binary only through a "
+        "compiled member, named in the message; one that cannot be opened is judged as a whole. "
+        "*Plausible* means at least "
         "40 bytes of code once comments and whitespace are removed: an empty or decoy "
         "`.cu` beside a binary builds nothing. A binary whose own name has a source or text "
         "extension (an ELF named `emb.cu`) is never a build product, and a manifest's `binaries:` "
@@ -238,6 +243,19 @@ WITH_SOURCE = CheckSpec(
     hint="Delete the build products from the submission and build them from source at run time.",
     passing="kernels/emb.cu only",
     failing="kernels/emb.cu and kernels/emb.o; build/temp.linux-x86_64-3.8/kernels/emb.o",
+)
+
+TOOL_ARTEFACTS = CheckSpec(
+    id="build-tool-artefacts", title="Committed build-tool artefacts", default_level="warning",
+    doc="Binaries a build tool makes for itself, committed with a build cache: CMake's compiler "
+        "identification and ABI probes (under `CMakeFiles/`, holding CMake's `INFO:compiler[`/`INFO:abi[` "
+        "strings), Bazel's install base (`_embedded_binaries` beside `A-server.jar`, `build-label.txt` "
+        "or `install_base_key`) and Bazel's `external/` downloads (in an output base holding `execroot/` "
+        "or `DO_NOT_BUILD_HERE`). They are no submitter's kernel, but they are no source either: one "
+        "finding per cache directory, listing them.",
+    hint="Delete the build cache from the submission; the build tool recreates it.",
+    passing="CMakeLists.txt and the sources only",
+    failing="build/CMakeFiles/3.22.1/CompilerIdCUDA/a.out; bazel-cache/install/<md5>/_embedded_binaries/linux-sandbox",
 )
 
 SYMLINK = CheckSpec(
@@ -348,11 +366,14 @@ KERNEL_FUNCTION = CheckSpec(
 UNSHIPPED = CheckSpec(
     id="unshipped-source", title="Build script names sources the tree does not ship", default_level="error",
     doc="A setup.py extension (`CUDAExtension`, `CppExtension`, `Extension`, ...) builds from "
-        "sources that resolve to nothing in the tree: a literal path that is not a file, or a "
+        "sources that resolve to nothing in the tree: a literal path that is not a file, a "
         "pattern (`glob.glob(os.path.join(extensions_dir, '*.cu'))`, `os.listdir(d)`, names "
-        "assigned once, read from the AST, never run) that matches no file. The extension would "
-        "build a kernel whose source is not shipped. Sources computed in ways the static reader "
-        "does not follow are not reported.",
+        "assigned once, read from the AST, never run) over a directory the tree does not ship (an "
+        "empty glob over a shipped directory is only an empty glob), or a path that is absolute or "
+        "climbs out of the tree (`../../../../private/attn.cu`, `/opt/acme/attn2.cu`). Calls through "
+        "a name bound only to extension classes (`extension = CUDAExtension`) count. The extension "
+        "would build a kernel whose source is not shipped. Sources computed in ways the static reader "
+        "does not follow are not reported, nor are setup.py files in a Bazel `external/` download.",
     hint="Commit the sources the build script compiles (or remove the extension).",
     passing="CUDAExtension('fast._C', glob.glob('csrc/*.cu')) and csrc/gather.cu committed",
     failing="CUDAExtension('fast._C', glob.glob('csrc/*.cu')) and no csrc/ directory",

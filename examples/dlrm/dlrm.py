@@ -59,6 +59,7 @@ class Config:
     zipf: float = 1.05
     seed: int = 0
     eval_batches: int = 8
+    warmup_steps: int = 20  # trained and compared, but not timed: they compile the kernels (NVRTC, plans)
 
     @staticmethod
     def full() -> Config:
@@ -197,7 +198,11 @@ def auc(scores: Tensor, labels: Tensor) -> float:
 class Run:
     losses: list[float]
     steps_per_s: float
+    """Over the timed steps only (the first ``warmup_steps`` excluded)."""
     auc: float
+    warmup_steps: int = 0
+    """Steps trained before the clock started (the first calls compile kernels and plans)."""
+    timed_steps: int = 0
 
 
 def train_step(model: DLRM, batch: Batch, lossf: nn.Module, dense_opt: torch.optim.Optimizer,
@@ -222,13 +227,14 @@ def train(model: DLRM, log: ClickLog, cfg: Config, sparse_opt: torch.optim.Optim
     batches = [log.batch(gen) for _ in range(cfg.steps)]  # generated up front: timed steps only train
     lossf = nn.BCEWithLogitsLoss()
     losses = []
-    if device == "cuda":
-        torch.cuda.synchronize()
+    warmup = warmup_steps(cfg)
     t0 = time.perf_counter()
-    for batch in batches:
+    for step, batch in enumerate(batches):
+        if step == warmup:  # the clock starts after the warm-up steps (compilation is not throughput)
+            _synchronize(device)
+            t0 = time.perf_counter()
         losses.append(train_step(model, batch, lossf, dense_opt, sparse_opt))
-    if device == "cuda":
-        torch.cuda.synchronize()
+    _synchronize(device)
     elapsed = time.perf_counter() - t0
     eval_gen = torch.Generator(device=device).manual_seed(cfg.seed + 12345)
     scores, labels_all = [], []
@@ -237,8 +243,18 @@ def train(model: DLRM, log: ClickLog, cfg: Config, sparse_opt: torch.optim.Optim
             batch = log.batch(eval_gen)
             scores.append(model(batch))
             labels_all.append(batch.labels)
-    return Run([float(x) for x in torch.stack(losses).tolist()], cfg.steps / elapsed,
-               auc(torch.cat(scores), torch.cat(labels_all)))
+    return Run([float(x) for x in torch.stack(losses).tolist()], (cfg.steps - warmup) / elapsed,
+               auc(torch.cat(scores), torch.cat(labels_all)), warmup, cfg.steps - warmup)
+
+
+def warmup_steps(cfg: Config) -> int:
+    """Untimed steps: ``cfg.warmup_steps``, leaving at least one timed step."""
+    return max(0, min(cfg.warmup_steps, cfg.steps - 1))
+
+
+def _synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
 def run_both(cfg: Config, device: str = "cuda") -> dict[str, Any]:
@@ -287,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small", action="store_true", help="the test-sized model and batches")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--warmup", type=int, default=Config.warmup_steps,
+                        help="steps trained before timing starts (they compile the kernels); default %(default)s")
     parser.add_argument("--png", type=Path, help="write the loss curves here (needs matplotlib)")
     parser.add_argument("--json", type=Path, help="write losses, steps/s and AUC here")
     args = parser.parse_args(argv)
@@ -294,8 +312,11 @@ def main(argv: list[str] | None = None) -> int:
         print("the reference kernels need a CUDA GPU", file=sys.stderr)
         return 2
     base = Config.small() if args.small else Config.full()
-    cfg = dataclasses.replace(base, steps=args.steps, seed=args.seed)
+    cfg = dataclasses.replace(base, steps=args.steps, seed=args.seed, warmup_steps=args.warmup)
     result = run_both(cfg)
+    warm = warmup_steps(cfg)
+    print(f"steps/s over steps {warm + 1}-{cfg.steps}: the first {warm} steps (kernel compilation, plans) "
+          "are trained and compared but not timed")
     for name in ("ours", "torch"):
         r = result[name]
         print(f"{name:6s} steps/s {r['steps_per_s']:8.1f}  final loss {r['losses'][-1]:.4f}  "

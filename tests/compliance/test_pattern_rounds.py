@@ -5,15 +5,13 @@ about a listed path, so a kernel that vanishes or a new false error both fail th
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
-import yaml
 
 from compliance.engine import run_check
 from compliance.model import CheckOptions
-from tests.compliance.treeutil import tree_digest
+from tests.compliance.treeutil import materialise_round, tree_digest
 
 ROUNDS = Path(__file__).parent / "rounds"
 PATTERNS = sorted(p for p in ROUNDS.iterdir() if p.is_dir())
@@ -21,9 +19,8 @@ PATTERNS = sorted(p for p in ROUNDS.iterdir() if p.is_dir())
 
 @pytest.mark.parametrize("pattern", PATTERNS, ids=[p.name for p in PATTERNS])
 def test_pattern_round(pattern: Path, tmp_path: Path) -> None:
-    spec = yaml.safe_load((pattern / "round.yaml").read_text())
     tree = tmp_path / "tree"
-    shutil.copytree(pattern / "tree", tree)
+    spec = materialise_round(pattern, tree)
     before = tree_digest(tree)
     report = run_check(tree, CheckOptions(rules=spec["rules"]))
     found: dict[str, list[str]] = {}

@@ -177,7 +177,8 @@ def test_error_message_names_op_position_value_and_range() -> None:
     assert finding is not None
     message = ic.error_message(finding)
     assert message.startswith("reference_kernels.TableBatchedEmbeddingBag: index -5 at position 0 is out of range "
-                              "for table 2 of 7 rows (valid: 0..6); offsets are invalid at bag 3: offsets must be "
+                              "for table 2 of 7 rows (valid: 0..6); offsets are invalid at bag 3: offsets must "
+                              "start at 0 (offsets[0] == 0, as torch.nn.functional.embedding_bag requires), be "
                               "non-decreasing and lie in [0, 9]")
     assert message.endswith("(4 more bad indices or bags since the last check)")
 
@@ -185,8 +186,9 @@ def test_error_message_names_op_position_value_and_range() -> None:
 def test_offsets_only_and_warning_messages() -> None:
     finding = ic.parse_record(_record(owner=1, op=2, bag=2, indices=10, bag_count=1))
     assert finding is not None and finding.position is None
-    assert ic.error_message(finding) == ("reference_kernels.embedding: offsets are invalid at bag 1: offsets must be "
-                                         "non-decreasing and lie in [0, 10] (the number of indices)")
+    assert ic.error_message(finding) == ("reference_kernels.embedding: offsets are invalid at bag 1: offsets must "
+                                         "start at 0 (offsets[0] == 0, as torch.nn.functional.embedding_bag "
+                                         "requires), be non-decreasing and lie in [0, 10] (the number of indices)")
     finding = ic.parse_record(_record(owner=1, op=1, pos=4, value=12, table=-1, rows=10, indices=10, count=3))
     assert finding is not None
     assert ic.warning_message(finding) == (

@@ -32,6 +32,8 @@ def test_dlrm_example_trains_the_same_with_both_embedding_paths() -> None:
     result = dlrm.run_both(cfg)
     assert len(result["ours"]["losses"]) == len(result["torch"]["losses"]) == 200
     assert result["max_loss_diff"] <= dlrm.LOSS_TOLERANCE, result["max_loss_diff"]
+    for name in ("ours", "torch"):  # steps/s over the steps after the warm-up (which compiles the kernels)
+        assert (result[name]["warmup_steps"], result[name]["timed_steps"]) == (20, 180), result[name]
     for name in ("ours", "torch"):
         assert result[name]["auc"] > 0.65, (name, result[name]["auc"])
         losses = result[name]["losses"]

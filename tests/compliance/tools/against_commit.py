@@ -33,7 +33,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.compliance.treeutil import CASES, build_case
+from tests.compliance.treeutil import CASES, build_case, materialise_round
 
 HERE = Path(__file__).resolve().parents[3]
 ITEM = re.compile(r"(?:control (?:of|for) )?issue \d+ (?:item|pattern) [\d/]+")
@@ -85,7 +85,7 @@ class Fixture:
 
     def materialise(self, dest: Path) -> None:
         if self.expected_verdicts is not None:
-            shutil.copytree(self.source / "tree", dest, symlinks=True)
+            materialise_round(self.source, dest)
         else:
             build_case(self.source, dest)
 

@@ -1,0 +1,2 @@
+import mxnet
+print("train")

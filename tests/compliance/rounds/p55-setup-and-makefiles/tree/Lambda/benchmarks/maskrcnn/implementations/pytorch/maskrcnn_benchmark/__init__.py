@@ -1,0 +1,1 @@
+# maskrcnn_benchmark
