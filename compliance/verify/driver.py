@@ -364,14 +364,14 @@ def run_kernel(ctx: CheckContext, dk: DeclaredKernel, spec: BuildSpec, cases: li
                time_limit_s: int, opts: VerifySettings, label: str) -> KernelOutcome:
     """Run one kernel's process to the end (or its deadline) and judge what it sent back."""
     unavailable = unavailable_reason(spec)
-    runs = opts.runs if opts.runs is not None else RunRegistry(opts.build_root)
-    tree = runs.for_tree(ctx)  # before anything of this tree runs: private copies, the tree's snapshot
-    if unavailable is None:
-        probe = tree.probe(spec.device == "cuda")
-        if isinstance(probe, str):
-            unavailable = "no launch evidence", f"{probe}; the verifier cannot tell which code computed the output"
     if unavailable is not None:
         return KernelOutcome(dk.kernel.id, seed, (), len(cases), None, unavailable[1], skipped=unavailable[0])
+    runs = opts.runs if opts.runs is not None else RunRegistry(opts.build_root)
+    tree = runs.for_tree(ctx)  # before anything of this tree runs: private copies, the tree's snapshot
+    probe = tree.probe(spec.device == "cuda")
+    if isinstance(probe, str):
+        return KernelOutcome(dk.kernel.id, seed, (), len(cases), None, f"{probe}; the verifier cannot tell which "
+                             "code computed the output", skipped="no launch evidence")
     if kernel_key(dk) not in tree.staged:
         return KernelOutcome(dk.kernel.id, seed, (), len(cases), (rules.BUILD_INVALID.id, "no private copy of the "
                              "kernel's files was made (its build block did not parse before the run)", ""))
