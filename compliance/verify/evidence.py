@@ -59,6 +59,17 @@ def _cupti_dirs() -> tuple[Path, Path] | None:
     return None
 
 
+def _cuda_h_dirs() -> list[Path]:
+    """Directories holding cuda.h (cupti.h includes it; the pip package of CUPTI does not ship it)."""
+    found: list[Path] = []
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home and Path(home, "include", "cuda.h").is_file():
+            found.append(Path(home, "include"))
+    for entry in sys.path:
+        found += [Path(p).parent for p in glob.glob(os.path.join(entry, "nvidia", "**", "cuda.h"), recursive=True)]
+    return found
+
+
 def build_probe(directory: Path, gpu: bool) -> Probe | str:
     """Compile the probe into ``directory`` (a directory of this run); a string says why it cannot be."""
     compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
@@ -73,7 +84,7 @@ def build_probe(directory: Path, gpu: bool) -> Probe | str:
         if found is None:
             return "CUDA's profiling library (CUPTI) was not found, so kernel launches cannot be recorded"
         include, library = found
-        command[1:1] = ["-DCOMPLIANCE_WITH_CUPTI", f"-I{include}"]
+        command[1:1] = ["-DCOMPLIANCE_WITH_CUPTI", f"-I{include}", *(f"-I{d}" for d in _cuda_h_dirs())]
         command += [str(library), f"-Wl,-rpath,{library.parent}"]
     command += ["-ldl", "-lpthread"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
