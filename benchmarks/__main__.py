@@ -4,7 +4,8 @@ Commands: ``suite`` (benchmarks/harness.py: every figure of the kernel benchmark
 (benchmarks/charts.py: the figures of a suite's results file, rendered again), ``fbgemm_peer``
 (where FBGEMM's forward op would be loaded from, or why not), ``training_suite``
 (benchmarks/training_suite.py: training steps of ours, FBGEMM and torch), ``training_dlrm``
-(its whole-DLRM-step case alone), each module
+(its whole-DLRM-step case alone), ``results_branch`` (benchmarks/results_branch.py: result
+files onto the ``bench-results`` branch), each module
 of benchmarks/experiments/ by its name, and ``speed_check`` / ``round_speed``
 (benchmarks/compliance/). ``list`` prints them with their first docstring line.
 """
@@ -21,13 +22,21 @@ HERE = Path(__file__).resolve().parent
 
 
 def commands() -> dict[str, str]:
-    """Command name -> the module that runs it."""
+    """Command name -> the module that runs it (its ``main``, or ``module:function``)."""
     found = {"suite": "benchmarks.harness", "charts": "benchmarks.charts", "fbgemm_peer": "benchmarks.fbgemm_peer",
-             "training_suite": "benchmarks.training_suite", "training_dlrm": "benchmarks.training_dlrm"}
+             "training_suite": "benchmarks.training_suite",
+             "training_dlrm": "benchmarks.training_suite:main_dlrm_alone",  # the suite's DLRM case alone
+             "results_branch": "benchmarks.results_branch", "quantized_suite": "benchmarks.quantized_suite"}
     for package in ("experiments", "compliance"):
         for module in pkgutil.iter_modules([str(HERE / package)]):
             found[module.name] = f"benchmarks.{package}.{module.name}"
     return found
+
+
+def _entry_doc(target: str) -> str | None:
+    module_name, _, function = target.partition(":")
+    module = importlib.import_module(module_name)
+    return getattr(module, function).__doc__ if function else module.__doc__
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,17 +48,18 @@ def main(argv: list[str] | None = None) -> int:
     known = commands()
     if not args or args[0] in ("-h", "--help", "list"):
         print(__doc__)
-        for name, module in known.items():
-            doc = (importlib.import_module(module).__doc__ or "").strip().splitlines()
+        for name, target in known.items():
+            doc = (_entry_doc(target) or "").strip().splitlines()
             print(f"  {name:20s} {doc[0] if doc else ''}")
         return 0
     name, rest = args[0], args[1:]
     if name not in known:
         print(f"unknown command {name!r}; one of: {', '.join(known)}", file=sys.stderr)
         return 2
-    module = importlib.import_module(known[name])
+    module_name, _, function = known[name].partition(":")
+    entry = getattr(importlib.import_module(module_name), function or "main")
     sys.argv = [f"python3 -m benchmarks {name}", *rest]  # each main reads its own arguments
-    result = module.main()
+    result = entry()
     return result if isinstance(result, int) else 0
 
 

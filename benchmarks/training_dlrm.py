@@ -124,15 +124,3 @@ class Setup:
         return torch.cat([torch.unique(ids) + start for (ids, _), start in zip(self.batch.per_table, starts,
                                                                               strict=True)])
 
-
-def main(argv: list[str] | None = None) -> int:
-    """``python3 -m benchmarks training_dlrm --out PREFIX [--fbgemm DIR] [--tools DIR]``: the
-    training suite with this case alone."""
-    from benchmarks import training_suite
-
-    args = list(sys.argv[1:] if argv is None else argv)
-    return training_suite.main([*args, "--only", NAME])
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -529,6 +529,13 @@ def training_dlrm_name() -> str:
     return training_dlrm.NAME
 
 
+def main_dlrm_alone(argv: list[str] | None = None) -> int:
+    """The training suite's whole-DLRM-step case alone (benchmarks/training_dlrm.py):
+    ``python3 -m benchmarks training_dlrm --out PREFIX [--fbgemm DIR] [--tools DIR]``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    return main([*args, "--only", training_dlrm_name()])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m benchmarks training_suite", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="output prefix: writes PREFIX.json and PREFIX.txt")

@@ -16,7 +16,7 @@ from typing import Any
 
 from compliance.errors import InputError
 from compliance.schema_validation import validate_document
-from compliance.verify.semantics import Backward, Domain, DtypeCombination, Tables
+from compliance.verify.semantics import Backward, Domain, DtypeCombination, Quantization, Tables
 from compliance.yamlsource import JsonPath, YamlDocument, parse_yaml, read_yaml_text
 
 MANIFEST_NAME = "kernel_manifest.yaml"
@@ -71,6 +71,8 @@ class Semantics:
     """Shapes the kernel supports; verification cases stay inside."""
     dtypes: tuple[DtypeCombination, ...] = ()
     """The supported dtype combinations (empty: weight_dtypes crossed with output_dtypes)."""
+    quantization: Quantization | None = None
+    """A quantized table (None: the table holds weight_dtypes values); see compliance.verify.semantics."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,8 @@ class Manifest:
 def _semantics(data: Mapping[str, Any]) -> Semantics:
     combos = tuple(DtypeCombination.from_mapping(c) for c in data.get("dtypes", ()))
     weights = tuple(dict.fromkeys(c.weight for c in combos)) or tuple(data.get("weight_dtypes", ("float32",)))
+    if "quantization" in data:  # codes, dequantized in float32 (the per-sample weights' dtype too)
+        weights = ("float32",)
     return Semantics(
         op=data["op"], modes=tuple(data.get("modes", ())), layouts=tuple(data.get("layouts", ())),
         weight_dtypes=weights, dtypes=combos,
@@ -169,6 +173,7 @@ def _semantics(data: Mapping[str, Any]) -> Semantics:
         output_shape=data.get("output_shape", "flat"),
         output_dtypes=tuple(data.get("output_dtypes", ())), tables=Tables.from_mapping(data.get("tables")),
         backward=Backward.from_mapping(data.get("backward")), domain=Domain.from_mapping(data.get("domain")),
+        quantization=Quantization.from_mapping(data.get("quantization")),
     )
 
 

@@ -6,6 +6,12 @@ pytest collects, per declared kernel, one ``build`` item and one item per case
 of the same case matrix, seeds, builds and tolerances as ``compliance verify``;
 each kernel still runs in its own subprocess with its time limit, started by
 the first of its items. JUnit XML comes from pytest's own ``--junitxml``.
+
+A kernel this machine cannot run (no torch, no GPU, no NVRTC or Triton runtime) fails its
+items, as ``compliance verify`` exits 4 for it: a CI job that verified nothing must not be
+green. ``--kernels-allow-unverified`` turns those failures into skips that say so. The
+terminal summary and the JUnit XML (testsuite properties ``kernels_verified``,
+``kernels_failed``, ``kernels_not_verified``) say how many kernels were verified.
 """
 
 from __future__ import annotations
@@ -39,6 +45,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="Build directory outside the tree (default: as compliance verify).")
     group.addoption("--kernels-no-large-table", action="store_true",
                     help="Skip the case with a table of more than 2^31 elements.")
+    group.addoption("--kernels-allow-unverified", action="store_true",
+                    help="A kernel this machine cannot run (no torch, no GPU) is skipped, saying so, "
+                         "instead of failing.")
 
 
 class _KernelSession:
@@ -65,14 +74,28 @@ class _KernelSession:
             self.contexts.append(ctx)
             self.options[str(ctx.root)] = opts
         self.seed = seed
+        self.allow_unverified: bool = config.getoption("kernels_allow_unverified")
         self.outcomes: dict[tuple[str, str], KernelOutcome] = {}
+        self.verdicts: dict[tuple[str, str], str] = {}
+        """Per kernel whose items ran: VERIFIED, FAILED or NOT_VERIFIED (a failing item overrides)."""
+
+    def note(self, ctx: CheckContext, dk: DeclaredKernel, verdict: str) -> None:
+        """Record what an item of the kernel found; a failure sticks, whatever its other items say."""
+        key = _kernel_key(ctx, dk)
+        if self.verdicts.get(key) != FAILED:
+            self.verdicts[key] = verdict
+
+    def counts(self) -> dict[str, int]:
+        """Kernels per verdict (every verdict named, zero included)."""
+        found = list(self.verdicts.values())
+        return {verdict: found.count(verdict) for verdict in (VERIFIED, FAILED, NOT_VERIFIED)}
 
     def outcome(self, ctx: CheckContext, dk: DeclaredKernel, cases: list[Case]) -> KernelOutcome:
         """The kernel's outcome, running its subprocess the first time it is asked for."""
         from compliance.verify.build import parse_build
         from compliance.verify.driver import kernel_seed, run_kernel
 
-        key = (str(ctx.root), dk.manifest_path + "::" + dk.kernel.id)
+        key = _kernel_key(ctx, dk)
         if key not in self.outcomes:
             opts = self.options[str(ctx.root)]
             rel_dir = dk.manifest_dir
@@ -82,6 +105,13 @@ class _KernelSession:
             self.outcomes[key] = run_kernel(ctx, dk, spec, cases, kernel_seed(opts.seed, dk.kernel.id), limit,
                                             opts, dk.kernel.id)
         return self.outcomes[key]
+
+
+VERIFIED, FAILED, NOT_VERIFIED = "verified", "failed", "not verified"
+
+
+def _kernel_key(ctx: CheckContext, dk: DeclaredKernel) -> tuple[str, str]:
+    return str(ctx.root), dk.manifest_path + "::" + dk.kernel.id
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -99,6 +129,10 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
 
 class KernelFailure(Exception):
     """A verification problem, shown without a Python traceback."""
+
+
+class NotVerifiedHere(KernelFailure):
+    """The kernel cannot run on this machine: a failure unless --kernels-allow-unverified."""
 
 
 class ManifestFile(pytest.File):
@@ -143,15 +177,37 @@ class KernelItem(pytest.Item):
         self.dk, self.cases, self.index, self.problem = dk, cases, index, problem
 
     def runtest(self) -> None:
+        parent = self.parent
+        assert isinstance(parent, ManifestFile)
+        state = self.config.stash[_STATE]
+        try:
+            self._check(state, parent.ctx)
+        except NotVerifiedHere:
+            state.note(parent.ctx, self.dk, NOT_VERIFIED)
+            raise
+        except KernelFailure:
+            state.note(parent.ctx, self.dk, FAILED)
+            raise
+        except pytest.skip.Exception:
+            state.note(parent.ctx, self.dk, NOT_VERIFIED)
+            raise
+        # The build item alone proves nothing: a kernel counts as verified once a case passed.
+        if self.index is not None:
+            state.note(parent.ctx, self.dk, VERIFIED)
+
+    def _check(self, state: _KernelSession, ctx: CheckContext) -> None:
         if self.problem:
             raise KernelFailure(self.problem)
         from compliance.verify import specs as rules
 
-        parent = self.parent
-        assert isinstance(parent, ManifestFile)
-        outcome = self.config.stash[_STATE].outcome(parent.ctx, self.dk, self.cases)
+        outcome = state.outcome(ctx, self.dk, self.cases)
         if outcome.unavailable:
-            pytest.skip(outcome.unavailable)
+            if state.allow_unverified:
+                pytest.skip(f"not verified here ({outcome.skipped}; --kernels-allow-unverified): "
+                            f"{outcome.unavailable}")
+            raise NotVerifiedHere(f"not verified here: {outcome.unavailable} [{rules.NOT_RUN.id}]\n"
+                                "a run that verifies nothing is no pass; run where the kernel can run, or "
+                                "pass --kernels-allow-unverified to accept it as a skip")
         if self.index is None:
             if outcome.stopped and outcome.stopped[0] in (rules.BUILD_FAILED.id, rules.BUILD_INVALID.id):
                 raise KernelFailure(f"{outcome.stopped[1]} [{outcome.stopped[0]}]\n{outcome.stopped[2]}")
@@ -195,3 +251,40 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             node = ManifestFile.from_parent(session, path=ctx.root / rel)
             node.ctx = ctx
             items.extend(node.collect())
+
+
+def _summary_line(state: _KernelSession) -> str:
+    counts = state.counts()
+    total = sum(counts.values())
+    line = (f"compliance kernels: {counts[VERIFIED]} of {total} kernel(s) verified, {counts[FAILED]} failed, "
+            f"{counts[NOT_VERIFIED]} not verified here")
+    if counts[NOT_VERIFIED]:
+        line += (" (skipped: --kernels-allow-unverified)" if state.allow_unverified
+                 else " (failures; --kernels-allow-unverified accepts them as skips)")
+    return line
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The counts as JUnit testsuite properties (before the junitxml plugin writes its file)."""
+    config = session.config
+    if _STATE not in config.stash:
+        return
+    try:  # pytest's own JUnit writer; its stash key is not public API, so its absence is tolerated
+        from _pytest.junitxml import xml_key
+    except ImportError:
+        return
+    xml = config.stash.get(xml_key, None)
+    if xml is None:
+        return
+    for verdict, count in config.stash[_STATE].counts().items():
+        xml.add_global_property(f"kernels_{verdict.replace(' ', '_')}", str(count))
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if _STATE not in config.stash:
+        return
+    state = config.stash[_STATE]
+    counts = state.counts()
+    markup = {"red": True} if counts[FAILED] else {"yellow": True} if counts[NOT_VERIFIED] else {"green": True}
+    terminalreporter.write_sep("-", _summary_line(state), **markup)

@@ -38,6 +38,7 @@ KERNEL_SOURCES: tuple[str, ...] = (
     "sparse_update.cu",
     "lookup_prepare.cu",
     "radix_sort.cu",
+    "quantized_forward.cu",
 )
 
 __all__ = ["INDEX_CHECK_MODES", "CheckMode", "EmbeddingBag", "Embedding", "EmbeddingIndexError",

@@ -1,11 +1,21 @@
-"""Shared pytest configuration: the ``cuda`` marker skips cleanly without a GPU."""
+"""Shared pytest configuration: the ``cuda`` marker skips cleanly without a GPU; the nvcc sweep's
+selection (tests/kernels/nvcc_sweep.py) is printed in the header and the summary; a run in which
+``cuda`` tests ran on a GPU appends its row to docs/perf/gpu-tests.md."""
 
 from __future__ import annotations
 
+import datetime
 import functools
 import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
+
+# pytester runs pytest in a subprocess on a generated project (the pytest plugin's tests).
+pytest_plugins = ["pytester"]
 
 
 @functools.cache
@@ -28,3 +38,71 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "cuda" in item.keywords and not cuda_available():
             item.add_marker(skip_cuda)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Under ``-m nvcc_sweep``: which variants this run compiles, and the seed that reproduces it."""
+    if "nvcc_sweep" not in str(config.getoption("markexpr", "")):
+        return []
+    from tests.kernels import nvcc_sweep
+
+    return [f"nvcc sweep: NVCC_SWEEP={nvcc_sweep.mode()}, seed {nvcc_sweep.SEED} (NVCC_SWEEP_SEED={nvcc_sweep.SEED} "
+            f"reproduces it), {nvcc_sweep.SAMPLE} sampled per test, cache {nvcc_sweep.cache_dir()}"]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    _record_gpu_run(terminalreporter)
+    sweep = sys.modules.get("tests.kernels.nvcc_sweep")
+    if sweep is not None and sweep.SUMMARY:
+        terminalreporter.section("nvcc sweep: what was compiled")
+        for line in sweep.SUMMARY:
+            terminalreporter.write_line(line)
+
+
+GPU_TEST_LOG = Path(__file__).resolve().parents[1] / "docs" / "perf" / "gpu-tests.md"
+_CUDA_TESTS_RAN: list[str] = []  # node ids of cuda-marked tests whose call phase ran
+_STARTED: list[float] = []
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _STARTED.append(time.monotonic())
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call" and "cuda" in report.keywords:
+        _CUDA_TESTS_RAN.append(report.nodeid)
+
+
+def _result_line(terminalreporter: pytest.TerminalReporter) -> str:
+    counts = {kind: len(terminalreporter.stats.get(kind, [])) for kind in ("failed", "passed", "skipped", "error")}
+    took = time.monotonic() - _STARTED[0] if _STARTED else 0.0
+    parts = [f"{n} {kind}" for kind, n in counts.items() if n]
+    return f"{', '.join(parts) or 'no tests'} in {took:.0f} s"
+
+
+def _commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False,
+                          cwd=GPU_TEST_LOG.parent)
+    return done.stdout.strip() or "not a git checkout"
+
+
+def gpu_test_row(card: str, command: str, result: str, commit: str) -> str:
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M")
+    cells = [when, commit, card, f"`{command}`", result]
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |\n"
+
+
+def _record_gpu_run(terminalreporter: pytest.TerminalReporter) -> None:
+    """Append this run's row to the GPU test log when cuda tests ran on a GPU."""
+    target = os.environ.get("GPU_TEST_LOG", str(GPU_TEST_LOG))
+    if not _CUDA_TESTS_RAN or target == "off" or not cuda_available():
+        return
+    import torch
+
+    count = torch.cuda.device_count()
+    card = torch.cuda.get_device_name(0) + (f" (x{count})" if count > 1 else "")
+    command = "python3 -m pytest " + " ".join(sys.argv[1:])
+    row = gpu_test_row(card, command, _result_line(terminalreporter), _commit())
+    with open(target, "a", encoding="utf-8") as log:
+        log.write(row)
+    terminalreporter.write_line(f"GPU test run recorded in {target}")

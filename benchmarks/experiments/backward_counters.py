@@ -2,7 +2,7 @@
 
     ncu --profile-from-start off --metrics METRICS python3 -m benchmarks backward_counters
 
-(METRICS: the list in benchmarks/results/INDEX.md's row for ncu-backward-sgd.txt.)
+(METRICS: the list in bench-results:benchmarks/results/INDEX.md's row for ncu-backward-sgd.txt.)
 
 Case: suite 3's table (10M x 192 float32, B65536, L32, uniform indices) and the 4M x 128
 B6912 L100 table, SGD fused into the backward (the default path). Three warm-up steps, then

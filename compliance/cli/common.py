@@ -6,12 +6,16 @@ import os
 import stat
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
 from compliance.errors import InputError
 from compliance.report.safetext import encodable
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 SPECIAL_PREFIXES = ("/dev/", "/proc/")
 """Paths written in place, never replaced (``/dev/stdout``, ``/dev/null``, ``/proc/self/fd/N``)."""
@@ -118,11 +122,23 @@ def _write_atomically(output: Path, data: bytes, mode: int | None) -> None:
 
 PATH_ARGUMENT = click.argument(
     "path", type=click.Path(exists=True, file_okay=False, dir_okay=True, path_type=Path))
+RULES_METAVAR = "NAME|FILE"
+"""One spelling for "a shipped rule-set id or a rule file", in every command and argument."""
 RULES_OPTION = click.option(
-    "--rules", "rules", metavar="NAME|FILE",
+    "--rules", "rules", metavar=RULES_METAVAR,
     help="Rule set id (e.g. training/v0.7) or rule file. Default: the rule-set id the manifests "
          "name (`ruleset:`), else the round detected from the tree (the report says why).")
-OUTPUT_OPTION = click.option(
-    "--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the report to FILE (outside the checked tree) instead of stdout; a device or "
-         "FIFO (/dev/stdout, /dev/null) is written in place, a regular file atomically.")
+DIR_TYPE = click.Path(file_okay=False, path_type=Path)
+"""A directory option (a cache, a build directory): shown as DIR in every --help."""
+UPSTREAM_CACHE_HELP = "Cache directory for upstream repositories (default: the user's cache directory)."
+
+
+def output_option(what: str) -> Callable[[F], F]:
+    """``--output/-o FILE``: where ``what`` (``the report``, ``the draft manifest``) is written."""
+    return click.option(
+        "--output", "-o", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+        help=f"Write {what} to FILE (outside the checked tree) instead of stdout; a device or "
+             "FIFO (/dev/stdout, /dev/null) is written in place, a regular file atomically.")
+
+
+OUTPUT_OPTION = output_option("the report")

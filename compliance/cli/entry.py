@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from compliance.cli.common import echo
-from compliance.cli.exits import DEBUG_VARIABLE, EXIT_INTERNAL
+from compliance.cli.exits import DEBUG_VARIABLE, ERROR_PREFIX, EXIT_INTERNAL
 from compliance.report.safetext import one_line
 
 
@@ -23,7 +23,8 @@ def main() -> None:
     except Exception as exc:
         if os.environ.get(DEBUG_VARIABLE) == "1":
             raise
-        echo(f"internal error while loading the command line: {type(exc).__name__}: {one_line(str(exc))[:300]}; "
+        echo(f"{ERROR_PREFIX}internal error while loading the command line: {type(exc).__name__}: "
+             f"{one_line(str(exc))[:300]}; "
              f"this is a bug in compliance, not a verdict on the input (set {DEBUG_VARIABLE}=1 for the traceback)",
              err=True)
         raise SystemExit(EXIT_INTERNAL) from exc

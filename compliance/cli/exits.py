@@ -3,6 +3,8 @@
 Commands raise ``InputError`` for bad input; ``reports_input_errors`` turns it into a message on
 stderr and exit code 2, and any other exception into a one-line message naming the command's
 input and where the tool failed, with exit code 3 (no traceback unless ``COMPLIANCE_DEBUG=1``).
+Every message starts ``Error:``, as Click's own usage errors do. ``exit_codes_epilog`` writes the
+exit-code paragraph that closes each command's ``--help``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,22 @@ EXIT_OUTPUT_CLOSED = 141
 DEBUG_VARIABLE = "COMPLIANCE_DEBUG"
 """Set to 1 to get the traceback of an internal error instead of the one-line message."""
 
+ERROR_PREFIX = "Error: "
+"""How every error message starts (Click's spelling for usage errors, so there is one style)."""
+
 F = TypeVar("F", bound=Callable[..., Any])
+
+_EVERY_COMMAND = {EXIT_INPUT: "usage or input error",
+                  EXIT_INTERNAL: "internal error (a bug in this tool, never a verdict)",
+                  EXIT_OUTPUT_CLOSED: "standard output closed by its reader"}
+"""What every command may return besides its own codes."""
+
+
+def exit_codes_epilog(meanings: dict[int, str]) -> str:
+    """The ``Exit codes: 0 ..., 1 ...`` paragraph of a command's help: its own codes, then those
+    every command shares (2, 3, 141)."""
+    codes = {**meanings, **_EVERY_COMMAND}
+    return "Exit codes: " + "; ".join(f"{code} {codes[code]}" for code in sorted(codes)) + "."
 
 
 def reports_input_errors(func: F) -> F:
@@ -39,7 +56,7 @@ def reports_input_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except InputError as exc:
-            echo(f"error: {exc}", err=True)
+            echo(f"{ERROR_PREFIX}{exc}", err=True)
             raise SystemExit(EXIT_INPUT) from exc
         except BrokenPipeError as exc:
             raise SystemExit(output_closed()) from exc
@@ -68,11 +85,11 @@ def output_closed() -> int:
 
 
 def internal_error_message(exc: BaseException, arguments: dict[str, Any]) -> str:
-    """``internal error checking <path>: <type>: <message> (at <file>:<line>)``."""
+    """``Error: internal error while processing <path>: <type>: <message> (at <file>:<line>)``."""
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
     subject = next((str(arguments[k]) for k in ("path", "name", "files", "old") if arguments.get(k)), "")
     about = f" while processing {subject}" if subject else ""
     text = one_line(str(exc))[:300]
-    return (f"internal error{about}: {type(exc).__name__}: {text}{where}; this is a bug in compliance, "
+    return (f"{ERROR_PREFIX}internal error{about}: {type(exc).__name__}: {text}{where}; this is a bug in compliance, "
             f"not a verdict on the input (set {DEBUG_VARIABLE}=1 for the traceback)")

@@ -7,17 +7,18 @@ from pathlib import Path
 
 import click
 
-from compliance.cli.common import OUTPUT_OPTION, PATH_ARGUMENT, RULES_OPTION, emit, operator_rules_dirs
-from compliance.cli.exits import reports_input_errors
+from compliance.cli.common import PATH_ARGUMENT, RULES_OPTION, emit, operator_rules_dirs, output_option
+from compliance.cli.exits import EXIT_OK, exit_codes_epilog, reports_input_errors
 from compliance.engine import build_context
 from compliance.inventory_report import inventory_dict, inventory_text
 
 
-@click.command("inventory")
+@click.command("inventory", epilog=exit_codes_epilog({EXIT_OK: "the inventory was printed or written"}))
 @PATH_ARGUMENT
 @RULES_OPTION
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@OUTPUT_OPTION
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="Output format.")
+@output_option("the inventory")
 @reports_input_errors
 def inventory_command(path: Path, rules: str | None, fmt: str, output: Path | None) -> None:
     """List native kernel code, binaries, manifests, vendored trees and links under PATH."""

@@ -11,25 +11,35 @@ from pathlib import Path
 
 import click
 
-from compliance.cli.common import OUTPUT_OPTION, PATH_ARGUMENT, RULES_OPTION, emit, operator_rules_dirs
-from compliance.cli.exits import reports_input_errors
+from compliance.cli.common import (
+    DIR_TYPE,
+    PATH_ARGUMENT,
+    RULES_OPTION,
+    UPSTREAM_CACHE_HELP,
+    echo,
+    emit,
+    operator_rules_dirs,
+    output_option,
+)
+from compliance.cli.exits import EXIT_OK, exit_codes_epilog, reports_input_errors
 from compliance.draft import draft_manifest, render_draft, tree_identifier
 from compliance.ruleset import DEFAULT_RULESET, load_ruleset
 
+_EXITS = exit_codes_epilog({EXIT_OK: "the draft was printed or written"})
 
-@click.group("manifest")
+
+@click.group("manifest", epilog=_EXITS)
 def manifest() -> None:
     """Draft kernel manifests."""
 
 
-@manifest.command("draft", short_help="A draft kernel_manifest.yaml for an implementation.")
+@manifest.command("draft", short_help="A draft kernel_manifest.yaml for an implementation.", epilog=_EXITS)
 @PATH_ARGUMENT
 @RULES_OPTION
-@OUTPUT_OPTION
+@output_option("the draft kernel_manifest.yaml (YAML, FILL-IN values to replace)")
 @click.option("--identify", is_flag=True, help="Fill each catalogued vendored tree's commit with the one "
               "`compliance vendored identify` finds (fetches the upstream unless --offline).")
-@click.option("--upstream-cache", type=click.Path(file_okay=False, path_type=Path),
-              help="With --identify: cache directory for upstream repositories.")
+@click.option("--upstream-cache", type=DIR_TYPE, metavar="DIR", help="With --identify: " + UPSTREAM_CACHE_HELP)
 @click.option("--offline", is_flag=True, help="With --identify: use only what the cache holds.")
 @reports_input_errors
 def draft_command(path: Path, rules: str | None, output: Path | None, identify: bool,
@@ -49,5 +59,5 @@ def draft_command(path: Path, rules: str | None, output: Path | None, identify: 
     draft = draft_manifest(path, load_ruleset(rules or DEFAULT_RULESET, operator_rules_dirs()), identifier)
     emit(render_draft(draft), output, checked_root=path)
     if output is not None:
-        click.echo(f"draft written to {output}: {len(draft.kernels)} kernel(s), "
+        echo(f"draft written to {output}: {len(draft.kernels)} kernel(s), "
                    f"{len(draft.vendored)} vendored tree(s); fill in the FILL-IN values", err=True)

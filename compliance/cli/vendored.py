@@ -15,8 +15,8 @@ from pathlib import Path
 
 import click
 
-from compliance.cli.common import echo
-from compliance.cli.exits import EXIT_FINDINGS, EXIT_OK, reports_input_errors
+from compliance.cli.common import DIR_TYPE, UPSTREAM_CACHE_HELP, echo
+from compliance.cli.exits import EXIT_FINDINGS, EXIT_OK, exit_codes_epilog, reports_input_errors
 from compliance.errors import InputError
 from compliance.report.safetext import one_line
 from compliance.vendored_trees import load_catalogue
@@ -25,35 +25,38 @@ FORMAT_OPTION = click.option("--format", "fmt", type=click.Choice(["text", "json
                              show_default=True, help="Output format.")
 
 
-@click.group("vendored")
+@click.group("vendored", epilog=exit_codes_epilog({
+    EXIT_OK: "success (identify: a commit was identified)", EXIT_FINDINGS: "identify: no commit matches"}))
 def vendored() -> None:
     """Upstream projects that submissions copy, and which commit a copy is."""
 
 
-@vendored.command("catalogue", short_help="The catalogued upstream projects and their signatures.")
+@vendored.command("catalogue", short_help="The catalogued upstream projects and their signatures.",
+                  epilog=exit_codes_epilog({EXIT_OK: "the catalogue was printed"}))
 @FORMAT_OPTION
 @reports_input_errors
 def catalogue_command(fmt: str) -> None:
     """The projects recognised by their signature files (compliance/catalogue/vendored.yaml)."""
     entries = load_catalogue()
     if fmt == "json":
-        click.echo(json.dumps([{"id": e.id, "name": e.name, "repository": e.repository,
+        echo(json.dumps([{"id": e.id, "name": e.name, "repository": e.repository,
                                 "signature": list(e.signature), "min_match": e.min_match} for e in entries],
                               indent=2))
         return
     for e in entries:
         need = "" if e.min_match == len(e.signature) else f" ({e.min_match} of them)"
-        click.echo(f"{e.id:<20} {e.name:<20} {e.repository}\n{'':<20} signature: {', '.join(e.signature)}{need}")
+        echo(f"{e.id:<20} {e.name:<20} {e.repository}\n{'':<20} signature: {', '.join(e.signature)}{need}")
 
 
-@vendored.command("identify", short_help="The upstream commit a copied tree is (or is closest to).")
+@vendored.command("identify", short_help="The upstream commit a copied tree is (or is closest to).",
+                  epilog=exit_codes_epilog({EXIT_OK: "a commit was identified (identical or closest)",
+                                            EXIT_FINDINGS: "no commit of the repository shares a file with the copy"}))
 @click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--repository", metavar="URL", help="Upstream repository (default: the catalogued project "
               "whose signature PATH holds).")
-@click.option("--upstream-path", metavar="DIR", help="Directory of the repository that PATH mirrors "
+@click.option("--upstream-path", metavar="REPO_DIR", help="Directory of the repository that PATH mirrors "
               "(default: guessed from where the copy's files live upstream).")
-@click.option("--upstream-cache", type=click.Path(file_okay=False, path_type=Path),
-              help="Cache directory for upstream repositories (default: the user's cache directory).")
+@click.option("--upstream-cache", type=DIR_TYPE, metavar="DIR", help=UPSTREAM_CACHE_HELP)
 @click.option("--offline", is_flag=True, help="Use only what the cache holds; never fetch.")
 @FORMAT_OPTION
 @reports_input_errors

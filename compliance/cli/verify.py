@@ -6,8 +6,16 @@ from pathlib import Path
 
 import click
 
-from compliance.cli.common import OUTPUT_OPTION, PATH_ARGUMENT, RULES_OPTION, echo, emit, operator_rules_dirs
-from compliance.cli.exits import EXIT_NOT_VERIFIED, reports_input_errors
+from compliance.cli.common import (
+    DIR_TYPE,
+    OUTPUT_OPTION,
+    PATH_ARGUMENT,
+    RULES_OPTION,
+    echo,
+    emit,
+    operator_rules_dirs,
+)
+from compliance.cli.exits import EXIT_FINDINGS, EXIT_NOT_VERIFIED, EXIT_OK, exit_codes_epilog, reports_input_errors
 from compliance.engine import build_context, report_for
 from compliance.findings import Severity
 from compliance.model import CheckReport
@@ -17,16 +25,20 @@ from compliance.verify.options import VerifyOptions
 from compliance.verify.specs import NOT_RUN
 
 
-@click.command("verify")
+@click.command("verify", epilog=exit_codes_epilog({
+    EXIT_OK: "every selected kernel verified (warnings allowed)",
+    EXIT_FINDINGS: "error-level findings (a kernel failed)",
+    EXIT_NOT_VERIFIED: "not verified: a kernel could not run here (no torch, no GPU) and nothing failed; "
+                       "--allow-unverified accepts that"}))
 @PATH_ARGUMENT
 @RULES_OPTION
 @click.option("--kernel", "kernels", multiple=True, metavar="ID",
               help="Verify only this kernel id (repeatable). Default: every declared kernel.")
-@click.option("--seed", type=int, help="Seed for the generated inputs (default: a fresh one, printed).")
+@click.option("--seed", type=int, metavar="N", help="Seed for the generated inputs (default: a fresh one, printed).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="Report format.")
 @OUTPUT_OPTION
-@click.option("--build-dir", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--build-dir", type=DIR_TYPE, metavar="DIR",
               help="Where builds go (outside the tree). Default: $COMPLIANCE_BUILD_DIR or "
                    "~/.cache/mlperf-compliance/verify.")
 @click.option("--time-limit", "time_limit", type=click.IntRange(1, 36000), metavar="SECONDS",
@@ -47,9 +59,7 @@ def verify_command(path: Path, rules: str | None, kernels: tuple[str, ...], seed
 
     Each kernel runs in its own subprocess with a time limit, on fresh random inputs from a
     printed seed, twice per case; the inputs, the reference and the verdict are computed in
-    this process, never in the kernel's. Exit codes: 0 every kernel verified (warnings
-    allowed), 1 error-level findings, 2 usage or input errors, 3 internal error, 4 not
-    verified (a kernel could not run here: no torch, no GPU; --allow-unverified accepts that).
+    this process, never in the kernel's.
     """
     options = VerifyOptions(seed=seed, build_dir=build_dir, kernels=kernels, build_timeout_s=build_time_limit,
                             time_limit_s=time_limit, large=not no_large_table, allow_unverified=allow_unverified,

@@ -56,9 +56,10 @@ def removed_entries(ruleset: RuleSet) -> dict[str, str]:
 
 
 def requires_text(entry: AllowlistEntry) -> str:
-    """``source; upstream link; numerical verification against ...`` for an entry."""
-    parts = ["source" if entry.requires_source else "no source"]
-    parts.append("upstream link" if entry.requires_upstream else "no upstream link")
+    """``source; upstream link; numerical verification against ...`` for an entry; what the entry
+    does not require is named as ``not required`` (never ``no ...``, which reads as forbidden)."""
+    parts = ["source" if entry.requires_source else "source not required"]
+    parts.append("upstream link" if entry.requires_upstream else "upstream link not required")
     if entry.verification is not None:
         parts.append("numerical verification against "
                      + ", ".join(entry.verification.reference_ops))

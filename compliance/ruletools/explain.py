@@ -3,13 +3,20 @@
 :func:`render_markdown` is the single renderer of a check's documentation:
 ``rules explain`` prints it, and :mod:`compliance.ruletools.reference` joins
 it for every registered check into ``docs/rule-reference.md``, so the two
-cannot drift (a test regenerates the reference and compares).
+cannot drift (a test regenerates the reference and compares). :func:`render_terminal`
+is what ``rules explain`` prints by default: the same parts as plain text (no Markdown
+markup), or, for a terminal, styled (bold headings, code in colour). :func:`ids_text`
+and :func:`ids_json` list every rule id with its one-line summary (``rules ids``).
 """
 
 from __future__ import annotations
 
 import difflib
+import re
+import textwrap
 from typing import Any
+
+import click
 
 from compliance.checks.interface import CheckSpec, OptionSpec
 from compliance.checks.registry import all_specs, spec_for
@@ -70,3 +77,59 @@ def to_json(spec: CheckSpec) -> dict[str, Any]:
             "hint": spec.hint, "passing": spec.passing, "failing": spec.failing,
             "options": [{"name": o.name, "type": o.type.__name__, "default": o.default,
                          "doc": o.doc} for o in spec.options]}
+
+
+_CODE_SPAN = re.compile(r"`([^`]+)`")
+
+
+def _styled_code(text: str, styled: bool) -> str:
+    """Inline code: kept in backticks as plain text, shown in colour (no backticks) when styled."""
+    if not styled:
+        return text
+    return _CODE_SPAN.sub(lambda m: click.style(m.group(1), fg="cyan"), text)
+
+
+def _paragraph(text: str, width: int, styled: bool, indent: str = "") -> list[str]:
+    # Wrapped before styling (escape sequences have no width), with each code span kept on one line
+    # (its spaces made non-breaking while wrapping: textwrap breaks at ASCII whitespace only).
+    joined = _CODE_SPAN.sub(lambda m: m.group().replace(" ", "\xa0"), " ".join(text.split()))
+    wrapped = textwrap.fill(joined, width=width, initial_indent=indent, subsequent_indent=indent,
+                            break_on_hyphens=False, break_long_words=False)
+    return [_styled_code(line.replace("\xa0", " "), styled) for line in wrapped.splitlines()]
+
+
+def render_terminal(spec: CheckSpec, styled: bool = False, width: int = 88) -> str:
+    """The documentation of one check for a terminal: what :func:`render_markdown` says, as plain
+    text (``styled`` False: for pipes and files) or with bold headings and coloured code."""
+    def heading(text: str) -> str:
+        return click.style(text, bold=True) if styled else text
+
+    stage = STAGES.get(spec.stage, spec.stage).strip("`")
+    lines = [heading(f"{spec.id}: {spec.title}"), f"default level: {spec.default_level}; run by {stage}", ""]
+    lines += _paragraph(spec.doc, width, styled) + [""]
+    lines += [heading("How to fix:")] + _paragraph(spec.hint, width, styled, "  ") + [""]
+    for title, example in (("Passes:", spec.passing), ("Fails:", spec.failing)):
+        lines += [heading(title)] + [f"  {line}" for line in example.rstrip("\n").splitlines()] + [""]
+    configure = (f"Configure it in a rule set under `checks: {{{spec.id}: {{level: ...}}}}` "
+                 "(level: error, warning, info or off)" + (", with these options:" if spec.options else "."))
+    lines += _paragraph(configure, width, styled)
+    if spec.options:
+        rows = [("option", "type", "default", "what it changes")]
+        rows += [(o.name, o.type.__name__, repr(o.default), " ".join(o.doc.split())) for o in spec.options]
+        widths = [max(len(row[i]) for row in rows) for i in range(3)]
+        lines += [f"  {r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def ids_text() -> str:
+    """Every registered rule id, its default level and its one-line summary, one per line."""
+    specs = all_specs()
+    width = max(len(s.id) for s in specs)
+    return "".join(f"{s.id:<{width}}  {s.default_level:<7}  {s.title}\n" for s in specs)
+
+
+def ids_json() -> dict[str, Any]:
+    """The JSON document of ``rules ids --format json``."""
+    return {"schema_version": JSON_SCHEMA_VERSION,
+            "rules": [{"id": s.id, "title": s.title, "default_level": s.default_level, "stage": s.stage}
+                      for s in all_specs()]}

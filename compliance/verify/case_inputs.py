@@ -14,7 +14,8 @@ import torch
 from compliance.verify.cases import Case
 
 DTYPES: Mapping[str, torch.dtype] = {"float32": torch.float32, "float16": torch.float16,
-                                     "bfloat16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64}
+                                     "bfloat16": torch.bfloat16, "int8": torch.int8, "int32": torch.int32,
+                                     "int64": torch.int64}
 
 
 @dataclass
@@ -43,6 +44,9 @@ class CaseInputs:
     """The output of summing in the 16-bit dtype (diagnosis of verify-mismatch), else None."""
     expected: dict[str, Any] = field(default_factory=dict)
     """Backward: what the in-place comparison needs (compliance.verify.backward)."""
+    dequantize: torch.Tensor | None = None
+    """Quantized (int8) output: the factor that turns each output code into its value (1 / the inverse
+    output scale of its table); ``reference`` and ``bound`` are values. None: a float output."""
 
 
 def table_of_lookup(case: Case) -> torch.Tensor:
@@ -62,3 +66,9 @@ def absolute_rows(case: Case, indices: torch.Tensor) -> torch.Tensor:
     if case.absolute_indices or case.num_tables == 1:
         return flat
     return flat + torch.tensor(case.row_offsets, dtype=torch.int64)[table_of_lookup(case)]
+
+
+def table_of_row(case: Case) -> torch.Tensor:
+    """The table (0..T-1) of every row of the stacked buffer."""
+    sizes = torch.tensor(case.table_rows or (case.num_embeddings,))
+    return torch.repeat_interleave(torch.arange(sizes.numel()), sizes)

@@ -20,13 +20,14 @@ rounded up to its multiple, the largest table it admits), never run outside it.
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from compliance.manifest import Semantics
 from compliance.verify.build import BuildError
-from compliance.verify.semantics import Domain
+from compliance.verify.semantics import Domain, Quantization
 from compliance.verify.vocabulary import ELEM_SIZE, MODE_CODES, WEIGHT_CODES
 
 DIMS = (1, 3, 4, 5, 127, 128, 129, 256)
@@ -99,6 +100,14 @@ class Case:
     """rowwise_adagrad: the epsilon (a float32 number)."""
     grad_weight_dtype: str = ""
     """Backward: dtype of the returned weight gradient; empty: the output's (that of grad_out)."""
+    quantization: Quantization | None = None
+    """A quantized table (the weight holds codes; ``weight_dtype`` is then float32, the precision they are
+    dequantized to); None: a float table."""
+    scales: tuple[float, ...] = ()
+    """Quantized table-wise: each table's scale (float32 numbers with a 15-bit significand, so that an
+    int8 or fp8 code times its scale is exact in float32)."""
+    output_scales: tuple[float, ...] = ()
+    """Quantized int8 output: each table's inverse output scale (float32 numbers)."""
 
     @property
     def out_dtype(self) -> str:
@@ -140,6 +149,18 @@ class Case:
             return 0
         return self.num_bags + (1 if self.include_last_offset else 0)
 
+    @property
+    def row_bytes(self) -> int:
+        """Bytes per row of the weight the kernel gets."""
+        q = self.quantization
+        if q is None:
+            return self.dim * ELEM_SIZE[self.weight_dtype]
+        if q.scales_in != "row":
+            return self.dim
+        codes = -(-self.dim // 2) if q.weight == "int4" else self.dim
+        raw = 2 + 2 * q.bias + codes  # fp16 scale (and bias), then the codes: FBGEMM's fused row
+        return -(-raw // q.row_alignment) * q.row_alignment
+
     def scalars(self) -> dict[str, int]:
         """The integer vocabulary for this case (see ``vocabulary.SCALARS``)."""
         return {
@@ -149,19 +170,24 @@ class Case:
             "mode": MODE_CODES.get(self.mode, 0), "include_last_offset": int(self.include_last_offset),
             "has_per_sample_weights": int(self.per_sample_weights), "csr": int(self.layout == "csr"),
             "weight_dtype": WEIGHT_CODES[self.weight_dtype],
-            "weight_elem_size": ELEM_SIZE[self.weight_dtype], "index_elem_size": ELEM_SIZE[self.index_dtype],
+            "weight_elem_size": ELEM_SIZE[self.weight_dtype] if self.quantization is None else 1,
+            "index_elem_size": ELEM_SIZE[self.index_dtype],
             "output_dtype": WEIGHT_CODES[self.out_dtype], "output_elem_size": ELEM_SIZE[self.out_dtype],
             "num_tables": self.num_tables, "batch_size": self.batch_size, "total_rows": self.num_embeddings,
+            "row_bytes": self.row_bytes,
         }
 
     def floats(self) -> dict[str, float]:
         """The floating-point vocabulary (``vocabulary.FLOAT_SCALARS``)."""
-        return {"learning_rate": self.learning_rate, "eps": self.eps}
+        return {"learning_rate": self.learning_rate, "eps": self.eps,
+                "weight_scale": self.scales[0] if self.scales else 0.0,
+                "output_inverse_scale": self.output_scales[0] if self.output_scales else 0.0}
 
     def selectors(self) -> dict[str, str]:
         """The case variables ``defines`` may select on."""
         return {"weight_dtype": self.weight_dtype, "index_dtype": self.index_dtype,
-                "mode": self.mode or "sum", "layout": self.layout, "output_dtype": self.out_dtype}
+                "mode": self.mode or "sum", "layout": self.layout, "output_dtype": self.out_dtype,
+                "weight_format": self.weight_dtype if self.quantization is None else self.quantization.weight}
 
     def describe(self) -> str:
         """One line for progress output and findings."""
@@ -182,6 +208,8 @@ class Case:
             extras.append(f"grad_weight={self.grad_weight_dtype}")
         if self.backward:
             extras.append(self.backward + (f" lr={self.learning_rate}" if self.learning_rate else ""))
+        if self.quantization is not None:
+            extras.append(f"quantized {self.quantization.label} scales in {self.quantization.scales_in}")
         return f"{self.id}: N={self.num_embeddings} D={self.dim} {shape}" + "".join(f" {e}" for e in extras)
 
     def to_json(self) -> dict[str, Any]:
@@ -191,8 +219,11 @@ class Case:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Case:
         """Inverse of ``to_json``."""
+        quantization = data.get("quantization")
         return cls(**{**data, "bag_lengths": tuple(data["bag_lengths"]), "tags": tuple(data["tags"]),
-                      "table_rows": tuple(data.get("table_rows", ()))})
+                      "table_rows": tuple(data.get("table_rows", ())),
+                      "quantization": None if quantization is None else Quantization(**quantization),
+                      "scales": tuple(data.get("scales", ())), "output_scales": tuple(data.get("output_scales", ()))})
 
 
 def _csr_lengths(rng: random.Random, bags: int, mean: int) -> tuple[int, ...]:
@@ -239,6 +270,8 @@ class _Builder:
         case = _into_domain(case, self.domain, self.rng)
         if self.sem.backward is not None:
             case = self._backward(case)
+        if self.sem.quantization is not None:
+            case = self._quantized(case, self.sem.quantization)
         ids = {c.id for c in self.cases}
         unique, n = case.id, 2
         while unique in ids:
@@ -270,6 +303,18 @@ class _Builder:
         eps = 2.0**-20 if back.kind == "rowwise_adagrad" else 0.0
         return replace(case, id=f"{back.label}-{case.id}", backward=back.label, learning_rate=rate, eps=eps)
 
+    def _quantized(self, case: Case, q: Quantization) -> Case:
+        """The case on a quantized table: its scales (table-wise) and inverse output scales (int8 output),
+        drawn here so that a kernel may take them as scalar arguments."""
+        scales = tuple(_short_float(self.rng, 2.0**-10, 2.0**-4) for _ in range(case.num_tables)) \
+            if q.scale == "table" else ()
+        outputs: tuple[float, ...] = ()
+        if q.output == "int8":
+            outputs = tuple(_inverse_output_scale(self.rng, case, scales[t] if scales else 2.0**-6)
+                            for t in range(case.num_tables))
+        name = f"{q.label}-{case.id}".replace("-float32-", "-", 1)  # the codes are dequantized in float32
+        return replace(case, id=name, quantization=q, scales=scales, output_scales=outputs)
+
     def bag(self, mode: str, layout: str, wd: str, idt: str, dim: int, *, bags: int | None = None,
             mean_len: int | None = None, lengths: tuple[int, ...] | None = None, tag: str = "",
             od: str = "", **flags: Any) -> Case:
@@ -288,6 +333,22 @@ class _Builder:
                     num_embeddings=self.rng.randint(40, 1000), dim=dim, num_bags=bags, pooling=pooling,
                     bag_lengths=lengths, include_last_offset=bool(ilo and layout == "csr"),
                     tags=(tag,) if tag else (), output_dtype=od, grad_weight_dtype=gd, **flags)
+
+
+def _short_float(rng: random.Random, low: float, high: float) -> float:
+    """A float32 number in [low, high) with a 15-bit significand: its product with an 8-bit code is
+    exact in float32."""
+    value = 2.0 ** rng.uniform(math.log2(low), math.log2(high))
+    step = 2.0 ** (math.floor(math.log2(value)) - 14)
+    return float(round(value / step) * step)
+
+
+def _inverse_output_scale(rng: random.Random, case: Case, scale: float) -> float:
+    """An inverse output scale that puts a typical pooled value (codes of about 73 in magnitude) near
+    60 codes, so that a few per cent saturate: both the rounding and the saturation are exercised."""
+    lookups = max(1, case.pooling or round(sum(case.bag_lengths) / max(1, len(case.bag_lengths))))
+    typical = 73 * scale * (math.sqrt(lookups) if case.mode == "sum" else 1 / math.sqrt(lookups))
+    return _short_float(rng, 30 / typical, 60 / typical)
 
 
 def _nearest(values: tuple[int, ...], value: int) -> int:
@@ -374,7 +435,7 @@ def embedding_bag_cases(sem: Semantics, seed: int, large: bool = True) -> list[C
         if sem.per_sample_weights and "sum" in modes:
             for wd in sem.weight_dtypes:
                 b.add(b.bag("sum", layout, wd, idt0, 37, per_sample_weights=True, tag="psw"))
-    if large and sem.backward is None:
+    if large and sem.backward is None and sem.quantization is None:
         b.add(_large_case(b, "embedding_bag", modes[0], layouts[0]))
     return b.cases
 
@@ -403,7 +464,7 @@ def embedding_cases(sem: Semantics, seed: int, large: bool = True) -> list[Case]
         b.add(gather(wd0, idt0, dim, tag="dims"))
     b.add(gather(wd0, idt0, 64, tag="one-index", bags=1, pooling=1))
     b.add(gather(wd0, idt0, 16, tag="duplicates", duplicates=True))
-    if large and sem.backward is None:
+    if large and sem.backward is None and sem.quantization is None:
         b.add(_large_case(b, "embedding", "", layout))
     return b.cases
 
@@ -425,6 +486,9 @@ def _large_case(b: _Builder, op: str, mode: str, layout: str) -> Case:
 def dtype_combinations(sem: Semantics) -> tuple[tuple[str, str, str], ...]:
     """(weight, output, returned gradient) dtypes to verify: the declared combinations, else every weight
     dtype with every output dtype (empty output or gradient dtype: the table's, the output's)."""
+    if sem.quantization is not None:  # codes dequantized in float32; the outputs declared, or int8 codes
+        outputs = ("int8",) if sem.quantization.output else sem.output_dtypes or ("float32",)
+        return tuple(("float32", o, "") for o in outputs)
     if sem.dtypes:
         return tuple((c.weight, c.output, c.grad_weight) for c in sem.dtypes)
     return tuple((w, o, "") for w in sem.weight_dtypes for o in sem.output_dtypes or ("",))
@@ -433,6 +497,12 @@ def dtype_combinations(sem: Semantics) -> tuple[tuple[str, str, str], ...]:
 def domain_problems(sem: Semantics) -> list[str]:
     """Why the declared domain admits no case (empty: it admits some)."""
     problems = sem.domain.problems()
+    if sem.quantization is not None:
+        problems += sem.quantization.problems()
+        if sem.backward is not None:
+            problems.append("semantics.quantization: a quantized table has no declared backward (inference)")
+        if sem.quantization.scales_in == "argument" and sem.tables is not None:
+            problems.append("semantics.quantization: scales_in argument passes one scale, for one table")
     if sem.tables is None and sem.domain.tables != type(sem.domain.tables)():
         problems.append("semantics.domain.tables: the kernel is not table-batched (no semantics.tables)")
     if sem.backward is not None and sem.op == "embedding_bag" and sem.modes and set(sem.modes) == {"max"}:

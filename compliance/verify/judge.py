@@ -67,7 +67,8 @@ def case_bound(case: Case, bounds: Mapping[str, Bound]) -> Bound:
     rounding is into it)."""
     if fused(case):
         return bounds[case.weight_dtype]
-    return bounds[min((case.weight_dtype, case.out_dtype, case.grad_dtype), key=lambda d: ELEM_SIZE[d])]
+    floats = [d for d in (case.weight_dtype, case.out_dtype, case.grad_dtype) if d in bounds]  # not int8 codes
+    return bounds[min(floats, key=lambda d: ELEM_SIZE[d])]
 
 
 @dataclass
@@ -92,16 +93,29 @@ def prepare(case: Case, bound: Bound, returns_output: bool) -> Prepared:
     cpu = torch.device("cpu")
     sent: dict[str, Guarded] = {"indices": guarded(inputs.indices, oob, cpu)}
     if not case.large:
-        sent["weight"] = guarded(inputs.weight, math.nan, cpu)
+        sent["weight"] = guarded(inputs.weight, guard_fill(inputs.weight, oob), cpu)
     if inputs.offsets is not None:
         sent["offsets"] = guarded(inputs.offsets, oob, cpu)
     if inputs.psw is not None:
         sent["per_sample_weights"] = guarded(inputs.psw, math.nan, cpu)
     for name, tensor in inputs.extra.items():
-        sent[name] = guarded(tensor, math.nan if tensor.is_floating_point() else oob, cpu)
+        sent[name] = guarded(tensor, guard_fill(tensor, oob), cpu)
     if not (returns_output or fused(case)):
         sent["out"] = guarded_output(inputs.out_shape, DTYPES[case.out_dtype], cpu)
     return Prepared(case, inputs, sent, inputs.rows if case.large else None)
+
+
+def guard_fill(tensor: torch.Tensor, index_fill: int) -> float:
+    """What a buffer's guard bands hold: NaN around floats, ``index_fill`` (an index no table has) around
+    indices; around quantized codes the byte 0x80 (int8 -128, a code the cases never use; fp8 -0) or 0xFF
+    (uint8: an fp16 scale or bias of 0xFFFF in a fused row is NaN)."""
+    if tensor.is_floating_point():
+        return math.nan
+    if tensor.dtype == torch.int8:
+        return -128
+    if tensor.dtype == torch.uint8:
+        return 255
+    return index_fill
 
 
 def write_inputs(prepared: Prepared, path: Path) -> None:
@@ -175,7 +189,8 @@ def _judge_run(prepared: Prepared, result: dict[str, Any] | str) -> tuple[Any, l
         problems = []
         output = received["out"].view if "out" in received else _returned(case, inputs, result, problems)
         if output is not None:
-            judged = _bytes(output), compare(output, inputs.reference, inputs.bound, prefilled="out" in received)
+            judged = _bytes(output), compare(output, inputs.reference, inputs.bound, prefilled="out" in received,
+                                             dequantize=inputs.dequantize)
     problems += _inputs_intact(prepared, received, result)
     if judged is None:
         return None, problems

@@ -11,7 +11,10 @@ layouts and dtypes it may declare (docs/verification.md, "Semantics"):
   sparse) or a fused in-place optimizer update (SGD, row-wise Adagrad);
 * ``dtypes``: the supported combinations of table, output, incoming and returned
   gradient dtypes, when crossing ``weight_dtypes`` with ``output_dtypes`` says too much;
-* ``domain``: the shapes the kernel supports; cases are generated only inside it.
+* ``domain``: the shapes the kernel supports; cases are generated only inside it;
+* ``quantization``: the table holds quantized codes (int8, int4, fp8 e4m3) with a row-wise or
+  table-wise scale, kept in the row, in a tensor or in a scalar argument; the output may be
+  int8 codes again (requantized with each table's inverse output scale).
 
 The manifest schema guarantees the shape of the mapping; ``from_mapping``
 helpers turn it into frozen records.
@@ -228,3 +231,60 @@ class Domain:
                    batch_multiple=int(data.get("batch_multiple", 1)),
                    tables=Span.from_value(data.get("tables", {})),
                    max_rows=data.get("max_rows"))
+
+
+QUANTIZED_FORMATS = ("int8", "int4", "fp8_e4m3")
+"""Code formats of a quantized table."""
+SCALE_SCHEMES = ("row", "table")
+"""Row-wise (a scale, and a bias where declared, per row) or table-wise (one scale per table)."""
+SCALE_PLACES = ("row", "tensor", "argument")
+"""Where the scales live: in the row's bytes (FBGEMM's fused row), a separate tensor, a scalar argument."""
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """A quantized table (docs/verification.md, "Quantized tables"): codes, their scale scheme and
+    where the scales live, and whether the output is quantized too."""
+
+    weight: str
+    """``int8``, ``int4`` or ``fp8_e4m3``: the codes."""
+    scale: str
+    """``row`` (per row) or ``table`` (one per table)."""
+    bias: bool = False
+    """Row-wise only: a bias per row beside the scale (FBGEMM's scale + bias): value = code * scale + bias."""
+    scales_in: str = "tensor"
+    """``row``: in each row's bytes, FBGEMM's fused row (fp16 scale, fp16 bias, then the codes);
+    ``tensor``: ``weight_scales``; ``argument``: the scalar ``weight_scale`` (one table)."""
+    output: str = ""
+    """``int8``: the output is int8 codes, round(pooled * inverse output scale) saturated to [-128, 127],
+    with each table's inverse scale in ``output_inverse_scales`` (or the argument
+    ``output_inverse_scale``, with ``scales_in: argument``); empty: a float output."""
+    row_alignment: int = 1
+    """``scales_in: row``: every row's bytes are padded to a multiple of this (FBGEMM's row_alignment)."""
+
+    @property
+    def label(self) -> str:
+        """Short name for case ids: ``int8-table``, ``int4-row+bias``."""
+        return f"{self.weight}-{self.scale}" + ("+bias" if self.bias else "")
+
+    def problems(self) -> list[str]:
+        """Combinations no kernel can have (the schema cannot say them)."""
+        out = []
+        if self.scales_in == "row" and self.scale != "row":
+            out.append("semantics.quantization: scales_in row holds row-wise scales (scale: row)")
+        if self.scales_in == "argument" and self.scale != "table":
+            out.append("semantics.quantization: scales_in argument passes one table's scale (scale: table)")
+        if self.bias and self.scale != "row":
+            out.append("semantics.quantization: a bias is row-wise (scale: row)")
+        if self.weight == "int4" and self.scales_in != "row":
+            out.append("semantics.quantization: int4 codes come in FBGEMM's fused rows (scales_in: row)")
+        return out
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None) -> Quantization | None:
+        """None for a float table."""
+        if data is None:
+            return None
+        return cls(weight=str(data["weight"]), scale=str(data["scale"]), bias=bool(data.get("bias", False)),
+                   scales_in=str(data.get("scales_in", "row" if data["scale"] == "row" else "tensor")),
+                   output=str(data.get("output", "")), row_alignment=int(data.get("row_alignment", 1)))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -23,7 +23,8 @@ from compliance.verify.case_inputs import CaseInputs as CaseInputs
 from compliance.verify.case_inputs import absolute_rows as absolute_rows
 from compliance.verify.case_inputs import table_of_lookup as table_of_lookup
 from compliance.verify.cases import Case
-from compliance.verify.tolerance import Bound, pooled_bound
+from compliance.verify.quantized import INT8_OUTPUT_RANGE
+from compliance.verify.tolerance import ACCUMULATION_ROUNDOFF, Bound, int8_output_bound, pooled_bound
 from compliance.verify.vocabulary import UNIT_ROUNDOFF
 
 GUARD = 64
@@ -66,9 +67,11 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
 
 SENTINELS: Mapping[torch.dtype, tuple[torch.dtype, int]] = {
     torch.float32: (torch.int32, 0x7FC0DEAD), torch.float16: (torch.int16, 0x7E5B),
-    torch.bfloat16: (torch.int16, 0x7FDB)}
+    torch.bfloat16: (torch.int16, 0x7FDB), torch.int8: (torch.int8, -128)}
 """A quiet NaN with a payload per dtype: an output element that still holds exactly these bits was
-never written, while a NaN the kernel computed (0/0 has the default payload) is a wrong value."""
+never written, while a NaN the kernel computed (0/0 has the default payload) is a wrong value. An int8
+output (quantized) has no NaN: its poison is -128, a value a saturated result may have too, so an
+element left unwritten is a mismatch wherever -128 is outside its bound, never reported as unwritten."""
 
 
 def sentinel(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -178,6 +181,8 @@ def make_inputs(case: Case, bound: Bound) -> CaseInputs:
     indices = _indices(case, gen)
     offsets = _offsets(case)
     rows = torch.unique(absolute_rows(case, indices))
+    if case.quantization is not None:
+        return _quantized_inputs(case, bound, gen, indices, offsets, rows)
     weight = _table(case, gen, rows)
     psw = None
     if case.per_sample_weights:
@@ -190,6 +195,34 @@ def make_inputs(case: Case, bound: Bound) -> CaseInputs:
         return inputs
     reference, err_bound, shape = _reference(case, weight, indices, offsets, psw, rows, bound)
     return CaseInputs(weight, indices, offsets, psw, rows, reference, err_bound, shape, extra=extra)
+
+
+def _quantized_inputs(case: Case, bound: Bound, gen: torch.Generator, indices: torch.Tensor,
+                      offsets: torch.Tensor | None, rows: torch.Tensor) -> CaseInputs:
+    """A quantized table's inputs (compliance.verify.quantized): codes and scales for the kernel, the
+    reference pooled over the rows dequantized in float64; an int8 output's reference and bound in
+    values (codes / inverse scale), saturation included (tolerance.int8_output_bound)."""
+    from compliance.verify.quantized import output_columns, output_inverse_scales, quantized_table
+
+    table = quantized_table(case, gen)
+    psw = (torch.randn(indices.shape, generator=gen) * 2).to(torch.float32) if case.per_sample_weights else None
+    extra = {"table_offsets": torch.tensor(case.row_offsets, dtype=torch.int64),
+             "weights_offsets": torch.tensor(case.row_offsets[:-1], dtype=torch.int64) * case.row_bytes}
+    if table.scales is not None:
+        extra["weight_scales"] = table.scales
+    as_float = replace(case, output_dtype="float32") if case.out_dtype == "int8" else case
+    ref, err, shape = _reference(as_float, table.values, indices, offsets, psw, rows, bound,
+                                 extra_terms=table.dequantization_roundings)
+    if case.out_dtype != "int8":
+        return CaseInputs(table.weight, indices, offsets, psw, rows, ref, err, shape, extra=extra)
+    inverse = output_inverse_scales(case)
+    extra["output_inverse_scales"] = inverse
+    per_element = output_columns(case, inverse).reshape(ref.shape)
+    low, high = INT8_OUTPUT_RANGE
+    saturated = (ref * per_element).clamp(low, high) / per_element
+    err = int8_output_bound(err, ref, per_element)
+    return CaseInputs(table.weight, indices, offsets, psw, rows, saturated, err, shape, extra=extra,
+                      dequantize=1.0 / per_element)
 
 
 def as_single_table(case: Case, indices: torch.Tensor,
@@ -215,9 +248,10 @@ def to_output_order(case: Case, ref: torch.Tensor) -> torch.Tensor:
 
 
 def _reference(case: Case, weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor | None,
-               psw: torch.Tensor | None, rows: torch.Tensor,
-               bound: Bound) -> tuple[torch.Tensor, torch.Tensor, tuple[int, ...]]:
-    """float64 reference computed by torch on the CPU over the referenced rows only."""
+               psw: torch.Tensor | None, rows: torch.Tensor, bound: Bound,
+               extra_terms: int = 0) -> tuple[torch.Tensor, torch.Tensor, tuple[int, ...]]:
+    """float64 reference computed by torch on the CPU over the referenced rows only. ``extra_terms``:
+    roundings per pooled term before the sum (a quantized row's bias), counted as further additions."""
     sub = (weight if case.large else weight[rows]).to(torch.float64)
     abs_idx, offsets = as_single_table(case, indices, offsets)
     local = torch.searchsorted(rows, abs_idx.reshape(-1)).view(abs_idx.shape)
@@ -235,12 +269,17 @@ def _reference(case: Case, weight: torch.Tensor, indices: torch.Tensor, offsets:
     ref = F.embedding_bag(local, sub, mode=case.mode, per_sample_weights=p64, **kw)
     if case.mode == "max":
         ref = to_output_order(case, ref)
-        return ref, conversion_bound(case, ref, bound), tuple(ref.shape)
+        err = conversion_bound(case, ref, bound)
+        if extra_terms:  # the kernel's dequantized value itself is rounded once
+            err = err + extra_terms * bound.unit_roundoff_multiplier * ACCUMULATION_ROUNDOFF * ref.abs()
+        return ref, err, tuple(ref.shape)
     abs_sum = F.embedding_bag(local, sub.abs(), mode="sum",
                               per_sample_weights=None if p64 is None else p64.abs(), **kw)
     ones = torch.ones(sub.shape[0], 1, dtype=torch.float64)
     count = F.embedding_bag(local, ones, mode="sum", **kw)
-    err = pooled_bound(case.mode, ref, abs_sum, count, UNIT_ROUNDOFF[case.out_dtype], bound)
+    if extra_terms and case.mode == "mean":  # mean's bound counts one term; a rounded term adds u * A
+        abs_sum = abs_sum * (1 + extra_terms)
+    err = pooled_bound(case.mode, ref, abs_sum, count + extra_terms, UNIT_ROUNDOFF[case.out_dtype], bound)
     ref, err = to_output_order(case, ref), to_output_order(case, err)
     return ref, err, tuple(ref.shape)
 
@@ -250,7 +289,8 @@ def half_accumulation(case: Case, inputs: CaseInputs) -> torch.Tensor | None:
     when both are float32, or for anything but a pooled sum or mean): the diagnosis of
     verify-accumulation-precision. Each term and each partial sum is rounded to that dtype."""
     half = [d for d in (case.weight_dtype, case.out_dtype) if d != "float32"]
-    if not half or case.op != "embedding_bag" or case.mode not in ("sum", "mean") or case.backward or case.large:
+    if not half or case.op != "embedding_bag" or case.mode not in ("sum", "mean") or case.backward or case.large \
+            or case.quantization is not None:
         return None
     dtype = DTYPES[max(half, key=lambda d: UNIT_ROUNDOFF[d])]
     lk = lookups(case, inputs.indices, inputs.psw)
@@ -308,14 +348,19 @@ class Comparison:
 
 
 def compare(out: torch.Tensor, reference: torch.Tensor, bound: torch.Tensor,
-            prefilled: bool = True) -> Comparison:
+            prefilled: bool = True, dequantize: torch.Tensor | None = None) -> Comparison:
     """Element-wise check of ``out`` against ``reference`` +- ``bound`` (``prefilled``: the output
-    started as sentinel NaNs, so still-sentinel elements count as unwritten)."""
+    started as sentinel NaNs, so still-sentinel elements count as unwritten; ``dequantize``: an int8
+    output's codes times this are its values, which are compared)."""
     y = out.detach().to("cpu", torch.float64)
-    never = unwritten(out) if prefilled else torch.zeros(y.shape, dtype=torch.bool)
+    if dequantize is not None:
+        y = y.reshape(dequantize.shape) * dequantize
+    never = unwritten(out).reshape(y.shape) if prefilled else torch.zeros(y.shape, dtype=torch.bool)
     nan = torch.isnan(y)
     err = (y - reference).abs()
     bad = nan | ~torch.isfinite(y) | (err > bound)
+    if not out.is_floating_point():  # an int8 poison (-128) is also a value (saturated): a wrong one is a mismatch
+        never = torch.zeros(y.shape, dtype=torch.bool)
     finite_err = torch.where(nan, torch.zeros_like(err), err)
     ratio = torch.where(bound > 0, finite_err / bound.clamp_min(1e-300),
                         torch.where(finite_err > 0, torch.full_like(err, math.inf), torch.zeros_like(err)))

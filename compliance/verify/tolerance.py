@@ -9,6 +9,15 @@ roundoff of the weight dtype (the output is rounded to it once):
 * mean: |y - r| <= m * (u_acc * A + (u_acc + u_out) * |r|) + floor
 * max and embedding (a copy): |y - r| == 0, exactly.
 
+Quantized tables (``int8_output_bound``, docs/verification.md, "Quantized tables"): the reference
+pools the rows dequantized in float64; a float32 dequantization that adds a row's bias rounds once
+per term, counted as one more addition (n + 1). An int8 output q = round(y * s) saturated, with s
+the table's inverse output scale, is compared after dequantization (q / s) with the saturated
+reference clamp(r * s, -128, 127) / s; its bound adds the half code of the rounding and the
+float32 product y * s to the bound e of y:
+
+* int8 output: |q / s - clamp(r s) / s| <= 1 / (2 s) + e + u_acc * (|r| + e)
+
 ``m`` (``unit_roundoff_multiplier``) and ``floor`` (``absolute_floor``) come
 from the rule set's allowlist entry per weight dtype, else the defaults below.
 Inputs are exact in the weight dtype, so only the kernel's own roundings count.
@@ -93,3 +102,14 @@ def pooled_bound(mode: str, ref: torch.Tensor, abs_sum: torch.Tensor, count: tor
 def bounds_to_json(bounds: Mapping[str, Bound]) -> dict[str, dict[str, float]]:
     """JSON-ready form for the runner."""
     return {k: asdict(v) for k, v in bounds.items()}
+
+
+def int8_output_bound(value_bound: torch.Tensor, ref: torch.Tensor, inverse_scale: torch.Tensor,
+                      u_acc: float = ACCUMULATION_ROUNDOFF) -> torch.Tensor:
+    """The error bound, in output values, of an int8 output ``q = round(y * s)`` saturated to [-128, 127]
+    and dequantized as ``q / s`` (``s``: the inverse output scale, per element), given the bound
+    ``value_bound`` of the float32 pooled value ``y`` around the float64 reference ``ref``: half a code
+    for the rounding (round to nearest, either way on ties), the float32 rounding of ``y * s``, and
+    ``value_bound`` itself. Saturation is 1-Lipschitz, so the bound holds against the saturated
+    reference (module docstring)."""
+    return 0.5 / inverse_scale + value_bound + u_acc * (ref.abs() + value_bound)

@@ -24,6 +24,9 @@ TENSORS: Mapping[str, str] = {
     "weights_offsets": "table-batched: element offset of each table (row offset * dim), [num_tables] int64 "
                        "(FBGEMM's weights_offsets)",
     "momentum": "rowwise_adagrad: the optimizer state, one float32 per row [total_rows], updated in place",
+    "weight_scales": "quantized tables with scales_in tensor: float32 [num_tables] (table-wise), [total_rows, 2] "
+                     "(row-wise scale and bias) or [total_rows] (row-wise scale)",
+    "output_inverse_scales": "quantized output (int8): each table's inverse output scale, float32 [num_tables]",
     "null": "a null pointer (NVRTC) or None (extension), for arguments the verifier does not use",
 }
 """Tensor names and what they hold."""
@@ -50,12 +53,16 @@ SCALARS: Mapping[str, str] = {
     "batch_size": "samples: bags per table (num_bags / num_tables)",
     "total_rows": "rows of the whole weight buffer (= num_embeddings)",
     "index_elem_size": "bytes per index (4 or 8)",
+    "row_bytes": "bytes per row of the weight: dim * element size, or a quantized row's bytes (codes, the fused "
+                 "scale and bias, padding)",
 }
 """Integer names available in expressions and as scalar arguments."""
 
 FLOAT_SCALARS: Mapping[str, str] = {
     "learning_rate": "fused optimizer updates: the step size (float32 for NVRTC, a Python float otherwise)",
     "eps": "rowwise_adagrad: the epsilon added to the root of the accumulator",
+    "weight_scale": "quantized table with scales_in argument: the table's scale",
+    "output_inverse_scale": "quantized int8 output with scales_in argument: the inverse output scale",
 }
 """Floating-point scalars: arguments only, never in integer expressions."""
 
@@ -64,13 +71,15 @@ SELECTORS: Mapping[str, tuple[str, ...]] = {
     "index_dtype": ("int32", "int64"),
     "mode": ("sum", "mean", "max"),
     "layout": ("fixed", "csr"),
-    "output_dtype": ("float32", "float16", "bfloat16"),
+    "output_dtype": ("float32", "float16", "bfloat16", "int8"),
+    "weight_format": ("float32", "float16", "bfloat16", "int8", "int4", "fp8_e4m3"),
 }
 """Case variables a ``defines`` entry may select on, with their values."""
 
 MODE_CODES: Mapping[str, int] = {"sum": 0, "mean": 1, "max": 2}
-WEIGHT_CODES: Mapping[str, int] = {"float32": 0, "float16": 1, "bfloat16": 2}
-ELEM_SIZE: Mapping[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8}
+WEIGHT_CODES: Mapping[str, int] = {"float32": 0, "float16": 1, "bfloat16": 2, "int8": 3}
+"""dtype codes (``weight_dtype``, ``output_dtype``); int8 is a quantized output."""
+ELEM_SIZE: Mapping[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1, "int32": 4, "int64": 8}
 UNIT_ROUNDOFF: Mapping[str, float] = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 """Unit roundoff u of each weight dtype (half the distance from 1 to the next number)."""
 

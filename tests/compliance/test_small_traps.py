@@ -38,7 +38,7 @@ def test_a_command_module_that_fails_to_import_is_an_internal_error(
         entry.main()
     assert exited.value.code == 3
     err = capsys.readouterr().err
-    assert err.startswith("internal error while loading the command line: ModuleNotFoundError")
+    assert err.startswith("Error: internal error while loading the command line: ModuleNotFoundError")
     assert "compliance.cli.rules" in err and "Traceback" not in err and err.count("\n") == 1
 
 

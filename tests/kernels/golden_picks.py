@@ -5,7 +5,7 @@ and table size (3 x 10 x 3 x 5 x 18 x 2 x 2 = 32,400) is driven through the real
 entry points (``bag_forward`` for fixed-size, CSR and table-batched bags, ``gather`` and
 ``backward_passes``) on meta tensors; nothing is compiled or launched: the kernel lookup and
 the launch are replaced by recorders. Each launch is written down as its source, entry,
-compile-time defines, grid and block. ``tests/kernels/golden/picks.json.gz`` holds the table;
+compile-time defines, grid and block. ``tests/kernels/golden/picks.json.xz`` holds the table;
 ``test_golden_picks.py`` recomputes it and compares, so a change of pick is a visible diff.
 
 Regenerate after an intended change of pick (and say why in the commit):
@@ -15,9 +15,9 @@ Regenerate after an intended change of pick (and say why in the commit):
 from __future__ import annotations
 
 import argparse
-import gzip
 import itertools
 import json
+import lzma
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,7 +25,7 @@ from typing import Any
 
 from reference_kernels.plan import DeviceProps
 
-GOLDEN = Path(__file__).parent / "golden" / "picks.json.gz"
+GOLDEN = Path(__file__).parent / "golden" / "picks.json.xz"
 
 # The described device: an H100/H200-like part (132 SMs, sm_90). The occupancy of a compiled
 # kernel is the device's answer at run time; here it is taken to be the kernel's MIN_BLOCKS
@@ -180,7 +180,7 @@ def readable(data: dict[str, Any]) -> list[str]:
 
 
 def load() -> dict[str, Any]:
-    with gzip.open(GOLDEN, "rt", encoding="utf-8") as fh:
+    with lzma.open(GOLDEN, "rt", encoding="utf-8") as fh:
         data: dict[str, Any] = json.load(fh)
     return data
 
@@ -188,7 +188,9 @@ def load() -> dict[str, Any]:
 def write(data: dict[str, Any]) -> None:
     GOLDEN.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(data, separators=(",", ":")).replace('],["', '],\n["')
-    with gzip.GzipFile(GOLDEN, "wb", mtime=0) as fh:  # mtime 0: the same table gives the same bytes
+    # xz, the strongest preset: half of gzip's size (the table is the tree's largest file); no
+    # time stamp in the container, so the same table gives the same bytes
+    with lzma.open(GOLDEN, "wb", preset=9 | lzma.PRESET_EXTREME) as fh:
         fh.write(text.encode("utf-8"))
 
 

@@ -3,11 +3,11 @@ configuration, the disk cache, the API's argument checking and a cheap import.""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -20,6 +20,7 @@ import reference_kernels
 from reference_kernels import KERNEL_DIR, KERNEL_SOURCES
 from reference_kernels.plan import DeviceProps, RowTiling, Variant
 from reference_kernels.tuning import Tuning
+from tests.kernels import nvcc_sweep
 
 KNOBS = Tuning()  # the defaults (not the environment's overrides)
 # An H100/H200-like device: 132 SMs, Hopper's per-SM limits.
@@ -71,6 +72,15 @@ NVCC_VARIANTS: dict[str, list[str]] = {
                                   "-DBACKWARD_PASS=2 -DFUSED_OPT=1 -DOPTIMIZER=2 -DWEIGHT_DTYPE=1 -DVEC=8 -DCHUNKS=4 "
                                   "-DBLOCK=256 -DCOMBINE_ITEMS=8 -DROW_T=int"],
     "embedding_gather.cu": ["", "-DCHUNK_BYTES=2 -DROW_LANES=4 -DINDEX_T=int"],
+    # as quantized_tbe.LAUNCH_SHAPE compiles it: one variant a format, poolings, outputs, weights
+    "quantized_forward.cu": ["-DTABLE_FORMAT=0 -DMIN_BLOCKS=4", "-DTABLE_FORMAT=1 -DPOOLING=1 -DMIN_BLOCKS=4",
+                             "-DTABLE_FORMAT=2 -DOUT_DTYPE=1 -DINDEX64=0 -DMIN_BLOCKS=3",
+                             "-DTABLE_FORMAT=3 -DPSW=1 -DOUT_DTYPE=2 -DMIN_BLOCKS=2",
+                             "-DTABLE_FORMAT=4 -DPOOLING=2 -DPSW=1 -DMIN_BLOCKS=3",
+                             "-DTABLE_FORMAT=5 -DPOOLING=1 -DOUT_DTYPE=1 -DMIN_BLOCKS=3",
+                             "-DTABLE_FORMAT=6 -DPSW=1 -DOUT_DTYPE=2 -DMIN_BLOCKS=3",
+                             "-DTABLE_FORMAT=2 -DPIPELINE=1 -DROWS_IN_FLIGHT=2 -DMIN_BLOCKS=3",
+                             "-DTABLE_FORMAT=3 -DPIPELINE=1 -DROWS_IN_FLIGHT=2 -DMIN_BLOCKS=2"],
     "index_check.cu": ["", "-DINDEX_T=int", "-DCLEAN_T=int", "-DINDEX_T=int -DCLEAN_T=int -DTABLE_CAP=64",
                        "-DCLEAN_T=int -DTABLE_CAP=4096", "-DTABLE_CAP=-1"],
     "lookup_prepare.cu": ["", "-DINDEX_T=int -DMEAN=1", "-DKEY_T=i64 -DMEAN=1"],
@@ -125,11 +135,32 @@ def test_a_failed_sweep_compile_shows_nvccs_error() -> None:
     assert compile_problem("x.cu", spilled, spill_allowed=True) is None
 
 
-def _compile(source: str, flags: str, arch: str,
-             out_dir: Path) -> tuple[str, str, str, subprocess.CompletedProcess[str]]:
-    cmd = ["nvcc", "-std=c++17", "-cubin", f"-arch={arch}", "-Xptxas", "-v", *flags.split(),
-           "-o", str(out_dir / f"{source}.{arch}.{abs(hash(flags))}.cubin"), str(KERNEL_DIR / source)]
-    return source, flags, arch, subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+def _compile(job: nvcc_sweep.Job, out_dir: Path) -> subprocess.CompletedProcess[str]:
+    cmd = ["nvcc", "-std=c++17", "-cubin", f"-arch={job.arch}", "-Xptxas", "-v", *job.flags.split(),
+           "-o", str(out_dir / f"{job.key}.cubin"), str(KERNEL_DIR / job.source)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+SpillAllowance = Callable[[str, str], bool]  # (flags, ptxas output) -> the spill is one measured faster
+
+
+def _sweep(test: str, jobs: list[nvcc_sweep.Job], tmp_path: Path, allowed: SpillAllowance | None = None) -> None:
+    """Compile the jobs this run selects (tests/kernels/nvcc_sweep.py: what changed plus a sample,
+    or all of them), print each one's registers and spills (pytest -s) and fail on any problem."""
+    chosen = nvcc_sweep.select(test, jobs)
+    failures, passed = [], []
+    with ThreadPoolExecutor(max_workers=nvcc_sweep.workers()) as pool:
+        for job, proc in zip(chosen, pool.map(lambda job: _compile(job, tmp_path), chosen), strict=True):
+            print(f"{job.source:28s} {job.arch} [{job.flags or 'defaults'}] {_ptxas_report(proc.stderr + proc.stdout)}")
+            spill_allowed = allowed is not None and allowed(job.flags, proc.stderr)
+            problem = compile_problem(f"{job.source} {job.arch} {job.flags}", proc, spill_allowed=spill_allowed)
+            if problem is None:
+                nvcc_sweep.remember([job])  # at once: an interrupted sweep keeps what it proved
+                passed.append(job)
+            else:
+                failures.append(problem)
+    nvcc_sweep.record(test, jobs, passed)
+    assert not failures, "\n".join(failures)
 
 
 @pytest.mark.nvcc_sweep
@@ -139,19 +170,10 @@ def test_nvcc_compiles_every_kernel_for_sm80_and_sm90(tmp_path: Path) -> None:
     gather for sm_90 only), without spills; registers and spills are printed (pytest -s) for
     the resource report."""
     assert set(NVCC_VARIANTS) == set(KERNEL_SOURCES)
-    jobs = [(src, flags, arch) for src, variants in NVCC_VARIANTS.items() for flags in variants
+    jobs = [nvcc_sweep.Job(src, flags, arch) for src, variants in NVCC_VARIANTS.items() for flags in variants
             for arch in ("sm_80", "sm_90")]
-    jobs += [(src, flags, "sm_90") for src, variants in SM90_VARIANTS.items() for flags in variants]
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        results = list(pool.map(lambda job: _compile(*job, tmp_path), jobs))
-    failures = []
-    for source, flags, arch, proc in results:
-        report = _ptxas_report(proc.stderr + proc.stdout)
-        print(f"{source:28s} {arch} [{flags or 'defaults'}] {report}")
-        problem = compile_problem(f"{source} {arch} {flags}", proc)
-        if problem is not None:
-            failures.append(problem)
-    assert not failures, "\n".join(failures)
+    jobs += [nvcc_sweep.Job(src, flags, "sm_90") for src, variants in SM90_VARIANTS.items() for flags in variants]
+    _sweep("every_kernel", jobs, tmp_path)
 
 
 def _launcher_picks() -> list[str]:
@@ -200,17 +222,14 @@ def test_high_occupancy_variants_the_launcher_picks_do_not_spill(tmp_path: Path)
     spill there would cost more than the occupancy buys, so every such pick is compiled."""
     picks = _launcher_picks()
     assert len(picks) > 10
-    _assert_no_spills(picks, tmp_path)
+    _assert_no_spills("launcher_picks", picks, tmp_path)
 
 
-def _assert_no_spills(picks: list[str], tmp_path: Path) -> None:
+def _assert_no_spills(test: str, picks: list[str], tmp_path: Path) -> None:
     """Every forward pick (its flags) compiles for sm_90 without a spill not measured faster."""
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        results = list(pool.map(lambda flags: _compile("embedding_bag_forward.cu", flags, "sm_90", tmp_path), picks))
-    problems = (compile_problem(flags, proc, spill_allowed=_measured_spill(flags, proc.stderr))
-                for _, flags, _, proc in results)
-    failures = [problem for problem in problems if problem is not None]
-    assert not failures, "\n".join(failures)
+    criterion = f"spills allowed: {sorted((sorted(required), limit) for required, limit in MEASURED_SPILLS)}"
+    jobs = [nvcc_sweep.Job("embedding_bag_forward.cu", flags, "sm_90", criterion) for flags in picks]
+    _sweep(test, jobs, tmp_path, _measured_spill)
 
 
 @pytest.mark.nvcc_sweep
@@ -222,7 +241,7 @@ def test_table_columns_variants_do_not_spill(tmp_path: Path) -> None:
     picks = [_table_columns_flags(flags) for flags in _launcher_picks()
              if "BAGS_PER_STEP" not in flags and "CHECK=1" not in flags]
     assert len(picks) > 100
-    _assert_no_spills(picks, tmp_path)
+    _assert_no_spills("table_columns", picks, tmp_path)
 
 
 def _table_columns_flags(flags: str) -> str:
@@ -480,10 +499,7 @@ def test_combine_variants_the_planner_picks_do_not_spill(tmp_path: Path) -> None
     """The combine's registers are capped by its blocks per SM (64 a thread for narrow rows, 128
     up to 16 floats a lane): every pick compiles within its cap without spilling."""
     flags = [" ".join(f"-D{k}={v}" for k, v in d.items()) for d in _combine_picks().values()]
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        results = list(pool.map(lambda f: _compile("embedding_bag_backward.cu", f, "sm_90", tmp_path), flags))
-    failures = [problem for _, f, _, proc in results if (problem := compile_problem(f, proc)) is not None]
-    assert not failures, "\n".join(failures)
+    _sweep("combine_picks", [nvcc_sweep.Job("embedding_bag_backward.cu", f, "sm_90") for f in flags], tmp_path)
 
 
 def _fused_chunk_picks() -> list[str]:
@@ -539,11 +555,9 @@ def test_fused_chunk_variants_the_planner_picks_spill_only_where_measured(tmp_pa
     FUSED_SPILLS says it may (and no more than it says)."""
     picks = _fused_chunk_picks()
     assert len(picks) > 50 and any("-DPRELOAD=1" in f for f in picks) and any("-DPRELOAD=0" in f for f in picks)
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        results = list(pool.map(lambda f: _compile("embedding_bag_backward.cu", f, "sm_90", tmp_path), picks))
-    failures = [problem for _, f, _, proc in results
-                if (problem := compile_problem(f, proc, spill_allowed=_fused_spill_allowed(f, proc.stderr)))]
-    assert not failures, "\n".join(failures)
+    criterion = f"spills allowed: {sorted((sorted(required), limit) for required, limit in FUSED_SPILLS)}"
+    jobs = [nvcc_sweep.Job("embedding_bag_backward.cu", f, "sm_90", criterion) for f in picks]
+    _sweep("fused_chunk_picks", jobs, tmp_path, _fused_spill_allowed)
 
 
 def test_the_fused_chunk_pass_preloads_rows_that_fit() -> None:

@@ -8,12 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 import yaml
 
 from compliance.checks.registry import all_specs
 from compliance.ruleset import list_shipped, shipped_rules_dir
-from compliance.ruletools.explain import find_spec, render_markdown
+from compliance.ruletools.explain import find_spec, render_markdown, render_terminal
 from compliance.ruletools.reference import anchor, render_reference
 from compliance.ruletools.reference import main as reference_main
 from compliance.schema_validation import load_schema
@@ -32,11 +33,36 @@ def test_explain_exists_for_every_registered_rule(rule_id: str) -> None:
     spec = find_spec(rule_id)
     result = invoke("explain", rule_id)
     assert result.exit_code == 0
+    flat = " ".join(result.stdout.split())
     for part in (spec.doc, spec.hint, spec.passing, spec.failing):
         assert part.strip(), f"{rule_id}: empty documentation part"
-        assert part.strip().splitlines()[0] in result.stdout
-    assert result.stdout.startswith(f"### `{rule_id}`: ")
-    assert f"**{spec.default_level}**" in result.stdout
+        assert " ".join(part.strip().splitlines()[0].split()) in flat
+    # Plain text for a pipe: no Markdown markup, no escape sequences.
+    assert result.stdout.startswith(f"{rule_id}: {spec.title}\n")
+    assert f"default level: {spec.default_level}" in result.stdout
+    assert not any(mark in result.stdout for mark in ("###", "**", "```", "\x1b"))
+    markdown = invoke("explain", rule_id, "--format", "markdown")
+    assert markdown.exit_code == 0 and markdown.stdout == render_markdown(spec)
+
+
+def test_explain_is_styled_for_a_terminal() -> None:
+    spec = find_spec("undeclared-kernel")
+    styled = render_terminal(spec, styled=True)
+    assert "\x1b[1m" in styled and "`" not in styled.split("Passes:")[0]
+    plain = render_terminal(spec, styled=False)
+    assert click.unstyle(styled).replace("`", "") == plain.replace("`", "")
+
+
+def test_rules_ids_lists_every_rule_with_its_summary() -> None:
+    result = invoke("ids")
+    assert result.exit_code == 0
+    listed = {line.split()[0]: line for line in result.stdout.splitlines()}
+    assert list(listed) == RULE_IDS
+    for spec in all_specs():
+        assert listed[spec.id].endswith(spec.title) and f" {spec.default_level} " in listed[spec.id]
+    doc = invoke_json("ids")
+    assert [r["id"] for r in doc["rules"]] == RULE_IDS
+    assert "ids" in invoke("--help").stdout
 
 
 @pytest.mark.parametrize("rule_id", RULE_IDS)
@@ -155,7 +181,7 @@ def test_reference_is_up_to_date() -> None:
 
 @pytest.mark.parametrize("rule_id", RULE_IDS)
 def test_reference_contains_exactly_what_explain_prints(rule_id: str) -> None:
-    assert invoke("explain", rule_id).stdout in REFERENCE.read_text(encoding="utf-8")
+    assert invoke("explain", rule_id, "--format", "markdown").stdout in REFERENCE.read_text(encoding="utf-8")
 
 
 def test_reference_index_links_resolve_to_headings() -> None:

@@ -38,3 +38,5 @@ def findings_by_kernel(tree: Path, build_root: Path, seed: int) -> dict[str, lis
     for f in run_verification_checks(ctx, options):
         by_kernel[f.kernel or "-"].append(f)
     return by_kernel
+CPU_QUANTIZED_TREE = FIXTURES / "cpu_quantized"
+CUDA_QUANTIZED_TREE = FIXTURES / "cuda_quantized"

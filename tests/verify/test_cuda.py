@@ -15,7 +15,9 @@ from compliance.findings import Finding
 from compliance.verify import run_verification_checks
 from compliance.verify.options import VerifyOptions
 
-from .conftest import CUDA_BATCHED_TREE, CUDA_SHAPES_TREE, CUDA_TREE, RULES
+from .conftest import CUDA_BATCHED_TREE, CUDA_QUANTIZED_TREE, CUDA_SHAPES_TREE, CUDA_TREE, RULES
+from .test_cpu_quantized import CAUGHT as QUANTIZED_CAUGHT
+from .test_cpu_quantized import PASSING as QUANTIZED_PASSING
 from .test_cpu_shapes import CAUGHT as SHAPES_CAUGHT
 from .test_cpu_shapes import PASSING as SHAPES_PASSING
 
@@ -140,3 +142,21 @@ def test_real_shape_passes_on_the_gpu(shapes: dict[str, list[Finding]], kernel: 
 def test_real_shape_mutant_caught_on_the_gpu(shapes: dict[str, list[Finding]], kernel: str) -> None:
     rules = {f.rule_id for f in shapes[kernel]}
     assert SHAPES_CAUGHT[kernel] in rules and "verify-passed" not in rules, [f.message for f in shapes[kernel]]
+
+
+QUANTIZED_GROUP = pytest.mark.xdist_group("quantized-fixtures")
+
+
+@pytest.fixture(scope="module")
+def quantized(build_root: Path) -> dict[str, list[Finding]]:
+    return _verify(CUDA_QUANTIZED_TREE, build_root, RULES)
+
+
+@QUANTIZED_GROUP
+@pytest.mark.parametrize("kernel", QUANTIZED_PASSING + QUANTIZED_CAUGHT)
+def test_quantized_plugin_and_its_mutants_on_the_gpu(quantized: dict[str, list[Finding]], kernel: str) -> None:
+    """The CUDA int8 plugin of tests/verify/fixtures/cuda_quantized (enqueue with raw pointers and a
+    stream, bound by a verification shim): the verdicts of its CPU twin (test_cpu_quantized.py)."""
+    rules = {f.rule_id for f in quantized[kernel]}
+    expected = {"verify-passed"} if kernel in QUANTIZED_PASSING else {"verify-mismatch"}
+    assert rules == expected, [f.message for f in quantized[kernel]]

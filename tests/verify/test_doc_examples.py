@@ -21,7 +21,7 @@ def test_one_example_per_semantics() -> None:
     for needle in ("output_dtypes:", "tables:", "domain:", "gradient: dense", "gradient: sparse", "kind: sgd",
                    "kind: rowwise_adagrad", "kind: triton", "kind: nvrtc", "kind: torch_extension",
                    "gradient: sparse_coo", "gradient: rows", "dtypes:", "grad_weight:", "multiple_of:",
-                   "build_dependencies:", "verification_shims:", ", true]"):
+                   "build_dependencies:", "verification_shims:", ", true]", "quantization:", "output: int8"):
         assert needle in text, needle
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from importlib.metadata import entry_points
@@ -12,13 +13,16 @@ import pytest
 from .conftest import CPU_TREE, RULES
 
 pytestmark = pytest.mark.slow
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     if not any(e.name == "compliance_kernels" for e in entry_points(group="pytest11")):
         pytest.fail("the pytest11 entry point is not installed: pip install -e .")
+    # The plugin of this checkout, whichever checkout an editable install points at.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPOSITORY), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
-                           str(tmp_path), *args], check=False, capture_output=True, text=True, cwd=tmp_path)
+                           str(tmp_path), *args], check=False, capture_output=True, text=True, cwd=tmp_path, env=env)
 
 
 def test_items_per_case_with_junit(tmp_path: Path, build_root: Path) -> None:
@@ -33,6 +37,8 @@ def test_items_per_case_with_junit(tmp_path: Path, build_root: Path) -> None:
     xml = junit.read_text()
     assert 'name="gather[build]"' in xml and 'name="partial-write[sum-csr-float32-int64-d3]"' in xml
     assert 'failures="0"' not in xml
+    assert "compliance kernels: 1 of 2 kernel(s) verified, 1 failed, 0 not verified here" in run.stdout
+    assert '<property name="kernels_verified" value="1"' in xml
 
 
 def test_inert_without_kernels(tmp_path: Path) -> None:

@@ -1,0 +1,3 @@
+# training entry point
+import sys
+print(sys.argv)
