@@ -31,7 +31,7 @@ def missing(semantics: KernelSemantics, minimum: Mapping[str, Any]) -> list[str]
     """What of ``minimum`` the kernel's declared semantics and domain leave out (empty: nothing)."""
     domain = semantics.domain
     out = [f"dim {d}" for d in minimum.get("dims", ()) if not _dim_admitted(semantics, d)]
-    lookups = minimum.get("lookups", {})
+    lookups = minimum.get("lookups", {}) if semantics.op == "embedding_bag" else {}  # pooling only
     for end in ("min", "max"):
         if end in lookups and not domain.lookups.contains(int(lookups[end])):
             out.append(f"bags of {lookups[end]} lookups")
