@@ -115,7 +115,7 @@ def entry_symbols(contents: list[bytes]) -> tuple[tuple[str, ...], str | None]:
     """(entry symbols, first pybind11/TORCH_LIBRARY name) found in the sources."""
     found: list[str] = []
     for data in contents:
-        found += kernel_functions(data) + kernel_functions(data, python=True)
+        found += kernel_functions(data, strings=True) + kernel_functions(data, python=True)
     bound = [m.group(1).decode() for data in contents for m in _DEF.finditer(data)]
     found += [b for b in bound if _callable_in(b, contents)]
     return _ordered_unique(found), (bound[0] if bound else None)

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 
 from ahocorasick_rs import BytesAhoCorasick
 
+from compliance import preprocessor
+
 ARCHIVE_KINDS = ("zip", "gzip", "xz", "bzip2", "zstd", "7z")
 """Opaque archives: what they hold cannot be reviewed in the tree (a wheel is a zip)."""
 BINARY_KINDS = ("elf-shared-object", "elf-relocatable", "elf-executable", "cubin", "fatbin",
@@ -202,8 +204,9 @@ class Marker:
 
 
 MARKERS: tuple[Marker, ...] = (
-    Marker("cuda", (b"__global__", b"__attribute__"), re.compile(
-        rb"__global__|__attribute__\s*\(\(\s*(?:__)?global(?:__)?\s*\)\)"), "cuda", anchors=(b"global",)),
+    # decided by ``cuda_line`` (compliance.preprocessor: every spelling of a kernel entry, macros
+    # expanded): every such entry holds ``global`` or comes from pasting tokens or joining lines
+    Marker("cuda", (b"global", b"##", b"%:%:"), None, "cuda"),
     Marker("ptx", (b"asm", b".entry"), re.compile(
         rb"\basm\s*(?:volatile\s*|__volatile__\s*)?\(|__asm__|(?:^|\s)\.entry\s+[\w$]+"), "ptx"),
     Marker("triton", (b"triton",), re.compile(
@@ -231,9 +234,9 @@ DATA_BASE64_LIMIT = 1024 * 1024
 """Data files up to this size are also searched for base64 binaries (larger ones are logs and
 results; a blob in one needs code to decode it, and code is always searched)."""
 LANGUAGE_OF_MARKER = {m.name: m.language for m in MARKERS}
-CONTINUATION = re.compile(rb"\\\r?\n")
-_CONTINUATION_LITERALS = (b"\\\n", b"\\\r\n")
-"""A backslash ending a line: the preprocessor joins the lines, so ``__glo\\<newline>bal__`` is CUDA."""
+_CONTINUATION_LITERALS = (b"\\\n", b"\\\r", b"\\ ", b"\\\t", b"\\\f", b"\\\v")
+"""A backslash ending a line (blanks after it too): the preprocessor joins the lines, so
+``__glo\\<newline>bal__`` is CUDA."""
 SEARCH_SLICE = 256 * 1024
 """Bytes given to the literal search at once: bounds the matches held at a time (a file of nothing
 but one literal), since a family leaves the search once one of its literals is seen."""
@@ -257,15 +260,27 @@ def first_match(data: bytes, marker: Marker) -> int | None:
     return None
 
 
-def _family_offset(data: bytes, marker: Marker, continued: bool) -> int | None:
-    """Where ``marker``'s family first shows in ``data``: its expression, or for CUDA also the
-    expression once line continuations are joined (``continued``: ``data`` has one; the offset is
-    then the first continuation)."""
+def cuda_line(data: bytes, c_source: bool) -> int | None:
+    """Line (1-based, in ``data``) of the first CUDA kernel entry, or None. A C, C++ or CUDA source
+    (``c_source``) is read as the compiler reads it: comments and literals do not count, macros
+    are expanded. Any other text (Python holding kernel source in a string, a ``.txt`` a loader
+    reads) counts a spelling anywhere, lines joined at splices, and is expanded too when it
+    defines macros."""
+    if c_source:
+        return preprocessor.kernel_line(data)
+    joined = preprocessor.join_splices(data)
+    offset = preprocessor.qualifier_offset(joined)
+    if offset is not None:
+        return joined.count(b"\n", 0, offset) + 1
+    return preprocessor.kernel_line(data) if preprocessor.DEFINES.search(data) else None
+
+
+def _family_line(data: bytes, marker: Marker, c_source: bool) -> int | None:
+    """Line (1-based, in ``data``) where ``marker``'s family first shows."""
+    if marker is MARKERS[0]:
+        return cuda_line(data, c_source)
     offset = first_match(data, marker)
-    if offset is None and continued and marker is MARKERS[0]:
-        if first_match(CONTINUATION.sub(b"", data), marker) is not None:
-            offset = min(i for i in map(data.find, _CONTINUATION_LITERALS) if i >= 0)
-    return offset
+    return None if offset is None else data.count(b"\n", 0, offset) + 1
 
 
 class MarkerSet:
@@ -332,10 +347,12 @@ class MarkerScanner:
     and decided there as ``first_match`` decides it.
     """
 
-    __slots__ = ("marker_set", "found", "_wanted")
+    __slots__ = ("marker_set", "c_source", "found", "_wanted")
 
-    def __init__(self, markers: MarkerSet = CODE_MARKERS) -> None:
+    def __init__(self, markers: MarkerSet = CODE_MARKERS, c_source: bool = False) -> None:
         self.marker_set = markers
+        self.c_source = c_source
+        """The file is C, C++ or CUDA source: read as the compiler reads it (``cuda_line``)."""
         self.found: dict[str, int] = {}
         self._wanted = markers.every  # families not found yet (and line continuations while CUDA is not)
 
@@ -345,14 +362,13 @@ class MarkerScanner:
         present = marker_set.present(window, self._wanted) if self._wanted else 0
         if not present:
             return
-        continued = bool(present >> marker_set.continuation & 1)
-        if continued and marker_set.cuda is not None:
+        if present >> marker_set.continuation & 1 and marker_set.cuda is not None:
             present |= 1 << marker_set.cuda
         for index, marker in enumerate(marker_set.families):
             if present >> index & 1:
-                offset = _family_offset(window, marker, continued)
-                if offset is not None:
-                    self.found[marker.name] = lines_before + window.count(b"\n", 0, offset) + 1
+                line = _family_line(window, marker, self.c_source)
+                if line is not None:
+                    self.found[marker.name] = lines_before + line
                     self._wanted &= ~(1 << index)
                     if index == marker_set.cuda:
                         self._wanted &= ~(1 << marker_set.continuation)
@@ -364,9 +380,10 @@ class MarkerScanner:
         return [(m.name, self.found[m.name]) for m in MARKERS if m.name in self.found]
 
 
-def scan_markers(data: bytes) -> list[tuple[str, int]]:
-    """(marker, line) of each kernel marker family found in ``data`` (a whole file)."""
-    scanner = MarkerScanner()
+def scan_markers(data: bytes, c_source: bool = False) -> list[tuple[str, int]]:
+    """(marker, line) of each kernel marker family found in ``data`` (a whole file; ``c_source``:
+    C, C++ or CUDA source, read as the compiler reads it)."""
+    scanner = MarkerScanner(c_source=c_source)
     scanner.scan(data)
     return scanner.markers()
 

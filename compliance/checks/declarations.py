@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -24,7 +25,8 @@ from compliance.checks.specs import UNDECLARED as UNDECLARED
 from compliance.checks.specs import UNSHIPPED as UNSHIPPED
 from compliance.checks.specs import VENDORED as VENDORED
 from compliance.context import DeclaredKernel
-from compliance.kernel_symbols import kernel_functions
+from compliance.inventory import C_SOURCE_EXTENSIONS
+from compliance.kernel_symbols import kernel_definitions, kernel_functions
 from compliance.manifest import MANIFEST_NAME
 from compliance.paths import parent_dir, tree_relative
 from compliance.setup_sources import FileIndex, fixed_directory, fnmatch_under
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from compliance.context import CheckContext
     from compliance.findings import Finding
     from compliance.layout import Location
+    from compliance.preprocessor import Resolver
     from compliance.ruleset import AllowlistEntry
 
 VENDORED_DECLARATION = "a `vendored:` path must be a directory strictly inside the implementation"
@@ -213,18 +216,50 @@ def _declared_in(ctx: CheckContext, rel: str) -> set[str]:
             for name in (*other.kernel.entry_symbols, *other.kernel.helpers)}
 
 
+def _include_resolver(ctx: CheckContext, item: DeclaredKernel) -> Resolver:
+    """Resolve an ``#include`` of a declared source to a file of the tree: beside the including file,
+    then from the manifest's directory (never outside the tree; a system header is not found)."""
+
+    def resolve(including: str, name: bytes) -> tuple[str, bytes] | None:
+        wanted = name.decode("utf-8", "surrogateescape")
+        for base in (parent_dir(including), item.manifest_dir):
+            rel = posixpath.normpath(posixpath.join(base, wanted)) if base else posixpath.normpath(wanted)
+            if rel.startswith(("../", "/")) or rel == ".." or rel not in ctx.inventory.files:
+                continue
+            data = _read_head(ctx, rel)
+            if data is not None:
+                return rel, data
+        return None
+
+    return resolve
+
+
+def _kernel_definitions(ctx: CheckContext, item: DeclaredKernel,
+                        named: list[tuple[str, bytes]]) -> dict[tuple[str, str], None]:
+    """(file, kernel function) defined by the declared sources and by the headers they include."""
+    found: dict[tuple[str, str], None] = {}
+    resolve = _include_resolver(ctx, item)
+    for rel, data in named:
+        if rel.endswith((".py", ".pyi")):
+            found.update(((rel, f), None) for f in kernel_functions(data, python=True))
+        else:  # text that is not C, C++ or CUDA source holds kernels for a loader, in its strings too
+            strings = posixpath.splitext(rel)[1].lower() not in C_SOURCE_EXTENSIONS
+            found.update((pair, None) for pair in kernel_definitions(rel, data, resolve, strings))
+    return found
+
+
 def _undeclared_functions(ctx: CheckContext, item: DeclaredKernel,
                           named: list[tuple[str, bytes]]) -> Iterator[Finding | None]:
     kernel = item.kernel
     own = set(kernel.entry_symbols) | set(kernel.helpers)
-    for rel, data in named:
-        python = rel.endswith((".py", ".pyi"))
-        for function in dict.fromkeys(kernel_functions(data, python=python)):
-            if function not in own and function not in _declared_in(ctx, rel):
-                yield ctx.finding(KERNEL_FUNCTION.id, rel, f"kernel {kernel.id!r} (category {kernel.category!r}) "
-                                  f"ships kernel function {function!r}, which is neither one of its "
-                                  "entry_symbols nor its helpers", kernel=kernel.id,
-                                  details={"function": function, "manifest": item.manifest_path})
+    for rel, function in _kernel_definitions(ctx, item, named):
+        if function not in own and function not in _declared_in(ctx, rel):
+            included = "" if rel in {r for _, r in item.source_relpaths()} else \
+                " (in a header its sources include: the compiler builds it into the kernel)"
+            yield ctx.finding(KERNEL_FUNCTION.id, rel, f"kernel {kernel.id!r} (category {kernel.category!r}) "
+                              f"ships kernel function {function!r}{included}, which is neither one of its "
+                              "entry_symbols nor its helpers", kernel=kernel.id,
+                              details={"function": function, "manifest": item.manifest_path})
 
 
 def run(ctx: CheckContext) -> Iterator[Finding | None]:

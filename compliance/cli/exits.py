@@ -56,7 +56,7 @@ def reports_input_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except InputError as exc:
-            echo(f"{ERROR_PREFIX}{exc}", err=True)
+            echo(f"{ERROR_PREFIX}{one_line(str(exc))}", err=True)  # names from the tree: escaped
             raise SystemExit(EXIT_INPUT) from exc
         except BrokenPipeError as exc:
             raise SystemExit(output_closed()) from exc

@@ -21,11 +21,11 @@ from compliance.inventory import walk_tree
 from compliance.parallel import OrderedWork
 from compliance.recognisers import (
     CODE_MARKERS,
-    CONTINUATION,
     DATA_MARKER_SET,
     MARKERS,
     MarkerScanner,
     MarkerSet,
+    cuda_line,
     decodes_to_magic,
     embedded_binary,
     first_match,
@@ -35,14 +35,17 @@ from tests.compliance.treeutil import CASES, fake_binary
 # --------------------------------------------------------------------------- references
 
 
-def reference_markers(data: bytes, markers: MarkerSet) -> dict[str, int]:
-    """Every family decided on its own with ``bytes.find`` per literal, as before the literal search."""
+def reference_markers(data: bytes, markers: MarkerSet, c_source: bool = False) -> dict[str, int]:
+    """Every family decided on its own (``bytes.find`` per literal, as before the literal search;
+    CUDA by ``cuda_line`` over all the data, with no literal search before it)."""
     found = {}
     for marker in markers.families:
+        if marker is MARKERS[0]:
+            line = cuda_line(data, c_source)
+            if line is not None:
+                found[marker.name] = line
+            continue
         offset = first_match(data, marker)
-        if offset is None and marker is MARKERS[0] and (b"\\\n" in data or b"\\\r\n" in data):
-            if first_match(CONTINUATION.sub(b"", data), marker) is not None:
-                offset = min(i for i in (data.find(b"\\\n"), data.find(b"\\\r\n")) if i >= 0)
         if offset is not None:
             found[marker.name] = data.count(b"\n", 0, offset) + 1
     return found
@@ -70,6 +73,9 @@ SNIPPETS = [
     b"cpp_extension.load(", b"import torch.utils.cpp_extension as ce\nce.load(",
     b"from torch.utils.cpp_extension import (x,\n load)", b"TORCH_LIBRARY(", b"#include <torch/extension.h>",
     b"global_batch_size", b"\\\n", b"\n", b" ", b"_",
+    b"__location__(global)", b"__annotate__( global )", b"[[gnu::global]]", b"[[using gnu: tile_global]]",
+    b"__tile_global__", b"\n#define KQ ", b"\n%:define G(a, b) a##b\n", b"G(__glo, bal__)", b"KQ void k(",
+    b"__glo\\ \t\nbal__", b"/* ", b" */", b"//", b"\"", b"'", b"##", b"%:%:",
 ]
 pieces = st.one_of(st.binary(max_size=40), st.sampled_from(LITERALS), st.sampled_from(SNIPPETS))
 texts = st.lists(pieces, max_size=30).map(b"".join)
@@ -95,13 +101,13 @@ b64_texts = st.lists(b64_pieces, max_size=12).map(b"".join)
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=texts, markers=st.sampled_from([CODE_MARKERS, DATA_MARKER_SET]),
-       slice_bytes=st.sampled_from([5, 64, 1 << 20]))
+       slice_bytes=st.sampled_from([5, 64, 1 << 20]), c_source=st.booleans())
 def test_literal_search_finds_what_per_literal_find_finds(data: bytes, markers: MarkerSet, slice_bytes: int,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+                                                          c_source: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(recognisers, "SEARCH_SLICE", slice_bytes)  # literals across the slice edges too
-    scanner = MarkerScanner(markers)
+    scanner = MarkerScanner(markers, c_source)
     scanner.scan(data)
-    assert scanner.found == reference_markers(data, markers)
+    assert scanner.found == reference_markers(data, markers, c_source)
 
 
 @settings(max_examples=200, deadline=None)

@@ -312,6 +312,8 @@ def hostile_names(tmp_path: Path) -> Path:
     os.mkdir(folder)
     with open(folder + b"/x\n  PASS.cu", "w") as handle:
         handle.write("__global__ void f() {}\n")
+    with open(os.fsencode(tree / IMPL) + "/ok\u202eucx.\u2028\u2066n.cu".encode(), "w") as handle:
+        handle.write("__global__ void g() {}\n")  # U+202E shows "ok" + "n.cu" ... reversed; U+2028 breaks a line
     manifest = tree / IMPL / "kernel_manifest.yaml"
     manifest.write_text(manifest.read_text().replace("category: dlrm-embedding", 'category: "x\\ud800"'))
     return tree
@@ -328,9 +330,10 @@ def test_hostile_names_in_every_reporter(hostile_names: Path, tmp_path: Path, fm
     assert "Traceback" not in proc.stderr.decode()
     out = tmp_path / f"report.{fmt}"
     assert _invoke("check", str(hostile_names), "--format", fmt, "--output", str(out)).exit_code == 1
-    out.read_bytes().decode("utf-8")
+    assert not set(text + out.read_bytes().decode("utf-8")) & {"\u202e", "\u2028", "\u2066"}
     if fmt == "text":
         assert "k\\udcff\\x1b[31m/x\\x0a  PASS.cu" in text
+        assert "ok\\u202eucx.\\u2028\\u2066n.cu" in text  # issue 50 class 13: shown escaped, never raw
         assert not any(line.startswith("  PASS") for line in text.splitlines())
     if fmt == "junit":
         import xml.etree.ElementTree as ET
@@ -357,6 +360,9 @@ def test_rules_show_with_a_lone_surrogate(tmp_path: Path) -> None:
 
 def test_safe_text_helpers() -> None:
     assert one_line("a\nb\x1b\ud800") == "a\\x0ab\\x1b\\ud800"
+    assert one_line("x\u202ey\u2028z\u2029\u061c\u200e\u200f\u2066\u2069\ufeff") == \
+        "x\\u202ey\\u2028z\\u2029\\u061c\\u200e\\u200f\\u2066\\u2069\\ufeff"
+    assert xml_safe("a\u202eb\n") == "a\\u202eb\n"
     assert xml_safe("a\x01\nb\udcff") == "a\\x01\nb\\udcff"
 
 

@@ -1,0 +1,1 @@
+KQ void evil(float* x) { x[0] = 0.f; }

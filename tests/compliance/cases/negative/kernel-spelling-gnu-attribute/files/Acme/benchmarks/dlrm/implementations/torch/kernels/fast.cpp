@@ -1,0 +1,1 @@
+[[gnu::global]] void fast(float* x) { x[0] = 0.f; }

@@ -1,0 +1,3 @@
+#pragma once
+#define CAT(a, b) a##b
+#define KQ CAT(__glo, bal__)
