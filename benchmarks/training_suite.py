@@ -227,10 +227,8 @@ def ours_module(case: Case, check: str) -> Any:
     from reference_kernels.tbe import TableBatchedEmbeddingBag
 
     spec = optim.SGD(lr=LR) if case.optimizer == "sgd" else optim.RowWiseAdagrad(lr=LR, eps=EPS)
-    module = TableBatchedEmbeddingBag(list(case.rows), case.dim, dtype=case.dtype, device=harness.DEV,
-                                      optimizer=spec)
-    module.check_indices = "deferred" if check == "default" else "ignore"
-    return module
+    return TableBatchedEmbeddingBag(list(case.rows), case.dim, dtype=case.dtype, device=harness.DEV,
+                                    optimizer=spec, check_indices="deferred" if check == "default" else "ignore")
 
 
 def fbgemm_module(case: Case, check: str, initial: torch.Tensor, starts: list[int]) -> Any:

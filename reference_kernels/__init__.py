@@ -56,18 +56,20 @@ def check_index_errors(device: Any = None) -> None:
 def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None, max_norm: float | None = None,
                   norm_type: float = 2.0, scale_grad_by_freq: bool = False, mode: str = "mean", sparse: bool = False,
                   per_sample_weights: Tensor | None = None, include_last_offset: bool = False,
-                  padding_idx: int | None = None, *, check_indices: bool | str | None = None) -> Tensor:
+                  padding_idx: int | None = None, *, check_indices: CheckMode | str | bool | None = None) -> Tensor:
     """Pooled lookup; arguments and result of ``torch.nn.functional.embedding_bag``, plus
     keyword ``check_indices``: one of INDEX_CHECK_MODES, True ("sync"), False ("ignore") or None
     (REFERENCE_KERNELS_INDEX_CHECK, else "deferred")."""
-    if _HOST_PATH and not _HOST_PATH[1]():  # the compiled host path (host.py): the usual call, or None
-        served: Tensor | None = _HOST_PATH[0](input, weight, offsets, max_norm, scale_grad_by_freq, mode, sparse,
-                                              per_sample_weights, include_last_offset, padding_idx, check_indices)
+    # straight to the implementation, arguments by position (a call layer and *args / **kwargs
+    # cost host time per call)
+    api = _IMPLEMENTATION[0] if _IMPLEMENTATION else _implementation()
+    if _HOST_PATH and not (host_path := _HOST_PATH[0]).is_compiling():  # the compiled host path (host.py)
+        # the mode resolved here: the library takes a CheckMode, and reads no environment
+        served: Tensor | None = host_path.bag(input, weight, offsets, max_norm, scale_grad_by_freq, mode, sparse,
+                                              per_sample_weights, include_last_offset, padding_idx,
+                                              api.resolve_mode(check_indices))
         if served is not None:
             return served
-    # straight to the implementation, arguments by position: a call layer and *args / **kwargs
-    # cost about 0.5 µs per call
-    api = _IMPLEMENTATION[0] if _IMPLEMENTATION else _implementation()
     pooled: Tensor = api.embedding_bag_with(input, weight, offsets, max_norm, norm_type, scale_grad_by_freq, mode,
                                             sparse, per_sample_weights, include_last_offset, padding_idx,
                                             check_indices, None)
@@ -76,7 +78,7 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None, 
 
 def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max_norm: float | None = None,
               norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False, *,
-              check_indices: bool | str | None = None) -> Tensor:
+              check_indices: CheckMode | str | bool | None = None) -> Tensor:
     """Unpooled lookup; arguments and result of ``torch.nn.functional.embedding``, plus
     keyword ``check_indices``."""
     api = _IMPLEMENTATION[0] if _IMPLEMENTATION else _implementation()

@@ -158,7 +158,7 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None,
                   max_norm: float | None = None, norm_type: float = 2.0,
                   scale_grad_by_freq: bool = False, mode: str = "mean", sparse: bool = False,
                   per_sample_weights: Tensor | None = None, include_last_offset: bool = False,
-                  padding_idx: int | None = None, *, check_indices: bool | str | None = None) -> Tensor:
+                  padding_idx: int | None = None, *, check_indices: CheckMode | str | bool | None = None) -> Tensor:
     """Drop-in for ``torch.nn.functional.embedding_bag`` on CUDA tensors (see docs/kernels.md)."""
     return embedding_bag_with(input, weight, offsets, max_norm, norm_type, scale_grad_by_freq, mode, sparse,
                               per_sample_weights, include_last_offset, padding_idx, check_indices, None)
@@ -171,7 +171,7 @@ def embedding_bag_with(input: Tensor, weight: Tensor, offsets: Tensor | None, ma
     """``embedding_bag``, optionally with a fused optimizer (``fused``: the module's state).
     Positional parameters: a call passes them faster than keywords. Every call runs this body,
     so the checks that pass on a usual call are tested inline and their functions called only
-    to raise (each Python call costs 0.2-0.4 µs on the GPU machine's host)."""
+    to raise (each Python call costs host time: docs/perf/comment-figures.md)."""
     if not (weight.dim() == 2 and weight.dtype in _WEIGHT_DTYPES):
         _check_weight("embedding_bag", weight)
     if mode not in MODES:
@@ -227,7 +227,7 @@ def embedding_bag_with(input: Tensor, weight: Tensor, offsets: Tensor | None, ma
 def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,
               max_norm: float | None = None, norm_type: float = 2.0,
               scale_grad_by_freq: bool = False, sparse: bool = False, *,
-              check_indices: bool | str | None = None) -> Tensor:
+              check_indices: CheckMode | str | bool | None = None) -> Tensor:
     """Drop-in for ``torch.nn.functional.embedding`` on CUDA tensors (see docs/kernels.md)."""
     return embedding_with(input, weight, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse, check_indices,
                           None)

@@ -31,7 +31,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import nvrtc
 
@@ -196,7 +196,7 @@ def set_programmatic(on: bool) -> bool:
     every launch is plain (the Python path's cuLaunchKernel) and this returns False."""
     if not LOADED:
         return False
-    return bool(LOADED[2].set_launch_ex(launch_ex_address() if on else 0))
+    return bool(LOADED[0].library.set_launch_ex(launch_ex_address() if on else 0))
 
 
 def transforms_active() -> Callable[[], bool]:
@@ -248,9 +248,22 @@ def bind(library: Any) -> Any:
 # ---------------------------------------------------------------------------------------------
 # The process's library: built once, in the background (auto) or at once (wait)
 
-# Once loaded: [the library's bag, torch.compiler.is_compiling, the library, the library's tbe] (read
-# per call by reference_kernels.embedding_bag and TableBatchedEmbeddingBag: empty until then)
-LOADED: list[Any] = []
+class HostPath(NamedTuple):
+    """The published library's entry points, by name (read per call by reference_kernels.embedding_bag,
+    EmbeddingBag and TableBatchedEmbeddingBag)."""
+
+    bag: Callable[..., Any]
+    """library.bag: the usual embedding_bag call served, or None (the Python path takes it)."""
+    is_compiling: Callable[[], bool]
+    """torch.compiler.is_compiling: under torch.compile every call takes the Python path."""
+    library: Any
+    """The extension module itself (offers, ledgers, launches, pending)."""
+    tbe: Callable[..., Any]
+    """library.tbe: the usual TableBatchedEmbeddingBag call served, or None."""
+
+
+# Empty until the library is published, then [its HostPath] (a list: one truth test per call)
+LOADED: list[HostPath] = []
 _STATE: dict[str, str] = {"state": "not started", "library": "", "reason": ""}
 _START = threading.Lock()
 
@@ -286,7 +299,7 @@ def _build_and_load() -> None:
     import torch
 
     _STATE.update(state="loaded", library=str(path))
-    LOADED[:] = [library.bag, torch.compiler.is_compiling, library, library.tbe]
+    LOADED[:] = [HostPath(library.bag, torch.compiler.is_compiling, library, library.tbe)]
     # the ledgers made so far; index_check.ledger offers those made from now on (it reads LOADED)
     _binding().published(library)
 
@@ -341,14 +354,14 @@ def offer_check(device_index: int, index_dtype: Any, clean_dtype: Any, fn: Any, 
     knob ``check_blocks_per_sm``; ``cap``: the table-batched variant's TABLE_CAP, 0 for one table)."""
     from .plan import BLOCK
 
-    LOADED[2].offer_check(device_index, index_dtype, clean_dtype, int(fn), BLOCK, sms * blocks_per_sm, cap)
+    LOADED[0].library.offer_check(device_index, index_dtype, clean_dtype, int(fn), BLOCK, sms * blocks_per_sm, cap)
 
 
 def offer(key: tuple[Any, ...], device_index: int, prepared: Any) -> None:
     """After the Python path planned a call the library missed: register that plan (``prepared``:
     ``launch.Prepared``), or that the Python path serves the call (None: its kernel cannot check
     its indices, the check pass runs first)."""
-    library = LOADED[2]
+    library = LOADED[0].library
     if prepared is None:
         library.offer(key, device_index, 0, 0, 0, "", ())
         return

@@ -1,5 +1,5 @@
 """Binds the compiled host path (``host.py``) to the layers above it: the launcher (its
-POISON_OUTPUTS), the index check (its default mode, tokens and ledgers), the tuning knobs and the
+POISON_OUTPUTS), the index check (its modes' members, tokens and ledgers), the tuning knobs and the
 ops' backward functions (``ops.host_path_backward``, ``tbe.host_path_backward``,
 ``tbe.host_path_update``), which the library calls back (``csrc/host_path.cpp``, ``init``).
 
@@ -24,7 +24,7 @@ def init(library: Any) -> None:
     from . import index_check, launch, ops, tbe, tuning
 
     library.init(host.launch_address(), torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream,
-                 index_check.default_mode, index_check._TOKENS, tuning, host.raise_launch_error, launch,
+                 index_check.HOST_MODES, index_check._TOKENS, tuning, host.raise_launch_error, launch,
                  host.transforms_active(), ops.host_path_backward, tbe.host_path_backward, tbe.host_path_update)
     library.set_launch_ex(host.launch_ex_address())
 

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
     import torch
 
 MODES: tuple[CheckMode, ...] = tuple(CheckMode)
+# host_path.cpp's codes 0-3: the compiled host path takes a mode as one of these members (resolved by
+# its caller), never a spelling, and never reads the environment
+HOST_MODES: tuple[CheckMode, ...] = (CheckMode.IGNORE, CheckMode.DEFERRED, CheckMode.WARN, CheckMode.SYNC)
 MODE_ENV = "REFERENCE_KERNELS_INDEX_CHECK"
 SKIP_ENV = "REFERENCE_KERNELS_SKIP_INDEX_CHECK"  # legacy: 1 means "ignore"
 DEFAULT_MODE = CheckMode.DEFERRED
@@ -51,8 +54,8 @@ _SPELLINGS = ("'deferred' (the default), 'warn', 'sync' (also True), 'ignore' (a
 def resolve_mode(check_indices: object) -> CheckMode:
     """The mode of one call from its ``check_indices`` argument (or module attribute): the one
     place a spelling (str, bool, None and the environment) becomes a CheckMode; each entry point
-    resolves once and passes the mode on. (The compiled host path, host_path.cpp, maps the
-    spellings of the calls it serves itself, the default through ``default_mode`` below.)"""
+    resolves once and passes the mode on, to the compiled host path (host_path.cpp) too. The
+    modules resolve theirs at construction (``FixedCheckMode``)."""
     if check_indices is None:
         return default_mode()
     if isinstance(check_indices, bool):
@@ -68,8 +71,8 @@ def resolve_mode(check_indices: object) -> CheckMode:
 
 def _read_environment() -> tuple[str | None, str | None]:
     """The two variables' values (None: unset), read on every call that leaves the mode to the
-    environment. Through ``os.environ``'s public interface only (about 1 us for the two), never
-    through CPython's private ``os.environ._data``."""
+    environment. Through ``os.environ``'s public interface only, never through CPython's private
+    ``os.environ._data``."""
     environ = os.environ
     return environ.get(MODE_ENV), environ.get(SKIP_ENV)
 
@@ -88,6 +91,22 @@ def default_mode() -> CheckMode:
     if skip in ("1", "true", "True", "yes"):
         return _IGNORE
     return DEFAULT_MODE
+
+
+class FixedCheckMode:
+    """``check_indices`` of the modules: the index check's mode, a ``CheckMode`` resolved once, from
+    the constructor's argument (None: the environment's default, read then) or from an assignment;
+    ``forward`` passes it on without resolving it again (as FBGEMM's ``bounds_check_mode``)."""
+
+    _check_mode: CheckMode
+
+    @property
+    def check_indices(self) -> CheckMode:
+        return self._check_mode
+
+    @check_indices.setter
+    def check_indices(self, value: CheckMode | str | bool | None) -> None:
+        self._check_mode = resolve_mode(value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -164,7 +183,7 @@ def warning_message(finding: Finding) -> str:
 
 # Host flags, one int64 word per device: its low int32 is set by a failing deferred check, its
 # high int32 by a failing warn check. Ordinary memory until the first ledger exists (reads 0),
-# then pinned, device-mapped host memory. Read through ctypes: a plain load, well under 1 us.
+# then pinned, device-mapped host memory. Read through ctypes: a plain load.
 FLAGS: Any = (ctypes.c_int64 * MAX_DEVICES)()
 _FLAGS_DEVICE_PTR = 0  # the pinned words' device address (0 until allocated)
 
@@ -181,7 +200,7 @@ class Ledger:
                 "checked call; make one call (or reference_kernels.check_index_errors()) before CUDA graph "
                 "capture, as a warm-up")
         global _torch
-        _torch = torch  # for run_check, without an import statement per call (0.3 µs)
+        _torch = torch  # for run_check, without an import statement per call
         self.device_index = device_index
         self.words = torch.zeros(1 + RECORD_WORDS * len(REGIONS), dtype=torch.int64, device=f"cuda:{device_index}")
         base = self.words.data_ptr()
@@ -230,7 +249,7 @@ def ledger(device_index: int) -> Ledger:
     if found is None:
         found = _LEDGERS[device_index] = Ledger(device_index)
         if _HOST_PATH:  # the compiled host path's checked calls write through it too
-            offer_ledger(_HOST_PATH[2], found)
+            offer_ledger(_HOST_PATH[0].library, found)
     return found
 
 
@@ -361,7 +380,7 @@ def run_check(indices: torch.Tensor, offsets: torch.Tensor | None, *, num_rows: 
     fn, sms = found if found is not None else _function(device_index, indices.dtype, out_dtype, cap)
     lock, record, flag = book.pointers[mode]
     blocks_per_sm = tuning.current().check_blocks_per_sm
-    if _HOST_PATH and spans is None and _HOST_PATH[2].pending():  # the compiled host path missed this pass
+    if _HOST_PATH and spans is None and _HOST_PATH[0].library.pending():  # the compiled host path missed this pass
         host.offer_check(device_index, indices.dtype, out_dtype, fn, sms, cap, blocks_per_sm)
     grid = grid_stride_blocks(max(n, n_off), sms, blocks_per_sm)
     launch._launch_packed(device_index, fn, grid, BLOCK, CHECK_PARAMS, (

@@ -1,5 +1,9 @@
 """Launching: describe a call, ask ``plan`` for its plan, compile the plan's variant, pack the
-arguments and launch. Nothing here chooses a kernel or a grid (that is ``plan.py``, pure).
+arguments and launch. The lookups' and the backward passes' kernels and grids are chosen in
+``plan.py`` (pure); one choice is made here: the backward's sort (``sort_rows``, ``radix_start``)
+takes radix_sort.cu or torch.sort by the keys' count and width, the knob ``own_sort`` and the
+device, and sizes radix_sort.cu's tiles (``RADIX_*`` below), because it decides between a kernel
+of this package and a torch op on live tensors.
 
 Everything here takes and returns torch tensors; validation of user arguments lives in
 ``api.py``, the custom-op wiring in ``ops.py``.
@@ -110,14 +114,14 @@ def _launch_packed(index: int, fn: Any, grid: int, block: int, signature: nvrtc.
     """Launch ``fn`` on device ``index``'s current stream, ``values`` packed as ``signature``;
     under a device guard only when ``index`` is not the current device (the guard costs more
     than the check). On the current device the body of ``nvrtc.launch_packed`` runs here:
-    every lookup launches through this function, and a call layer costs 0.2-0.4 µs. Once the
-    compiled host path is loaded, the driver is called through it (``launch_raw``): cuda-bindings
-    wraps each call's result, about 5 µs a launch on the GPU machine's host (change 59)."""
+    every lookup launches through this function, and a call layer would cost more host time. Once
+    the compiled host path is loaded, the driver is called through it (``launch_raw``), without
+    cuda-bindings' per-call wrapping of the result (figures: docs/perf/comment-figures.md)."""
     if index == _current_device():
         if grid > 0:
             extra = signature.pack(values)
             if _HOST_PATH:
-                err = _HOST_PATH[2].launch_raw(int(fn), grid, block, _raw_stream(index), extra)
+                err = _HOST_PATH[0].library.launch_raw(int(fn), grid, block, _raw_stream(index), extra)
             else:
                 (err,) = nvrtc._cu_launch_kernel()(fn, grid, 1, 1, block, 1, 1, 0, _raw_stream(index), None, extra)
             if err:
@@ -208,7 +212,7 @@ def clear_plans() -> None:
     _PREPARE.clear()
     _RADIX.clear()
     if _HOST_PATH:
-        _HOST_PATH[2].clear()
+        _HOST_PATH[0].library.clear()
 
 
 def _plans_now(device_index: int) -> tuple[tuning.Tuning, dict[tuple[Any, ...], Prepared | None]]:
@@ -286,12 +290,12 @@ def bag_forward(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tens
                              _forward_packer)
         if prepared is None:  # this call's kernel does not check: the pass first (its copies), then the lookup
             assert check is not None
-            if _HOST_PATH and _HOST_PATH[2].pending():  # the compiled path leaves this call to Python
+            if _HOST_PATH and _HOST_PATH[0].library.pending():  # the compiled path leaves this call to Python
                 host.offer(key, index, None)
             indices, offsets = _check_pass(indices, offsets, num_rows, check)
             return bag_forward(weight, indices, offsets, num_bags=num_bags, per_sample_weights=per_sample_weights,
                                mode=mode, padding_idx=padding_idx, need_argmax=need_argmax)
-    if _HOST_PATH and _HOST_PATH[2].pending():
+    if _HOST_PATH and _HOST_PATH[0].library.pending():
         host.offer(key, index, prepared)  # the compiled path missed this call: it launches its next ones
     plan, fn, grid, signature, pack = prepared
     ledger = _NO_CHECK if check is None else _index_check().lookup_ledger(index, check, "embedding_bag", num_rows)
@@ -536,8 +540,8 @@ HISTOGRAMS_PARAMS = nvrtc.params(PTR + I64 + I32 + PTR)
 ZERO_PARAMS = nvrtc.params(PTR + I64)  # radix_zero: (8-byte words, count)
 ONESWEEP_PARAMS = nvrtc.params(PTR + PTR + I64 + I32 + PTR + PTR + PTR + PTR + PTR + PTR)
 # Keys per thread per tile (radix_sort.cu's ITEMS: 8 * TILE bytes of shared memory): 12, and 6
-# below RADIX_SMALL_BELOW keys, where twice the tiles fill more of the GPU (change 60, H200: 186,624
-# keys of 26 bits 43.5 us a sort at 6, 51.6 at 12; 400,000 keys 57.9 at 6, 55.5 at 12).
+# below RADIX_SMALL_BELOW keys, where twice the tiles fill more of the GPU (measured in change 60:
+# docs/perf/comment-figures.md).
 RADIX_ITEMS = 12
 RADIX_ITEMS_SMALL = 6
 RADIX_SMALL_BELOW = 1 << 18
@@ -549,9 +553,8 @@ RADIX_MAX_PASSES = 4
 RADIX_MAX_KEYS = 2**30  # radix_sort.cu's look-back words count in 30 bits
 RADIX_HISTOGRAM_MAX_BLOCKS = 256  # the totals' grid-stride blocks, at most (each adds its counts atomically)
 # From 16,384 keys on (the fewest measured), 22 and 26 bits, ours takes less GPU time than
-# torch.sort's four onesweep passes, four passes included (change 60, H200: 16,384 keys of 26 bits
-# 33 against 58 us, 186,624 42-43.5 against 67-69, 2.6M of 22 bits 164 against 187), and about the
-# same host time (60-100 us either way on the H200's host, change 59). Fewer keys take torch.sort.
+# torch.sort's four onesweep passes, four passes included, and about the same host time (changes
+# 59-60: docs/perf/comment-figures.md). Fewer keys take torch.sort.
 RADIX_MIN_KEYS = 1 << 14
 
 

@@ -309,9 +309,9 @@ def launch_packed(fn: Any, grid: int, block: int, stream: int, signature: Params
     """Launch a 1-D grid of the CUfunction ``fn`` on the raw stream handle ``stream`` (an int),
     with ``values`` packed as ``signature`` into the driver's ``extra`` buffer.
 
-    Through cuda-bindings' cuLaunchKernel, which converts its arguments in compiled code: 0.5 µs
-    a call, where libcuda's own entry point through ctypes (argtypes set once) takes 1.3 µs
-    (both measured against a stub libcuda, tests/kernels/host_overhead.py)."""
+    Through cuda-bindings' cuLaunchKernel, which converts its arguments in compiled code: faster
+    than libcuda's own entry point through ctypes with argtypes set once (both measured against a
+    stub libcuda, tests/kernels/host_overhead.py; docs/perf/comment-figures.md)."""
     if grid <= 0:
         return
     (err,) = _cu_launch_kernel()(fn, grid, 1, 1, block, 1, 1, 0, stream, None, signature.pack(values))

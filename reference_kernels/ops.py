@@ -209,7 +209,7 @@ def _backward_bag(ctx: Any, grad_out: Tensor, _grad_argmax: Tensor | None) -> tu
 embedding_bag_op.register_autograd(_backward_bag, setup_context=_setup_bag)
 
 
-# torch.autograd.Function.apply's Python wrapper costs about 1.5 µs per call: outside functorch
+# torch.autograd.Function.apply's Python wrapper costs host time per call: outside functorch
 # transforms it unwraps dead functorch wrappers among the (top-level) arguments and calls the C
 # entry point; our Functions do the same themselves (no setup_context, so the wrapper binds no
 # default arguments). With transforms active, or in a build without these entry points: apply.

@@ -381,11 +381,9 @@ def forward_defines(variant: Variant, *, avg_len: int, many_bags: bool = True, p
     tiling = variant.tiling
     # Narrow rows (16 lanes or fewer), short sum/mean bags: a team one row wide pools its bag alone,
     # FBGEMM's layout, with 8 rows in flight at 3 blocks per SM: several row groups per bag, then
-    # their reduction, took over twice FBGEMM's instructions (8x1Mx32 L20: 47M against 20M warp
-    # instructions; 83 -> 46 us with Zipf 1.05, 103 -> 83 us uniform; docs/perf/change-47.md).
-    # Only where such teams give the GPU narrow_min_warps_per_sm warps per SM (change 57, 4 tables,
-    # B8192 L30): d4 and d12, 7.75 warps, were 0.81-1.01x FBGEMM, warp-wide teams 1.19-2.0x; d20,
-    # 15.5 warps, stays better narrow (1.07 against 0.93x with Zipf 1.05 float32). The knob's 12 lies
+    # their reduction, took over twice FBGEMM's instructions (docs/perf/change-47.md). Only where
+    # such teams give the GPU narrow_min_warps_per_sm warps per SM (change 57: 7.75 warps per SM were
+    # slower narrow than warp-wide, 15.5 faster; docs/perf/comment-figures.md). The knob's 12 lies
     # between the two and was not measured itself.
     narrow = (tuning.narrow_one_row_max_avg > 0 and tiling.row_lanes <= 16 and avg_len <= tuning.narrow_one_row_max_avg
               and variant.mode != "max" and not variant.need_argmax
@@ -440,9 +438,9 @@ def forward_defines(variant: Variant, *, avg_len: int, many_bags: bool = True, p
     # 136-1000 columns, B8192 L30, against FBGEMM). float32 rows of 2-3 vectors: one row at 6 or 5
     # blocks (38 / 48 registers); 4 vectors: two at 3 (78; one at 5 spills 48 bytes); per-sample
     # weights two at 4 up to 3 vectors (64, change 51's d192 pick), two at 3 at 4. d200-d256 had
-    # run 8 rows at 2 blocks (100 registers): 0.59-0.85x FBGEMM, now 1.00-1.03x. 16-bit rows of 2
-    # vectors (d392 float16): one row at 5 blocks, 1.11-1.19 -> 1.64-1.82x; their 4-vector rows
-    # spill at 3 blocks and keep 4 rows at 2 (1.5x), 3-vector rows were not measured.
+    # run 8 rows at 2 blocks (100 registers). 16-bit rows of 2 vectors (d392 float16): one row at 5
+    # blocks; their 4-vector rows spill at 3 blocks and keep 4 rows at 2, 3-vector rows were not
+    # measured (the figures: docs/perf/comment-figures.md).
     # Only for calls whose warp-wide teams fill the rule's resident blocks (a wave of them, at
     # least): one row in flight per warp carries too few bytes to cover DRAM latency otherwise.
     wide = _wide_rows_in_flight(variant) if tuning.wide_one_row and pos32 and not narrow else None
@@ -469,9 +467,9 @@ def forward_defines(variant: Variant, *, avg_len: int, many_bags: bool = True, p
             reasons.append("small_f32_more_blocks: 3 blocks per SM")
     # Lean rows (sum, mean; one vector per lane; 32-bit positions; one team per bag) issue a row
     # in a few instructions, so cache-served (skewed) rows make them issue-bound: fewer rows in
-    # flight and more blocks per SM served skewed 12-table L150 calls 7-18 % faster at a cost of
-    # 3-5 % on uniform ones (docs/perf/change-46.md). Only for bags too long to stride, of rows
-    # one or two per warp (the measured ones).
+    # flight and more blocks per SM served skewed 12-table L150 calls faster at a smaller cost on
+    # uniform ones (docs/perf/change-46.md). Only for bags too long to stride, of rows one or two
+    # per warp (the measured ones).
     if (lean and tuning.lean_long_bag_rows and unroll > tuning.lean_long_bag_rows and rows_at_once <= 2
             and group_rows > tuning.persistent_max_group_rows):
         unroll, min_blocks = _rows_in_flight(tiling, variant.has_psw, variant.need_argmax,
@@ -479,9 +477,9 @@ def forward_defines(variant: Variant, *, avg_len: int, many_bags: bool = True, p
         reasons.append(f"lean_long_bag_rows: {unroll} rows in flight at {min_blocks} blocks per SM")
     # 16-bit rows of one 16-byte vector per lane in 16 or 32 lanes, with per-sample weights, in bags
     # too long to stride: 4 rows in flight at 4 blocks per SM (63 registers) instead of 8 at 2 (126;
-    # 8 at 3 fits 80 since ONE_TILE, and measured between): 12x500Kx128 float16 Zipf 1.05 / 1.2
-    # 1.16 / 1.05 -> 1.46 / 1.35x FBGEMM, uniform unchanged (docs/perf/change-52.md); 4 tables of
-    # 200 and 256 float16 columns, B8192 L30, 1.07-1.09 / 0.92 -> 1.13-1.19 / 1.19-1.20x (change 57)
+    # 8 at 3 fits 80 since ONE_TILE, and measured between): faster on skewed 12x500Kx128 float16
+    # calls, uniform unchanged (docs/perf/change-52.md), and on 200- and 256-column float16 tables
+    # (change 57; docs/perf/comment-figures.md)
     if (tuning.psw16_more_blocks and lean and variant.has_psw and variant.weight_dtype != 0 and not persistent
             and tiling.vec == 8 and tiling.row_lanes >= 16 and (unroll, min_blocks) == (8, 2)):
         unroll, min_blocks = 4, 4
@@ -489,9 +487,9 @@ def forward_defines(variant: Variant, *, avg_len: int, many_bags: bool = True, p
     team = tiling.row_lanes * rows_at_once
     # Lean rows in a team narrower than a warp, bags whose length leaves a partial step (the rows
     # one step of every lane loads): the bag's last rows take half a step when they fit one
-    # (LEAN_TAIL). Measured only where it helped: 8x1Mx32 float32 bags of 20 in 8-row steps 2-4 %
-    # faster; where no partial step is left (8x1Mx64 bags of 20 in 4-row steps) its test per
-    # step cost 1-11 % (docs/perf/change-52.md).
+    # (LEAN_TAIL). Measured only where it helped: 8x1Mx32 float32 bags of 20 in 8-row steps;
+    # where no partial step is left (8x1Mx64 bags of 20 in 4-row steps) its test per step cost
+    # time (docs/perf/change-52.md).
     step = min(unroll, tiling.row_lanes) * rows_at_once
     tail = tuning.lean_tail and lean and not persistent and team < 32 and avg_len % step != 0
     if tail:
@@ -504,9 +502,8 @@ def forward_defines(variant: Variant, *, avg_len: int, many_bags: bool = True, p
 # that compile without spilling (nvcc -Xptxas -v, sm_90: float32 d128 40 registers for sum, 48
 # for mean, per-sample weights spill at 5; the others 46-48 at 5). 16-bit rows with per-sample
 # weights at 4 (63 registers; 5 spill): with ONE_TILE they beat the segmented kernel, which
-# change 48 had kept for them (DCNv2 float16 Zipf 1.05 / 1.2 1.11 / 1.02 -> 1.35 / 1.29x FBGEMM,
-# uniform 1.26 -> 1.31x; docs/perf/change-52.md); 64-column rows with per-sample weights were not
-# measured.
+# change 48 had kept for them (DCNv2 float16, docs/perf/change-52.md); 64-column rows with
+# per-sample weights were not measured.
 SHORT_LEAN_BLOCKS: dict[tuple[bool, int, str], int] = {
     (False, 128, "sum"): 6, (False, 128, "mean"): 5, (False, 128, "weighted"): 4,
     (True, 128, "sum"): 5, (True, 128, "mean"): 5, (True, 128, "weighted"): 4,

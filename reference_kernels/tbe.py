@@ -27,7 +27,7 @@ from . import api, launch, ops, sparse_update
 from .api import MODES
 from .errors import CheckMode
 from .host import LOADED as _HOST_PATH
-from .index_check import resolve_mode
+from .index_check import FixedCheckMode
 from .optim import OptimizerSpec, check_spec
 from .plan import width_groups
 
@@ -262,7 +262,7 @@ class _WidthGroup(sparse_update.FusedOptimizerMixin, torch.nn.Module):
         self.grad_columns: Tensor | None
 
 
-class TableBatchedEmbeddingBag(sparse_update.FusedOptimizerMixin, torch.nn.Module):
+class TableBatchedEmbeddingBag(FixedCheckMode, sparse_update.FusedOptimizerMixin, torch.nn.Module):
     """T tables in one module; ``forward(indices, offsets, per_sample_weights=None)`` pools every
     table's bags (see the module docstring). ``embedding_dim``: one int, every table that wide, all
     rows in one ``weight`` [sum(rows), dim] and one launch, output ``[B, T * dim]``; or one width
@@ -272,11 +272,14 @@ class TableBatchedEmbeddingBag(sparse_update.FusedOptimizerMixin, torch.nn.Modul
     t's rows, either way. ``sparse=True``: each weight's gradient is torch's sparse COO tensor;
     ``optimizer`` (``reference_kernels.optim.SGD``, ``RowWiseAdagrad``, ``Adam``): the backward
     updates the looked-up rows and their state in place and leaves the weights' ``.grad`` None
-    (``optimizer_seed``, ``optimizer`` and their state apply to every width's weight)."""
+    (``optimizer_seed``, ``optimizer`` and their state apply to every width's weight).
+    ``check_indices``: the index check's mode (``CheckMode``, its name, True for "sync", False for
+    "ignore"; None: REFERENCE_KERNELS_INDEX_CHECK's, else "deferred"), resolved here, once."""
 
     def __init__(self, num_embeddings: Sequence[int], embedding_dim: int | Sequence[int], mode: str = "sum",
                  dtype: torch.dtype = torch.float32, device: Any = None, sparse: bool = False,
-                 optimizer: Optional[OptimizerSpec] = None) -> None:
+                 optimizer: Optional[OptimizerSpec] = None,
+                 check_indices: CheckMode | str | bool | None = None) -> None:
         super().__init__()
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -291,8 +294,7 @@ class TableBatchedEmbeddingBag(sparse_update.FusedOptimizerMixin, torch.nn.Modul
         sizes = torch.tensor(list(num_embeddings), dtype=torch.int64, device=device)
         self.mode = mode
         self.max_rows = max(num_embeddings, default=0)  # the checked copy's dtype, without reading sizes
-        # the index check's mode, as the functions' check_indices (None: from the environment)
-        self.check_indices: bool | str | None = None
+        self.check_indices = check_indices  # resolved now (FixedCheckMode): None is the environment's default
         self.register_buffer("table_sizes", sizes, persistent=False)
         self.table_sizes: Tensor
         # mixed widths: the widths' groups (None: one width, one weight)
@@ -380,17 +382,16 @@ class TableBatchedEmbeddingBag(sparse_update.FusedOptimizerMixin, torch.nn.Modul
             raise NotImplementedError("per_sample_weights is only supported for mode='sum'")
         if offsets.dtype != indices.dtype:
             indices, offsets = indices.to(torch.int64), offsets.to(torch.int64)
-        check = resolve_mode(self.check_indices)
         api.surface_errors(self.table_sizes)
         indices, offsets = check_tables(indices.contiguous(), offsets.contiguous(), self.table_sizes, self.max_rows,
-                                        check)
+                                        self._check_mode)
         return indices, offsets, None if per_sample_weights is None else per_sample_weights.contiguous()
 
     def forward(self, indices: Tensor, offsets: Tensor, per_sample_weights: Optional[Tensor] = None) -> Tensor:
         if self._width_groups is not None:
             return self._forward_widths(self._width_groups, indices, offsets, per_sample_weights)
-        if _HOST_PATH and not _HOST_PATH[1]():  # the compiled host path (host.py): the usual call, or None
-            # the parameter and buffers from their dicts: Module.__getattr__ costs ~0.3 µs a name
+        if _HOST_PATH and not (host_path := _HOST_PATH[0]).is_compiling():  # the compiled host path (host.py)
+            # the parameter and buffers from their dicts, not through Module.__getattr__ (slower a name)
             params, buffers = self._parameters, self._buffers
             # the backward a call with a gradient gets: the op's (False), else the module's own with
             # its fused optimizer's state, or True for a sparse gradient
@@ -399,9 +400,9 @@ class TableBatchedEmbeddingBag(sparse_update.FusedOptimizerMixin, torch.nn.Modul
                 update = self.fused_state(self.weight)
             elif self.sparse:
                 update = True
-            served: Tensor | None = _HOST_PATH[3](
+            served: Tensor | None = host_path.tbe(
                 params["weight"], buffers["table_rows"], buffers["table_sizes"], indices, offsets, per_sample_weights,
-                self.mode, self.check_indices, self.max_rows, update)
+                self.mode, self._check_mode, self.max_rows, update)
             if served is not None:
                 return served
         indices, offsets, psw = self._checked_inputs(indices, offsets, per_sample_weights)
@@ -442,7 +443,7 @@ def widths_forward(groups: list[_WidthGroup], indices: Tensor, offsets: Tensor, 
     tables = first.all_tables
     out = launch.new_output(((offsets.numel() - 1) // tables, first.out_width), first.weight)
     for group in groups:
-        # from the dicts, as the module's forward: Module.__getattr__ costs ~0.3 µs a name
+        # from the dicts, as the module's forward, not through Module.__getattr__
         weight: Tensor = group._parameters["weight"]  # type: ignore[assignment]
         layout: Tensor = group._buffers["layout"]  # type: ignore[assignment]
         step = group.column_step * weight.element_size()  # bytes; a power of two

@@ -153,13 +153,12 @@ class OurTables(nn.Module):
 
     def __init__(self, cfg: Config, device: str, init: Tensor) -> None:
         super().__init__()
-        self.tbe = TableBatchedEmbeddingBag(list(cfg.rows), cfg.dim, mode="sum", device=device,
-                                            optimizer=optim.SGD(lr=cfg.embedding_lr))
-        with torch.no_grad():
-            self.tbe.weight.copy_(init)
         # the ids are valid by construction; the separate range check would synchronise with
         # the host every step (torch's kernel checks inside, without one)
-        self.tbe.check_indices = False
+        self.tbe = TableBatchedEmbeddingBag(list(cfg.rows), cfg.dim, mode="sum", device=device,
+                                            optimizer=optim.SGD(lr=cfg.embedding_lr), check_indices=False)
+        with torch.no_grad():
+            self.tbe.weight.copy_(init)
 
     def forward(self, batch: Batch) -> Tensor:
         return self.tbe(batch.indices, batch.offsets)  # type: ignore[no-any-return]

@@ -110,14 +110,14 @@ struct State {
   LaunchExFn launch_ex = nullptr;  // cuLaunchKernelEx (set_launch_ex): programmatic launches; null: launch
   PyObject* current_device = nullptr;  // torch._C._cuda_getDevice
   PyObject* raw_stream = nullptr;      // torch._C._cuda_getCurrentRawStream
-  PyObject* default_mode = nullptr;    // index_check.default_mode
   PyObject* tokens = nullptr;          // index_check._TOKENS (itertools.count)
   PyObject* tuning_module = nullptr;   // reference_kernels.tuning (its _CURRENT: the knobs)
   PyObject* knobs_name = nullptr;      // "_CURRENT"
   PyObject* on_launch_error = nullptr; // host.raise_launch_error(err, grid, block)
   PyObject* knobs = nullptr;           // the knobs the registered plans were made under (borrowed id)
   PyObject* mode_names[3] = {nullptr, nullptr, nullptr};  // "sum", "mean", "max"
-  PyObject* check_names[4] = {nullptr, nullptr, nullptr, nullptr};  // "ignore", "deferred", "warn", "sync"
+  // index_check.HOST_MODES: the CheckMode members of codes 0-3 (ignore, deferred, warn, sync)
+  PyObject* check_modes[4] = {nullptr, nullptr, nullptr, nullptr};
   PyObject* transforms_active = nullptr;  // torch._C._are_functorch_transforms_active
   PyObject* backward = nullptr;           // ops.host_path_backward
   PyObject* tbe_backward = nullptr;       // tbe.host_path_backward
@@ -147,28 +147,14 @@ int mode_code(PyObject* mode) {
   return -1;
 }
 
-// 0 ignore, 1 deferred, 2 warn, 3 sync; -1: not a plain mode (the Python path says what is wrong);
-// -2: a Python error is set.
+// 0 ignore, 1 deferred, 2 warn, 3 sync: the mode the caller resolved (a CheckMode member: the module
+// fixed it at construction, the function resolved its argument); anything else is -1, left to the
+// Python path. The environment is never read here.
 int check_code(PyObject* check) {
-  PyObject* owned = nullptr;
-  if (check == Py_None) {
-    owned = PyObject_CallNoArgs(state.default_mode);
-    if (owned == nullptr) return -2;
-    check = owned;
-  } else if (check == Py_True) {
-    return 3;
-  } else if (check == Py_False) {
-    return 0;
+  for (int i = 0; i < 4; ++i) {
+    if (check == state.check_modes[i]) return i;
   }
-  int code = -1;
-  if (PyUnicode_Check(check)) {
-    for (int i = 0; i < 4 && code < 0; ++i) {
-      if (check == state.check_names[i] || PyUnicode_Compare(check, state.check_names[i]) == 0) code = i;
-    }
-    PyErr_Clear();
-  }
-  Py_XDECREF(owned);
-  return code;
+  return -1;
 }
 
 bool plain_tensor(PyObject* obj) { return THPVariableClass != nullptr && THPVariable_CheckExact(obj); }
@@ -290,7 +276,7 @@ bool launch(uintptr_t function, unsigned grid, unsigned block, void* buffer, siz
 // Python path has packed (nvrtc.Params.pack: ``extra`` is the address of the driver's extra array),
 // one dimension each, no dynamic shared memory. For the launches that stay on the Python path (the
 // backward's preparation, sort and passes): the driver call without cuda-bindings' per-call
-// wrapping (a result enum per call), about 5 us less a launch on the GPU machine's host.
+// wrapping (a result enum per call), which costs host time per launch (docs/perf/comment-figures.md).
 PyObject* launch_raw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 5 || state.launch == nullptr) {
     PyErr_SetString(PyExc_TypeError, "launch_raw takes 5 arguments, after init");
@@ -737,7 +723,6 @@ PyObject* bag(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (gradient <= 0) return gradient < 0 ? nullptr : not_served();
   const bool need_argmax = grad && c.mode == 2 && weight.requires_grad();
   const int check = check_code(args[10]);
-  if (check == -2) return nullptr;
   if (check > 0 && c.num_rows == 0) return not_served();
   const int64_t* ledger = nullptr;
   const int served = serve_on(c.device, check, &ledger);
@@ -884,7 +869,6 @@ PyObject* tbe(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const int gradient = serve_gradient(grad);
   if (gradient <= 0) return gradient < 0 ? nullptr : not_served();
   const int check = check_code(args[7]);
-  if (check == -2) return nullptr;
   const int64_t* ledger = nullptr;
   const int served = serve_on(c.device, check, &ledger);
   if (served <= 0) return served < 0 ? nullptr : not_served();
@@ -1099,7 +1083,7 @@ PyObject* keep(PyObject* obj) {
   return obj;
 }
 
-// init(launch_address, current_device, raw_stream, default_mode, tokens, tuning_module, on_launch_error,
+// init(launch_address, current_device, raw_stream, check_modes, tokens, tuning_module, on_launch_error,
 //      launch_module, transforms_active, backward, tbe_backward, tbe_update)
 PyObject* init(PyObject*, PyObject* args) {
   long long launch;
@@ -1116,7 +1100,11 @@ PyObject* init(PyObject*, PyObject* args) {
   state.launch = reinterpret_cast<LaunchFn>(launch);
   state.current_device = keep(current);
   state.raw_stream = keep(stream);
-  state.default_mode = keep(mode);
+  if (!PyTuple_Check(mode) || PyTuple_GET_SIZE(mode) != 4) {
+    PyErr_SetString(PyExc_TypeError, "init: check_modes must be a tuple of the 4 CheckMode members by code");
+    return nullptr;
+  }
+  for (int i = 0; i < 4; ++i) state.check_modes[i] = keep(PyTuple_GET_ITEM(mode, i));
   state.tokens = keep(tokens);
   state.tuning_module = keep(tuning);
   state.on_launch_error = keep(on_error);
@@ -1125,8 +1113,6 @@ PyObject* init(PyObject*, PyObject* args) {
   state.knobs_name = PyUnicode_InternFromString("_CURRENT");
   const char* modes[3] = {"sum", "mean", "max"};
   for (int i = 0; i < 3; ++i) state.mode_names[i] = PyUnicode_InternFromString(modes[i]);
-  const char* checks[4] = {"ignore", "deferred", "warn", "sync"};
-  for (int i = 0; i < 4; ++i) state.check_names[i] = PyUnicode_InternFromString(checks[i]);
   Py_RETURN_NONE;
 }
 

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..errors import CheckMode
 from ..optim import RowWiseAdagrad, reference_update
 
 ShardOptimizer = Any  # optim.SGD | optim.RowWiseAdagrad (checked by the sharded module)
@@ -115,10 +116,9 @@ class KernelShards(nn.Module):
         super().__init__()
         from ..tbe import TableBatchedEmbeddingBag
 
-        self.tbe = TableBatchedEmbeddingBag(list(shard_rows), dim, mode="sum", dtype=dtype, device=device,
-                                            optimizer=optimizer)
         # shard ids are in range by construction; the separate check would synchronise each step
-        self.tbe.check_indices = False
+        self.tbe = TableBatchedEmbeddingBag(list(shard_rows), dim, mode="sum", dtype=dtype, device=device,
+                                            optimizer=optimizer, check_indices=CheckMode.IGNORE)
         self.tbe.optimizer_seed = 0
         self.tbe.fused_state(self.tbe.weight)  # the state exists from the start (checkpoints)
 

@@ -16,6 +16,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from reference_kernels import host, launch, ops  # noqa: E402
+from reference_kernels.errors import CheckMode  # noqa: E402
+from reference_kernels.index_check import resolve_mode  # noqa: E402
 
 _Tensor = host._Probe  # a stand-in with a pointer and a size, as the packers read them
 
@@ -124,7 +126,7 @@ def _bind_on_cpu(library: Any) -> None:
     from reference_kernels import index_check, tbe, tuning
 
     library.init(ctypes.cast(_FAKE_LAUNCH, ctypes.c_void_p).value, lambda: 0, lambda index: 0,
-                 index_check.default_mode, index_check._TOKENS, tuning, host.raise_launch_error, launch,
+                 index_check.HOST_MODES, index_check._TOKENS, tuning, host.raise_launch_error, launch,
                  lambda: False, ops.host_path_backward, tbe.host_path_backward, tbe.host_path_update)
 
 
@@ -133,7 +135,7 @@ def test_the_library_builds_loads_and_leaves_cpu_calls_to_python(library: Any) -
     weight = torch.randn(10, 4)
     indices = torch.tensor([1, 2, 3, 4], dtype=torch.int64)
     offsets = torch.tensor([0, 2], dtype=torch.int64)
-    arguments = (indices, weight, offsets, None, False, "sum", False, None, False, None, None)
+    arguments = (indices, weight, offsets, None, False, "sum", False, None, False, None, CheckMode.DEFERRED)
     assert library.bag(*arguments) is None  # not bound yet
     _bind_on_cpu(library)
     assert library.bag(*arguments) is None  # CPU tensors
@@ -224,13 +226,19 @@ def _fake_tbe_update(grad_out: Any, weight: Any, table_rows: Any, indices: Any, 
     return (None,) if update is not True else (torch.full_like(weight, 3.0),)
 
 
+def _loaded(library: Any) -> host.HostPath:
+    """``library`` as host.LOADED holds it once published (outside torch.compile)."""
+    return host.HostPath(bag=getattr(library, "bag", None), is_compiling=lambda: False, library=library,
+                         tbe=getattr(library, "tbe", None))
+
+
 @pytest.fixture
 def on_cpu(library: Any) -> Any:
     """The library bound to the recording launcher, CPU tensors as device 0; unbound after."""
     from reference_kernels import index_check, tuning
 
     library.init(ctypes.cast(_RECORD_LAUNCH, ctypes.c_void_p).value, lambda: 0, lambda index: 0,
-                 index_check.default_mode, index_check._TOKENS, tuning, host.raise_launch_error, launch,
+                 index_check.HOST_MODES, index_check._TOKENS, tuning, host.raise_launch_error, launch,
                  lambda: False, _fake_backward, _fake_tbe_backward, _fake_tbe_update)
     library.cpu_as_device0(True)
     library.set_ledger(0, ctypes.addressof(_FLAGS), LEDGERS["deferred"], LEDGERS["warn"])
@@ -306,7 +314,7 @@ def test_the_library_packs_what_the_python_packer_packs(on_cpu: Any, shape: tupl
     else:
         idx, offsets = _csr(bags, length, rows)
     psw = torch.rand(idx.shape).to(dtype) if with_psw else None
-    arguments = (idx, weight, offsets, None, False, mode, False, psw, False, None if pad < 0 else pad, False)
+    arguments = (idx, weight, offsets, None, False, mode, False, psw, False, None if pad < 0 else pad, CheckMode.IGNORE)
     key = _key(weight, idx, offsets, mode, psw, pad, False)
     assert on_cpu.bag(*arguments) is None and on_cpu.pending()  # not registered yet: a miss
     plan, pack = _register(on_cpu, key)
@@ -346,8 +354,9 @@ def test_the_shapes_cover_every_one_table_forward_entry() -> None:
     (None, None, "deferred"), (None, "warn", "warn")])
 def test_a_checked_lookup_gets_the_ledger_and_a_fresh_token(on_cpu: Any, check: str | None, environment: str | None,
                                                             mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every spelling of a checking mode, the environment's default (index_check.default_mode, a
-    CheckMode, called by the library) and CheckMode members included, reaches that mode's ledger."""
+    """Every spelling of a checking mode and the environment's default, resolved by the caller
+    (index_check.resolve_mode: the library takes a CheckMode member and reads no environment),
+    reaches that mode's ledger; a spelling handed to the library unresolved is left to Python."""
     import reference_kernels as rk
     from reference_kernels import index_check
     from reference_kernels.plan import plan_checked_bag_forward
@@ -356,12 +365,16 @@ def test_a_checked_lookup_gets_the_ledger_and_a_fresh_token(on_cpu: Any, check: 
         monkeypatch.delenv(name, raising=False)
     if environment is not None:
         monkeypatch.setenv(index_check.MODE_ENV, environment)
-    spelled = rk.CheckMode.WARN if check == "CheckMode.WARN" else check
+    spelled = index_check.resolve_mode(rk.CheckMode.WARN if check == "CheckMode.WARN" else check)
     weight = torch.randn(3000, 128)
     idx, offsets = _csr(512, 20, 3000)
     arguments = (idx, weight, offsets, None, False, "sum", False, None, False, None, spelled)
     plan, pack = _register(on_cpu, _key(weight, idx, offsets, "sum", None, -1, True), plan_checked_bag_forward)
     assert plan is not None and plan.define("CHECK") == 1
+    for unresolved in (check, mode, True, None, "bogus"):
+        if unresolved is not spelled:
+            assert on_cpu.bag(*arguments[:10], unresolved) is None and _RECORDED == []
+    monkeypatch.setenv(index_check.MODE_ENV, "sync")  # read by resolve_mode only, never by the library
     token = next(index_check._TOKENS) + 1  # the library takes the next one
     out = on_cpu.bag(*arguments)
     (_, _, _, params), = _RECORDED
@@ -383,7 +396,7 @@ def test_a_checked_call_whose_kernel_cannot_check_runs_the_pass_first(on_cpu: An
 
     weight = torch.randn(3000, 64)
     idx, offsets = _csr(300, 7, 3000)  # 2100 indices: the offsets' copy starts at 2100 * 4 bytes
-    arguments = (idx, weight, offsets, None, False, "max", False, None, False, None, "deferred")
+    arguments = (idx, weight, offsets, None, False, "max", False, None, False, None, CheckMode.DEFERRED)
     key = _key(weight, idx, offsets, "max", None, -1, True)
     from reference_kernels.plan import plan_checked_bag_forward
 
@@ -413,7 +426,7 @@ def test_a_call_with_a_gradient_gets_the_backward_node(on_cpu: Any) -> None:
     idx, offsets = _csr(256, 4, 2000)
     key = _key(weight, idx, offsets, "mean", None, 5, False)
     offsets_last = torch.cat([offsets, torch.tensor([idx.numel()])])
-    arguments = (idx, weight, offsets_last, None, False, "mean", False, None, True, 5, False)
+    arguments = (idx, weight, offsets_last, None, False, "mean", False, None, True, 5, CheckMode.IGNORE)
     _register(on_cpu, key)
     out = on_cpu.bag(*arguments)
     assert out is not None and out.requires_grad and out.grad_fn.name() == "ReferenceKernelsEmbeddingBagBackward"
@@ -438,7 +451,7 @@ def test_a_knob_change_forgets_the_plans(on_cpu: Any, monkeypatch: pytest.Monkey
 
     weight = torch.randn(1000, 128)
     idx, offsets = _csr(128, 8, 1000)
-    arguments = (idx, weight, offsets, None, False, "sum", False, None, False, None, False)
+    arguments = (idx, weight, offsets, None, False, "sum", False, None, False, None, CheckMode.IGNORE)
     on_cpu.bag(*arguments)  # binds the current knobs
     _register(on_cpu, _key(weight, idx, offsets, "sum", None, -1, False))
     assert on_cpu.bag(*arguments) is not None and on_cpu.plan_count() == 1
@@ -454,7 +467,7 @@ def test_a_checked_call_with_a_gradient_saves_the_pass_copies(on_cpu: Any) -> No
 
     weight = torch.randn(1500, 64).requires_grad_(True)
     idx, offsets = _csr(200, 5, 1500)
-    arguments = (idx, weight, offsets, None, False, "sum", False, None, False, None, "warn")
+    arguments = (idx, weight, offsets, None, False, "sum", False, None, False, None, CheckMode.WARN)
     on_cpu.offer_check(0, torch.int64, torch.int32, 0xC4EC, 256, 132 * 8)
     assert on_cpu.bag(*arguments) is None  # the clean lookup is not registered yet
     plan, pack = _register(on_cpu, (*_key(weight, idx, offsets, "sum", None, -1, False)[:5], torch.int32,
@@ -492,7 +505,8 @@ class _Tables:
         self.bags = bags
 
     def arguments(self, mode: str = "sum", check: Any = False, update: Any = False) -> tuple[Any, ...]:
-        return (self.weight, self.rows, self.sizes, self.indices, self.offsets, self.psw, mode, check,
+        """The library's tbe arguments; ``check`` as the module resolves it (a CheckMode member)."""
+        return (self.weight, self.rows, self.sizes, self.indices, self.offsets, self.psw, mode, resolve_mode(check),
                 self.max_rows, update)
 
     def key(self, mode: str, index_dtype: Any = None) -> tuple[Any, ...]:
@@ -638,20 +652,22 @@ def test_the_module_hands_the_library_its_call(monkeypatch: pytest.MonkeyPatch) 
     the largest table, the backward of its own: its fused state, True for a sparse gradient, False
     for none) and returns what the library returns."""
     from reference_kernels import optim
+    from reference_kernels.errors import CheckMode
     from reference_kernels.tbe import TableBatchedEmbeddingBag
 
     seen: list[tuple[Any, ...]] = []
     answer = torch.zeros(2, 8)
-    monkeypatch.setattr(host, "LOADED", [None, lambda: False, None, lambda *a: seen.append(a) or answer])
+    loaded = host.HostPath(bag=lambda *a: None, is_compiling=lambda: False, library=None,
+                           tbe=lambda *a: seen.append(a) or answer)
+    monkeypatch.setattr(host, "LOADED", [loaded])
     monkeypatch.setattr("reference_kernels.tbe._HOST_PATH", host.LOADED)
-    module = TableBatchedEmbeddingBag([5, 9], 4, "mean", optimizer=optim.SGD(lr=0.1))
-    module.check_indices = "warn"
+    module = TableBatchedEmbeddingBag([5, 9], 4, "mean", optimizer=optim.SGD(lr=0.1), check_indices="warn")
     idx, offsets = torch.tensor([1, 2, 3]), torch.tensor([0, 1, 2, 3, 3])
     assert module(idx, offsets) is answer
     (weight, rows, sizes, indices, offs, psw, mode, check, max_rows, update), = seen
     assert weight is module.weight and rows is module.table_rows and sizes is module.table_sizes
     assert indices is idx and offs is offsets and psw is None
-    assert (mode, check, max_rows) == ("mean", "warn", 9)
+    assert (mode, max_rows) == ("mean", 9) and check is CheckMode.WARN  # the member resolved at construction
     assert update is module.optimizer_state and update.spec is module.optimizer  # the fused state
     seen.clear()
     sparse = TableBatchedEmbeddingBag([5, 9], 4, "mean", sparse=True)
@@ -662,7 +678,7 @@ def test_the_module_hands_the_library_its_call(monkeypatch: pytest.MonkeyPatch) 
 
 def test_the_package_binds_the_library_from_above(monkeypatch: pytest.MonkeyPatch) -> None:
     """host.py imports nothing above it: the package's __init__ registers host_binding, which gives a
-    loaded library host_path.cpp's init arguments in its order (the index check's default mode and
+    loaded library host_path.cpp's init arguments in its order (the index check's modes by code and
     tokens, the tuning and launch modules whose _CURRENT and POISON_OUTPUTS it reads, the ops' and
     tbe's backward) and, once published, every ledger made before."""
     from reference_kernels import host_binding, index_check, tbe, tuning
@@ -683,7 +699,7 @@ def test_the_package_binds_the_library_from_above(monkeypatch: pytest.MonkeyPatc
     (_, init), launch_ex, (_, ledger) = calls
     assert launch_ex == ("set_launch_ex", (0x5678,))
     assert len(init) == 12 and init[0] == 0x1234
-    assert init[3:6] == (index_check.default_mode, index_check._TOKENS, tuning)
+    assert init[3:6] == (index_check.HOST_MODES, index_check._TOKENS, tuning)
     assert init[6:8] == (host.raise_launch_error, launch)
     assert init[9:] == (ops.host_path_backward, tbe.host_path_backward, tbe.host_path_update)
     assert hasattr(tuning, "_CURRENT") and hasattr(launch, "POISON_OUTPUTS")  # the names host_path.cpp reads
@@ -711,14 +727,14 @@ def test_the_python_paths_launches_go_through_the_library_once_it_is_loaded(on_c
     signature = nvrtc.params("PqPq")
     monkeypatch.setattr(launch, "_current_device", lambda: 0)
     monkeypatch.setattr(launch, "_raw_stream", lambda index: 0)
-    monkeypatch.setattr(launch, "_HOST_PATH", [None, lambda: False, on_cpu, None])
+    monkeypatch.setattr(launch, "_HOST_PATH", [_loaded(on_cpu)])
     launch._launch_packed(0, 0xBEEF, 9, 128, signature, (0x1000, 7, 0x2000, -3))
     launch._launch_packed(0, 0xBEEF, 0, 128, signature, (0x1000, 7, 0x2000, -3))  # an empty grid: nothing
     (function, grid, block, params), = _RECORDED
     assert (function, grid, block) == (0xBEEF, 9, 128)
     assert params == signature.layout.pack(0x1000, 7, 0x2000, -3)
     refusing = type("Refusing", (), {"launch_raw": lambda self, *args: 1})()  # CUDA_ERROR_INVALID_VALUE
-    monkeypatch.setattr(launch, "_HOST_PATH", [None, lambda: False, refusing, None])
+    monkeypatch.setattr(launch, "_HOST_PATH", [_loaded(refusing)])
     with pytest.raises(nvrtc.LaunchError, match="CUDA_ERROR_INVALID_VALUE.*grid 9, block 128"):
         launch._launch_packed(0, 0xBEEF, 9, 128, signature, (0x1000, 7, 0x2000, -3))
     with pytest.raises(TypeError, match="5 arguments"):
@@ -762,7 +778,7 @@ def test_launches_are_programmatic_once_the_library_has_cuLaunchKernelEx(on_cpu:
     signature = nvrtc.params("PqPq")
     monkeypatch.setattr(launch, "_current_device", lambda: 0)
     monkeypatch.setattr(launch, "_raw_stream", lambda index: 0x77)
-    monkeypatch.setattr(launch, "_HOST_PATH", [None, lambda: False, on_cpu, None])
+    monkeypatch.setattr(launch, "_HOST_PATH", [_loaded(on_cpu)])
     _EX_RECORDED.clear()
     assert on_cpu.set_launch_ex(ctypes.cast(_RECORD_LAUNCH_EX, ctypes.c_void_p).value) is False
     try:

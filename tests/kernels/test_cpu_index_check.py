@@ -145,13 +145,32 @@ def test_entry_points_validate_check_indices_before_the_device(entry: int, clean
             call(value)  # type: ignore[operator]
 
 
+def test_modules_fix_their_mode_at_construction(clean_env: pytest.MonkeyPatch) -> None:
+    """The constructor's check_indices is resolved once: None takes the environment's default then,
+    and a later change of the environment does not change a module's mode; an assignment resolves
+    too (the attribute is always a CheckMode, never a spelling to resolve per call)."""
+    pytest.importorskip("torch")
+    from reference_kernels.tbe import TableBatchedEmbeddingBag
+
+    clean_env.setenv(ic.MODE_ENV, "warn")
+    modules = [rk.EmbeddingBag(3, 2), rk.Embedding(3, 2), TableBatchedEmbeddingBag([3, 4], 2)]
+    clean_env.setenv(ic.MODE_ENV, "sync")
+    assert [m.check_indices for m in modules] == [rk.CheckMode.WARN] * 3
+    modules[0].check_indices = True
+    assert modules[0].check_indices is rk.CheckMode.SYNC and modules[0]._check_mode is rk.CheckMode.SYNC
+
+
 def test_modules_default_to_the_environment() -> None:
     pytest.importorskip("torch")  # the modules are torch.nn.Modules (the kernels extra)
     from reference_kernels.tbe import TableBatchedEmbeddingBag
 
-    assert rk.EmbeddingBag(3, 2).check_indices is None
-    assert rk.Embedding(3, 2).check_indices is None
-    assert TableBatchedEmbeddingBag([3, 4], 2).check_indices is None
+    for make in (lambda **kw: rk.EmbeddingBag(3, 2, **kw), lambda **kw: rk.Embedding(3, 2, **kw),
+                 lambda **kw: TableBatchedEmbeddingBag([3, 4], 2, **kw)):
+        assert make().check_indices is rk.CheckMode.DEFERRED
+        assert make(check_indices=False).check_indices is rk.CheckMode.IGNORE
+        assert make(check_indices="warn").check_indices is rk.CheckMode.WARN
+        with pytest.raises(ValueError, match="check_indices must be one of"):
+            make(check_indices="fatal")  # at construction, not at the first forward
     with pytest.raises(ValueError, match="at least one row"):
         TableBatchedEmbeddingBag([3, 0], 2)
 

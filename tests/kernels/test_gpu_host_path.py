@@ -38,7 +38,7 @@ def library(drained_ledger: None) -> Any:
     if host.setting() == "auto":
         pytest.skip("REFERENCE_KERNELS_HOST_PATH=auto builds in the background; the tests need wait")
     assert host.status().state == "loaded", host.status()
-    return host.LOADED[2]
+    return host.LOADED[0].library
 
 
 def _python_path(call: Any) -> Any:
