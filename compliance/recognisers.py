@@ -317,7 +317,7 @@ def cuda_line(data: bytes, c_source: bool) -> int | None:
     offset = preprocessor.qualifier_offset(joined)
     if offset is not None:
         return joined.count(b"\n", 0, offset) + 1
-    return preprocessor.kernel_line(data) if preprocessor.DEFINES.search(data) else None
+    return preprocessor.kernel_line(data) if b"define" in data and preprocessor.DEFINES.search(data) else None
 
 
 def _family_line(data: bytes, marker: Marker, c_source: bool) -> int | None:
