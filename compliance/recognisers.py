@@ -449,30 +449,37 @@ class MarkerScanner:
 
     def scan(self, window: bytes, lines_before: int = 0) -> None:
         """Scan ``window``, a stretch of the file with ``lines_before`` newlines before it, as it is
-        and as a loader would decode it: from UTF-16/32 (``wide``), then string escapes undone."""
-        if self.wide is not None:
-            window = window.decode(self.wide, "replace").encode("utf-8", "surrogatepass")
-        self.scan_plain(window, lines_before)
-        if self._wanted and b"\\" in window and _ESCAPE_HINT.search(window):
-            self.scan_plain(unescape(window), lines_before)
+        and as a loader would decode it: from UTF-16/32 (``wide``), then string escapes undone.
+        Decoded text is what a loader hands a compiler, so a kernel in it counts even inside what
+        the file's own language calls a string literal (a C++ file holding JSON-escaped CUDA)."""
+        decoded = self.wide is not None
+        if decoded:
+            window = window.decode(self.wide or "", "replace").encode("utf-8", "surrogatepass")
+        self.scan_plain(window, lines_before, self.c_source and not decoded)
+        if self._wanted and b"\\" in window and ESCAPE_HINT.search(window):
+            self.scan_plain(unescape(window), lines_before, False)
 
     def scan_payload(self, payload: bytes, line: int) -> None:
         """Scan text decoded from an encoding that spans lines (base64): whatever is found is at ``line``."""
         before = dict(self.found)
-        self.scan(payload)
+        self.scan_plain(payload, 0, False)
+        if self._wanted and b"\\" in payload and ESCAPE_HINT.search(payload):
+            self.scan_plain(unescape(payload), 0, False)
         self.found.update({name: line for name in self.found if name not in before})
 
-    def scan_plain(self, window: bytes, lines_before: int = 0) -> None:
-        """Scan ``window`` as it is."""
+    def scan_plain(self, window: bytes, lines_before: int = 0, c_source: bool | None = None) -> None:
+        """Scan ``window`` as it is (``c_source``: read it as C, C++ or CUDA source; the scanner's
+        own setting when None)."""
         marker_set = self.marker_set
         present = marker_set.present(window, self._wanted) if self._wanted else 0
         if not present:
             return
         if present >> marker_set.continuation & 1 and marker_set.cuda is not None:
             present |= 1 << marker_set.cuda
+        as_c = self.c_source if c_source is None else c_source
         for index, marker in enumerate(marker_set.families):
             if present >> index & 1:
-                line = _family_line(window, marker, self.c_source)
+                line = _family_line(window, marker, as_c)
                 if line is not None:
                     self.found[marker.name] = lines_before + line
                     self._wanted &= ~(1 << index)
@@ -496,7 +503,7 @@ def scan_markers(data: bytes, c_source: bool = False) -> list[tuple[str, int]]:
 
 # --------------------------------------------------------------------------- decoding as a loader does
 
-_ESCAPE_HINT = re.compile(rb"\\(?:u00|U0000|x[0-9a-fA-F]{2}|N\{|[0-3][0-7]{2})")
+ESCAPE_HINT = re.compile(rb"\\(?:u00|U0000|x[0-9a-fA-F]{2}|N\{|[0-3][0-7]{2})")
 """A string escape that may spell a plain character (``\\u005f``, ``\\x5f``, ``\\137``, ``\\N{LOW LINE}``)."""
 _ESCAPE = re.compile(rb"\\(?:u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|x([0-9a-fA-F]{2})|([0-7]{1,3})|"
                      rb"N\{([A-Za-z0-9 \-]{1,80})\}|([\\/'\"]))")
@@ -535,7 +542,7 @@ def unescape(data: bytes) -> bytes:
     escapes of escapes; newlines stay escaped, so each line keeps its number."""
     for _ in range(UNESCAPE_ROUNDS):
         decoded = _ESCAPE.sub(_unescaped, data)
-        if decoded == data or not _ESCAPE_HINT.search(decoded):
+        if decoded == data or not ESCAPE_HINT.search(decoded):
             return decoded
         data = decoded
     return data

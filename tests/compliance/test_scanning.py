@@ -35,7 +35,7 @@ from tests.compliance.treeutil import CASES, fake_binary
 # --------------------------------------------------------------------------- references
 
 
-def reference_markers(data: bytes, markers: MarkerSet, c_source: bool = False) -> dict[str, int]:
+def _reference_view(data: bytes, markers: MarkerSet, c_source: bool) -> dict[str, int]:
     """Every family decided on its own (``bytes.find`` per literal, as before the literal search;
     CUDA by ``cuda_line`` over all the data, with no literal search before it)."""
     found = {}
@@ -51,6 +51,16 @@ def reference_markers(data: bytes, markers: MarkerSet, c_source: bool = False) -
         offset = first_match(data, marker)
         if offset is not None:
             found[marker.name] = data.count(b"\n", 0, offset) + 1
+    return found
+
+
+def reference_markers(data: bytes, markers: MarkerSet, c_source: bool = False) -> dict[str, int]:
+    """``_reference_view`` of the text, then of the text with its string escapes undone (read as a
+    loader hands it on, not as C) for the families not found."""
+    found = _reference_view(data, markers, c_source)
+    if recognisers.ESCAPE_HINT.search(data):
+        for name, line in _reference_view(recognisers.unescape(data), markers, False).items():
+            found.setdefault(name, line)
     return found
 
 
