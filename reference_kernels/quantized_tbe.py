@@ -11,6 +11,12 @@ saturated, one inverse scale per table).
 On CUDA one launch per format (quantized_forward.cu; a module of one format is one launch) and no
 host synchronisation: the launch geometry comes from the shapes alone and is cached per batch size.
 On the CPU the float64 reference (``quantized.reference_forward``) rounded once to the output dtype.
+
+Index check: none by default on CUDA (as FBGEMM's ``BoundsCheckMode.NONE``; the caller guarantees the
+range and ``offsets[0] == 0``); ``check_indices`` (attribute or constructor argument, the modes of
+docs/kernels.md, "Index range check") runs the table-batched check pass first, which reports
+out-of-range indices and bad offsets, a first offset that is not 0 included. The CPU path always
+refuses a first offset that is not 0, as torch's CPU kernel does.
 """
 
 from __future__ import annotations
@@ -103,11 +109,17 @@ class QuantizedTableBatchedEmbeddingBag(torch.nn.Module):
     on it)."""
 
     data: Tensor
+    check_indices: bool | str | None = False
+    """The index check's mode on CUDA (module docstring): False (no check, the default), or a mode of
+    docs/kernels.md, "Index range check" (None: from the environment)."""
 
     def __init__(self, tables: Sequence[QuantizedTable], pooling: str = "sum",
                  output_dtype: torch.dtype = torch.float16, output_inverse_scales: Sequence[float] | None = None,
-                 device: torch.device | str | None = None, pooling_factors: Sequence[float] | None = None) -> None:
+                 device: torch.device | str | None = None, pooling_factors: Sequence[float] | None = None,
+                 check_indices: bool | str | None = False) -> None:
         super().__init__()
+        self.check_indices = check_indices
+        self._table_sizes: Tensor | None = None
         if not tables:
             raise ValueError("QuantizedTableBatchedEmbeddingBag needs at least one table")
         if pooling not in POOLINGS:
@@ -168,12 +180,17 @@ class QuantizedTableBatchedEmbeddingBag(torch.nn.Module):
             raise ValueError("at most 2^31 - 1 indices a call")
         batch = (offsets.numel() - 1) // count
         if self.data.device.type != "cuda":
+            if int(offsets[0]) != 0:  # CPU tensors: reading it costs no synchronisation
+                raise ValueError(f"offsets[0] must be 0 (the first bag starts at the first index), got "
+                                 f"{int(offsets[0])}, as torch.nn.functional.embedding_bag requires")
             return self._cpu_forward(indices, offsets, per_sample_weights)
         if indices.device != self.data.device or offsets.device != self.data.device:
             raise RuntimeError("indices and offsets must be on the tables' device")
         if offsets.dtype != indices.dtype:
             offsets = offsets.to(indices.dtype)
         indices, offsets = indices.contiguous(), offsets.contiguous()
+        if self.check_indices is not False:
+            indices, offsets = self._checked(indices, offsets)
         psw = None if per_sample_weights is None else per_sample_weights.float().contiguous()
         if self.pooling == "none":
             shape: tuple[int, int] = (indices.numel(), self.dims[0])
@@ -197,6 +214,21 @@ class QuantizedTableBatchedEmbeddingBag(torch.nn.Module):
                                  offsets.data_ptr(), 0 if psw is None else psw.data_ptr(), out.data_ptr(),
                                  out.shape[1]))
         return out
+
+    def _checked(self, indices: Tensor, offsets: Tensor) -> tuple[Tensor, Tensor]:
+        """The table-batched index check pass (tbe.check_tables) in the module's mode: the copies the
+        lookup reads; errors as every entry point reports them (EmbeddingIndexError, deferred or not)."""
+        from .api import surface_errors
+        from .index_check import resolve_mode
+        from .tbe import check_tables
+
+        mode = resolve_mode(self.check_indices)
+        if mode == "ignore":
+            return indices, offsets
+        surface_errors(self.data)  # an earlier deferred check's error, as every checking entry point
+        if self._table_sizes is None or self._table_sizes.device != self.data.device:
+            self._table_sizes = torch.tensor(self.rows, dtype=torch.int64, device=self.data.device)
+        return check_tables(indices, offsets, self._table_sizes, max(self.rows), mode)
 
     def _launches(self, batch: int, num_indices: int, device_index: int) -> list[tuple[str, Tensor, int]]:
         """Per format: its tables' metadata (quantized_forward.cu's layout) and its warp count;

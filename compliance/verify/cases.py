@@ -158,7 +158,7 @@ class Case:
         if q.scales_in != "row":
             return self.dim
         codes = -(-self.dim // 2) if q.weight == "int4" else self.dim
-        raw = 2 + 2 * q.bias + codes  # fp16 scale (and bias), then the codes: FBGEMM's fused row
+        raw = 4 + codes  # fp16 scale and bias (FBGEMM's int8 / int4), or a float32 scale (fp8), then the codes
         return -(-raw // q.row_alignment) * q.row_alignment
 
     def scalars(self) -> dict[str, int]:

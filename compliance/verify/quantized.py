@@ -10,10 +10,10 @@ adding a row's bias (one rounding per term, which the bound counts as one more a
   (-127..127) or fp8 e4m3 codes (their bytes, as ``torch.uint8``), one float32 scale per table;
 * row-wise scale in a tensor: the same codes, ``weight_scales`` float32 ``[rows, 2]`` (scale, bias)
   or ``[rows]`` (scale);
-* row-wise scale in the row (FBGEMM's fused row, ``IntNBitTableBatchedEmbeddingBagsCodegen``): the
-  weight is uint8 ``[rows, row_bytes]``: an fp16 scale, an fp16 bias (with ``bias``), then the codes,
-  unsigned as FBGEMM's (int8: 0..255, int4: 0..15, two per byte with the low nibble first; fp8: its
-  bytes), then padding to the row alignment.
+* row-wise scale in the row: the weight is uint8 ``[rows, row_bytes]``, padded to the row alignment.
+  int8 and int4: FBGEMM's fused row (``IntNBitTableBatchedEmbeddingBagsCodegen``): an fp16 scale, an
+  fp16 bias, then the codes, unsigned as FBGEMM's (int8 0..255, int4 0..15, two per byte with the
+  low nibble first); fp8: a float32 scale, then the codes' bytes.
 
 Imported only where torch is (the verifier's judging and the kernel's process).
 """
@@ -72,9 +72,13 @@ def _half_values(shape: tuple[int, ...], low: float, high: float, gen: torch.Gen
 
 
 def _row_params(case: Case, q: Quantization, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Row-wise (scale, bias) per row, float32, fp16-exact (the bias 0 without ``bias``)."""
+    """Row-wise (scale, bias) per row, float32 (the bias 0 without ``bias``): fp16-exact, except an fp8
+    fused row's float32 scale, which has a 15-bit significand (times a 4-bit fp8 significand: exact)."""
     rows = case.num_embeddings
     scale = _half_values((rows,), 2.0**-9, 2.0**-5, gen, signed=False)
+    if q.weight == "fp8_e4m3" and q.scales_in == "row":  # in [2^-9, 2^-4): 15 bits times 2^e
+        significand = torch.randint(2**14, 2**15, (rows,), generator=gen).to(torch.float64)
+        scale = (significand * torch.exp2(torch.randint(-23, -19, (rows,), generator=gen).to(torch.float64))).float()
     bias = _half_values((rows,), 2.0**-3, 1.0, gen, signed=True) if q.bias else torch.zeros(rows)
     return scale, bias
 
@@ -83,9 +87,11 @@ def _fused_rows(case: Case, q: Quantization, codes: torch.Tensor, scale: torch.T
                 bias: torch.Tensor) -> torch.Tensor:
     """FBGEMM's fused rows: fp16 scale, fp16 bias (with ``bias``), the codes, padding (zero bytes)."""
     rows, dim = codes.shape
-    params = [scale.to(torch.float16).view(torch.uint8).reshape(rows, 2)]
-    if q.bias:
-        params.append(bias.to(torch.float16).view(torch.uint8).reshape(rows, 2))
+    if q.weight == "fp8_e4m3":
+        params = [scale.to(torch.float32).view(torch.uint8).reshape(rows, 4)]
+    else:
+        params = [scale.to(torch.float16).view(torch.uint8).reshape(rows, 2),
+                  bias.to(torch.float16).view(torch.uint8).reshape(rows, 2)]
     if q.weight == "int4":
         padded = torch.zeros(rows, 2 * -(-dim // 2), dtype=torch.uint8)
         padded[:, :dim] = codes

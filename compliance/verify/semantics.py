@@ -253,8 +253,9 @@ class Quantization:
     bias: bool = False
     """Row-wise only: a bias per row beside the scale (FBGEMM's scale + bias): value = code * scale + bias."""
     scales_in: str = "tensor"
-    """``row``: in each row's bytes, FBGEMM's fused row (fp16 scale, fp16 bias, then the codes);
-    ``tensor``: ``weight_scales``; ``argument``: the scalar ``weight_scale`` (one table)."""
+    """``row``: in each row's bytes (FBGEMM's fused int8 / int4 row: fp16 scale, fp16 bias, then the
+    codes; a fused fp8 row: a float32 scale, then the codes); ``tensor``: ``weight_scales``;
+    ``argument``: the scalar ``weight_scale`` (one table)."""
     output: str = ""
     """``int8``: the output is int8 codes, round(pooled * inverse output scale) saturated to [-128, 127],
     with each table's inverse scale in ``output_inverse_scales`` (or the argument
@@ -278,6 +279,11 @@ class Quantization:
             out.append("semantics.quantization: a bias is row-wise (scale: row)")
         if self.weight == "int4" and self.scales_in != "row":
             out.append("semantics.quantization: int4 codes come in FBGEMM's fused rows (scales_in: row)")
+        if self.scales_in == "row" and self.weight != "fp8_e4m3" and not self.bias:
+            out.append("semantics.quantization: FBGEMM's fused int8 and int4 rows carry a scale and a bias "
+                       "(bias: true)")
+        if self.scales_in == "row" and self.weight == "fp8_e4m3" and self.bias:
+            out.append("semantics.quantization: a fused fp8 row carries a float32 scale, no bias")
         return out
 
     @classmethod

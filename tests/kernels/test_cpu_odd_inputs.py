@@ -10,6 +10,7 @@ check (its message is tested here; the GPU tests run it)."""
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 import torch
@@ -67,3 +68,28 @@ def test_the_index_check_names_a_first_offset_that_is_not_0() -> None:
         "as torch.nn.functional.embedding_bag requires), be non-decreasing and lie in [0, 9] (the number of "
         "indices)")
 
+
+
+def _quantized_module() -> tuple[object, list[torch.Tensor]]:
+    from reference_kernels.quantized import quantize
+    from reference_kernels.quantized_tbe import QuantizedTableBatchedEmbeddingBag
+
+    weights = [torch.randn(20, 8), torch.randn(30, 8)]
+    return QuantizedTableBatchedEmbeddingBag([quantize(w, "int8") for w in weights], "sum", torch.float32), weights
+
+
+def test_the_quantized_module_refuses_a_first_offset_that_is_not_0_as_torch() -> None:
+    module, weights = _quantized_module()
+    indices = torch.tensor([1, 2, 3, 4, 5, 6])
+    with pytest.raises(RuntimeError, match=re.escape(FIRST_OFFSET)):
+        F.embedding_bag(indices[:3], weights[0], torch.tensor([1, 2, 3]), include_last_offset=True)
+    with pytest.raises(ValueError, match=r"offsets\[0\] must be 0"):
+        module(indices, torch.tensor([1, 2, 3, 4, 6]))  # type: ignore[operator]
+    assert module(indices, torch.tensor([0, 2, 3, 4, 6])).shape == (2, 16)  # type: ignore[operator]
+
+
+def test_a_single_offset_gives_no_bag_on_the_quantized_module_as_in_torch() -> None:
+    module, weights = _quantized_module()
+    out = module(torch.tensor([1, 2]), torch.tensor([0]))  # type: ignore[operator]
+    theirs = F.embedding_bag(torch.tensor([1, 2]), weights[0], torch.tensor([0]), include_last_offset=True)
+    assert out.shape == (0, 16) and theirs.shape == (0, 8)

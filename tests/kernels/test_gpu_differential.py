@@ -5,7 +5,8 @@ per-sample weights, max_norm, no / dense / sparse gradients, and the odd inputs)
 refusals as torch on the CPU and values within the verifier's bound of torch's float64 result;
 a first offset that is not 0 is an EmbeddingIndexError on every entry point (torch's CPU kernel
 refuses it; ours reports it through the index check: at once with "sync", at the next call with
-the default "deferred"); a single offset gives torch's result. Fresh seeds, printed."""
+the default "deferred"; the quantized module checks when asked, check_indices); a single offset
+gives torch's result. Fresh seeds, printed."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ import torch.nn.functional as F  # noqa: E402
 from differential import FIRST_OFFSET, absolute, bound, outcome, random_call, reference  # noqa: E402
 
 import reference_kernels as rk  # noqa: E402
+from reference_kernels.quantized import quantize  # noqa: E402
+from reference_kernels.quantized_tbe import QuantizedTableBatchedEmbeddingBag  # noqa: E402
 from reference_kernels.tbe import TableBatchedEmbeddingBag  # noqa: E402
 
 pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("poison_outputs", "drained_ledger")]
@@ -78,7 +81,7 @@ def test_torch_refuses_a_first_offset_that_is_not_0() -> None:
 
 
 @pytest.mark.parametrize("check", ["sync", "deferred"])
-@pytest.mark.parametrize("entry", ["function", "module", "module-fused", "table-batched"])
+@pytest.mark.parametrize("entry", ["function", "module", "module-fused", "table-batched", "quantized"])
 def test_a_first_offset_that_is_not_0_is_an_error_on_every_entry_point(entry: str, check: str) -> None:
     weight, indices, offsets = _bags(2)
     if entry == "function":
@@ -90,8 +93,12 @@ def test_a_first_offset_that_is_not_0_is_an_error_on_every_entry_point(entry: st
         module.check_indices = check
         call = lambda: module(indices, offsets)  # noqa: E731
     else:
-        tbe = TableBatchedEmbeddingBag([20, 20], 8, mode="sum").cuda()
-        tbe.check_indices = check
+        if entry == "quantized":  # checks only when asked (as FBGEMM's bounds_check_mode); here it is
+            tables = [quantize(weight, "int8"), quantize(weight, "int4")]
+            tbe = QuantizedTableBatchedEmbeddingBag(tables, "sum", torch.float32, check_indices=check)
+        else:
+            tbe = TableBatchedEmbeddingBag([20, 20], 8, mode="sum").cuda()
+            tbe.check_indices = check
         tb_offsets = torch.tensor([2, 3, 5, 7, 9], device="cuda")  # 2 tables x 2 bags, include_last_offset
         call = lambda: tbe(indices, tb_offsets)  # noqa: E731
     with pytest.raises(rk.EmbeddingIndexError, match="offsets must start at 0"):

@@ -50,9 +50,12 @@ def _decode(case: Case, inputs: CaseInputs, flaw: str = "") -> torch.Tensor:
     assert q is not None
     weight, rows, dim = inputs.weight, case.num_embeddings, case.dim
     if q.scales_in == "row":
-        scale = weight[:, 0:2].contiguous().view(torch.float16).float()
-        bias = weight[:, 2:4].contiguous().view(torch.float16).float() if q.bias else torch.zeros(rows, 1)
-        body = weight[:, 2 + 2 * q.bias:]
+        if q.weight == "fp8_e4m3":  # a float32 scale, then the codes
+            scale, bias = weight[:, 0:4].contiguous().view(torch.float32), torch.zeros(rows, 1)
+        else:  # FBGEMM's: fp16 scale, fp16 bias, then the codes
+            scale = weight[:, 0:2].contiguous().view(torch.float16).float()
+            bias = weight[:, 2:4].contiguous().view(torch.float16).float()
+        body = weight[:, 4:]
         if q.weight == "int4":
             low, high = (body >> 4, body & 15) if flaw == "nibbles" else (body & 15, body >> 4)
             codes = torch.stack([low, high], dim=2).reshape(rows, -1)[:, :dim].float()
@@ -168,6 +171,8 @@ def test_int8_output_bound_is_half_a_code_plus_the_float_error() -> None:
     ({"weight": "int8", "scale": "row", "scales_in": "argument"}, "passes one table's scale"),
     ({"weight": "int8", "scale": "table", "bias": True}, "a bias is row-wise"),
     ({"weight": "int4", "scale": "row", "scales_in": "tensor"}, "int4 codes come in FBGEMM's fused rows"),
+    ({"weight": "int8", "scale": "row"}, "carry a scale and a bias"),
+    ({"weight": "fp8_e4m3", "scale": "row", "bias": True}, "a float32 scale, no bias"),
 ])
 def test_semantics_no_kernel_can_have_are_refused(quantization: dict[str, Any], why: str) -> None:
     q = Quantization.from_mapping(quantization)
@@ -194,3 +199,26 @@ def test_the_gpu_fixture_declares_the_cpu_twins_kernels() -> None:
         assert all(k.semantics.quantization is not None for k in kernels)
         ids.append(sorted(k.id for k in kernels))
     assert ids[0] == ids[1] and len(ids[0]) == 6
+
+
+@pytest.mark.parametrize(("q", "theirs"), [
+    (Quantization("int8", "row", bias=True, scales_in="row", row_alignment=16), "int8"),
+    (Quantization("int4", "row", bias=True, scales_in="row", row_alignment=16), "int4"),
+    (Quantization("fp8_e4m3", "row", scales_in="row", row_alignment=16), "fp8_rowwise"),
+    (Quantization("int8", "table", scales_in="argument"), "int8_tablewise"),
+    (Quantization("fp8_e4m3", "table", scales_in="argument"), "fp8_tablewise"),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_the_verifiers_rows_are_reference_kernels_rows(q: Quantization, theirs: str) -> None:
+    """The layouts the verifier hands a kernel decode, byte for byte, to the same values with
+    reference_kernels.quantized (FBGEMM's rows; the verifier itself never imports it)."""
+    from compliance.verify.quantized import quantized_table
+    from reference_kernels.quantized import QuantizedTable, dequantize, row_bytes
+
+    for case in (c for c in _cases(q) if c.dim % 4 == 0):
+        table = quantized_table(case, torch.Generator().manual_seed(case.seed))
+        data = table.weight.view(torch.uint8)
+        assert data.shape[1] == row_bytes(theirs, case.dim) or q.scales_in != "row"
+        padded = torch.zeros(case.num_embeddings, row_bytes(theirs, case.dim), dtype=torch.uint8)
+        padded[:, :data.shape[1]] = data
+        scale = case.scales[0] if case.scales else None
+        assert torch.equal(dequantize(QuantizedTable(theirs, case.dim, padded, scale)), table.values), case.id
