@@ -1,8 +1,9 @@
 """Where the tool keeps what it may reuse between runs: one application directory, one subdirectory per use.
 
 ``<user cache>/mlperf-compliance/`` holds ``upstream/`` (bare git caches of
-upstream repositories, ``--upstream``) and ``verify/`` (kernel builds,
-``compliance verify``). The user cache is ``$XDG_CACHE_HOME`` (else
+upstream repositories, ``--upstream``), ``verify/`` (kernel builds,
+``compliance verify``) and ``scan/`` (what each file of a checked tree held,
+``compliance.scan_cache``). The user cache is ``$XDG_CACHE_HOME`` (else
 ``~/.cache``) on Linux, ``~/Library/Caches`` on macOS and ``%LOCALAPPDATA%``
 on Windows. Each subdirectory has its own environment override, and the
 command-line options (``--upstream-cache``, ``--build-dir``) win over both.
@@ -55,3 +56,6 @@ def user_cache_base() -> Path:
     if sys.platform == "darwin":
         return Path.home() / "Library" / "Caches"
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+SCAN = CacheArea("scan", "COMPLIANCE_SCAN_CACHE")
+"""What the walk found in each file of a checked tree, reused while the file is unchanged
+(``compliance check``; ``--no-scan-cache`` turns it off)."""

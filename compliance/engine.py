@@ -127,11 +127,12 @@ def _context(walk: Walk, manifests: tuple[tuple[str, Manifest], ...], ruleset: R
 
 
 def build_context(root: Path, rules: str | None, rules_dirs: tuple[Path, ...] = (),
-                  proof: str = "static") -> tuple[CheckContext, RuleSetChoice]:
+                  proof: str = "static", scan_cache: Path | None = None) -> tuple[CheckContext, RuleSetChoice]:
     """Walk ``root`` once and assemble everything checks need (``proof``: see
-    ``CheckContext.proof``; rule directories inside ``root`` are refused: ``InputError``, exit 2)."""
+    ``CheckContext.proof``; rule directories inside ``root`` are refused: ``InputError``, exit 2;
+    ``scan_cache``: the scan cache's directory, None to read every file)."""
     refuse_rule_roots_inside(root, rules_dirs)
-    walk = walk_tree(root)
+    walk = walk_tree(root, scan_cache_dir=scan_cache)
     manifests = read_manifests(walk)
     choice = choose_ruleset(rules, manifests, root, rules_dirs)
     return _context(walk, manifests, choice.ruleset, root, proof), choice
@@ -176,5 +177,5 @@ def report_for(ctx: CheckContext, choice: RuleSetChoice, stages: list[Stage]) ->
 def run_check(root: Path, options: CheckOptions | None = None) -> CheckReport:
     """The whole ``compliance check``: static checks plus the stages asked for (None: static only)."""
     options = options or CheckOptions()
-    ctx, choice = build_context(root, options.rules, options.rules_dirs, options.proof)
+    ctx, choice = build_context(root, options.rules, options.rules_dirs, options.proof, options.scan_cache)
     return report_for(ctx, choice, stages_for(options))

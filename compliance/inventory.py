@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from compliance import recognisers
+from compliance import recognisers, scan_cache
 from compliance.containers import container_kind, examine_container, member_path, open_file
 from compliance.errors import InputError
 from compliance.layout import (
@@ -42,7 +42,7 @@ from compliance.layout import (
 )
 from compliance.manifest import MANIFEST_NAME
 from compliance.parallel import OrderedWork, default_workers
-from compliance.paths import parent_dir
+from compliance.paths import is_inside, parent_dir
 from compliance.recognisers import LANGUAGE_OF_MARKER, binary_kind
 from compliance.setup_sources import (
     FileIndex,
@@ -395,6 +395,10 @@ class Walk:
     link_targets: dict[str, str] = field(default_factory=dict)
     container_members: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     unopened: dict[str, str] = field(default_factory=dict)
+    scanned: scan_cache.Entries = field(default_factory=dict)
+    """Each regular file's scan-cache entry (filled only while a scan cache is in use)."""
+    fresh: int = 0
+    """Files examined afresh while a scan cache was in use."""
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -514,7 +518,10 @@ def _record_source(rel: str, name: str, ext: str, markers: list[tuple[str, int]]
 
 
 def _visit_file(dir_fd: int, name: str, rel: str, walk: Walk) -> None:
-    """Open ``name`` in ``dir_fd`` (never following a link) and examine it."""
+    """Open ``name`` in ``dir_fd`` (never following a link) and examine it (or replay its scan-cache
+    entry when it is unchanged)."""
+    if _CACHE.recording and _cached_visit(dir_fd, name, rel, walk):
+        return
     try:
         fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
     except OSError:
@@ -533,12 +540,90 @@ def _examine_open(fd: int, rel: str, name: str, walk: Walk) -> None:
     if not stat.S_ISREG(status.st_mode):  # swapped after the listing, or a FIFO/device: never read
         walk.unscanned.append((rel, "not a regular file"))
         return
+    _register(rel, name, walk)
+    if not _CACHE.recording:
+        _read_stream(fd, status.st_size, rel, name, walk)
+        return
+    part = Walk(walk.root)
+    _read_stream(fd, status.st_size, rel, name, part)
+    merge_walk(walk, part)
+    walk.scanned[rel] = scan_cache.make_entry(scan_cache.stat_key(status), _record(part))
+    walk.fresh += 1
+
+
+def _register(rel: str, name: str, walk: Walk) -> None:
+    """What a regular file's name alone tells the walk."""
     walk.files.add(rel)
     if name == MANIFEST_NAME:
         walk.manifests.append(rel)
     if name.upper().startswith(("LICENSE", "COPYING")):
         walk.licensed_dirs.add(parent_dir(rel))
-    _read_stream(fd, status.st_size, rel, name, walk)
+
+
+@dataclass
+class _ScanCache:
+    """The entries of the walk under way (set before it starts: forked workers inherit them)."""
+
+    entries: scan_cache.Entries = field(default_factory=dict)
+    recording: bool = False
+
+
+_CACHE = _ScanCache()
+
+
+def _record(part: Walk) -> dict[str, Any] | None:
+    """What examining one file added to a walk, as JSON (None: nothing)."""
+    record: dict[str, Any] = {}
+    if part.native:
+        record["native"] = {p: [[e.marker, e.line] for e in ev] for p, ev in part.native.items()}
+    for name in ("digests", "unopened", "build_products", "container_members"):
+        if getattr(part, name):
+            record[name] = getattr(part, name)
+    for name in ("binaries", "unscanned", "unparseable_setups"):
+        if getattr(part, name):
+            record[name] = [list(item) for item in getattr(part, name)]
+    if part.setups:
+        record["setups"] = [{f.name: getattr(ext, f.name) for f in fields(SetupExtension)} for ext in part.setups]
+    return record or None
+
+
+def _replay(record: dict[str, Any] | None, walk: Walk) -> None:
+    """Add a file's recorded outcome to ``walk`` (the inverse of ``_record``)."""
+    if not record:
+        return
+    for path, evidence in record.get("native", {}).items():
+        walk.native[path] = [Evidence(marker, line) for marker, line in evidence]
+    walk.digests.update(record.get("digests", {}))
+    walk.unopened.update(record.get("unopened", {}))
+    for directory, products in record.get("build_products", {}).items():
+        walk.build_products.setdefault(directory, []).extend((p, k) for p, k in products)
+    for container, members in record.get("container_members", {}).items():
+        walk.container_members[container] = [(m, k) for m, k in members]
+    walk.binaries.extend((r, k, n) for r, k, n in record.get("binaries", ()))
+    walk.unscanned.extend((r, why) for r, why in record.get("unscanned", ()))
+    walk.unparseable_setups.extend((r, why) for r, why in record.get("unparseable_setups", ()))
+    for ext in record.get("setups", ()):
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in ext.items()}
+        walk.setups.append(SetupExtension(**values))
+
+
+def _cached_visit(dir_fd: int, name: str, rel: str, walk: Walk) -> bool:
+    """Replay ``rel``'s entry when the file is the one it was made from, unchanged (True), without
+    opening it; else False (the file is examined)."""
+    entry = _CACHE.entries.get(rel)
+    if entry is None:
+        return False
+    try:
+        status = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    same, record = scan_cache.entry_record(entry, scan_cache.stat_key(status))
+    if not stat.S_ISREG(status.st_mode) or not same:
+        return False
+    _register(rel, name, walk)
+    _replay(record, walk)
+    walk.scanned[rel] = entry
+    return True
 
 
 def _open_dir_inside(root_fd: int, parts: Sequence[str]) -> int:
@@ -693,6 +778,8 @@ def merge_walk(walk: Walk, part: Walk) -> None:
         elif item.name == "build_products":
             for directory, products in theirs.items():
                 mine.setdefault(directory, []).extend(products)
+        elif isinstance(mine, int):
+            setattr(walk, item.name, mine + theirs)
         else:
             mine.update(theirs)
 
@@ -770,9 +857,22 @@ class _Walker:
             self.pending, self.pending_files = [], 0
 
 
-def _walk(root: Path, workers: int) -> Walk:
+def _walk(root: Path, workers: int, cache: Path | None = None) -> Walk:
     walk = Walk(root)
     root_real = os.path.realpath(root)
+    stored = scan_cache.load(cache) if cache is not None else {}
+    _CACHE.entries, _CACHE.recording = stored, cache is not None
+    try:
+        _walk_into(walk, root, root_real, workers)
+    finally:
+        _CACHE.entries, _CACHE.recording = {}, False
+    if cache is not None and (walk.fresh or len(walk.scanned) != len(stored)):
+        scan_cache.save(cache, walk.scanned)
+    _drop_redundant_links(walk)
+    return walk
+
+
+def _walk_into(walk: Walk, root: Path, root_real: str, workers: int) -> None:
     try:
         root_fd = os.open(root_real, _DIR_FLAGS)
     except OSError as exc:
@@ -786,8 +886,6 @@ def _walk(root: Path, workers: int) -> Walk:
             merge_walk(walk, part)
     finally:
         os.close(root_fd)
-    _drop_redundant_links(walk)
-    return walk
 
 
 def _drop_redundant_links(walk: Walk) -> None:
@@ -849,15 +947,19 @@ def _size_reader(root: Path) -> Callable[[str], int]:
     return size_of
 
 
-def walk_tree(root: Path, workers: int | None = None) -> Walk:
+def walk_tree(root: Path, workers: int | None = None, scan_cache_dir: Path | None = None) -> Walk:
     """The single walk of ``root`` (raises ``InputError`` if it is not a directory). Files are examined
     by ``workers`` processes (default: one per usable core; 1: this process only) once the tree is
-    large enough to gain from them; the result is the same either way."""
+    large enough to gain from them; the result is the same either way. With ``scan_cache_dir``, an
+    unchanged file's outcome is taken from the scan cache kept there (``compliance.scan_cache``)."""
     if not root.exists():
         raise InputError("path does not exist", root)
     if not root.is_dir():
         raise InputError("not a directory (give the submission's root directory)", root)
-    return _walk(root, default_workers() if workers is None else workers)
+    cache = scan_cache.cache_path(scan_cache_dir, root) if scan_cache_dir is not None else None
+    if cache is not None and is_inside(cache, root):
+        cache = None  # nothing is written into the checked tree
+    return _walk(root, default_workers() if workers is None else workers, cache)
 
 
 def _add_setup_sources(walk: Walk) -> None:

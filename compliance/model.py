@@ -36,6 +36,9 @@ class CheckOptions:
     """Build and numerically verify declared kernels (``--verify``); None: the stage does not run."""
     require_upstream: bool = False
     """``--require-upstream``: vendored copies not proven by ``--upstream`` are errors."""
+    scan_cache: Path | None = None
+    """Directory of the scan cache (``compliance.scan_cache``): unchanged files are not read again;
+    None (the default of the library, ``--no-scan-cache``): every file is read."""
 
     @property
     def proof(self) -> str:

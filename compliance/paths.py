@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 
 def parent_dir(relpath: str) -> str:
@@ -16,3 +17,9 @@ def tree_relative(base: str, relpath: str) -> str | None:
         return None
     joined = os.path.normpath(f"{base}/{relpath}" if base else relpath).replace(os.sep, "/")
     return None if joined == ".." or joined.startswith("../") else joined
+
+
+def is_inside(path: Path, root: Path) -> bool:
+    """True when ``path`` is ``root`` or lies under it (both resolved, links followed)."""
+    resolved, top = os.path.realpath(path), os.path.realpath(root)
+    return resolved == top or resolved.startswith(top.rstrip(os.sep) + os.sep)

@@ -4,11 +4,14 @@ selection (tests/kernels/nvcc_sweep.py) is printed in the header and the summary
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import functools
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -31,6 +34,13 @@ def cuda_available() -> bool:
 # The compiled host path (reference_kernels/host.py): built before the first GPU call returns, so
 # every GPU test takes it where it serves the call; never built by a run without a GPU.
 os.environ.setdefault("REFERENCE_KERNELS_HOST_PATH", "wait" if cuda_available() else "off")
+
+
+# `compliance check` keeps a scan cache in the user's cache directory: the tests' many temporary
+# trees get one of their own, removed at the end.
+if "COMPLIANCE_SCAN_CACHE" not in os.environ:
+    os.environ["COMPLIANCE_SCAN_CACHE"] = tempfile.mkdtemp(prefix="compliance-scan-cache-")
+    atexit.register(shutil.rmtree, os.environ["COMPLIANCE_SCAN_CACHE"], True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from compliance.cachedir import SCAN
 from compliance.cli.common import (
     DIR_TYPE,
     OUTPUT_OPTION,
@@ -54,10 +55,13 @@ from compliance.verify.options import VerifyOptions
               help="Text format: list every finding (default: a few per implementation and rule).")
 @click.option("--summary", is_flag=True,
               help="Text format: one line per organization and benchmark (verdict and counts).")
+@click.option("--no-scan-cache", is_flag=True,
+              help="Read every file again, even one the scan cache holds unchanged (docs/security.md).")
 @reports_input_errors
 def check_command(path: Path, rules: str | None, fmt: str, output: Path | None, upstream: bool,
                   upstream_cache: Path | None, offline: bool, require_upstream: bool, verify: bool,
-                  seed: int | None, allow_unverified: bool, tracked: bool, verbose: bool, summary: bool) -> None:
+                  seed: int | None, allow_unverified: bool, tracked: bool, verbose: bool, summary: bool,
+                  no_scan_cache: bool) -> None:
     """Check the submission tree at PATH (one organization or a directory of them)."""
     if (offline or upstream_cache) and not upstream:
         raise click.UsageError("--offline and --upstream-cache need --upstream")
@@ -68,7 +72,9 @@ def check_command(path: Path, rules: str | None, fmt: str, output: Path | None, 
     options = CheckOptions(rules=rules, rules_dirs=tuple(operator_rules_dirs()),
                            upstream=UpstreamOptions(cache_dir=upstream_cache, offline=offline) if upstream else None,
                            verify=VerifyOptions(seed=seed, allow_unverified=allow_unverified) if verify else None,
-                           require_upstream=require_upstream)
+                           require_upstream=require_upstream,
+                           # a --tracked copy is new each run: nothing in it could be found again
+                           scan_cache=None if no_scan_cache or tracked else SCAN.default())
     report = _run(path, options, tracked)
     text = render_text(report, verbose=verbose, summary=summary) if fmt == "text" else FORMATS[fmt](report)
     emit(text, output, checked_root=path)
