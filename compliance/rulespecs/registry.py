@@ -29,7 +29,7 @@ def specs() -> tuple[CheckSpec, ...]:
         static.NOT_ALLOWLISTED,
         static.LANGUAGE, static.REFERENCE_OP, static.SOURCE_MISSING, static.SOURCE_OUTSIDE,
         static.SOURCE_EMPTY, static.ENTRY_SYMBOL, static.VENDORED, static.UNSHIPPED,
-        static.KERNEL_FUNCTION,
+        static.KERNEL_FUNCTION, static.GLUE_COMPUTES,
         static.WITHOUT_SOURCE, static.WITH_SOURCE, static.TOOL_ARTEFACTS, static.SYMLINK,
         static.MISSING, static.MALFORMED, static.HOST, static.NOT_PINNED,
         static.FORK,
@@ -46,7 +46,8 @@ def specs() -> tuple[CheckSpec, ...]:
         verify.PASSED, verify.BUILD_MISSING, verify.BUILD_INVALID, verify.BUILD_FAILED, verify.CRASH,
         verify.TIMEOUT, verify.MISMATCH, verify.UNWRITTEN, verify.INPUT_MODIFIED, verify.OUT_OF_BOUNDS_WRITE,
         verify.OUTPUT_INVALID, verify.NONDETERMINISTIC, verify.SKIPPED, verify.NOT_RUN, verify.GRADIENT_ROWS,
-        verify.UPDATE_MISMATCH, verify.UNTOUCHED_MODIFIED, verify.ACCUMULATION_PRECISION,
+        verify.UPDATE_MISMATCH, verify.UNTOUCHED_MODIFIED, verify.ACCUMULATION_PRECISION, verify.ENTRY_NOT_RUN,
+        verify.TREE_MODIFIED, verify.ARTEFACT_CHANGED, verify.NO_KERNEL_DECLARED, verify.COVERAGE_NARROW,
     )
     return static_stage + upstream_stage + verify_stage
 
