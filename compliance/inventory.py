@@ -55,6 +55,7 @@ from compliance.setup_sources import (
 from compliance.upstream.blobs import file_normalized_blob_hash, normalized_blob_hash
 from compliance.vendored_trees import (
     Fork,
+    ModifiedFile,
     TreeFacts,
     VendoredTree,
     build_directory_of,
@@ -119,6 +120,15 @@ class NativeFile:
     not_upstream_of: str | None = None
     """The catalogued copy it sits in whose upstream never had this path (so it is the
     submitter's own kernel), if any."""
+    proven: bool = False
+    """Inside a recognised copy, with content that is a version of an upstream file (the blob
+    catalogue): upstream code, never reported."""
+    modified: ModifiedFile | None = None
+    """Inside a recognised copy, at a path upstream had, with content no upstream version had:
+    the submitter's kernel, reported one by one with what upstream had there."""
+    awaits_upstream: bool = False
+    """Not proven, inside a tree declared as a copy of a catalogued project: ``--upstream``
+    compares it with the declared commit (a static check reports it one by one)."""
 
     @property
     def line(self) -> int | None:
@@ -968,6 +978,21 @@ def _add_setup_sources(walk: Walk) -> None:
                     walk.digests[source] = digest
 
 
+def _digest_reader(root: Path, digests: dict[str, str]) -> Callable[[str], str | None]:
+    """LF-normalised blob id of a root-relative file: the walk's (native files read whole), else
+    read now (signature files of a nominated copy, streamed files) and remembered."""
+    read: dict[str, str | None] = {}
+
+    def digest_of(rel: str) -> str | None:
+        known = digests.get(rel)
+        if known is None:
+            if rel not in read:
+                read[rel] = file_normalized_blob_hash(root / rel)
+            known = read[rel]
+        return known
+    return digest_of
+
+
 def classify(walk: Walk, style: str, divisions: tuple[str, ...] = (),
              vendored_markers: tuple[str, ...] = ("third_party",), min_vendored_native: int = 50,
              declared_vendored: Mapping[str, str] | None = None) -> Inventory:
@@ -987,11 +1012,12 @@ def classify(walk: Walk, style: str, divisions: tuple[str, ...] = (),
     protected = _protected_dirs(walk, organizations, mapper)
     declared = {d: repo for d, repo in (declared_vendored or {}).items() if _declarable(d, protected, mapper)}
     facts = TreeFacts(frozenset(walk.files), frozenset(walk.dirs), frozenset(walk.native),
-                      frozenset(walk.licensed_dirs), _size_reader(root))
+                      frozenset(walk.licensed_dirs), _size_reader(root), _digest_reader(root, walk.digests))
     found = recognise(facts, protected.__contains__, locate_dir, vendored_markers, min_vendored_native,
                       declared, load_catalogue())
     native = tuple(NativeFile(rel, _languages(rel, ev), tuple(ev), locate(rel), found.owner.get(rel),
-                              rel in found.unproven, found.not_upstream.get(rel))
+                              rel in found.unproven, found.not_upstream.get(rel), rel in found.proven,
+                              found.modified.get(rel), rel in found.awaiting)
                    for rel, ev in sorted(walk.native.items()))
     return Inventory(
         root=root.resolve(), style=style, organizations=tuple(organizations),

@@ -43,9 +43,9 @@ class CheckOptions:
     @property
     def proof(self) -> str:
         """What proves a vendored copy: ``required``, ``upstream`` or ``static`` (see CheckContext.proof)."""
-        if self.require_upstream:
-            return "required"
-        return "upstream" if self.upstream is not None else "static"
+        if self.upstream is not None:  # --upstream judges declared copies, --require-upstream or not
+            return "upstream"
+        return "required" if self.require_upstream else "static"
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,32 @@
-"""Vendored third-party trees and forks: recognised by what they are, never by a licence alone.
+"""Vendored third-party trees and forks: recognised by what they are, never by a name alone.
 
 Grouping never lowers what a custom kernel gets (issue 40 item 2): a vendored
-tree is a *report* grouping. Inside a catalogued or declared copy, a native file
-is *unproven* (one grouped ``vendored-unproven`` finding per tree, with the
-count; ``--upstream`` proves it by blob hash) unless the catalogue's list of
-upstream native paths shows that upstream never had it: then it is the
-submitter's own kernel, reported one by one. Inside a tree grouped by a marker
-directory or a licence heuristic alone (nothing can prove those), every native
-file is the submitter's own.
+tree is a *report* grouping. Inside a copy of a catalogued project, each native
+file is judged by its content against the blob catalogue (``compliance/catalogue/
+blobs.bin``: every version of every catalogued file in the project's history):
+
+* its content is a version upstream had: **proven** upstream, no finding (and it
+  votes for the release the copy is identified as);
+* upstream had its path but never this content: a **modified upstream file**,
+  reported one by one as the submitter's kernel (with the nearest upstream version);
+* upstream never had its path: the submitter's own file, reported one by one.
+
+A project the blob catalogue lacks (no mirror to build it from) keeps the old
+behaviour: its native files are *unproven* (one grouped ``vendored-unproven``
+finding per tree; ``--upstream`` proves a declared copy by blob hash) unless its
+list of upstream native paths shows upstream never had them. Inside a tree
+grouped by a marker directory or a licence heuristic alone (nothing can prove
+those), and inside a tree declared under ``vendored:`` with a repository the
+catalogue does not know, every native file is the submitter's own.
 
 Three ways a directory becomes a vendored tree, strongest first:
 
-* a **catalogue** match: it holds the signature paths of an upstream project
-  that submissions copy (``compliance/catalogue/vendored.yaml``: NCCL, apex,
-  CUTLASS, ...), so the report can name the project and its repository; only
-  signature files of real size count (``EVIDENCE_MIN_BYTES``), and at least two;
+* a **catalogue** match: its names hold the signature paths of an upstream
+  project that submissions copy (``compliance/catalogue/vendored.yaml``: NCCL,
+  apex, CUTLASS, ...), which only *nominates* it; it is a copy when at least
+  ``EVIDENCE_MIN_FILES`` of its files (its native files and signature files) are
+  blobs of that project's history (for a project without blobs: signature files
+  of real size, ``EVIDENCE_MIN_BYTES``). Planted signature files prove nothing;
 * a **marker** directory: a library directly under ``third_party/``,
   ``vendor/``, ... (the rule set's ``vendored.markers``), unless the marker
   directory is a Python package of the implementation itself (it has an
@@ -27,18 +39,20 @@ An organization's root, an implementation's root and every directory above
 them are never made vendored by a heuristic: when such a directory matches a
 catalogue entry, the implementation is reported as a *fork* of the project and
 its native files are still checked one by one. Trees nest (CUTLASS inside
-TransformerEngine); a native file belongs to its outermost tree.
+TransformerEngine); a native file belongs to its outermost tree for reports and
+is proven by any catalogued copy around it.
 """
 
 from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from compliance.blob_catalogue import ProjectBlobs, load_blob_catalogue
 from compliance.errors import InputError
 from compliance.layout import Location
 from compliance.schema_validation import problems_as_errors, validate_document
@@ -51,7 +65,8 @@ EVIDENCE_MIN_BYTES = 64
 """A signature file proves a copy only with at least this many bytes (an empty or one-line
 ``include/cutlass/cutlass.h`` is a marker anyone can plant, not a copy of CUTLASS)."""
 EVIDENCE_MIN_FILES = 2
-"""Signature files of real size a catalogue match needs, whatever the entry's ``min_match``."""
+"""Files a catalogue match needs as evidence, whatever the entry's ``min_match``: upstream blobs
+(projects in the blob catalogue), else signature files of real size."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +160,37 @@ class VendoredTree:
     only; a nested copy counts its own)."""
     reported: int = 0
     """Native files inside (nested trees included) reported one by one as the submitter's own."""
+    proven: int = 0
+    """Native files of this copy whose content is a version upstream had (the blob catalogue)."""
+    modified: int = 0
+    """Native files of this copy at paths upstream had, with content no upstream version had."""
+    version: str | None = None
+    """The release most of its proven files belong to (None: unknown or between releases)."""
+
+
+@dataclass(frozen=True)
+class ModifiedFile:
+    """A file of a recognised copy at a path upstream had, with content no upstream version had."""
+
+    tree: str
+    """Root-relative path of the copy."""
+    project_name: str
+    """Catalogue display name."""
+    upstream_path: str
+    """Its path in the upstream repository."""
+    nearest_blob: str | None
+    """Id prefix of the upstream version nearest the copy's release (None: unknown)."""
+    nearest_release: str | None
+    """The release holding that version (None: it lies between releases)."""
+
+    def describe(self) -> str:
+        """E.g. ``a modified copy of NCCL's src/init.cc (nearest upstream version: blob 1a2b… in v2.19.3-1)``."""
+        nearest = ""
+        if self.nearest_blob:
+            where = f" in {self.nearest_release}" if self.nearest_release else " (between releases)"
+            nearest = f" (nearest upstream version: blob {self.nearest_blob}{where})"
+        return (f"a modified copy of {self.project_name}'s {self.upstream_path}: no upstream version has "
+                f"this content{nearest}")
 
 
 @dataclass(frozen=True)
@@ -179,6 +225,9 @@ class TreeFacts:
     """Directories with a LICENSE/COPYING file."""
     size_of: Callable[[str], int] | None = None
     """Size in bytes of a root-relative file (None: sizes unknown, every signature hit counts)."""
+    digest_of: Callable[[str], str | None] | None = None
+    """LF-normalised git blob id of a root-relative file (None: contents unknown, the blob
+    catalogue is not used and copies are recognised by signature files of real size)."""
 
 
 def _by_last_name(paths: Iterable[str]) -> dict[str, list[str]]:
@@ -219,6 +268,10 @@ class _Evidence:
                 self._dirs_in.setdefault(rel.rpartition("/")[0], []).append(rel)
         return self._files_in, self._dirs_in
 
+    def files_in(self) -> dict[str, list[str]]:
+        """Directory -> the files directly in it."""
+        return self._index()[0]
+
     def real_file(self, rel: str) -> bool:
         """True when the file is large enough to count (always, when sizes are unknown)."""
         if self._size_of is None:
@@ -258,13 +311,42 @@ class _Evidence:
         return present, files
 
 
-def catalogue_matches(facts: TreeFacts,
-                      catalogue: tuple[CatalogueEntry, ...]) -> dict[str, CatalogueEntry]:
+def blobs_of(entry: CatalogueEntry) -> ProjectBlobs | None:
+    """The blob catalogue of ``entry``'s repository (read on first use; None: not built)."""
+    return load_blob_catalogue().get(entry.repository)
+
+
+def _content_evidence(facts: TreeFacts, root: str, entry: CatalogueEntry, blobs: ProjectBlobs,
+                      evidence: _Evidence) -> int:
+    """How many files of real size under ``root`` (signature files, the files directly in signature
+    directories, then native files) are blobs of the project's history, counted up to
+    ``EVIDENCE_MIN_FILES``."""
+    assert facts.digest_of is not None
+    prefix = f"{root}/" if root else ""
+    candidates = [prefix + s for s in entry.signature if not s.endswith("/")]
+    files_in = evidence.files_in()
+    candidates += sorted(f for s in entry.signature if s.endswith("/") for f in files_in.get(prefix + s[:-1], ()))
+    candidates += sorted(rel for rel in facts.native if rel.startswith(prefix))
+    found = 0
+    for rel in dict.fromkeys(candidates):
+        if rel in facts.files and evidence.real_file(rel):
+            digest = facts.digest_of(rel)
+            found += digest is not None and blobs.knows(digest)
+            if found >= EVIDENCE_MIN_FILES:
+                break
+    return found
+
+
+def catalogue_matches(facts: TreeFacts, catalogue: tuple[CatalogueEntry, ...],
+                      named_only: Callable[[str], bool] | None = None) -> dict[str, CatalogueEntry]:
     """Directory -> the catalogue entry it is a copy of (best match when several fit).
 
-    A match needs ``min_match`` signature paths of real size and at least
-    ``EVIDENCE_MIN_FILES`` real files (signature files or upstream native paths), so
-    an empty marker file or directory never makes a copy.
+    Names only nominate: a directory holding ``min_match`` signature paths is a copy when at
+    least ``EVIDENCE_MIN_FILES`` of its files of real size are blobs of the project's history
+    (projects in the blob catalogue, when contents are known), else when its signature paths
+    hold that many files of real size. An empty or planted marker file never makes a copy.
+    Directories ``named_only`` accepts (an organization's or implementation's root: a *fork*,
+    which exempts nothing and is only named) need the signature files of real size alone.
     """
     file_index, dir_index = _by_last_name(facts.files), _by_last_name(facts.dirs)
     evidence = _Evidence(facts)
@@ -277,6 +359,10 @@ def catalogue_matches(facts: TreeFacts,
             if count < entry.min_match:
                 continue
             count, real_files = evidence.counted(root, entry)
+            by_content = facts.digest_of is not None and not (named_only is not None and named_only(root))
+            blobs = blobs_of(entry) if by_content else None
+            if blobs is not None:
+                real_files = _content_evidence(facts, root, entry, blobs, evidence)
             if count >= entry.min_match and real_files >= EVIDENCE_MIN_FILES:
                 score = (count / len(entry.signature), -order, entry)
                 if root not in best or score[:2] > best[root][:2]:
@@ -350,6 +436,13 @@ class Recognition:
     at a path upstream may have had)."""
     not_upstream: dict[str, str] = field(default_factory=dict)
     """Native file -> the catalogued copy it sits in whose upstream never had its path."""
+    proven: frozenset[str] = frozenset()
+    """Native files whose content is a version of an upstream file (the blob catalogue)."""
+    modified: dict[str, ModifiedFile] = field(default_factory=dict)
+    """Native file -> what upstream had at its path (it never had this content)."""
+    awaiting: frozenset[str] = frozenset()
+    """Native files not proven, in a tree declared as a copy of a catalogued project: ``--upstream``
+    compares them with the declared commit (and names those that differ)."""
 
     def outermost(self, rel: str) -> str | None:
         """Path of the outermost vendored tree holding ``rel``, or None."""
@@ -373,10 +466,28 @@ class _Counts:
     native: Counter[str] = field(default_factory=Counter)
     unproven: Counter[str] = field(default_factory=Counter)
     reported: Counter[str] = field(default_factory=Counter)
+    proven: Counter[str] = field(default_factory=Counter)
+    modified: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass
+class _Judged:
+    """What one pass decided for the native files inside provable trees."""
+
+    owner: dict[str, str] = field(default_factory=dict)
+    unproven: set[str] = field(default_factory=set)
+    not_upstream: dict[str, str] = field(default_factory=dict)
+    proven: dict[str, str] = field(default_factory=dict)
+    """Native file -> the copy whose project had its content."""
+    modified: dict[str, str] = field(default_factory=dict)
+    """Native file -> the copy whose project had its path but never its content."""
+    awaiting: set[str] = field(default_factory=set)
+    """Native files not proven, in a tree declared as a copy of a catalogued project (``--upstream``
+    compares them with the declared commit)."""
 
 
 def _accepted(candidates: dict[str, str], matches: dict[str, CatalogueEntry],
-              declared: tuple[str, ...]) -> dict[str, str | None]:
+              declared: Collection[str]) -> dict[str, str | None]:
     """Candidate trees kept -> the accepted tree they are nested in (heuristic ones never nest)."""
     accepted: dict[str, str | None] = {}
     for directory in sorted(candidates, key=lambda d: (d.count("/"), d)):
@@ -387,29 +498,42 @@ def _accepted(candidates: dict[str, str], matches: dict[str, CatalogueEntry],
     return accepted
 
 
-def _proof(rel: str, chain: list[str], matches: dict[str, CatalogueEntry],
-           declared: tuple[str, ...]) -> tuple[str | None, bool]:
-    """(provable tree innermost around ``rel`` or None, whether upstream never had ``rel``)."""
-    tree = next((d for d in chain if d in matches or d in declared), None)
-    if tree is None:
-        return None, False
-    entry = matches.get(tree)
-    listed = entry.upstream_native if entry else None
-    return tree, listed is not None and listed.never_had(rel[len(tree) + 1:])
+def _judge(rel: str, chain: list[str], matches: dict[str, CatalogueEntry],
+           declared: Mapping[str, CatalogueEntry | None],
+           digest_of: Callable[[str], str | None] | None) -> tuple[str | None, str]:
+    """(provable tree deciding ``rel`` or None, verdict): ``proven``, ``modified``, ``not-upstream``,
+    ``unknown`` (in a tree declared as a copy of a catalogued project that is no copy by content:
+    ``--upstream`` compares it), ``unproven`` (a project without blobs) or ``own`` (nothing around
+    it can prove it: the submitter's)."""
+    projects = [(d, entry) for d in chain if (entry := matches.get(d) or declared.get(d)) is not None]
+    with_blobs = [(d, blobs) for d, entry in projects
+                  if (blobs := blobs_of(entry) if digest_of is not None else None) is not None]
+    if with_blobs:
+        assert digest_of is not None
+        digest = digest_of(rel)
+        proven = next((d for d, blobs in with_blobs if digest is not None and blobs.knows(digest)), None)
+        if proven is not None:
+            return proven, "proven"
+        tree, blobs = with_blobs[0]
+        if tree not in matches:
+            return tree, "unknown"
+        return tree, "modified" if blobs.had_path(rel[len(tree) + 1:]) else "not-upstream"
+    if not projects:
+        return None, "own"  # declared with a repository the catalogue does not know: nothing proves it
+    tree, entry = projects[0]
+    listed = entry.upstream_native
+    return tree, "not-upstream" if listed is not None and listed.never_had(rel[len(tree) + 1:]) else "unproven"
 
 
 def _count(facts: TreeFacts, watched: set[str], matches: dict[str, CatalogueEntry],
-           declared: tuple[str, ...]) -> tuple[_Counts, dict[str, str], set[str], dict[str, str]]:
+           declared: Mapping[str, CatalogueEntry | None]) -> tuple[_Counts, _Judged]:
     """One pass over every file: per-tree counts, each native file's owner and proof.
 
     The trees around a file depend only on its directory, so they are looked up once per
     directory (a round has a few thousand directories for its tens of thousands of files)."""
-    counts = _Counts()
-    owner: dict[str, str] = {}
-    unproven: set[str] = set()
-    not_upstream: dict[str, str] = {}
+    counts, judged = _Counts(), _Judged()
     if not watched:
-        return counts, owner, unproven, not_upstream
+        return counts, judged
     chains: dict[str, list[str]] = {}
     for rel in facts.files:
         parent, _, name = rel.rpartition("/")
@@ -426,30 +550,46 @@ def _count(facts: TreeFacts, watched: set[str], matches: dict[str, CatalogueEntr
             counts.native[directory] += is_native
         if not is_native:
             continue
-        owner[rel] = chain[-1]
-        tree, never_had = _proof(rel, chain, matches, declared)
-        if tree is not None and not never_had:
-            unproven.add(rel)
-            counts.unproven[tree] += 1
+        judged.owner[rel] = chain[-1]
+        tree, verdict = _judge(rel, chain, matches, declared, facts.digest_of)
+        if tree is not None and verdict in ("proven", "unproven"):
+            (counts.proven if verdict == "proven" else counts.unproven)[tree] += 1
+            if verdict == "proven":
+                judged.proven[rel] = tree
+            else:
+                judged.unproven.add(rel)
             continue
-        if tree is not None:
-            not_upstream[rel] = tree
+        if verdict == "modified" and tree is not None:
+            judged.modified[rel] = tree
+            counts.modified[tree] += 1
+        elif verdict in ("not-upstream", "unknown") and tree is not None:
+            judged.not_upstream[rel] = tree
+        if tree is not None and tree in declared and declared[tree] is not None:
+            judged.awaiting.add(rel)
         for directory in chain:
             counts.reported[directory] += 1
-    return counts, owner, unproven, not_upstream
+    return counts, judged
 
 
 def _repository_key(url: str) -> str:
     return url.lower().rstrip("/").removesuffix(".git")
 
 
-def _credible(tree: str, repository: str, matches: dict[str, CatalogueEntry],
-              catalogue: tuple[CatalogueEntry, ...]) -> bool:
-    """A declaration naming a catalogued repository groups only a tree that really is such a copy
-    (its signature, with real evidence); one naming another repository is taken at its word
-    (its files are unproven until ``--upstream`` compares them)."""
-    named = {e.id for e in catalogue if _repository_key(e.repository) == _repository_key(repository)}
-    return not named or (tree in matches and matches[tree].id in named)
+def _declared_entry(tree: str, repository: str, matches: dict[str, CatalogueEntry],
+                    catalogue: tuple[CatalogueEntry, ...]) -> tuple[bool, CatalogueEntry | None]:
+    """(whether the declaration groups ``tree``, the catalogued project it names or None).
+
+    One naming a catalogued project with blobs is judged file by file by content; one naming a
+    catalogued project without blobs groups only a tree that really is such a copy (its signature,
+    with real evidence); one naming another repository groups the tree but proves nothing (its
+    kernel code is the submitter's)."""
+    named = [e for e in catalogue if _repository_key(e.repository) == _repository_key(repository)]
+    if not named:
+        return True, None
+    if tree in matches and matches[tree] in named:
+        return True, matches[tree]
+    with_blobs = next((e for e in named if blobs_of(e) is not None), None)
+    return with_blobs is not None, with_blobs
 
 
 def recognise(facts: TreeFacts, protected: Callable[[str], bool], locate: Callable[[str], Location],
@@ -460,8 +600,12 @@ def recognise(facts: TreeFacts, protected: Callable[[str], bool], locate: Callab
     Linear: one pass over every file counts what each tree holds and decides each native
     file (owner tree, unproven or not upstream), by looking up its ancestors in a set.
     """
-    matches = catalogue_matches(facts, catalogue)
-    declared = tuple(d for d, repo in declared_repositories.items() if _credible(d, repo, matches, catalogue))
+    matches = catalogue_matches(facts, catalogue, protected)
+    declared: dict[str, CatalogueEntry | None] = {}
+    for directory, repository in declared_repositories.items():
+        groups, entry = _declared_entry(directory, repository, matches, catalogue)
+        if groups:
+            declared[directory] = entry
     fork_dirs = {d: e for d, e in matches.items() if protected(d)}
     candidates: dict[str, str] = {d: "declared in a manifest" for d in declared}
     for directory, match in matches.items():
@@ -473,19 +617,51 @@ def recognise(facts: TreeFacts, protected: Callable[[str], bool], locate: Callab
             candidates.setdefault(directory, reason)
     accepted = _accepted(candidates, matches, declared)
     provable = {d: e for d, e in matches.items() if d in accepted}
-    counts, owner, unproven, not_upstream = _count(facts, set(accepted), provable,
-                                                   tuple(d for d in declared if d in accepted))
+    counts, judged = _count(facts, set(accepted), provable, {d: e for d, e in declared.items() if d in accepted})
+    versions = _identified(facts, judged, provable)
+    modified = {rel: _modified(rel, tree, provable[tree], versions.get(tree)) for rel, tree in judged.modified.items()}
     fork_native = Counter(a for rel in facts.native for a in (*_ancestors(rel), "") if a in fork_dirs)
     forks = [Fork(d, e.id, e.name, e.repository, fork_native[d], locate(d)) for d, e in sorted(fork_dirs.items())]
     trees = []
     for directory, parent in accepted.items():
         entry = matches.get(directory)
+        release = versions.get(directory)
+        blobs = blobs_of(entry) if entry is not None and release is not None else None
         trees.append(VendoredTree(
             directory, candidates[directory], counts.native[directory], locate(directory),
             directory in declared, entry.id if entry else None, entry.name if entry else None,
             entry.repository if entry else None, parent, counts.files[directory],
-            counts.sources[directory], counts.unproven[directory], counts.reported[directory]))
-    return Recognition(tuple(trees), tuple(forks), owner, frozenset(unproven), not_upstream)
+            counts.sources[directory], counts.unproven[directory], counts.reported[directory],
+            counts.proven[directory], counts.modified[directory],
+            blobs.versions[release] if blobs is not None and release is not None else None))
+    return Recognition(tuple(trees), tuple(forks), judged.owner, frozenset(judged.unproven), judged.not_upstream,
+                       frozenset(judged.proven), modified, frozenset(judged.awaiting))
+
+
+def _identified(facts: TreeFacts, judged: _Judged, provable: dict[str, CatalogueEntry]) -> dict[str, int]:
+    """Copy -> the release of its project holding most of its proven files (copies with any)."""
+    digests: dict[str, list[str]] = {}
+    if facts.digest_of is None:
+        return {}
+    for rel, tree in judged.proven.items():
+        digest = facts.digest_of(rel)
+        if digest is not None:
+            digests.setdefault(tree, []).append(digest)
+    found = {}
+    for tree, known in digests.items():
+        blobs = blobs_of(provable[tree])
+        release = blobs.identify(known)[0] if blobs is not None else None
+        if release is not None:
+            found[tree] = release
+    return found
+
+
+def _modified(rel: str, tree: str, entry: CatalogueEntry, release: int | None) -> ModifiedFile:
+    upstream_path = rel[len(tree) + 1:]
+    blobs = blobs_of(entry)
+    nearest = blobs.nearest_version(upstream_path, release) if blobs is not None else None
+    return ModifiedFile(tree, entry.name, upstream_path, nearest[0] if nearest else None,
+                        nearest[1] if nearest else None)
 
 
 # --------------------------------------------------------------------------- build output

@@ -103,8 +103,9 @@ def _reject_unsupported(fn: str, scale_grad_by_freq: bool) -> None:
 
 
 def _renorm(weight: Tensor, indices: Tensor, max_norm: float | None, norm_type: float) -> None:
-    """max_norm: rescale the looked-up rows in place first, exactly as torch does (torch's kernel)."""
-    if max_norm is not None:
+    """max_norm: rescale the looked-up rows in place first, exactly as torch does (torch's kernel).
+    No index, no row to rescale: torch's CUDA kernel fails to launch on none ("invalid argument")."""
+    if max_norm is not None and indices.numel():
         with torch.no_grad():
             torch.embedding_renorm_(weight, indices.reshape(-1), max_norm, norm_type)
 

@@ -13,12 +13,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 # pytester runs pytest in a subprocess on a generated project (the pytest plugin's tests).
 pytest_plugins = ["pytester"]
+
+if TYPE_CHECKING:
+    from compliance.blob_catalogue import ProjectBlobs
 
 
 @functools.cache
@@ -48,6 +53,52 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "cuda" in item.keywords and not cuda_available():
             item.add_marker(skip_cuda)
+
+
+class UpstreamBlobs:
+    """Test contents registered as upstream versions of catalogued projects (the blob catalogue)."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, dict[str, bytes]] = {}
+        self.built: dict[str, ProjectBlobs] | None = None
+
+    def add(self, project_id: str, files: Mapping[str, str | bytes]) -> None:
+        """Make ``files`` (copy-relative path -> content) versions of catalogue entry ``project_id``."""
+        from compliance.vendored_trees import load_catalogue
+
+        repository = next(e.repository for e in load_catalogue() if e.id == project_id)
+        self.built = None
+        self.files.setdefault(repository, {}).update(
+            {path: data.encode() if isinstance(data, str) else data for path, data in files.items()})
+
+    def catalogue(self) -> dict[str, ProjectBlobs]:
+        """The shipped catalogue with every registered project replaced by what was registered."""
+        from compliance.blob_catalogue import ID_BYTES, ProjectBlobs, load_blob_catalogue
+        from compliance.upstream.blobs import normalized_blob_hash
+
+        if self.built is not None:
+            return self.built
+        merged = dict(load_blob_catalogue())
+        for repository, files in self.files.items():
+            paths = tuple(sorted(files))
+            blobs: dict[bytes, tuple[tuple[int, ...], int, int]] = {}
+            for index, path in enumerate(paths):
+                short = bytes.fromhex(normalized_blob_hash(files[path])[:2 * ID_BYTES])
+                blobs[short] = (tuple(sorted({*blobs.get(short, ((), 0, 0))[0], index})), 0, 0)
+            merged[repository] = ProjectBlobs(repository, ("v1.0",), paths, blobs)
+        self.built = merged
+        return merged
+
+
+@pytest.fixture
+def upstream_blobs(monkeypatch: pytest.MonkeyPatch) -> UpstreamBlobs:
+    """Register test contents as upstream blobs (the shipped ones are real projects' code, which
+    fixtures never copy)."""
+    from compliance import vendored_trees
+
+    fake = UpstreamBlobs()
+    monkeypatch.setattr(vendored_trees, "load_blob_catalogue", fake.catalogue)
+    return fake
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -83,19 +83,31 @@ def _undeclared(ctx: CheckContext) -> Iterator[Finding | None]:
     declared = _declared_sources(ctx)
     glue = _declared_glue(ctx)
     for native in ctx.inventory.native:
-        if native.unproven or native.path in declared:
+        if native.unproven or native.proven or native.path in declared:
             continue
+        if native.awaits_upstream and ctx.proof == "upstream":
+            continue  # the upstream stage compares it with the declared commit and names it if it differs
         if native.path in glue and {e.marker for e in native.evidence} <= BINDING_MARKERS:
             continue  # a binding a kernel's build declares; a kernel function in it is still undeclared
         markers = ", ".join(sorted({e.marker for e in native.evidence}))
-        inside = ""
-        if native.not_upstream_of:
+        inside, details = "", None
+        if native.modified is not None:
+            inside = f"; it is {native.modified.describe()} (copy at {native.modified.tree}/)"
+            details = {"modified_upstream": {"copy": native.modified.tree, "project": native.modified.project_name,
+                                             "upstream_path": native.modified.upstream_path,
+                                             "nearest_blob": native.modified.nearest_blob,
+                                             "nearest_release": native.modified.nearest_release}}
+        elif native.awaits_upstream:
+            inside = (f"; it sits in {native.not_upstream_of}/, declared as a copy of a catalogued project, and "
+                      "no version of that project's files has this content (--upstream compares it with the "
+                      "declared commit)")
+        elif native.not_upstream_of:
             inside = f"; it sits in a copy at {native.not_upstream_of}/ whose upstream never had this path"
         elif native.vendored_tree:
             inside = f"; it sits in {native.vendored_tree}/, grouped by a heuristic that proves nothing"
         yield ctx.finding(UNDECLARED.id, native.path, f"native kernel code ({', '.join(native.languages)}; "
                           f"found: {markers}) is not declared in any {MANIFEST_NAME}{inside}",
-                          line=native.line)
+                          line=native.line, details=details)
 
 
 def _unshipped_extension_sources(ctx: CheckContext) -> Iterator[Finding | None]:

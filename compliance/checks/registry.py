@@ -47,7 +47,8 @@ def specs() -> tuple[CheckSpec, ...]:
         verify.PASSED, verify.BUILD_MISSING, verify.BUILD_INVALID, verify.BUILD_FAILED, verify.CRASH,
         verify.TIMEOUT, verify.MISMATCH, verify.UNWRITTEN, verify.INPUT_MODIFIED, verify.OUT_OF_BOUNDS_WRITE,
         verify.OUTPUT_INVALID, verify.NONDETERMINISTIC, verify.SKIPPED, verify.NOT_RUN, verify.GRADIENT_ROWS,
-        verify.UPDATE_MISMATCH, verify.UNTOUCHED_MODIFIED, verify.ACCUMULATION_PRECISION,
+        verify.UPDATE_MISMATCH, verify.UNTOUCHED_MODIFIED, verify.ACCUMULATION_PRECISION, verify.ENTRY_NOT_RUN,
+        verify.TREE_MODIFIED, verify.ARTEFACT_CHANGED, verify.NO_KERNEL_DECLARED, verify.COVERAGE_NARROW,
     )
     return static_stage + upstream_stage + verify_stage
 

@@ -65,6 +65,7 @@ th{background:#f6f8fa}
 .toolbar{display:flex;gap:1em;align-items:center}
 .toolbar input{flex:1;font-size:1em;padding:.3em .5em}
 .hidden{display:none}
+a code{white-space:nowrap}
 .fix{color:#57606a}
 details>summary{cursor:pointer;font-weight:600;margin:.4em 0}
 .rule{margin:.8em 0;padding:.4em .8em;border-left:3px solid #d0d7de}

@@ -6,7 +6,8 @@ fork, licence files at an organization root and an implementation root over
 real custom kernels, committed build directories with ninja logs, the same
 gather kernel in two submitters (one with CRLF line endings), NeMo's own
 ``submodules/`` package, and enough undeclared kernels for 2,000+ findings.
-Signature files only: nothing here is copied from the projects.
+Signature files only: nothing here is copied from the projects; a test makes the copies' files
+upstream content by registering them in the blob catalogue (``register_upstream``).
 
     PYTHONPATH=$PWD python3 -m tests.compliance.round_fixture ROUND_DIR [--wide]   # then: compliance check ROUND_DIR
 
@@ -18,10 +19,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tests.compliance.test_inventory import make
 from tests.compliance.test_vendored_trees import signature_files
 from tests.compliance.treeutil import fake_binary
+
+if TYPE_CHECKING:
+    from tests.conftest import UpstreamBlobs
 
 KERNEL = "__global__ void {name}(float* x) {{ x[threadIdx.x] = {n}.f; }}\n"
 SETUP = ("from setuptools import setup\nfrom torch.utils.cpp_extension import CUDAExtension\n"
@@ -37,8 +42,8 @@ def _kernels(base: str, count: int, tag: str) -> dict[str, str | bytes]:
     return {f"{base}/k{i:03d}.cu": KERNEL.format(name=f"{tag}_{i}", n=i) for i in range(count)}
 
 
-# Twelve .cu files upstream NCCL has had (compliance/catalogue/vendored.yaml's `upstream_native`),
-# so every NCCL copy of the round stays one unproven tree with nothing reported file by file.
+# Twelve .cu files at paths upstream NCCL has had, registered as its versions (``register_upstream``),
+# so every NCCL copy of the round is proven with nothing reported file by file.
 _NCCL_UPSTREAM_CU = (*(f"src/collectives/device/{name}.cu" for name in (
     "all_gather", "all_reduce", "broadcast", "functions", "onerank_reduce", "reduce", "reduce_scatter", "sendrecv")),
     "src/device/common.cu", "src/device/onerank.cu", "src/collectives/all_reduce.cu", "src/collectives/reduce.cu")
@@ -115,6 +120,20 @@ def wide_round_files() -> dict[str, str | bytes]:
         for org in (names[g % WIDE_ORGS], names[(g + 1) % WIDE_ORGS]):
             files[f"{org}/benchmarks/ssd/implementation/pytorch/ops/shared_op_{g}.cu"] = kernel
     return files
+
+
+def register_upstream(upstream: UpstreamBlobs, wide: bool = False) -> None:
+    """Make the round's copies upstream content: every signature file, NCCL's twelve kernels,
+    TransformerEngine's and its nested CUTLASS's kernels (the maskrcnn-benchmark copy's kernels
+    stay at paths upstream never had: the submitter's)."""
+    for project in ("nccl", "maskrcnn-benchmark", "transformer-engine", "cutlass", "megatron-lm", "hugectr",
+                    *(WIDE_VENDORED if wide else ())):
+        signature_files(project, "-", upstream)
+    upstream.add("nccl", {path: KERNEL.format(name=f"nccl_{i}", n=i) for i, path in enumerate(_NCCL_UPSTREAM_CU)})
+    upstream.add("transformer-engine", {f"transformer_engine/common/k{i:03d}.cu": KERNEL.format(name=f"te_{i}", n=i)
+                                        for i in range(60)})
+    upstream.add("cutlass", {f"include/cutlass/gemm/k{i:03d}.cu": KERNEL.format(name=f"cutlass_{i}", n=i)
+                             for i in range(25)})
 
 
 def build_round(root: Path, wide: bool = False) -> Path:

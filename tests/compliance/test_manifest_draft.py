@@ -15,6 +15,7 @@ from tests.compliance.test_cli import invoke
 from tests.compliance.test_inventory import make
 from tests.compliance.test_vendored_trees import signature_files
 from tests.compliance.treeutil import BASE, tree_digest
+from tests.conftest import UpstreamBlobs
 
 IMPL = "Acme/benchmarks/dlrm/implementations/fast"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -83,7 +84,14 @@ def test_entry_symbols_found_as_the_check_reads_them() -> None:
     assert ops == ("emb_lookup",)
 
 
-def test_draft_declares_one_kernel_per_module(tmp_path: Path) -> None:
+def upstream_cutlass(upstream_blobs: UpstreamBlobs) -> None:
+    """The fixture's CUTLASS copy is upstream content (registered in the blob catalogue)."""
+    signature_files("cutlass", "-", upstream_blobs)
+    upstream_blobs.add("cutlass", {"include/cutlass/gemm.cu": "__global__ void gemm() {}\n"})
+
+
+def test_draft_declares_one_kernel_per_module(tmp_path: Path, upstream_blobs: UpstreamBlobs) -> None:
+    upstream_cutlass(upstream_blobs)
     tree = fixture_round(tmp_path)
     draft = draft_manifest(tree / IMPL, load_ruleset("training/v0.7"))
     kernels = {k.id: (k.sources, k.language) for k in draft.kernels}
@@ -99,7 +107,9 @@ def test_draft_declares_one_kernel_per_module(tmp_path: Path) -> None:
         ("third_party/cutlass", "https://github.com/NVIDIA/cutlass", None)]
 
 
-def test_draft_fails_validation_until_filled_then_nothing_is_undeclared(tmp_path: Path) -> None:
+def test_draft_fails_validation_until_filled_then_nothing_is_undeclared(tmp_path: Path,
+                                                                       upstream_blobs: UpstreamBlobs) -> None:
+    upstream_cutlass(upstream_blobs)
     tree = fixture_round(tmp_path)
     before = tree_digest(tree)
     code, draft_text, _ = invoke("manifest", "draft", str(tree / IMPL))
@@ -118,9 +128,8 @@ def test_draft_fails_validation_until_filled_then_nothing_is_undeclared(tmp_path
     in_impl = [f for f in filled.findings if f.path.startswith(IMPL + "/")]
     # what the draft got right: every native file declared, every source and entry symbol found;
     # what is left is policy (v0.7 admits only CUDA for dlrm-embedding, so the triton kernel is refused)
-    # and the declared vendored copy, which only --upstream proves (a warning)
-    assert {(f.rule_id, f.kernel) for f in in_impl} == {("kernel-language-not-allowed", "pool"),
-                                                        ("vendored-unproven", None)}
+    # (the declared CUTLASS copy is upstream content, proven by the blob catalogue)
+    assert {(f.rule_id, f.kernel) for f in in_impl} == {("kernel-language-not-allowed", "pool")}
     assert "undeclared-kernel" not in {f.rule_id for f in filled.findings}
 
 

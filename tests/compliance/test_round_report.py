@@ -21,6 +21,7 @@ from compliance.shared_sources import shared_sources
 from tests.compliance.test_cli import invoke
 from tests.compliance.test_inventory import make
 from tests.compliance.treeutil import BASE
+from tests.conftest import UpstreamBlobs
 
 ORGS = [f"Org{i:02d}" for i in range(8)]
 BENCHMARKS = ["dlrm", "bert", "resnet", "ssd", "maskrcnn"]
@@ -112,9 +113,10 @@ def test_same_kernel_in_two_submitters_modulo_line_endings_is_one_group(tmp_path
     assert code == 1 and len(json.loads(out)["runs"][0]["properties"]["shared_sources"]) == 2
 
 
-def test_the_largest_fixture_round_reads_on_one_report(tmp_path: Path) -> None:
-    from tests.compliance.round_fixture import build_round
+def test_the_largest_fixture_round_reads_on_one_report(tmp_path: Path, upstream_blobs: UpstreamBlobs) -> None:
+    from tests.compliance.round_fixture import build_round, register_upstream
 
+    register_upstream(upstream_blobs)
     report = run_check(build_round(tmp_path / "round"))
     inv = report.inventory
     undeclared = [f.path for f in report.findings if f.rule_id == "undeclared-kernel"]
@@ -184,11 +186,13 @@ def test_default_text_never_exceeds_the_line_budget(report: CheckReport) -> None
     assert render_text(report, verbose=True).count(" [") >= len(report.findings)
 
 
-def test_the_wide_fixture_round_shows_every_cross_organization_group_and_vendored_project(tmp_path: Path) -> None:
+def test_the_wide_fixture_round_shows_every_cross_organization_group_and_vendored_project(
+        tmp_path: Path, upstream_blobs: UpstreamBlobs) -> None:
     """Issue 39 item 6: 34 organizations, 32 groups across organizations, seven vendored projects.
     The old default fell back to a table that hid the vendored names and cut the groups at 3."""
-    from tests.compliance.round_fixture import build_round
+    from tests.compliance.round_fixture import build_round, register_upstream
 
+    register_upstream(upstream_blobs, wide=True)
     report = run_check(build_round(tmp_path / "round", wide=True))
     lines = render_text(report).splitlines()
     text = "\n".join(lines)

@@ -7,28 +7,37 @@ from pathlib import Path
 
 import pytest
 
+from compliance.blob_catalogue import load_blob_catalogue
 from compliance.engine import run_check
 from compliance.errors import InputError
 from compliance.inventory import build_inventory
 from compliance.vendored_trees import load_catalogue
 from tests.compliance.test_inventory import make
 from tests.compliance.treeutil import BASE, fake_binary
+from tests.conftest import UpstreamBlobs
 
 IMPL = "Acme/benchmarks/dlrm/implementations/torch"
 KERNEL = "__global__ void k(float* x) { x[threadIdx.x] = 0.f; }\n"
+UPSTREAM_KERNEL = KERNEL + "// upstream's own kernel, with enough bytes to count as evidence of a copy\n"
 CATALOGUE = load_catalogue()
+CATALOGUE_BY_ID = {e.id: e for e in CATALOGUE}
 REQUIRED = {"nccl", "apex", "megatron-lm", "transformer-engine", "cutlass", "maskrcnn-benchmark", "fairseq",
             "mxnet", "hugectr", "nemo", "deepspeed", "vllm", "loadgen", "googletest"}
+WITH_BLOBS = {e.id for e in CATALOGUE if e.repository in load_blob_catalogue()}
+"""Projects the shipped blob catalogue holds (vllm's history is too large to fetch here)."""
 
 
-def signature_files(entry_id: str, top: str) -> dict[str, str]:
-    """The catalogue entry's signature paths under ``top`` (directories get a placeholder file)."""
+def signature_files(entry_id: str, top: str, upstream: UpstreamBlobs | None = None) -> dict[str, str]:
+    """The catalogue entry's signature paths under ``top`` (directories get a placeholder file);
+    with ``upstream``, their contents are registered as the project's upstream blobs too."""
     entry = next(e for e in CATALOGUE if e.id == entry_id)
     files = {}
     for sig in entry.signature:
-        rel = f"{top}/{sig}README.md" if sig.endswith("/") else f"{top}/{sig}"
-        files[rel] = f"signature file of {entry.name}, long enough to count as evidence of a copy\n" * 2
-    return files
+        rel = f"{sig}README.md" if sig.endswith("/") else sig
+        files[rel] = f"signature file {rel} of {entry.name}, long enough to count as evidence of a copy\n" * 2
+    if upstream is not None:
+        upstream.add(entry_id, files)
+    return {f"{top}/{rel}": text for rel, text in files.items()}
 
 
 def round_tree(tmp_path: Path, extra: dict[str, str | bytes]) -> Path:
@@ -52,13 +61,32 @@ def test_a_bad_catalogue_is_an_input_error_naming_the_file(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize("entry_id", sorted(e.id for e in CATALOGUE))
-def test_each_catalogue_entry_recognised_from_its_signature(entry_id: str, tmp_path: Path) -> None:
+def test_each_catalogue_entry_recognised_from_its_signature(entry_id: str, tmp_path: Path,
+                                                            upstream_blobs: UpstreamBlobs) -> None:
     top = f"{IMPL}/deps-copy/{entry_id}"
-    files: dict[str, str | bytes] = {**signature_files(entry_id, top), f"{top}/src/kern.cu": KERNEL}
+    with_blobs = entry_id in WITH_BLOBS
+    if with_blobs:
+        upstream_blobs.add(entry_id, {"src/kern.cu": UPSTREAM_KERNEL})
+    files: dict[str, str | bytes] = {**signature_files(entry_id, top, upstream_blobs if with_blobs else None),
+                                     f"{top}/src/kern.cu": UPSTREAM_KERNEL}
     inv = build_inventory(round_tree(tmp_path, files), "training")
     trees = {t.path: t for t in inv.vendored}
     assert trees[top].project == entry_id and trees[top].native_files == 1
     assert next(n for n in inv.native if n.path == f"{top}/src/kern.cu").vendored_tree == top
+
+
+@pytest.mark.parametrize("entry_id", sorted(WITH_BLOBS))
+def test_signature_files_that_are_no_upstream_blobs_make_no_copy(entry_id: str, tmp_path: Path) -> None:
+    """Issue 50 class 6: a directory named like the project, holding its signature paths of real size
+    (not upstream content) and a kernel at a path the real project has, is no copy: the kernel is
+    the submitter's."""
+    top = f"{IMPL}/third_party/{entry_id}"
+    upstream_path = next(iter(load_blob_catalogue()[CATALOGUE_BY_ID[entry_id].repository].paths))
+    files: dict[str, str | bytes] = {**signature_files(entry_id, top), f"{top}/{upstream_path}": KERNEL}
+    report = run_check(round_tree(tmp_path, files))
+    assert not any(t.project for t in report.inventory.vendored)
+    assert f"{top}/{upstream_path}" in {f.path for f in report.findings if f.rule_id == "undeclared-kernel"}
+    assert "vendored-unproven" not in {f.rule_id for f in report.findings}
 
 
 @pytest.mark.parametrize("entry_id", ["hugectr", "maskrcnn-benchmark"])
@@ -91,18 +119,19 @@ def test_licensed_library_counts_sources_not_only_kernel_markers(tmp_path: Path)
     assert [(t.path, t.native_files, t.source_files) for t in inv.vendored] == [(lib, 1, 61)]
 
 
-def test_nested_cutlass_inside_transformer_engine(tmp_path: Path) -> None:
+def test_nested_cutlass_inside_transformer_engine(tmp_path: Path, upstream_blobs: UpstreamBlobs) -> None:
     te = f"{IMPL}/TransformerEngine"
-    files: dict[str, str | bytes] = {**signature_files("transformer-engine", te),
-                                     **signature_files("cutlass", f"{te}/3rdparty/cutlass"),
-                                     f"{te}/3rdparty/cutlass/include/cutlass/gemm.cu": KERNEL,
-                                     f"{te}/transformer_engine/common/gemm.cu": KERNEL}
+    upstream_blobs.add("transformer-engine", {"transformer_engine/common/gemm.cu": UPSTREAM_KERNEL})
+    upstream_blobs.add("cutlass", {"include/cutlass/gemm.cu": UPSTREAM_KERNEL.replace("k(", "g(")})
+    gemm = UPSTREAM_KERNEL.replace("k(", "g(")
+    files: dict[str, str | bytes] = {**signature_files("transformer-engine", te, upstream_blobs),
+                                     **signature_files("cutlass", f"{te}/3rdparty/cutlass", upstream_blobs),
+                                     f"{te}/3rdparty/cutlass/include/cutlass/gemm.cu": gemm,
+                                     f"{te}/transformer_engine/common/gemm.cu": UPSTREAM_KERNEL}
     report = run_check(round_tree(tmp_path, files))
-    trees = [(t.path, t.project, t.parent, t.native_files) for t in report.inventory.vendored]
-    assert trees == [(te, "transformer-engine", None, 2), (f"{te}/3rdparty/cutlass", "cutlass", te, 1)]
-    warned = [(f.path, dict(f.details)["unproven"]) for f in report.findings if f.rule_id == "vendored-unproven"]
-    assert warned == [(te, 1), (f"{te}/3rdparty/cutlass", 1)]  # each copy counts its own unproven files
-    assert "undeclared-kernel" not in {f.rule_id for f in report.findings}
+    trees = [(t.path, t.project, t.parent, t.native_files, t.proven) for t in report.inventory.vendored]
+    assert trees == [(te, "transformer-engine", None, 2, 1), (f"{te}/3rdparty/cutlass", "cutlass", te, 1, 1)]
+    assert not {"undeclared-kernel", "vendored-unproven"} & {f.rule_id for f in report.findings}
 
 
 def test_own_python_package_named_like_a_marker_is_not_vendored(tmp_path: Path) -> None:
@@ -156,10 +185,11 @@ def test_implementation_root_is_never_vendored_whatever_its_depth(tmp_path: Path
 
 
 def test_require_upstream_makes_an_unproven_copy_an_error(tmp_path: Path) -> None:
+    """A copy of a project the blob catalogue lacks (vllm) cannot be proven statically."""
     from compliance.model import CheckOptions
 
-    top = f"{IMPL}/deps/nccl"
-    tree = round_tree(tmp_path, {**signature_files("nccl", top), f"{top}/src/device/common.cu": KERNEL})
+    top = f"{IMPL}/deps/vllm"
+    tree = round_tree(tmp_path, {**signature_files("vllm", top), f"{top}/csrc/attention/paged.cu": KERNEL})
     static = run_check(tree)
     gate = run_check(tree, CheckOptions(require_upstream=True))
     levels = [(f.rule_id, f.severity.value) for r in (static, gate) for f in r.findings if f.path == top]
@@ -205,13 +235,16 @@ def test_require_upstream_makes_an_unproven_copy_an_error(tmp_path: Path) -> Non
     ("mxnet", "src/operator/random/sample_op.cu", "src/operator/random/my_fused_dropout.cu"),
 ])
 def test_a_file_upstream_never_had_is_the_submitters_kernel(tmp_path: Path, project: str, upstream_file: str,
-                                                            own_file: str) -> None:
+                                                            own_file: str, upstream_blobs: UpstreamBlobs) -> None:
     """Issue 39 items 1, 7 (catalogue path lists): inside a vendored apex, Megatron-LM, CUTLASS,
     TransformerEngine, DeepSpeed, NCCL, HugeCTR or another listed project's copy, a native file upstream never
     had under the listed directories is reported one by one (an MSCCL fork file is not upstream NCCL);
     upstream's own files stay with the copy."""
     top = f"{IMPL}/third_party/{project}"
-    tree = round_tree(tmp_path, {**signature_files(project, top), f"{top}/{upstream_file}": KERNEL,
+    if project in WITH_BLOBS:
+        upstream_blobs.add(project, {upstream_file: UPSTREAM_KERNEL})
+    tree = round_tree(tmp_path, {**signature_files(project, top, upstream_blobs if project in WITH_BLOBS else None),
+                                 f"{top}/{upstream_file}": UPSTREAM_KERNEL,
                                  f"{top}/{own_file}": KERNEL.replace("k(", "own(")})
     report = run_check(tree)
     undeclared = {f.path for f in report.findings if f.rule_id == "undeclared-kernel"}

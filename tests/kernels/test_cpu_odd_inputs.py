@@ -93,3 +93,15 @@ def test_a_single_offset_gives_no_bag_on_the_quantized_module_as_in_torch() -> N
     out = module(torch.tensor([1, 2]), torch.tensor([0]))  # type: ignore[operator]
     theirs = F.embedding_bag(torch.tensor([1, 2]), weights[0], torch.tensor([0]), include_last_offset=True)
     assert out.shape == (0, 16) and theirs.shape == (0, 8)
+
+
+def test_max_norm_with_no_index_rescales_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A [0, L] input with max_norm (found by the GPU differential test: torch's CUDA renorm kernel
+    fails to launch on no index, 'CUDA error: invalid argument'): no renorm call at all."""
+    from reference_kernels import api
+
+    calls: list[int] = []
+    monkeypatch.setattr(torch, "embedding_renorm_", lambda w, i, *a: calls.append(i.numel()))
+    api._renorm(torch.randn(4, 3), torch.empty(0, 1, dtype=torch.int64), 1.0, 2.0)
+    api._renorm(torch.randn(4, 3), torch.tensor([[1]]), 1.0, 2.0)
+    assert calls == [1]

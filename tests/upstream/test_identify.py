@@ -19,6 +19,7 @@ from compliance.upstream.identify import (
 )
 from compliance.upstream.stage import UpstreamSettings
 from tests.compliance.test_cli import invoke
+from tests.conftest import UpstreamBlobs
 from tests.upstream.conftest import check
 from tests.upstream.history import History, build_history, write_copy
 from tests.upstream.repos import KERNEL_V1, KernelUpstream
@@ -139,10 +140,12 @@ def test_catalogued_copy_needs_no_repository_argument_and_unknown_copy_asks_for_
 
 
 def test_check_upstream_identifies_a_catalogued_tree(history: History, tmp_path: Path,
-                                                     kernel_upstream: KernelUpstream) -> None:
+                                                     kernel_upstream: KernelUpstream,
+                                                     upstream_blobs: UpstreamBlobs) -> None:
     copy = {f"third_party/nccl/{rel}": text.encode() for rel, text in history.snapshots[K].items()}
     copy["third_party/nccl/src/nccl.h.in"] = b"#define NCCL_MAJOR ${nccl:Major}\n" + PAD.encode()
     copy["third_party/nccl/makefiles/version.mk"] = b"NCCL_MAJOR := 2\n" + PAD.encode()
+    upstream_blobs.add("nccl", {rel.removeprefix("third_party/nccl/"): data for rel, data in copy.items()})
     tree = write_tree(tmp_path / "tree", KERNEL_V1, [kernel_entry(kernel_upstream.url, kernel_upstream.added)],
                       files=copy)
     report = check(tree, tmp_path / "cache", mirrors={"https://github.com/NVIDIA/nccl": str(history.path)})
@@ -153,10 +156,12 @@ def test_check_upstream_identifies_a_catalogued_tree(history: History, tmp_path:
     assert dict(found.details)["added"] == ["makefiles/version.mk", "src/nccl.h.in"]
 
 
-def test_manifest_draft_identify_fills_the_vendored_commit(history: History, tmp_path: Path) -> None:
+def test_manifest_draft_identify_fills_the_vendored_commit(history: History, tmp_path: Path,
+                                                           upstream_blobs: UpstreamBlobs) -> None:
     impl = tmp_path / "impl"
-    write_copy(impl / "third_party/nccl", {**history.snapshots[20], "src/nccl.h.in": "x\n" + PAD,
-                                          "makefiles/version.mk": "NCCL_MAJOR := 2\n" + PAD})
+    files = {**history.snapshots[20], "src/nccl.h.in": "x\n" + PAD, "makefiles/version.mk": "NCCL_MAJOR := 2\n" + PAD}
+    upstream_blobs.add("nccl", files)  # the synthetic history stands for NCCL's
+    write_copy(impl / "third_party/nccl", files)
     nccl = "https://github.com/NVIDIA/nccl"
     mirrored = UpstreamSettings(tmp_path / "cache", mirrors={nccl: str(history.path)})
     assert identify(impl / "third_party/nccl", mirrored).commit == history.commits[20]  # fills the cache

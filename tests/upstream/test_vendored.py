@@ -6,10 +6,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from compliance.engine import build_context
+from compliance.engine import build_context, run_check
+from compliance.model import CheckOptions
+from compliance.upstream.options import UpstreamOptions
 from compliance.upstream.stage import UpstreamSettings, vendored_targets
 from compliance.upstream.vendored import compare_tree
-from tests.upstream.conftest import VENDORED_FILES, check, upstream_ids
+from tests.upstream.conftest import NETWORK_TIMEOUT_S, VENDORED_FILES, check, upstream_ids
 from tests.upstream.repos import (
     KERNEL_V1,
     KernelUpstream,
@@ -66,12 +68,33 @@ def test_three_modified_files_among_thousands_are_all_found(
     assert bulk < 10, f"bulk comparison of {VENDORED_FILES} files took {bulk:.1f}s"
 
 
-def test_verbatim_tree_is_reported_at_info_level(
+def test_a_verbatim_copy_of_a_repository_the_catalogue_does_not_know_exempts_no_kernel(
         tmp_path: Path, kernel_upstream: KernelUpstream, vendored_upstream: tuple[str, str]) -> None:
+    """Issue 50 class 7: the copy is verbatim (verified at info level), but its repository (it could
+    be the submitter's own) is no catalogued upstream: its kernel code is the submitter's."""
     url, commit = vendored_upstream
     report = check(_vendored_tree(tmp_path / "tree", kernel_upstream, url, commit, modified=()), tmp_path / "cache")
     assert upstream_ids(report) == ["upstream-vendored-identified", "upstream-vendored-verified", "upstream-verified"]
-    assert report.exit_code == 0
+    undeclared = [f.path for f in report.findings if f.rule_id == "undeclared-kernel"]
+    assert len(undeclared) == VENDORED_FILES and report.exit_code == 1
+
+
+def test_a_verbatim_declared_copy_of_a_catalogued_project_passes_with_require_upstream(
+        tmp_path: Path, kernel_upstream: KernelUpstream, vendored_upstream: tuple[str, str]) -> None:
+    """Issue 50 class 12: a declared copy of a catalogued project (NCCL here, its history stood in by a
+    local mirror) that no version the blob catalogue knows matches is reported one by one by a static
+    check, proven by --upstream, and --upstream --require-upstream passes it too."""
+    local, commit = vendored_upstream
+    nccl = "https://github.com/NVIDIA/nccl"
+    tree = _vendored_tree(tmp_path / "tree", kernel_upstream, nccl, commit, modified=())
+    static = run_check(tree, CheckOptions(rules=str(RULES)))
+    assert sum(f.rule_id == "undeclared-kernel" for f in static.findings) == VENDORED_FILES
+    upstream = UpstreamOptions(tmp_path / "cache", False, NETWORK_TIMEOUT_S, {nccl: local})
+    for require in (False, True):
+        report = run_check(tree, CheckOptions(rules=str(RULES), upstream=upstream, require_upstream=require))
+        assert "upstream-vendored-verified" in upstream_ids(report)
+        assert not {"undeclared-kernel", "vendored-unproven"} & {f.rule_id for f in report.findings}
+        assert report.exit_code == 0, [f.message for f in report.findings if f.severity.value == "error"]
 
 
 def test_file_absent_upstream_is_listed_as_not_upstream(
