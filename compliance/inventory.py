@@ -444,14 +444,14 @@ def _read_stream(fd: int, size: int, rel: str, name: str, walk: Walk) -> None:
     # kernel definitions (CUDA, PTX) only, so a kernel hidden in one is still found
     is_data = ext in DATA_EXTENSIONS or (build_dir is not None and is_build_noise(rel))
     scanner = recognisers.MarkerScanner(recognisers.DATA_MARKER_SET if is_data else recognisers.CODE_MARKERS,
-                                        c_source=ext in C_SOURCE_EXTENSIONS)
+                                        c_source=ext in C_SOURCE_EXTENSIONS, wide=recognisers.wide_codec(data[:4]))
     whole = data if len(data) <= size and len(data) < CHUNK_BYTES else None
     base64_too = not is_data or size <= recognisers.DATA_BASE64_LIMIT
     if whole is None:
         embedded = _scan_stream(fd, data, scanner, base64_too)
     else:
         scanner.scan(whole)
-        embedded = recognisers.embedded_binary(whole, True, base64_too)
+        embedded = _scan_base64(whole, True, scanner, base64_too, 0)
         if ext == ".ipynb":
             cells = recognisers.notebook_text(whole)
             if cells is not None:  # lines count on from the file's last
@@ -487,12 +487,24 @@ def _scan_stream(fd: int, first: bytes, scanner: recognisers.MarkerScanner, base
     window, lines_before, embedded = first, 0, None
     while True:
         scanner.scan(window, lines_before)
-        embedded = embedded or recognisers.embedded_binary(window, window is first, base64_too)
+        embedded = _scan_base64(window, window is first, scanner, base64_too, lines_before) or embedded
         more = os.read(fd, CHUNK_BYTES)
         if not more:
             return embedded
         lines_before += window.count(b"\n", 0, max(0, len(window) - recognisers.OVERLAP))
         window = window[-recognisers.OVERLAP:] + more
+
+
+def _scan_base64(data: bytes, at_start: bool, scanner: recognisers.MarkerScanner, base64_too: bool,
+                 lines_before: int) -> str | None:
+    """The kind of binary hidden in ``data`` (behind a prefix, or in base64 when ``base64_too``);
+    base64 runs that decode to text are scanned for kernels as a loader's ``b64decode`` gives them."""
+    if not base64_too:
+        return recognisers.embedded_binary(data, at_start, False)
+    runs = recognisers.base64_runs(data)
+    for offset, text in recognisers.base64_texts(data, runs):
+        scanner.scan_payload(text, lines_before + data.count(b"\n", 0, offset) + 1)
+    return recognisers.embedded_binary(data, at_start, True, runs)
 
 
 def _record_source(rel: str, name: str, ext: str, markers: list[tuple[str, int]], walk: Walk,

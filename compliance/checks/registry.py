@@ -30,7 +30,7 @@ def specs() -> tuple[CheckSpec, ...]:
         static.NOT_ALLOWLISTED,
         static.LANGUAGE, static.REFERENCE_OP, static.SOURCE_MISSING, static.SOURCE_OUTSIDE,
         static.SOURCE_EMPTY, static.ENTRY_SYMBOL, static.VENDORED, static.UNSHIPPED,
-        static.KERNEL_FUNCTION,
+        static.KERNEL_FUNCTION, static.GLUE_COMPUTES,
         static.WITHOUT_SOURCE, static.WITH_SOURCE, static.TOOL_ARTEFACTS, static.SYMLINK,
         static.MISSING, static.MALFORMED, static.HOST, static.NOT_PINNED,
         static.FORK,
