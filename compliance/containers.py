@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import IO, cast
 
 from compliance import recognisers
+from compliance.blobs import normalized_blob_hash
 from compliance.recognisers import binary_kind, embedded_binary
-from compliance.upstream.blobs import normalized_blob_hash
 
 CONTAINER_KINDS = ("zip", "gzip", "bzip2", "xz", "zstd", "tar", "ar-archive")
 """Binary kinds whose members are examined instead of the container being judged as a whole."""

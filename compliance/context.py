@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from compliance.checks.registry import spec_for
 from compliance.findings import Finding, Severity
 from compliance.inventory import Inventory, Walk
 from compliance.layout import Location
 from compliance.manifest import KernelDeclaration, Manifest
 from compliance.paths import parent_dir, tree_relative
+from compliance.rulespecs.registry import spec_for
 
 if TYPE_CHECKING:
     from compliance.ruleset import RuleSet

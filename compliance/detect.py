@@ -174,7 +174,7 @@ def strictness(ruleset: RuleSet) -> int:
     """How strict a rule set is, read from its data: the levels of every static check it
     configures (error 2, warning 1, info and off 0), summed. Training v0.7, where undeclared
     and non-allowlisted kernels are errors, is stricter than v1.0-v5.1, where they are warnings."""
-    from compliance.checks.registry import all_specs
+    from compliance.rulespecs.registry import all_specs
 
     return sum(_LEVEL_RANK.get(ruleset.check_config(spec.id).level, 0)
                for spec in all_specs() if spec.stage == "static")

@@ -276,7 +276,7 @@ def tree_identifier(cache: Path | None, offline: bool, root: Path) -> Identifier
     from compliance.cachedir import UPSTREAM
     from compliance.upstream.gitcache import GitFailure
     from compliance.upstream.identify import identify
-    from compliance.upstream.stage import UpstreamSettings
+    from compliance.upstream.settings import UpstreamSettings
 
     settings = UpstreamSettings(UPSTREAM.resolve(cache), offline)
 

@@ -1,7 +1,7 @@
 """The check pipeline: walk once, read manifests, pick the rule set, run the stages.
 
 Only orchestration lives here; the options and the report are in
-``compliance.model``, the stages behind ``compliance.checks.interface.Stage``.
+``compliance.model``, the stages behind ``compliance.rulespecs.interface.Stage``.
 Nothing here imports torch, CUDA bindings or git; the optional stages
 (``--upstream``, ``--verify``) import their heavy modules only when they run.
 """
@@ -11,9 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from compliance.checks import binaries, declarations
 from compliance.checks.builtin import StaticStage
-from compliance.checks.specs import STRICTER_ROUND
 from compliance.context import CheckContext, Stage, declared_vendored_dirs
 from compliance.errors import InputError
 from compliance.findings import Finding, Severity
@@ -29,6 +27,7 @@ from compliance.ruleset import (
     refuse_rule_roots_inside,
     rule_roots,
 )
+from compliance.rulespecs.checks import STRICTER_ROUND, VENDORED, WITH_SOURCE, WITHOUT_SOURCE
 from compliance.upstream import UpstreamStage
 from compliance.verify import VerifyStage
 
@@ -119,10 +118,10 @@ def _context(walk: Walk, manifests: tuple[tuple[str, Manifest], ...], ruleset: R
                          vendored_markers=ruleset.vendored.markers,
                          min_vendored_native=ruleset.vendored.min_native_files,
                          declared_vendored=declared_vendored)
-    overrides = {binaries.WITHOUT_SOURCE.id: ruleset.binary_policy.without_source,
-                 binaries.WITH_SOURCE.id: ruleset.binary_policy.build_product_with_source}
+    overrides = {WITHOUT_SOURCE.id: ruleset.binary_policy.without_source,
+                 WITH_SOURCE.id: ruleset.binary_policy.build_product_with_source}
     if proof != "static":  # an unproven copy is no longer a warning once proof is asked for
-        overrides[declarations.VENDORED.id] = "error"
+        overrides[VENDORED.id] = "error"
     return CheckContext(root.resolve(), ruleset, inventory, manifests, overrides, proof, walk)
 
 

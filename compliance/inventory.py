@@ -23,13 +23,13 @@ import errno
 import os
 import stat
 import warnings
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from compliance import recognisers, scan_cache
+from compliance.blobs import file_normalized_blob_hash, normalized_blob_hash
 from compliance.containers import container_kind, examine_container, member_path, open_file
 from compliance.errors import InputError
 from compliance.layout import (
@@ -52,7 +52,6 @@ from compliance.setup_sources import (
     module_assignments,
     relative_to_root,
 )
-from compliance.upstream.blobs import file_normalized_blob_hash, normalized_blob_hash
 from compliance.vendored_trees import (
     Fork,
     ModifiedFile,
@@ -271,18 +270,6 @@ class Inventory:
         """The outermost vendored tree holding ``relpath``, if any."""
         return next((t.path for t in self.vendored if t.parent is None and relpath.startswith(t.path + "/")), None)
 
-    def by_submitter(self) -> dict[str, dict[str, int]]:
-        """Counts per submitter: native, vendored native, binaries, manifests."""
-        counts: dict[str, Counter[str]] = {}
-        for item in self.native:
-            key = "vendored_native" if item.vendored_tree else "native"
-            counts.setdefault(item.location.submitter or "-", Counter())[key] += 1
-        for binary in self.binaries:
-            counts.setdefault(binary.location.submitter or "-", Counter())["binaries"] += 1
-        for manifest in self.manifests:
-            counts.setdefault(self.locate(manifest).submitter or "-", Counter())["manifests"] += 1
-        return {k: dict(v) for k, v in sorted(counts.items())}
-
 
 # --------------------------------------------------------------------------- sniffing
 
@@ -444,14 +431,14 @@ def _read_stream(fd: int, size: int, rel: str, name: str, walk: Walk) -> None:
     # kernel definitions (CUDA, PTX) only, so a kernel hidden in one is still found
     is_data = ext in DATA_EXTENSIONS or (build_dir is not None and is_build_noise(rel))
     scanner = recognisers.MarkerScanner(recognisers.DATA_MARKER_SET if is_data else recognisers.CODE_MARKERS,
-                                        c_source=ext in C_SOURCE_EXTENSIONS)
+                                        c_source=ext in C_SOURCE_EXTENSIONS, wide=recognisers.wide_codec(data[:4]))
     whole = data if len(data) <= size and len(data) < CHUNK_BYTES else None
     base64_too = not is_data or size <= recognisers.DATA_BASE64_LIMIT
     if whole is None:
         embedded = _scan_stream(fd, data, scanner, base64_too)
     else:
         scanner.scan(whole)
-        embedded = recognisers.embedded_binary(whole, True, base64_too)
+        embedded = _scan_base64(whole, True, scanner, base64_too, 0)
         if ext == ".ipynb":
             cells = recognisers.notebook_text(whole)
             if cells is not None:  # lines count on from the file's last
@@ -487,12 +474,24 @@ def _scan_stream(fd: int, first: bytes, scanner: recognisers.MarkerScanner, base
     window, lines_before, embedded = first, 0, None
     while True:
         scanner.scan(window, lines_before)
-        embedded = embedded or recognisers.embedded_binary(window, window is first, base64_too)
+        embedded = _scan_base64(window, window is first, scanner, base64_too, lines_before) or embedded
         more = os.read(fd, CHUNK_BYTES)
         if not more:
             return embedded
         lines_before += window.count(b"\n", 0, max(0, len(window) - recognisers.OVERLAP))
         window = window[-recognisers.OVERLAP:] + more
+
+
+def _scan_base64(data: bytes, at_start: bool, scanner: recognisers.MarkerScanner, base64_too: bool,
+                 lines_before: int) -> str | None:
+    """The kind of binary hidden in ``data`` (behind a prefix, or in base64 when ``base64_too``);
+    base64 runs that decode to text are scanned for kernels as a loader's ``b64decode`` gives them."""
+    if not base64_too:
+        return recognisers.embedded_binary(data, at_start, False)
+    runs = recognisers.base64_runs(data)
+    for offset, text in recognisers.base64_texts(data, runs):
+        scanner.scan_payload(text, lines_before + data.count(b"\n", 0, offset) + 1)
+    return recognisers.embedded_binary(data, at_start, True, runs)
 
 
 def _record_source(rel: str, name: str, ext: str, markers: list[tuple[str, int]], walk: Walk,

@@ -16,11 +16,10 @@ from typing import Any
 
 from compliance.errors import InputError
 from compliance.schema_validation import validate_document
-from compliance.verify.semantics import Backward, Domain, DtypeCombination, Quantization, Tables
+from compliance.semantics import Backward, Domain, DtypeCombination, Quantization, Tables
 from compliance.yamlsource import JsonPath, YamlDocument, parse_yaml, read_yaml_text
 
 MANIFEST_NAME = "kernel_manifest.yaml"
-COMMIT_HEX_LENGTH = 40
 
 
 @dataclass(frozen=True)
@@ -62,7 +61,7 @@ class Semantics:
     output_shape: str = "flat"
     """embedding only: ``flat`` [N, D] or ``batched`` [B, L, D]."""
     output_dtypes: tuple[str, ...] = ()
-    """Dtypes the output is written in (empty: the weight dtype); see compliance.verify.semantics."""
+    """Dtypes the output is written in (empty: the weight dtype); see compliance.semantics."""
     tables: Tables | None = None
     """Table-batched lookups (None: one table)."""
     backward: Backward | None = None
@@ -72,7 +71,7 @@ class Semantics:
     dtypes: tuple[DtypeCombination, ...] = ()
     """The supported dtype combinations (empty: weight_dtypes crossed with output_dtypes)."""
     quantization: Quantization | None = None
-    """A quantized table (None: the table holds weight_dtypes values); see compliance.verify.semantics."""
+    """A quantized table (None: the table holds weight_dtypes values); see compliance.semantics."""
 
 
 @dataclass(frozen=True)

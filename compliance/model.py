@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from compliance.findings import Finding, Severity
 from compliance.inventory import Inventory
 from compliance.layout import organization_names
 from compliance.ruleset import RuleSet
+from compliance.shared_sources import SharedSource, shared_sources
 from compliance.upstream.options import UpstreamOptions
 from compliance.verify.options import VerifyOptions
 
@@ -108,6 +110,12 @@ class CheckReport:
     def ruleset(self) -> RuleSet:
         """The rule set used."""
         return self.choice.ruleset
+
+    @cached_property
+    def shared_sources(self) -> tuple[SharedSource, ...]:
+        """Identical native sources across implementations or organizations: computed (files read
+        and hashed) once per report, whichever reporters render it."""
+        return shared_sources(self.inventory)
 
     def count(self, severity: Severity) -> int:
         """Findings at ``severity``."""

@@ -39,8 +39,10 @@ _LEXEMES = re.compile(
     rb"|(?<![\w'])(?:u8|[uUL])?'(?:\\.|[^'\\\n])*'",  # character literal (not a digit separator: 1'000)
     re.S | re.M)
 _ATTRIBUTE_NAME = rb"(?:__)?(?:tile_)?global(?:__)?"
-_DIRECT = re.compile(rb"__(?:tile_)?global__|__(?:location|annotate)__\s*\(\s*" + _ATTRIBUTE_NAME + rb"\s*\)"
-                     rb"|\[\s*\[[^\[\]]{0,256}?(?<![\w$])" + _ATTRIBUTE_NAME + rb"(?![\w$])[^\[\]]{0,256}\]\s*\]")
+_KEYWORD = re.compile(rb"__(?:tile_)?global__")
+_LOCATION = re.compile(rb"__(?:location|annotate)__\s*\(\s*" + _ATTRIBUTE_NAME + rb"\s*\)")
+_DOUBLE_BRACKET = re.compile(rb"\[\s*\[")
+_CXX11 = re.compile(rb"\[\s*\[[^\[\]]{0,256}?(?<![\w$])" + _ATTRIBUTE_NAME + rb"(?![\w$])[^\[\]]{0,256}\]\s*\]")
 _ATTRIBUTE_OPENERS = re.compile(rb"__attribute__\s*\(")
 _ATTRIBUTE_NAME_TOKEN = re.compile(rb"(?<![\w$])" + _ATTRIBUTE_NAME + rb"(?![\w$])")
 _ATTRIBUTE_SPAN = 4096
@@ -67,7 +69,7 @@ _INCLUDE = re.compile(rb"[ \t]*[<\"]([^>\"\n]+)[>\"]")
 def join_splices(data: bytes) -> bytes:
     """``data`` with every line splice joined; each joined line keeps its first line's number (the
     newlines removed follow it), so line numbers of what follows are unchanged."""
-    if not SPLICE.search(data):
+    if b"\\" not in data or not SPLICE.search(data):
         return data
     return _SPLICED_LINE.sub(lambda m: SPLICE.sub(b"", m.group()) + b"\n" * len(SPLICE.findall(m.group())), data)
 
@@ -119,12 +121,22 @@ def qualifier_offset(text: bytes) -> int | None:
 
 
 def qualifier_spans(text: bytes) -> list[tuple[int, int]]:
-    """(start, end) of every kernel-entry spelling in ``text``, in order."""
-    spans = [m.span() for m in _DIRECT.finditer(text)]
-    for opener in _ATTRIBUTE_OPENERS.finditer(text):
-        inner = opener.start() + len(b"__attribute__")
-        if _attribute_holds_global(text, inner):
-            spans.append((opener.start(), closing(text, inner)))
+    """(start, end) of every kernel-entry spelling in ``text``, in order. Each form's expression runs
+    only where its literal occurs (these texts include megabytes of logs that say ``global``); every
+    spelling holds ``__`` or a bracket."""
+    has_brackets = b"[" in text
+    if not has_brackets and b"__" not in text:
+        return []
+    spans = [m.span() for m in _KEYWORD.finditer(text)] if b"global__" in text else []
+    if b"__location__" in text or b"__annotate__" in text:
+        spans += [m.span() for m in _LOCATION.finditer(text)]
+    if has_brackets and _DOUBLE_BRACKET.search(text):
+        spans += [m.span() for m in _CXX11.finditer(text)]
+    if b"__attribute__" in text:
+        for opener in _ATTRIBUTE_OPENERS.finditer(text):
+            inner = opener.start() + len(b"__attribute__")
+            if _attribute_holds_global(text, inner):
+                spans.append((opener.start(), closing(text, inner)))
     return sorted(spans)
 
 
@@ -360,7 +372,7 @@ def kernel_line(data: bytes) -> int | None:
     offset = qualifier_offset(text)
     if offset is not None:
         return text.count(b"\n", 0, offset) + 1
-    if (b"global" in text or b"##" in text or b"%:%:" in text) and DEFINES.search(text):
+    if (b"global" in text or b"##" in text or b"%:%:" in text) and b"define" in text and DEFINES.search(text):
         expansion = expand("", data)
         if expansion.exhausted or any(qualifier_offset(part) is not None for _, part in expansion.parts):
             return _first_use_line(text)

@@ -198,8 +198,7 @@ class KernelItem(pytest.Item):
     def _check(self, state: _KernelSession, ctx: CheckContext) -> None:
         if self.problem:
             raise KernelFailure(self.problem)
-        from compliance.verify import specs as rules
-
+        from compliance.rulespecs import verify as rules
         outcome = state.outcome(ctx, self.dk, self.cases)
         if outcome.unavailable:
             if state.allow_unverified:

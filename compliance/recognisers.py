@@ -7,14 +7,17 @@ every form recognised, each with a fixture under tests/compliance/cases/negative
   bytes at the start (ELF, cubin, fatbin, ``ar``, PE, Mach-O, zip/wheel, gzip,
   xz, bzip2, zstd, 7z) and ``embedded_binary`` looks a little further: an ELF or
   zip magic behind a small prefix, and base64 text that decodes to one of those.
-* Does it hold native kernel code? ``MarkerScanner`` looks for CUDA
-  (``__global__`` also split by a line continuation, ``__attribute__((global))``),
-  inline PTX and PTX modules (``.entry``), Triton (``@triton.jit`` however spaced,
-  ``from triton import jit``, any alias of the module), Numba ``cuda.jit``, CuPy
-  ``RawKernel``/``RawModule``/``ElementwiseKernel``/``ReductionKernel``,
-  ``torch.cuda.jiterator``, ``load_inline``/``load`` of ``torch.utils.cpp_extension``
-  under any name, and PyTorch extension markers. Notebooks are scanned as the text
-  of their cells.
+* Does it hold native kernel code? ``MarkerScanner`` looks for CUDA kernel entries in
+  every spelling the CUDA front end accepts (``cuda_line``: C, C++ and CUDA sources read
+  as the compiler reads them, ``compliance.preprocessor``), inline PTX and PTX modules
+  (``.entry``), Triton (``@triton.jit``/``autotune`` however spaced, ``from triton import
+  jit``, any alias of the module), Numba ``cuda.jit``, CuPy ``RawKernel``/``RawModule``/
+  ``ElementwiseKernel``/``ReductionKernel``/``compile_with_cache``, ``torch.cuda.jiterator``,
+  ``load_inline``/``load`` of ``torch.utils.cpp_extension`` under any name, NVRTC in any
+  binding, TVM's and MXNet's run-time compilation, and PyTorch extension markers. Every
+  window is also scanned as a loader decodes it (UTF-16/32 by its byte-order mark, JSON and
+  Python string escapes, base64 runs that decode to text). Notebooks are scanned as the text
+  of their cells too.
 
 Speed (every byte of every file is examined, so this is the checker's hot loop; measured
 in docs/security.md, "Cost of examining every file"): one pass of a compiled multi-literal
@@ -30,10 +33,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
+import operator
 import re
+import unicodedata
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ahocorasick_rs import BytesAhoCorasick
 
@@ -114,11 +120,13 @@ _SAMPLE_STRIDE = 4
 _SAMPLE_RUN = b"\x01" * (64 // _SAMPLE_STRIDE)
 
 
-def embedded_binary(data: bytes, at_start: bool, base64_too: bool = True) -> str | None:
+def embedded_binary(data: bytes, at_start: bool, base64_too: bool = True,
+                    runs: list[tuple[int, int]] | None = None) -> str | None:
     """``elf-behind-prefix`` or ``embedded-base64`` when ``data`` hides a binary past its start.
 
     ``at_start``: ``data`` begins at the file's first byte (only then is a prefix window checked);
-    ``base64_too``: also look for base64 text that decodes to a binary.
+    ``base64_too``: also look for base64 text that decodes to a binary (in ``runs``, the base64
+    runs of ``data`` when the caller has them).
     """
     if at_start:
         for magic in (b"\x7fELF", b"PK\x03\x04"):
@@ -129,7 +137,8 @@ def embedded_binary(data: bytes, at_start: bool, base64_too: bool = True) -> str
         return None
     # A blob ``decodes_to_magic`` accepts is 64 base64 characters from at most 3 before the needle,
     # so every needle it can accept lies inside a run of 64 or more: search the needles there only.
-    return next(("embedded-base64" for start, end in _base64_runs(data) if _needle_decodes(data, start, end)), None)
+    found = _base64_runs(data) if runs is None else runs
+    return next(("embedded-base64" for start, end in found if _needle_decodes(data, start, end)), None)
 
 
 def _base64_runs(data: bytes) -> Iterator[tuple[int, int]]:
@@ -203,6 +212,20 @@ class Marker:
     fewer or rarer bytes keep that search fast on logs."""
 
 
+_CONTINUATION_LITERALS = (b"\\\n", b"\\\r", b"\\ ", b"\\\t", b"\\\f", b"\\\v")
+"""A backslash ending a line (blanks after it too): the preprocessor joins the lines, so
+``__glo\\<newline>bal__`` is CUDA."""
+_NVRTC = (rb"\bnvrtc\w*\s*\(|\bnvrtc\s*\.\s*\w|(?:^|[\n;])[ \t]*(?:import|from)[ \t]+[\w. \t,]*nvrtc\b|"
+          rb"[<\"]nvrtc\.h[>\"]|from[ \t]+cuda\.core[\w.]*[ \t]+import\b[^\n]*\bProgram\b|"
+          rb"cuda\.core\.experimental\.Program\b")
+"""NVRTC in any binding: ``nvrtcCreateProgram(`` (C, ctypes), ``nvrtc.<call>`` (cuda-python's
+``cuda.bindings.nvrtc``/``cuda.nvrtc``), an import of a module named like it (``pynvrtc``), its
+header, cuda-python's ``cuda.core`` ``Program``."""
+_TVM = (rb"\btvm\s*\.\s*(?:build|compile|driver\s*\.\s*build|relay\s*\.\s*build|contrib\s*\.\s*nvcc)\b|"
+        rb"\brelay\s*\.\s*build\s*\(|\bcompile_cuda\s*\(|"
+        rb"from[ \t]+tvm[\w.]*[ \t]+import\b[^\n]*\b(?:build|compile|compile_cuda|nvcc)\b")
+_MXNET_RTC = (rb"\b(?:mx|mxnet)\s*\.\s*rtc\b|\bCudaModule\s*\(|"
+              rb"from[ \t]+mxnet[\w.]*[ \t]+import\b[^\n]*\b(?:rtc|CudaModule)\b|import[ \t]+mxnet\.rtc\b")
 MARKERS: tuple[Marker, ...] = (
     # decided by ``cuda_line`` (compliance.preprocessor: every spelling of a kernel entry, macros
     # expanded): every such entry holds ``global`` or comes from pasting tokens or joining lines
@@ -210,14 +233,16 @@ MARKERS: tuple[Marker, ...] = (
     Marker("ptx", (b"asm", b".entry"), re.compile(
         rb"\basm\s*(?:volatile\s*|__volatile__\s*)?\(|__asm__|(?:^|\s)\.entry\s+[\w$]+"), "ptx"),
     Marker("triton", (b"triton",), re.compile(
-        rb"triton\s*\.\s*jit\b|from[ \t]+triton(?:\.\w+)*[ \t]+import\b[^\n]*\bjit\b"), "triton",
+        rb"triton\s*\.\s*(?:jit|autotune|heuristics)\b|"
+        rb"from[ \t]+triton(?:\.\w+)*[ \t]+import\b[^\n]*\b(?:jit|autotune)\b"),
+        "triton",
         re.compile(rb"import[ \t]+triton[ \t]+as[ \t]+(\w+)"), rb"\s*\.\s*jit\b"),
     Marker("numba", (b"numba", b"cuda"), re.compile(
         rb"\bcuda\s*\.\s*jit\b|from[ \t]+numba[ \t]+import\b[^\n]*\bcuda\b"), "cuda",
         re.compile(rb"(?:import[ \t]+numba\.cuda|from[ \t]+numba[ \t]+import[ \t]+cuda)[ \t]+as[ \t]+(\w+)"),
         rb"\s*\.\s*jit\b"),
-    Marker("cupy", (b"Kernel", b"RawModule"), re.compile(
-        rb"\b(?:RawKernel|RawModule|ElementwiseKernel|ReductionKernel)\b"), "cuda"),
+    Marker("cupy", (b"Kernel", b"RawModule", b"compile_with_cache"), re.compile(
+        rb"\b(?:RawKernel|RawModule|ElementwiseKernel|ReductionKernel|compile_with_cache)\b"), "cuda"),
     Marker("jiterator", (b"jiterator",), re.compile(rb"\bjiterator\b"), "cuda"),
     Marker("inline", (b"load_inline", b"cpp_extension"), re.compile(
         rb"\bload_inline\b|cpp_extension\s*\.\s*load\w*\s*\(|"
@@ -226,17 +251,37 @@ MARKERS: tuple[Marker, ...] = (
         re.compile(rb"(?:import[ \t]+torch\.utils\.cpp_extension|from[ \t]+torch\.utils[ \t]+import"
                    rb"[ \t]+cpp_extension)[ \t]+as[ \t]+(\w+)"), rb"\s*\.\s*load\w*\s*\("),
     Marker("extension", (b"TORCH_LIBRARY", b"PYBIND11_MODULE", b"torch/extension.h"), None, "cpp"),
+    Marker("nvrtc", (b"nvrtc", b"cuda.core"), re.compile(_NVRTC + rb"|nvrtc[\w.-]*\.(?:so|dll|dylib)\b"), "cuda"),
+    Marker("tvm", (b"tvm", b"compile_cuda"), re.compile(_TVM), "cuda",
+           re.compile(rb"import[ \t]+tvm[ \t]+as[ \t]+(\w+)"), rb"\s*\.\s*(?:build|compile)\b"),
+    Marker("mxnet-rtc", (b"rtc", b"CudaModule"), re.compile(_MXNET_RTC), "cuda"),
 )
-DATA_MARKERS = (MARKERS[0], Marker("ptx", (b".entry",), re.compile(rb"(?:^|\s)\.entry\s+[\w$]+"), "ptx"))
-"""What data files and logs are scanned for: CUDA and PTX kernel source itself (these are most of a
-round's bytes). Any other form needs code to load it, and code is scanned for every marker."""
+_BY_NAME = {marker.name: marker for marker in MARKERS}
+DATA_MARKERS = (
+    replace(MARKERS[0], anchors=(b"global",)),  # no pasted spelling: a data file holds no #define to paste
+    Marker("ptx", (b".entry",), re.compile(rb"(?:^|\s)\.entry\s+[\w$]+"), "ptx"),
+    # run-time compilers: Python can exec or runpy a .txt, .log or .csv (anchors rare in logs)
+    replace(_BY_NAME["triton"], literals=(b"jit",), anchors=(b"jit",)),
+    replace(_BY_NAME["numba"], literals=(b"jit",), anchors=(b"jit",)),
+    replace(_BY_NAME["cupy"], literals=(b"Kernel",)),
+    replace(_BY_NAME["jiterator"], anchors=(b"jit",)),
+    Marker("nvrtc", (b"vrtc",), re.compile(_NVRTC), "cuda"),
+    replace(_BY_NAME["tvm"], literals=(b"tvm",)),
+)
+DATA_SEARCH_GROUPS = ((b"global", b".entry", *_CONTINUATION_LITERALS), (b"jit", b"vrtc", b"tvm", b"Kernel"))
+"""How the data set's anchors are searched: two automata the library searches fast on MLPerf result
+logs (one over twenty literals reads every byte, several times slower). Each family's evidence holds
+its anchor: a Triton or numba kernel is decorated with a ``jit``, ``jiterator`` holds one, CuPy's
+``RawKernel``/``ElementwiseKernel``/``ReductionKernel`` hold ``Kernel``, NVRTC's every call ``vrtc``."""
+"""What data files and logs are scanned for: CUDA and PTX kernel source, and the run-time compilers
+a ``.txt`` Python runs with ``exec`` is most likely to call (Triton, numba, CuPy's kernels, jiterator,
+NVRTC, TVM). Not inline ``asm`` or binding macros, which need a C++ compiler, nor CuPy's
+``RawModule``, ``load_inline``, MXNet's ``CudaModule``, ``cuda.core``'s ``Program`` or a kernel
+spelled by pasting tokens: those are found in code files only (docs/security.md, limits)."""
 DATA_BASE64_LIMIT = 1024 * 1024
 """Data files up to this size are also searched for base64 binaries (larger ones are logs and
 results; a blob in one needs code to decode it, and code is always searched)."""
 LANGUAGE_OF_MARKER = {m.name: m.language for m in MARKERS}
-_CONTINUATION_LITERALS = (b"\\\n", b"\\\r", b"\\ ", b"\\\t", b"\\\f", b"\\\v")
-"""A backslash ending a line (blanks after it too): the preprocessor joins the lines, so
-``__glo\\<newline>bal__`` is CUDA."""
 SEARCH_SLICE = 256 * 1024
 """Bytes given to the literal search at once: bounds the matches held at a time (a file of nothing
 but one literal), since a family leaves the search once one of its literals is seen."""
@@ -272,12 +317,12 @@ def cuda_line(data: bytes, c_source: bool) -> int | None:
     offset = preprocessor.qualifier_offset(joined)
     if offset is not None:
         return joined.count(b"\n", 0, offset) + 1
-    return preprocessor.kernel_line(data) if preprocessor.DEFINES.search(data) else None
+    return preprocessor.kernel_line(data) if b"define" in data and preprocessor.DEFINES.search(data) else None
 
 
 def _family_line(data: bytes, marker: Marker, c_source: bool) -> int | None:
     """Line (1-based, in ``data``) where ``marker``'s family first shows."""
-    if marker is MARKERS[0]:
+    if marker.name == "cuda":
         return cuda_line(data, c_source)
     offset = first_match(data, marker)
     return None if offset is None else data.count(b"\n", 0, offset) + 1
@@ -286,16 +331,42 @@ def _family_line(data: bytes, marker: Marker, c_source: bool) -> int | None:
 class MarkerSet:
     """Marker families compiled for scanning: one literal search over all their anchors, rebuilt
     without the families already seen. A line continuation is searched for as one more "family"
-    (bit ``continuation``) while the CUDA family is scanned for: the preprocessor joins such lines."""
+    (bit ``continuation``) while the CUDA family is scanned for: the preprocessor joins such lines.
 
-    def __init__(self, families: tuple[Marker, ...]) -> None:
+    ``groups``: search these groups of literals one automaton each instead (for data files, most of a
+    round's bytes: the library skips ahead on bytes rare in logs when an automaton holds one literal
+    or a few chosen together, while one automaton over twenty literals reads every byte; the figures
+    are in docs/security.md). Every anchor of every family must be in a group."""
+
+    def __init__(self, families: tuple[Marker, ...], groups: tuple[tuple[bytes, ...], ...] = ()) -> None:
         self.families = families
-        self.cuda = next((i for i, marker in enumerate(families) if marker is MARKERS[0]), None)
+        self.cuda = next((i for i, marker in enumerate(families) if marker.name == "cuda"), None)
         self.continuation = len(families)
         """Bit of a line continuation in ``present``'s result."""
         self.every = (1 << len(families)) - 1 | (1 << self.continuation if self.cuda is not None else 0)
         """Bits of everything scanned for."""
         self._searches: dict[int, tuple[BytesAhoCorasick, tuple[int, ...], int]] = {}
+        self._groups = self._compile_groups(groups) if groups else ()
+
+    def _compile_groups(self, groups: tuple[tuple[bytes, ...], ...]) -> tuple[tuple[BytesAhoCorasick, tuple[int, ...],
+                                                                                    int, int], ...]:
+        """(automaton, bits of its literals, bits of the group, longest literal) per group."""
+        bits: dict[bytes, int] = {}
+        for index, marker in enumerate(self.families):
+            for literal in marker.anchors or marker.literals:
+                bits[literal] = bits.get(literal, 0) | 1 << index
+        if self.cuda is not None:
+            for literal in _CONTINUATION_LITERALS:
+                bits[literal] = bits.get(literal, 0) | 1 << self.continuation
+        missing = set(bits) - {literal for group in groups for literal in group}
+        if missing:
+            raise ValueError(f"anchors in no search group: {sorted(missing)}")
+        compiled = []
+        for group in groups:
+            of = tuple(bits.get(literal, 0) for literal in group)
+            compiled.append((BytesAhoCorasick(list(group)), of, functools.reduce(operator.or_, of, 0),
+                             max(map(len, group))))
+        return tuple(compiled)
 
     def search(self, wanted: int) -> tuple[BytesAhoCorasick, tuple[int, ...], int]:
         """(automaton, bit of each of its literals, longest literal) for the bits set in ``wanted``."""
@@ -317,6 +388,8 @@ class MarkerSet:
 
     def present(self, data: bytes, wanted: int) -> int:
         """The bits of ``wanted`` whose anchors (or line continuation) occur somewhere in ``data``."""
+        if self._groups:
+            return self._present_grouped(data, wanted)
         present = 0
         start = 0
         while wanted and start < len(data):
@@ -332,9 +405,25 @@ class MarkerSet:
         return present
 
 
+    def _present_grouped(self, data: bytes, wanted: int) -> int:
+        """``present`` by groups, every group over one slice while it is in the cache."""
+        present = 0
+        longest = max(group[3] for group in self._groups)
+        for start in range(0, len(data), SEARCH_SLICE):
+            stop = start + SEARCH_SLICE + longest - 1  # a literal across the slice edge is still seen
+            part = data if start == 0 and stop >= len(data) else memoryview(data)[start:stop]
+            for automaton, bit_of, group_bits, _ in self._groups:
+                if group_bits & wanted & ~present:
+                    for literal in {hit[0] for hit in automaton.find_matches_as_indexes(part, overlapping=True)}:
+                        present |= bit_of[literal] & wanted
+            if not wanted & ~present:
+                break
+        return present
+
+
 CODE_MARKERS = MarkerSet(MARKERS)
 """What code (and any file not known to be data) is scanned for."""
-DATA_MARKER_SET = MarkerSet(DATA_MARKERS)
+DATA_MARKER_SET = MarkerSet(DATA_MARKERS, groups=DATA_SEARCH_GROUPS)
 """What data files and logs are scanned for."""
 
 
@@ -347,26 +436,50 @@ class MarkerScanner:
     and decided there as ``first_match`` decides it.
     """
 
-    __slots__ = ("marker_set", "c_source", "found", "_wanted")
+    __slots__ = ("marker_set", "c_source", "wide", "found", "_wanted")
 
-    def __init__(self, markers: MarkerSet = CODE_MARKERS, c_source: bool = False) -> None:
+    def __init__(self, markers: MarkerSet = CODE_MARKERS, c_source: bool = False, wide: str | None = None) -> None:
         self.marker_set = markers
         self.c_source = c_source
         """The file is C, C++ or CUDA source: read as the compiler reads it (``cuda_line``)."""
+        self.wide = wide
+        """The codec of a UTF-16 or UTF-32 file (from its byte-order mark): windows are decoded first."""
         self.found: dict[str, int] = {}
         self._wanted = markers.every  # families not found yet (and line continuations while CUDA is not)
 
     def scan(self, window: bytes, lines_before: int = 0) -> None:
-        """Scan ``window``, a stretch of the file with ``lines_before`` newlines before it."""
+        """Scan ``window``, a stretch of the file with ``lines_before`` newlines before it, as it is
+        and as a loader would decode it: from UTF-16/32 (``wide``), then string escapes undone.
+        Decoded text is what a loader hands a compiler, so a kernel in it counts even inside what
+        the file's own language calls a string literal (a C++ file holding JSON-escaped CUDA)."""
+        decoded = self.wide is not None
+        if decoded:
+            window = window.decode(self.wide or "", "replace").encode("utf-8", "surrogatepass")
+        self.scan_plain(window, lines_before, self.c_source and not decoded)
+        if self._wanted and b"\\" in window and ESCAPE_HINT.search(window):
+            self.scan_plain(unescape(window), lines_before, False)
+
+    def scan_payload(self, payload: bytes, line: int) -> None:
+        """Scan text decoded from an encoding that spans lines (base64): whatever is found is at ``line``."""
+        before = dict(self.found)
+        self.scan_plain(payload, 0, False)
+        if self._wanted and b"\\" in payload and ESCAPE_HINT.search(payload):
+            self.scan_plain(unescape(payload), 0, False)
+        self.found.update({name: line for name in self.found if name not in before})
+
+    def scan_plain(self, window: bytes, lines_before: int = 0, c_source: bool | None = None) -> None:
+        """Scan ``window`` as it is (``c_source``: read it as C, C++ or CUDA source; the scanner's
+        own setting when None)."""
         marker_set = self.marker_set
         present = marker_set.present(window, self._wanted) if self._wanted else 0
         if not present:
             return
         if present >> marker_set.continuation & 1 and marker_set.cuda is not None:
             present |= 1 << marker_set.cuda
+        as_c = self.c_source if c_source is None else c_source
         for index, marker in enumerate(marker_set.families):
             if present >> index & 1:
-                line = _family_line(window, marker, self.c_source)
+                line = _family_line(window, marker, as_c)
                 if line is not None:
                     self.found[marker.name] = lines_before + line
                     self._wanted &= ~(1 << index)
@@ -386,6 +499,82 @@ def scan_markers(data: bytes, c_source: bool = False) -> list[tuple[str, int]]:
     scanner = MarkerScanner(c_source=c_source)
     scanner.scan(data)
     return scanner.markers()
+
+
+# --------------------------------------------------------------------------- decoding as a loader does
+
+ESCAPE_HINT = re.compile(rb"\\(?:u00|U0000|x[0-9a-fA-F]{2}|N\{|[0-3][0-7]{2})")
+"""A string escape that may spell a plain character (``\\u005f``, ``\\x5f``, ``\\137``, ``\\N{LOW LINE}``)."""
+_ESCAPE = re.compile(rb"\\(?:u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|x([0-9a-fA-F]{2})|([0-7]{1,3})|"
+                     rb"N\{([A-Za-z0-9 \-]{1,80})\}|([\\/'\"]))")
+UNESCAPE_ROUNDS = 3
+"""Escapes undone this many times over (a JSON string holding a Python string: ``\\\\u005f``)."""
+WIDE_BOMS = ((b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"),
+             (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
+"""Byte-order marks of the encodings Python's ``open(encoding="utf-16"/"utf-32")`` reads."""
+
+
+def wide_codec(head: bytes) -> str | None:
+    """The UTF-16 or UTF-32 codec a file starting with ``head`` is in (by its byte-order mark), or None."""
+    return next((codec for bom, codec in WIDE_BOMS if head.startswith(bom)), None)
+
+
+def _unescaped(match: re.Match[bytes]) -> bytes:
+    hexa = match.group(1) or match.group(2) or match.group(3)
+    if hexa is not None:
+        code = int(hexa, 16)
+    elif match.group(4) is not None:
+        code = int(match.group(4), 8)
+    elif match.group(5) is not None:
+        try:
+            code = ord(unicodedata.lookup(match.group(5).decode()))
+        except KeyError:
+            return match.group()
+    else:
+        return match.group(6)
+    if code in (0x0A, 0x0D) or code > 0x10FFFF:
+        return match.group()  # kept escaped: line numbers stay those of the file
+    return chr(code).encode("utf-8", "surrogatepass")
+
+
+def unescape(data: bytes) -> bytes:
+    """``data`` with JSON and Python string escapes undone (``\\u005f`` is ``_``), repeatedly for
+    escapes of escapes; newlines stay escaped, so each line keeps its number."""
+    for _ in range(UNESCAPE_ROUNDS):
+        decoded = _ESCAPE.sub(_unescaped, data)
+        if decoded == data or not ESCAPE_HINT.search(decoded):
+            return decoded
+        data = decoded
+    return data
+
+
+def base64_texts(data: bytes, runs: list[tuple[int, int]]) -> Iterator[tuple[int, bytes]]:
+    """(offset, decoded text) of every base64 run in ``data`` that decodes to text (a loader's
+    ``b64decode`` of kernel source), at whichever of the four alignments reads as text."""
+    for start, end in runs:
+        for shift in range(4):
+            stop = start + shift + (end - start - shift) // 4 * 4
+            try:
+                decoded = base64.b64decode(data[start + shift:stop], validate=True)
+            except (binascii.Error, ValueError):
+                continue
+            if _looks_like_text(decoded[:_TEXT_SAMPLE]):
+                yield start, decoded
+                break
+
+
+_TEXT_SAMPLE = 512
+_TEXT_BYTES = bytes(range(0x20, 0x7F)) + b"\t\n\r"
+
+
+def _looks_like_text(sample: bytes) -> bool:
+    """At least 95 % printable ASCII or whitespace: decoded source, not a compressed or binary blob."""
+    return len(sample) >= 16 and len(sample.translate(None, _TEXT_BYTES)) * 20 <= len(sample)
+
+
+def base64_runs(data: bytes) -> list[tuple[int, int]]:
+    """(start, end) of every run of at least 64 base64 characters in ``data``."""
+    return list(_base64_runs(data))
 
 
 def notebook_text(data: bytes) -> bytes | None:

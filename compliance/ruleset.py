@@ -9,7 +9,7 @@ Override semantics of ``extends`` (documented in README "Rule format"):
   them (so a round states its aliases whole, and can drop one).
 * ``extends`` names an id (``<usage>/<name>``, never a path), looked up beside
   the file and in the rule roots only (``rule_roots``).
-* Mappings (``binary_policy``, ``upstream_policy``, ``vendored``) merge key by
+* Mappings (``binary_policy``, ``upstream_policy``, ``vendored``, ``verification_coverage``) merge key by
   key; ``checks`` merges per check id and then per option. The child wins.
 * ``allowlist`` merges by entry id: a child entry with an inherited id replaces
   that entry whole; new ids are appended; ``remove_allowlist`` drops inherited
@@ -26,16 +26,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from compliance.checks.interface import CheckConfig
-from compliance.checks.registry import config_problems, effective_config, spec_for
 from compliance.errors import InputError, InputErrors
+from compliance.rulespecs.interface import CheckConfig
+from compliance.rulespecs.registry import config_problems, effective_config
 from compliance.schema_validation import problems_as_errors, validate_document
 from compliance.yamlsource import YamlDocument, load_yaml
 
 DEFAULT_RULESET = "training/v0.7"
 NEVER_INHERITED = frozenset({"id", "usage", "round", "status", "title", "note", "provenance",
                              "extends", "schema_version", "$schema", "remove_allowlist"})
-MERGED_MAPPINGS = ("binary_policy", "upstream_policy", "vendored")
+MERGED_MAPPINGS = ("binary_policy", "upstream_policy", "vendored", "verification_coverage")
 REQUIRED_AFTER_RESOLUTION = ("layout", "benchmarks")
 
 
@@ -241,6 +241,9 @@ class RuleSet:
     """Dotted key -> id of the rule set that supplied it (for ``rules show --origin``)."""
     data: Mapping[str, Any]
     """The merged document (what ``rules show`` prints)."""
+    verification_coverage: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Category -> the least a verification must cover (schema ``coverage_minimum``; read by
+    ``compliance.verify.coverage``)."""
 
     def entry(self, category: str) -> AllowlistEntry | None:
         """The allowlist entry with id ``category``, if in force."""
@@ -720,7 +723,7 @@ def _build(merged: dict[str, Any], chain: list[Path], origins: dict[str, str]) -
         upstream_policy=_upstream_policy(merged.get("upstream_policy", {})),
         vendored=_vendored(merged.get("vendored", {})),
         checks=merged.get("checks", {}), source=chain[0], chain=tuple(chain),
-        origins=dict(origins), data=merged,
+        origins=dict(origins), data=merged, verification_coverage=dict(merged.get("verification_coverage", {})),
     )
 
 
@@ -804,8 +807,3 @@ def _load(path: Path, expected_id: str | None, roots: list[Path]) -> RuleSet:
     if errors:
         raise InputErrors(errors)
     return _build(resolution.merged, resolution.chain, resolution.origins)
-
-
-def check_exists(check_id: str) -> bool:
-    """True when ``check_id`` is a registered check."""
-    return spec_for(check_id) is not None

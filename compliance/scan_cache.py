@@ -24,8 +24,8 @@ from typing import Any
 from compliance import __version__
 
 FORMAT = 1
-_EXAMINING_MODULES = ("recognisers.py", "containers.py", "inventory.py", "setup_sources.py", "scan_cache.py",
-                      "upstream/blobs.py", "vendored_trees.py")
+_EXAMINING_MODULES = ("recognisers.py", "preprocessor.py", "containers.py", "inventory.py", "setup_sources.py",
+                      "scan_cache.py", "blobs.py", "vendored_trees.py")
 """Modules whose code decides what a file's entry holds."""
 
 Entry = str | list[Any]

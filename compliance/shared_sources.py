@@ -13,8 +13,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from compliance.blobs import file_blob_hash
 from compliance.inventory import Inventory, NativeFile
-from compliance.upstream.blobs import file_blob_hash
 
 
 @dataclass(frozen=True)

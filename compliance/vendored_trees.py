@@ -444,12 +444,6 @@ class Recognition:
     """Native files not proven, in a tree declared as a copy of a catalogued project: ``--upstream``
     compares them with the declared commit (and names those that differ)."""
 
-    def outermost(self, rel: str) -> str | None:
-        """Path of the outermost vendored tree holding ``rel``, or None."""
-        if rel in self.owner:
-            return self.owner[rel]
-        return next((t.path for t in self.trees if t.parent is None and rel.startswith(t.path + "/")), None)
-
 
 def _ancestors(rel: str) -> Iterator[str]:
     """Every directory above ``rel``, innermost first ("" for the root not included)."""

@@ -15,7 +15,7 @@ typedef unsigned short u16;
 // with programmatic stream serialization (launch.py, host_path.cpp): the driver may then start a
 // kernel's grid before the previous kernel in the stream has finished, and this wait, the first
 // statement of every kernel, holds each thread until that kernel has completed and its memory is
-// visible. What overlaps is the launch itself (about 0.85 us a launch on an H200, change 61); no
+// visible. What overlaps is the launch itself (change 61 measured how much); no
 // kernel triggers its dependents early, so nothing of one kernel runs beside another. A no-op where
 // the launch did not ask for it, and compiled out below sm_90.
 __device__ __forceinline__ void wait_for_previous_kernel() {

@@ -436,12 +436,11 @@ static_assert(ASYNC_AHEAD <= ROW_LANES, "ASYNC_AHEAD: positions ahead within the
 #define ASYNC_SLOTS (ASYNC_AHEAD + 1)  // one more than in flight: a slot is refilled an iteration after its read
 #endif
 
-// The kernel is bound by instruction issue, not by DRAM (Nsight Compute, run 20: 64 % SM
-// and 51 % DRAM throughput). To keep the per-position work small the team learns where
-// segments start once per ROW_LANES positions (one ballot), bags use 32-bit arithmetic, and
-// the chunk-boundary cases are only checked when a segment closes: 92 -> 87 warp
-// instructions per position, 60.5 -> 53.4 us for suite 1. (A branch-free variant that resets
-// the sum by a select and writes at segment ends executed more: 91 per position, 62.9 us.)
+// The kernel is bound by instruction issue, not by DRAM (Nsight Compute, run 20). To keep the
+// per-position work small the team learns where segments start once per ROW_LANES positions
+// (one ballot), bags use 32-bit arithmetic, and the chunk-boundary cases are only checked when
+// a segment closes: fewer warp instructions per position. (A branch-free variant that resets
+// the sum by a select and writes at segment ends executed more.)
 extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_backward(
     const weight_t* __restrict__ grad_out, i64 dim,
     const ROW_T* __restrict__ sorted_rows, const i64* __restrict__ positions, i64 num_indices,
@@ -652,7 +651,7 @@ __device__ __forceinline__ void add(RowAcc& a, const RowAcc& x) {
 // flagged in `carries`), then slot 0 of each following chunk that still starts with its row.
 // Hot rows under skewed indices have thousands of pieces (Zipf 1.05 over 4M rows: the hottest
 // row has ~9 % of the positions, ~1,000 chunks of 64), so one team walking them in order is a
-// serial chain of dependent loads (the previous kernel: 393 us of a 788 us training step, 11.6 %
+// serial chain of dependent loads (the previous kernel took half of a training step at low
 // occupancy; docs/perf/change-54.md). Here a block holds COMBINE_ITEMS (chunk, column tile) items:
 //   1. each item's team tests the next COMBINE_PROBE chunk starts at once; a run that ends
 //      there (at most COMBINE_PROBE + 1 pieces) the team sums alone, in chunk order;
@@ -858,7 +857,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_backward_mark(
 // Zeroes the rows the passes above do not write: those with a clear bit, and the padding
 // row. `grad` is viewed as FILL_BYTES-byte words, row_words per row, walked like a memset
 // (consecutive threads, consecutive words): a narrow write front, which DRAM prefers to a
-// warp per 32-row group (that variant ran at ~3.1 TB/s against the memset's 4.65; run 17).
+// warp per 32-row group (that variant ran well below the memset's bandwidth; run 17).
 typedef RawWord<FILL_BYTES>::type FillWord;
 
 extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_backward_fill(
@@ -876,7 +875,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) embedding_bag_backward_fill(
       const i64 row = row_shift >= 0 ? w >> row_shift : w / row_words;
       const bool looked_up = (__ldg(touched + (row >> 5)) >> (row & 31)) & 1u;
       // streaming store (st.global.cs, evict first): the 2.4 GB of zeros would otherwise flush
-      // the L2 under the sort and the passes running beside the fill (run 17: 763 -> 687 us)
+      // the L2 under the sort and the passes running beside the fill (run 17)
       if (!looked_up || row == padding_idx) __stcs(grad + w, zero_word);
     }
   }

@@ -589,7 +589,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
 
 // Short bags of one fixed size (the [B, L] layout, L = BAG_LEN, one table). The kernel above
 // gives a lane at most L rows in flight, and a 1-row bag one: too few bytes in flight to
-// cover DRAM latency (the sweep's L 1 cases ran at 44-59 % of copy, its gathers at 87 %).
+// cover DRAM latency (the sweep's L 1 cases ran far below its gathers' share of copy).
 // Here a team of ROW_LANES lanes (one row wide, TEAM = ROW_LANES) pools BAGS_PER_STEP
 // consecutive bags per step: their BAGS_PER_STEP * L indices are contiguous, so the team
 // reads them coalesced, issues every row's loads, then reduces bag by bag. Teams stride
@@ -667,8 +667,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
 // passes its end. Teams stride over the units of work (a segment and a column tile).
 // Segment size per table: SEGMENT_ROWS / (the table's average bag length), 2 to SEGMENT_BAGS
 // bags, and a single bag when that average exceeds SEGMENT_MAX_AVG: long bags walked together
-// leave a few teams with long tails (one segment size for every table: bfloat16 DCNv2 took
-// 226 us against the general kernel's 166, run 29). The host passes the size when it knows it (one table:
+// leave a few teams with long tails (one segment size for every table made bfloat16 DCNv2 slower
+// than the general kernel, run 29). The host passes the size when it knows it (one table:
 // fixed_bags); otherwise (fixed_bags == 0) each team works it out from the tables' offsets, at
 // most max_bags (the host's cap, so that the launch still has enough teams).
 // Positions are 32-bit (the launcher keeps this kernel to fewer than 2^31 indices).
@@ -813,7 +813,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) embedding_bag_fo
 #if HAS_PSW
       if (ahead < end) next_weight = to_float(per_sample_weights[ahead]);
 #endif
-#pragma unroll 1  // one copy of the walk: unrolled, mean and 16-bit variants ran 24-42 % slower
+#pragma unroll 1  // one copy of the walk: unrolled, mean and 16-bit variants ran slower
       for (int m = 0; m < ROW_LANES; m += UNROLL_EFF) {
         if (base + m >= end) break;  // same decision for the whole team
         Vec x[UNROLL_EFF][CHUNKS];

@@ -1,8 +1,8 @@
 // The backward's preparation of a table-batched lookup (TableBatchedEmbeddingBag), in one pass:
 // where each lookup position's gradient comes from and goes to. It replaces about 25 small torch
 // operations per training step (bag_of_positions' searchsorted and masks, the table of each bag,
-// the global rows, the sort keys' masks, the mean's bag counts), each a launch and 10-30 us of
-// host time (docs/training.md, "Host work per training step").
+// the global rows, the sort keys' masks, the mean's bag counts), each a launch and host time
+// (docs/training.md, "Host work per training step").
 //
 // Layout (tbe.py): T tables, B bags each, table-major; offsets has T * B + 1 entries
 // (include_last_offset), bag b = t * B + j is table t's j-th bag, and its pooled row lands in

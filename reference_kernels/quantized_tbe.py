@@ -29,6 +29,8 @@ import torch
 from torch import Tensor
 
 from . import nvrtc
+from .errors import CheckMode
+from .index_check import FixedCheckMode
 from .quantized import FORMAT_CODE, POOLINGS, QuantizedTable, quantize, reference_forward, round_output, row_bytes
 
 SOURCE = "quantized_forward.cu"
@@ -101,22 +103,21 @@ def _float_bits(x: float) -> int:
     return int(struct.unpack("<I", struct.pack("<f", x))[0])
 
 
-class QuantizedTableBatchedEmbeddingBag(torch.nn.Module):
+class QuantizedTableBatchedEmbeddingBag(FixedCheckMode, torch.nn.Module):
     """Many quantized tables, one lookup (see the module docstring). ``tables``: QuantizedTable
     values (``quantized.quantize`` / ``from_fbgemm``); ``output_inverse_scales``: one per table,
     needed for int8 output; ``pooling_factors``: optional, each table's expected bag length (a
     hint for the launch geometry: long bags are split over several teams; results do not depend
-    on it)."""
+    on it). ``check_indices``: the index check's mode on CUDA (module docstring), resolved here,
+    once: False (no check, the default), or a mode of docs/kernels.md, "Index range check" (None:
+    the environment's)."""
 
     data: Tensor
-    check_indices: bool | str | None = False
-    """The index check's mode on CUDA (module docstring): False (no check, the default), or a mode of
-    docs/kernels.md, "Index range check" (None: from the environment)."""
 
     def __init__(self, tables: Sequence[QuantizedTable], pooling: str = "sum",
                  output_dtype: torch.dtype = torch.float16, output_inverse_scales: Sequence[float] | None = None,
                  device: torch.device | str | None = None, pooling_factors: Sequence[float] | None = None,
-                 check_indices: bool | str | None = False) -> None:
+                 check_indices: CheckMode | str | bool | None = False) -> None:
         super().__init__()
         self.check_indices = check_indices
         self._table_sizes: Tensor | None = None
@@ -189,7 +190,7 @@ class QuantizedTableBatchedEmbeddingBag(torch.nn.Module):
         if offsets.dtype != indices.dtype:
             offsets = offsets.to(indices.dtype)
         indices, offsets = indices.contiguous(), offsets.contiguous()
-        if self.check_indices is not False:
+        if self._check_mode is not CheckMode.IGNORE:
             indices, offsets = self._checked(indices, offsets)
         psw = None if per_sample_weights is None else per_sample_weights.float().contiguous()
         if self.pooling == "none":
@@ -219,12 +220,9 @@ class QuantizedTableBatchedEmbeddingBag(torch.nn.Module):
         """The table-batched index check pass (tbe.check_tables) in the module's mode: the copies the
         lookup reads; errors as every entry point reports them (EmbeddingIndexError, deferred or not)."""
         from .api import surface_errors
-        from .index_check import resolve_mode
         from .tbe import check_tables
 
-        mode = resolve_mode(self.check_indices)
-        if mode == "ignore":
-            return indices, offsets
+        mode = self._check_mode
         surface_errors(self.data)  # an earlier deferred check's error, as every checking entry point
         if self._table_sizes is None or self._table_sizes.device != self.data.device:
             self._table_sizes = torch.tensor(self.rows, dtype=torch.int64, device=self.data.device)

@@ -1,8 +1,7 @@
 // Stable LSD radix sort of the backward's int32 sort keys with their positions, over only the
 // bits the keys use (launch.sort_rows): a table of R rows (plus the sentinel row R) needs
 // bit_length(R) bits, 3 passes of 8 bits up to 16M rows, where torch.sort sorts all 32 bits in
-// 4 (docs/training.md, issue 37's counters: torch's 4 onesweep passes 136 us on 2.6M keys,
-// FBGEMM's 3 over the row bits 110 us).
+// 4 (docs/training.md has issue 37's counters: torch's 4 onesweep passes against FBGEMM's 3).
 //
 // One launch for the digit totals of every pass, then one launch a pass (the onesweep scheme of
 // Adinets and Merrill, "Onesweep: A Faster Least Significant Digit Radix Sort for GPUs", 2022:

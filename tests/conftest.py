@@ -75,7 +75,7 @@ class UpstreamBlobs:
     def catalogue(self) -> Mapping[str, ProjectBlobs]:
         """The shipped catalogue with every registered project replaced by what was registered."""
         from compliance.blob_catalogue import ID_BYTES, ProjectBlobs, load_blob_catalogue
-        from compliance.upstream.blobs import normalized_blob_hash
+        from compliance.blobs import normalized_blob_hash
 
         if self.built is not None:
             return self.built

@@ -43,7 +43,7 @@ from compliance.blob_catalogue import (
     encode,
     shipped_path,
 )
-from compliance.upstream.blobs import normalized_blob_hash
+from compliance.blobs import normalized_blob_hash
 from compliance.vendored_trees import load_catalogue
 
 CATALOGUED_EXTENSIONS = frozenset({".cu", ".cuh", ".ptx"})

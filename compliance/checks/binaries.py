@@ -7,12 +7,8 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-# The specs live below the checks (compliance.checks.specs); re-exported under their old names.
 from compliance.build_rules import MakeRule, bazel_artefact, cmake_probe, is_make_file, make_rules
-from compliance.checks.specs import SYMLINK as SYMLINK
-from compliance.checks.specs import TOOL_ARTEFACTS
-from compliance.checks.specs import WITH_SOURCE as WITH_SOURCE
-from compliance.checks.specs import WITHOUT_SOURCE as WITHOUT_SOURCE
+from compliance.rulespecs.checks import SYMLINK, TOOL_ARTEFACTS, WITH_SOURCE, WITHOUT_SOURCE
 from compliance.setup_sources import FileIndex
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 Each static-check module declares its specs and a ``run`` function taking a
 ``CheckContext`` and yielding findings (None for a check that is switched
-off). ``STATIC_CHECKS`` is the order they run in; ``compliance.checks.registry``
+off). ``STATIC_CHECKS`` is the order they run in; ``compliance.rulespecs.registry``
 lists every rule id of every stage.
 """
 

@@ -7,28 +7,30 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from compliance import glue
 from compliance.build_rules import bazel_artefact
-from compliance.checks.readability import PATH_UNREADABLE
-
-# The specs live below the checks (compliance.checks.specs); re-exported under their old names.
-from compliance.checks.specs import ENTRY_SYMBOL as ENTRY_SYMBOL
-from compliance.checks.specs import KERNEL_FUNCTION as KERNEL_FUNCTION
-from compliance.checks.specs import LANGUAGE as LANGUAGE
-from compliance.checks.specs import MANIFEST_INVALID as MANIFEST_INVALID
-from compliance.checks.specs import MANIFEST_MISPLACED as MANIFEST_MISPLACED
-from compliance.checks.specs import NOT_ALLOWLISTED as NOT_ALLOWLISTED
-from compliance.checks.specs import REFERENCE_OP as REFERENCE_OP
-from compliance.checks.specs import SOURCE_EMPTY as SOURCE_EMPTY
-from compliance.checks.specs import SOURCE_MISSING as SOURCE_MISSING
-from compliance.checks.specs import SOURCE_OUTSIDE as SOURCE_OUTSIDE
-from compliance.checks.specs import UNDECLARED as UNDECLARED
-from compliance.checks.specs import UNSHIPPED as UNSHIPPED
-from compliance.checks.specs import VENDORED as VENDORED
 from compliance.context import DeclaredKernel
 from compliance.inventory import C_SOURCE_EXTENSIONS
 from compliance.kernel_symbols import kernel_definitions, kernel_functions
 from compliance.manifest import MANIFEST_NAME
 from compliance.paths import parent_dir, tree_relative
+from compliance.rulespecs.checks import (
+    ENTRY_SYMBOL,
+    GLUE_COMPUTES,
+    KERNEL_FUNCTION,
+    LANGUAGE,
+    MANIFEST_INVALID,
+    MANIFEST_MISPLACED,
+    NOT_ALLOWLISTED,
+    PATH_UNREADABLE,
+    REFERENCE_OP,
+    SOURCE_EMPTY,
+    SOURCE_MISSING,
+    SOURCE_OUTSIDE,
+    UNDECLARED,
+    UNSHIPPED,
+    VENDORED,
+)
 from compliance.setup_sources import FileIndex, fixed_directory, fnmatch_under
 
 if TYPE_CHECKING:
@@ -274,12 +276,34 @@ def _undeclared_functions(ctx: CheckContext, item: DeclaredKernel,
                               details={"function": function, "manifest": item.manifest_path})
 
 
+def _glue_findings(ctx: CheckContext) -> Iterator[Finding | None]:
+    """A file a kernel lists as a build dependency or verification shim holds no computation."""
+    listed: dict[str, list[str]] = {}
+    for item in ctx.kernels():
+        for rel in item.glue_relpaths():
+            listed.setdefault(rel, []).append(item.kernel.id)
+    for rel, kernels in sorted(listed.items()):
+        extension = posixpath.splitext(rel)[1].lower()
+        if rel not in ctx.inventory.files or extension not in C_SOURCE_EXTENSIONS | {".py"}:
+            continue  # a missing file is reported by the build; other files are not code that glue compiles
+        data = _read_head(ctx, rel)
+        if data is None:
+            continue
+        found = glue.python_computations(data) if extension == ".py" else glue.computations(data)
+        for computation in found:
+            yield ctx.finding(GLUE_COMPUTES.id, rel, f"listed as glue (build_dependencies or verification_shims) "
+                              f"of kernel(s) {', '.join(kernels)}, but {computation.function!r} computes: "
+                              f"{computation.evidence}", line=computation.line, kernel=kernels[0],
+                              details={"function": computation.function, "kernels": kernels})
+
+
 def run(ctx: CheckContext) -> Iterator[Finding | None]:
     """All declaration findings."""
     yield from _manifest_findings(ctx)
     yield from _undeclared(ctx)
     yield from _unshipped_extension_sources(ctx)
     yield from _vendored(ctx)
+    yield from _glue_findings(ctx)
     for item in ctx.kernels():
         yield from _allowlist(ctx, item)
         yield from _sources(ctx, item)

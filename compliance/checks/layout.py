@@ -8,12 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-# The specs live below the checks (compliance.checks.specs); re-exported under their old names.
-from compliance.checks.specs import ALIAS as ALIAS
-from compliance.checks.specs import STRUCTURE as STRUCTURE
-from compliance.checks.specs import UNKNOWN_BENCHMARK as UNKNOWN_BENCHMARK
-from compliance.checks.specs import UNKNOWN_SYSTEM as UNKNOWN_SYSTEM
-from compliance.checks.specs import VARIANT as VARIANT
 from compliance.layout import (
     CODE_DIR,
     ENTRY_FILE,
@@ -24,6 +18,7 @@ from compliance.layout import (
     code_dirs,
     subdirs,
 )
+from compliance.rulespecs.checks import ALIAS, STRUCTURE, UNKNOWN_BENCHMARK, UNKNOWN_SYSTEM, VARIANT
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext

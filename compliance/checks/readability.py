@@ -10,9 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-# The specs live below the checks (compliance.checks.specs); re-exported under their old names.
-from compliance.checks.specs import PATH_UNREADABLE as PATH_UNREADABLE
-from compliance.checks.specs import SETUP_UNPARSEABLE as SETUP_UNPARSEABLE
+from compliance.rulespecs.checks import PATH_UNREADABLE, SETUP_UNPARSEABLE
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext

@@ -12,11 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-# The specs live below the checks (compliance.checks.specs); re-exported under their old names.
-from compliance.checks.specs import HOST as HOST
-from compliance.checks.specs import MALFORMED as MALFORMED
-from compliance.checks.specs import MISSING as MISSING
-from compliance.checks.specs import NOT_PINNED as NOT_PINNED
+from compliance.rulespecs.checks import HOST, MALFORMED, MISSING, NOT_PINNED
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext, DeclaredKernel

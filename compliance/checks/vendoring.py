@@ -7,8 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-# The specs live below the checks (compliance.checks.specs); re-exported under their old names.
-from compliance.checks.specs import FORK as FORK
+from compliance.rulespecs.checks import FORK
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext

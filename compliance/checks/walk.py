@@ -13,9 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-# The specs live below the checks (compliance.checks.specs); re-exported under their old names.
-from compliance.checks.specs import METADATA_DIRECTORY as METADATA_DIRECTORY
-from compliance.checks.specs import PATH_UNSCANNED as PATH_UNSCANNED
+from compliance.rulespecs.checks import METADATA_DIRECTORY, PATH_UNSCANNED
 
 if TYPE_CHECKING:
     from compliance.context import CheckContext

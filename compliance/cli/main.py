@@ -38,11 +38,7 @@ __all__ = ["DEBUG_VARIABLE", "EXIT_FINDINGS", "EXIT_INPUT", "EXIT_INTERNAL", "EX
            "cli", "internal_error_message", "main", "reports_input_errors"]
 
 
-class _Group(click.Group):
-    """Click group whose usage errors exit 2 (Click's default) and document it."""
-
-
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="compliance")
 @click.option("--rules-dir", "rules_dirs", multiple=True, metavar="DIR",
               type=click.Path(exists=True, file_okay=False, path_type=Path),

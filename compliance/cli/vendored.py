@@ -71,7 +71,7 @@ def identify_command(path: Path, repository: str | None, upstream_path: str | No
     from compliance.cachedir import UPSTREAM
     from compliance.upstream.gitcache import GitFailure
     from compliance.upstream.identify import identify
-    from compliance.upstream.stage import UpstreamSettings
+    from compliance.upstream.settings import UpstreamSettings
 
     settings = UpstreamSettings(UPSTREAM.resolve(upstream_cache), offline)
     try:

@@ -20,9 +20,9 @@ from compliance.engine import build_context, report_for
 from compliance.findings import Severity
 from compliance.model import CheckReport
 from compliance.report import FORMATS
+from compliance.rulespecs.verify import NOT_RUN
 from compliance.verify import VerifyStage
 from compliance.verify.options import VerifyOptions
-from compliance.verify.specs import NOT_RUN
 
 
 @click.command("verify", epilog=exit_codes_epilog({

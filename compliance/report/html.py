@@ -26,11 +26,11 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from compliance import __version__
-from compliance.checks.registry import spec_for
 from compliance.findings import Finding, Severity
 from compliance.kernel_groups import KernelEntry, KernelGroup, kernel_groups
 from compliance.report.interface import status_line
 from compliance.report.safetext import one_line
+from compliance.rulespecs.registry import spec_for
 
 if TYPE_CHECKING:
     from compliance.model import CheckReport
@@ -65,6 +65,7 @@ th{background:#f6f8fa}
 .toolbar{display:flex;gap:1em;align-items:center}
 .toolbar input{flex:1;font-size:1em;padding:.3em .5em}
 .hidden{display:none}
+a code{white-space:nowrap}
 .fix{color:#57606a}
 details>summary{cursor:pointer;font-weight:600;margin:.4em 0}
 .rule{margin:.8em 0;padding:.4em .8em;border-left:3px solid #d0d7de}

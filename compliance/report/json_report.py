@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 from compliance import __version__
 from compliance.kernel_groups import kernel_groups
-from compliance.shared_sources import shared_sources
 
 if TYPE_CHECKING:
     from compliance.model import CheckReport
@@ -40,7 +39,7 @@ def report_dict(report: CheckReport) -> dict[str, Any]:
         "forks": [{"path": f.path, "project": f.project, "repository": f.repository,
                    "native_files": f.native_files, "submitter": f.location.submitter,
                    "benchmark": f.location.benchmark} for f in report.inventory.forks],
-        "shared_sources": [g.to_dict() for g in shared_sources(report.inventory)],
+        "shared_sources": [g.to_dict() for g in report.shared_sources],
     }
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING
 
-from compliance.checks.registry import all_specs
 from compliance.report.safetext import one_line, xml_safe
+from compliance.rulespecs.registry import all_specs
 
 if TYPE_CHECKING:
     from compliance.findings import Finding

@@ -6,8 +6,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from compliance import __version__
-from compliance.checks.registry import all_specs
-from compliance.shared_sources import shared_sources
+from compliance.rulespecs.registry import all_specs
 
 if TYPE_CHECKING:
     from compliance.findings import Finding
@@ -36,7 +35,7 @@ def render_sarif(report: CheckReport) -> str:
     run = {"tool": {"driver": {"name": "compliance", "version": __version__, "rules": rules}},
            "originalUriBaseIds": {"SRCROOT": {"uri": report.root.as_uri() + "/"}},
            "properties": {"ruleset": report.choice.to_dict(),
-                          "shared_sources": [g.to_dict() for g in shared_sources(report.inventory)]},
+                          "shared_sources": [g.to_dict() for g in report.shared_sources]},
            "results": _SPLICE}
     doc = {"$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0", "runs": [run]}
     head, tail = json.dumps(doc, indent=2).split(json.dumps(_SPLICE))

@@ -26,14 +26,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from compliance.checks.specs import VARIANT
-from compliance.checks.vendoring import FORK
 from compliance.findings import Finding, Severity
 from compliance.kernel_groups import KernelEntry, KernelGroup, kernel_groups
 from compliance.layout import Location, organization_names
 from compliance.report.interface import status_line
 from compliance.report.safetext import one_line
-from compliance.shared_sources import SharedSource, shared_sources
+from compliance.rulespecs.checks import FORK, VARIANT
+from compliance.shared_sources import SharedSource
 
 if TYPE_CHECKING:
     from compliance.inventory import Inventory
@@ -120,7 +119,7 @@ def _view(report: CheckReport) -> _View:
         forks[_key(where.submitter, _benchmark_label(rs, where, where.benchmark), where.implementation)].append(
             f"fork of {fork.project_name} ({fork.repository}) at {fork.path or '.'}; "
             f"{fork.native_files} native file(s) checked one by one")
-    return _View(findings, trees, forks, shared_sources(inv), variants)
+    return _View(findings, trees, forks, report.shared_sources, variants)
 
 
 def _tree_line(tree: VendoredTree, indent: str) -> str:

@@ -18,9 +18,9 @@ from typing import Any
 
 import click
 
-from compliance.checks.interface import CheckSpec, OptionSpec
-from compliance.checks.registry import all_specs, spec_for
 from compliance.errors import InputError
+from compliance.rulespecs.interface import CheckSpec, OptionSpec
+from compliance.rulespecs.registry import all_specs, spec_for
 from compliance.ruletools import JSON_SCHEMA_VERSION
 
 STAGES = {"static": "`compliance check`",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from compliance.upstream import specs
+from compliance.rulespecs import upstream as specs
 from compliance.upstream.gitcache import CachedRepository, FailureKind
 from compliance.upstream.resolve import CommitState
 

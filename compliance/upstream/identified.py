@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from compliance.upstream import specs
+from compliance.rulespecs import upstream as specs
 from compliance.upstream.gitcache import GitFailure
 from compliance.upstream.identify import identify_copy
 from compliance.upstream.resolve import open_cache

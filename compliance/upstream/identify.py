@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from compliance.blobs import DiffSummary, diff_summary, file_blob_hash, read_small
 from compliance.errors import InputError
-from compliance.upstream.blobs import DiffSummary, diff_summary, file_blob_hash, read_small
 from compliance.upstream.gitcache import CachedRepository, FailureKind, GitFailure
 from compliance.upstream.resolve import open_cache
 from compliance.vendored_trees import (

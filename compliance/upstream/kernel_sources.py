@@ -6,8 +6,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from compliance.upstream import specs
-from compliance.upstream.blobs import (
+from compliance.blobs import (
     MAX_DIFF_BYTES,
     DiffSummary,
     diff_summary,
@@ -15,6 +14,7 @@ from compliance.upstream.blobs import (
     needs_hash,
     read_small,
 )
+from compliance.rulespecs import upstream as specs
 from compliance.upstream.commits import RULE_OF_FAILURE, Subject, commit_findings
 from compliance.upstream.gitcache import CachedRepository, GitFailure, ObjectInfo, askable_path
 from compliance.upstream.resolve import CommitState

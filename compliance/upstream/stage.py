@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 from compliance.cachedir import UPSTREAM
 from compliance.checks.upstream_links import (
     FULL_COMMIT,
-    NOT_PINNED,
     repository_problem,
 )
 from compliance.errors import InputError
 from compliance.paths import parent_dir, tree_relative
+from compliance.rulespecs.checks import NOT_PINNED
 from compliance.upstream.gitcache import (
     LOCAL_TIMEOUT_S,
 )
@@ -23,7 +23,7 @@ from compliance.upstream.options import UpstreamOptions
 from compliance.upstream.resolve import CommitState, resolve_commits
 
 # Below the stage (identify and identified need it too); re-exported under its old place.
-from compliance.upstream.settings import UpstreamSettings as UpstreamSettings
+from compliance.upstream.settings import UpstreamSettings
 from compliance.upstream.vendored import VendoredTarget, vendored_findings
 
 if TYPE_CHECKING:

@@ -11,8 +11,8 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from compliance.upstream import specs
-from compliance.upstream.blobs import file_blob_hash, needs_hash
+from compliance.blobs import file_blob_hash, needs_hash
+from compliance.rulespecs import upstream as specs
 from compliance.upstream.commits import RULE_OF_FAILURE, Subject, commit_findings
 from compliance.upstream.gitcache import CachedRepository, GitFailure, ObjectInfo, askable_path
 from compliance.upstream.resolve import CommitState

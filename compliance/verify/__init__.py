@@ -33,6 +33,7 @@ def new_seed() -> int:
 def verify_settings(root: Path, options: VerifyOptions) -> VerifySettings:
     """``options`` resolved (seed drawn, build root chosen); the build root must lie outside ``root``."""
     from compliance.verify.driver import VerifySettings
+    from compliance.verify.run_state import RunRegistry
 
     build_root = VERIFY.resolve(options.build_dir)
     tree = root.resolve()
@@ -42,7 +43,7 @@ def verify_settings(root: Path, options: VerifyOptions) -> VerifySettings:
         seed=options.seed if options.seed is not None else new_seed(), build_root=build_root,
         kernels=options.kernels, build_timeout_s=options.build_timeout_s,
         time_limit_s=options.time_limit_s, large=options.large, progress=options.progress,
-        allow_unverified=options.allow_unverified)
+        allow_unverified=options.allow_unverified, runs=RunRegistry(build_root))
 
 
 def run_verification_checks(ctx: CheckContext, options: VerifyOptions) -> list[Finding]:

@@ -1,9 +1,9 @@
 """Building and calling a kernel, per build kind (kernel subprocess only: imports torch).
 
-* ``torch_extension``: ``torch.utils.cpp_extension.load`` into
-  ``<build root>/<hash>``, a directory outside the checked tree, keyed by the
-  sources' bytes, the flags, the torch version and the device; the declared
-  function of the module is called with tensors and Python ints.
+* ``torch_extension``: the module the verifier built (``compliance.verify.staging``)
+  from its private copy of the declared files and hashed is loaded from the copy
+  handed to this process; the declared function is called with tensors and
+  Python ints.
 * ``nvrtc``: cuda-python's NVRTC bindings (``compliance.verify.nvrtc``, the
   runtime reference_kernels uses too) compile the translation unit once per
   distinct set of defines into a cubin cached under the build root in a
@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import struct
 from collections.abc import Mapping, Sequence
@@ -37,25 +36,16 @@ from compliance.verify.build import (
 )
 from compliance.verify.cases import Case
 from compliance.verify.expr import evaluate
+from compliance.verify.staging import HEADER_SUFFIXES, digest
 from compliance.verify.vocabulary import SCALAR_TYPES
-
-HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".cuh", ".inc", ".cu", ".cpp", ".cc")
 
 
 class BuildFailed(RuntimeError):
-    """The sources did not compile or the entry is missing."""
+    """The sources did not compile, the module does not load or the entry is missing."""
 
 
 class LaunchInvalid(ValueError):
     """The declared launch configuration is unusable for a case."""
-
-
-def _digest(parts: Sequence[bytes]) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(len(part).to_bytes(8, "little"))
-        h.update(part)
-    return h.hexdigest()
 
 
 def _tree_bytes(directories: Sequence[Path]) -> list[bytes]:
@@ -75,39 +65,33 @@ class ExtensionBackend:
     spec: ExtensionBuild
     """The build block."""
     build_root: Path
-    """Directory for build products (outside the checked tree)."""
+    """This kernel's private cache directory (unused: the module arrives built)."""
+    module: tuple[str, str] | None = None
+    """(path, module name) of the built module's copy."""
     function: Any = None
-    """The callable, once built."""
+    """The callable, once loaded."""
 
     @property
     def device(self) -> torch.device:
         """Where tensors for this kernel live."""
         return torch.device(self.spec.device)
 
-    def key(self) -> str:
-        """Content hash of everything that determines the build."""
-        parts = [self.spec.device.encode(), torch.__version__.encode(),
-                 repr((self.spec.extra_cflags, self.spec.extra_cuda_cflags)).encode()]
-        for src in self.spec.compiled:
-            parts += [src.name.encode(), src.read_bytes()]
-        return _digest(parts + _tree_bytes(self.spec.include_dirs))
-
     def build(self) -> None:
-        """Compile and load (reusing an identical earlier build)."""
-        from torch.utils import cpp_extension
+        """Load the module the verifier built and hashed (``compliance.verify.staging``) from the copy it
+        handed to this process; nothing is compiled here."""
+        import importlib.util
 
-        key = self.key()[:20]
-        directory = self.build_root / f"ext-{key}"
-        directory.mkdir(parents=True, exist_ok=True)
-        with_cuda = any(s.suffix in (".cu", ".cuh") for s in self.spec.compiled)
+        if self.module is None:
+            raise BuildFailed("the verifier handed over no built module")
+        path, name = Path(self.module[0]), self.module[1]
+        loader = importlib.util.spec_from_file_location(name, path)
+        if loader is None or loader.loader is None:
+            raise BuildFailed(f"cannot load the built module {path.name}")
+        module = importlib.util.module_from_spec(loader)
         try:
-            module = cpp_extension.load(
-                name=f"compliance_verify_{key}", sources=[str(s) for s in self.spec.compiled],
-                extra_cflags=list(self.spec.extra_cflags), extra_cuda_cflags=list(self.spec.extra_cuda_cflags),
-                extra_include_paths=[str(d) for d in self.spec.include_dirs],
-                build_directory=str(directory), verbose=True, with_cuda=with_cuda)
-        except Exception as exc:  # compiler errors arrive as RuntimeError/OSError/ImportError
-            raise BuildFailed(f"building the extension failed: {exc}") from exc
+            loader.loader.exec_module(module)
+        except Exception as exc:  # an unresolved symbol, a failing module initialisation
+            raise BuildFailed(f"loading the built extension failed: {type(exc).__name__}: {exc}") from exc
         self.function = getattr(module, self.spec.function, None)
         if self.function is None:
             raise BuildFailed(f"the built module has no function {self.spec.function!r}; it has "
@@ -165,7 +149,7 @@ class NvrtcBackend:
         from compliance.verify import nvrtc
 
         nvrtc.bindings()
-        key = _digest([self.spec.source.read_bytes(), *_tree_bytes(self.spec.include_dirs)])[:20]
+        key = digest([self.spec.source.read_bytes(), *_tree_bytes(self.spec.include_dirs)])[:20]
         self.cache = self.build_root / f"nvrtc-{key}"
 
     def function(self, defines: Mapping[str, str]) -> Any:
@@ -239,8 +223,8 @@ class TritonBackend:
         """Import the module file under a private name (its own directory is not put on sys.path)."""
         import importlib.util
 
-        key = _digest([self.spec.module.read_bytes()])[:20]
-        os.environ.setdefault("TRITON_CACHE_DIR", str(self.build_root / f"triton-{key}"))
+        key = digest([self.spec.module.read_bytes()])[:20]
+        os.environ["TRITON_CACHE_DIR"] = str(self.build_root / f"triton-{key}")
         try:
             import triton  # type: ignore[import-not-found]  # noqa: F401  (missing Triton: a build problem)
         except ImportError as exc:
@@ -284,10 +268,11 @@ def _dim3(values: list[int], what: str) -> tuple[int, int, int]:
 Backend = ExtensionBackend | NvrtcBackend | TritonBackend
 
 
-def make_backend(spec: BuildSpec, build_root: Path) -> Backend:
-    """The backend for a build spec."""
+def make_backend(spec: BuildSpec, cache_dir: Path, module: Any = None) -> Backend:
+    """The backend for a build spec; ``cache_dir`` is private to this kernel's process (NVRTC's cubins,
+    Triton's cache), ``module`` the built extension's (path, name)."""
     if isinstance(spec, NvrtcBuild):
-        return NvrtcBackend(spec, build_root)
+        return NvrtcBackend(spec, cache_dir)
     if isinstance(spec, TritonBuild):
-        return TritonBackend(spec, build_root)
-    return ExtensionBackend(spec, build_root)
+        return TritonBackend(spec, cache_dir)
+    return ExtensionBackend(spec, cache_dir, tuple(module) if module else None)

@@ -8,7 +8,7 @@ duplicate indices; indices 0 and num_embeddings - 1 (in every case);
 padding_idx; include_last_offset; per_sample_weights; a batch of one; and a
 table of more than 2^31 elements (32-bit offset overflow).
 
-Beyond one forward table (compliance.verify.semantics): every declared output
+Beyond one forward table (compliance.semantics): every declared output
 dtype; table-batched kernels get T tables of different sizes in one buffer
 (each case's indices touch the first and last row of every table); backward
 kernels get the same shapes with a gradient of the output and, for fused
@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from compliance.manifest import Semantics
+from compliance.semantics import Domain, Quantization
 from compliance.verify.build import BuildError
-from compliance.verify.semantics import Domain, Quantization
 from compliance.verify.vocabulary import ELEM_SIZE, MODE_CODES, WEIGHT_CODES
 
 DIMS = (1, 3, 4, 5, 127, 128, 129, 256)

@@ -24,15 +24,16 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compliance.verify import specs as rules
-from compliance.verify.build import BuildError, BuildSpec, parse_build
+from compliance.rulespecs import verify as rules
+from compliance.verify.build import BuildError, BuildSpec, ExtensionBuild, parse_build
 from compliance.verify.cases import Case, DomainError, generate_cases
-from compliance.verify.kernel_process import EVENT_FD_VARIABLE, input_path, result_path
+from compliance.verify.kernel_process import input_path, result_path
 from compliance.verify.options import DEFAULT_BUILD_TIMEOUT_S, Progress
+from compliance.verify.run_state import RunRegistry, kernel_key
 from compliance.verify.tolerance import bounds_for
 
 if TYPE_CHECKING:
@@ -67,6 +68,8 @@ class VerifySettings:
     """Where progress lines go (None: nowhere)."""
     allow_unverified: bool = False
     """A kernel this machine cannot run is a warning (verify-skipped), not an error (verify-not-run)."""
+    runs: RunRegistry | None = None
+    """This run's private copies, builds and tree snapshots (None: made per kernel)."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,8 @@ class KernelOutcome:
     """Wall time of the subprocess."""
     build_seconds: float | None = None
     """Time of the build step."""
+    tree_changes: tuple[str, ...] = ()
+    """Files of the checked tree that changed while this kernel's process ran."""
 
     @property
     def passed(self) -> bool:
@@ -129,10 +134,15 @@ class ProgressReader:
     a line is only ever a hint: malformed lines are dropped, and nothing read here makes a case pass."""
 
     fd: int
+    side: tuple[int, Callable[[bytes], None]] | None = None
+    """Another pipe drained while waiting (the probe's records), and where its bytes go."""
     buffer: bytes = b""
     closed: bool = False
     dropped: int = 0
     """Lines that were not JSON events."""
+    side_open: bool = True
+    finished: bool = False
+    """The process said it is done (its descendants may still hold the pipe open)."""
 
     def events(self, deadline: Callable[[], float]) -> Iterator[dict[str, Any] | None]:
         """Events as they arrive; None when the current deadline passes."""
@@ -150,11 +160,28 @@ class ProgressReader:
             if wait <= 0:
                 yield None
                 return
-            ready, _, _ = select.select([self.fd], [], [], min(wait, 1.0))
-            if ready:
+            watched = [self.fd] + ([self.side[0]] if self.side is not None and self.side_open else [])
+            ready, _, _ = select.select(watched, [], [], min(wait, 1.0))
+            if self.side is not None and self.side[0] in ready:
+                self._read_side()
+            if self.fd in ready:
                 chunk = os.read(self.fd, 65536)
                 self.closed = not chunk
                 self.buffer += chunk
+
+    def _read_side(self) -> None:
+        assert self.side is not None
+        chunk = os.read(self.side[0], 65536)
+        self.side_open = bool(chunk)
+        self.side[1](chunk)
+
+    def drain_side(self) -> None:
+        """Read what is left on the side pipe (every writer is gone)."""
+        while self.side is not None and self.side_open:
+            ready, _, _ = select.select([self.side[0]], [], [], 0.5)
+            if not ready:
+                return
+            self._read_side()
 
     def _parse(self, line: bytes) -> dict[str, Any] | None:
         if not line.strip():
@@ -182,11 +209,14 @@ def log_excerpt(text: str) -> str:
     return "\n".join(ln[:300] for ln in picked)[-4000:]
 
 
-def _job(ctx: CheckContext, dk: DeclaredKernel, cases: list[Case], opts: VerifySettings,
-         exchange: Path) -> dict[str, Any]:
+def _job(dk: DeclaredKernel, cases: list[Case], exchange: Path, launch: Any, event_fd: int,
+         cache_dir: Path) -> dict[str, Any]:
+    """The kernel process's job: its private copy (never the checked tree), the built module's copy, a
+    cache directory of its own, the cases, and the number of its progress pipe."""
     return {"build": dict(dk.kernel.build), "language": dk.kernel.language, "sources": list(dk.kernel.sources),
-            "root": str(ctx.root), "manifest_dir": dk.manifest_dir, "build_root": str(opts.build_root),
-            "exchange": str(exchange), "cases": [c.to_json() for c in cases]}
+            "staged_root": str(launch.staged_root), "manifest_dir": dk.manifest_dir, "module": launch.module,
+            "cache_dir": str(cache_dir), "exchange": str(exchange), "event_fd": event_fd,
+            "cases": [c.to_json() for c in cases]}
 
 
 def _say(opts: VerifySettings, text: str) -> None:
@@ -255,6 +285,10 @@ class _Judging:
             self.judge(index)
         return tuple(self.judged[i] for i in sorted(self.judged))
 
+    def judged_indices(self) -> list[int]:
+        """Indices of the judged cases, in order."""
+        return sorted(self.judged)
+
     def first_missing(self) -> Case | None:
         """The first case without a verdict."""
         return next((c for i, c in enumerate(self.cases) if i not in self.judged), None)
@@ -279,51 +313,165 @@ def _prepare(ctx: CheckContext, dk: DeclaredKernel, spec: BuildSpec, cases: list
     return prepared
 
 
+@dataclass
+class _Launch:
+    """What the verifier prepared for one kernel's process: its private copy, built module, probe."""
+
+    staged_root: Path
+    module: tuple[str, str] | None = None
+    """(path of the module copy handed over, module name) for a torch extension."""
+    symbols: Any = None
+    """``compliance.verify.evidence.SymbolMap`` of that module (CPU evidence)."""
+    probe: Any = None
+    """``compliance.verify.evidence.Probe``."""
+    build_seconds: float | None = None
+
+
+def _prepare_launch(dk: DeclaredKernel, spec: BuildSpec, tree: Any, opts: VerifySettings, tmp: Path,
+                    log_path: Path) -> _Launch | tuple[str, str, str]:
+    """Check the private copy, build (extension) and hand over the module, build the probe; or
+    (rule, message, log excerpt) when the kernel cannot be run from them."""
+    from compliance.verify.evidence import SymbolMap, source_objects
+    from compliance.verify.run_state import kernel_key
+    from compliance.verify.staging import ArtefactChanged, BuildFailedError, hand_over
+
+    staged = tree.staged[kernel_key(dk)]
+    probe = tree.probe(spec.device == "cuda")
+    if isinstance(probe, str):  # decided before: unavailable_reason
+        return rules.NOT_RUN.id, probe, ""
+    try:
+        tree.directory.check_staged(staged)
+        staged_spec = parse_build(dk.kernel.build, language=dk.kernel.language, sources=dk.kernel.sources,
+                                  root=staged.root, manifest_rel_dir=dk.manifest_dir)
+        if not isinstance(staged_spec, ExtensionBuild):
+            return _Launch(staged.root, probe=probe)
+        try:
+            artefact = tree.directory.extension(staged_spec, staged, timeout_s=opts.build_timeout_s,
+                                                instrument=staged_spec.device == "cpu", log=log_path)
+        except subprocess.TimeoutExpired:
+            return (rules.TIMEOUT.id, f"build time limit of {opts.build_timeout_s} s exceeded; the build was killed",
+                    log_excerpt(log_path.read_text(errors="replace")))
+        except BuildFailedError as exc:
+            return rules.BUILD_FAILED.id, str(exc), log_excerpt(log_path.read_text(errors="replace"))
+        module = hand_over(artefact, tmp)
+        symbols = SymbolMap.of(module, source_objects(artefact.build_dir, staged_spec.sources))
+        return _Launch(staged.root, (str(module), artefact.module), symbols, probe, artefact.seconds)
+    except ArtefactChanged as exc:
+        return rules.ARTEFACT_CHANGED.id, str(exc), ""
+
+
 def run_kernel(ctx: CheckContext, dk: DeclaredKernel, spec: BuildSpec, cases: list[Case], seed: int,
                time_limit_s: int, opts: VerifySettings, label: str) -> KernelOutcome:
     """Run one kernel's process to the end (or its deadline) and judge what it sent back."""
     unavailable = unavailable_reason(spec)
     if unavailable is not None:
         return KernelOutcome(dk.kernel.id, seed, (), len(cases), None, unavailable[1], skipped=unavailable[0])
-    opts.build_root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="compliance-verify-") as tmp:
-        job_path, log_path, exchange = Path(tmp) / "job.json", Path(tmp) / "log.txt", Path(tmp) / "exchange"
+    runs = opts.runs if opts.runs is not None else RunRegistry(opts.build_root)
+    tree = runs.for_tree(ctx)  # before anything of this tree runs: private copies, the tree's snapshot
+    probe = tree.probe(spec.device == "cuda")
+    if isinstance(probe, str):
+        return KernelOutcome(dk.kernel.id, seed, (), len(cases), None, f"{probe}; the verifier cannot tell which "
+                             "code computed the output", skipped="no launch evidence")
+    if kernel_key(dk) not in tree.staged:
+        return KernelOutcome(dk.kernel.id, seed, (), len(cases), (rules.BUILD_INVALID.id, "no private copy of the "
+                             "kernel's files was made (its build block did not parse before the run)", ""))
+    with tempfile.TemporaryDirectory(prefix="compliance-verify-") as tmp_name:
+        tmp = Path(tmp_name)
+        log_path, exchange = tmp / "log.txt", tmp / "exchange"
         exchange.mkdir()
-        judging = _Judging(cases, _prepare(ctx, dk, spec, cases, exchange), exchange, opts, label, time.monotonic())
-        job_path.write_text(json.dumps(_job(ctx, dk, cases, opts, exchange)), encoding="utf-8")
-        read_fd, write_fd = os.pipe()
-        env = {**os.environ, EVENT_FD_VARIABLE: str(write_fd), "PYTHONUNBUFFERED": "1"}
         started = time.monotonic()
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "compliance.verify.kernel_process", str(job_path)],
-                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=tmp,
-                                    env=env, pass_fds=(write_fd,), start_new_session=True)
-        os.close(write_fd)
-        try:
-            stopped, build_seconds = _collect(ProgressReader(read_fd), dk, judging, time_limit_s, opts, label, started,
-                                              log_path)
-        finally:
-            os.close(read_fd)
-            _stop(proc)
-        done = judging.outcomes()
-        missing = judging.first_missing()
-        if stopped is None and missing is not None:
-            status = proc.returncode
-            why = (f"killed by signal {-status}" if status and status < 0 else f"exit status {status}")
-            stopped = (rules.CRASH.id, f"the kernel's process ended ({why}) without results for case "
-                       f"{missing.describe()}", log_excerpt(log_path.read_text(errors="replace")))
-        return KernelOutcome(dk.kernel.id, seed, done, len(cases), stopped, build_seconds=build_seconds,
-                             seconds=time.monotonic() - started)
+        _say(opts, f"{label} building ({dk.kernel.build.get('kind')})")
+        launch = _prepare_launch(dk, spec, tree, opts, tmp, log_path)
+        if not isinstance(launch, _Launch):
+            return KernelOutcome(dk.kernel.id, seed, (), len(cases), launch, seconds=time.monotonic() - started,
+                                 tree_changes=tuple(tree.tree_changes()))
+        judging = _Judging(cases, _prepare(ctx, dk, spec, cases, exchange), exchange, opts, label, time.monotonic())
+        outcome = _run_process(dk, judging, launch, time_limit_s, opts, label, tmp)
+        return KernelOutcome(dk.kernel.id, seed, outcome[0], len(cases), outcome[1],
+                             build_seconds=launch.build_seconds, seconds=time.monotonic() - started,
+                             tree_changes=tuple(tree.tree_changes()))
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Kill the kernel subprocess's process group (compilers included) if it is still there."""
+def _run_process(dk: DeclaredKernel, judging: _Judging, launch: _Launch, time_limit_s: int,
+                 opts: VerifySettings, label: str, tmp: Path) -> tuple[tuple[CaseOutcome, ...],
+                                                                       tuple[str, str, str] | None]:
+    """Start the kernel's process under its supervisor, follow it, kill everything it left, judge."""
+    from compliance.verify.evidence import PROBE_FD, ProbeRecords
+    from compliance.verify.hygiene import Reaper, kernel_environment
+
+    job_path, log_path = tmp / "job.json", tmp / "log.txt"
+    (tmp / "cache").mkdir()
+    read_fd, write_fd = os.pipe()
+    probe_read, probe_write = os.pipe()
+    job = _job(dk, judging.cases, judging.exchange, launch, write_fd, tmp / "cache")
+    job_path.write_text(json.dumps(job), encoding="utf-8")
+    reaper = Reaper.start()
+    supervisor = Path(__file__).with_name("supervisor.py")
+    records = ProbeRecords()
+    os.dup2(probe_write, PROBE_FD, inheritable=True)
+    started = time.monotonic()
     try:
-        proc.wait(timeout=10)
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(supervisor), "--preload", str(launch.probe.path), sys.executable,
+                 "-m", "compliance.verify.kernel_process", str(job_path)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=tmp, env=kernel_environment(),
+                pass_fds=(write_fd, PROBE_FD), start_new_session=True)
+    finally:
+        os.close(PROBE_FD)
+        os.close(probe_write)
+        os.close(write_fd)
+    try:
+        reader = ProgressReader(read_fd, side=(probe_read, records.feed))
+        stopped, build_seconds = _collect(reader, dk, judging, time_limit_s, opts, label, started, log_path)
+        launch.build_seconds = (launch.build_seconds or 0.0) + (build_seconds or 0.0)
+    finally:
+        _stop(proc, reader)
+        reaper.kill_new([proc.pid])
+        reader.drain_side()
+        os.close(read_fd)
+        os.close(probe_read)
+    done = judging.outcomes()
+    done = tuple(_with_evidence(c, i, records, dk, launch) for i, c in zip(judging.judged_indices(), done,
+                                                                             strict=True))
+    missing = judging.first_missing()
+    if stopped is None and missing is not None:
+        status = proc.returncode
+        why = (f"killed by signal {status - 128}" if status and status > 128 else f"exit status {status}")
+        stopped = (rules.CRASH.id, f"the kernel's process ended ({why}) without results for case "
+                   f"{missing.describe()}", log_excerpt(log_path.read_text(errors="replace")))
+    return done, stopped
+
+
+def _with_evidence(outcome: CaseOutcome, index: int, records: Any, dk: DeclaredKernel, launch: _Launch) -> CaseOutcome:
+    """The case with verify-entry-not-run added for each run whose output no declared entry computed."""
+    from compliance.verify.evidence import entry_problem
+
+    if any(p["rule"] in (rules.CRASH.id, rules.BUILD_FAILED.id, rules.BUILD_INVALID.id) for p in outcome.problems):
+        return outcome  # a call that raised computed nothing
+    found: list[dict[str, Any]] = []
+    for run in range(RUNS):
+        why = entry_problem(records.calls.get((index, run)), dk.kernel.entry_symbols, launch.symbols,
+                            launch.probe.gpu)
+        if why is not None and not any(p["message"] == why for p in found):
+            found.append({"rule": rules.ENTRY_NOT_RUN.id, "message": why, "details": {"run": run}})
+    if not found:
+        return outcome
+    return replace(outcome, passed=False, problems=(*outcome.problems, *found))
+
+
+def _stop(proc: subprocess.Popen[bytes], reader: ProgressReader) -> None:
+    """Wait briefly for the supervisor (the kernel's process has closed its pipe or run out of time), then
+    kill its session."""
+    try:
+        proc.wait(timeout=2 if reader.closed or reader.finished else 10)
     except subprocess.TimeoutExpired:
         pass
     if proc.returncode is None:
-        os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         proc.wait()
 
 
@@ -345,9 +493,7 @@ def _collect(reader: ProgressReader, dk: DeclaredKernel, judging: _Judging, time
             message = f"{phase} time limit of {limit} s exceeded during {current}; the process was killed"
             return (rules.TIMEOUT.id, message, log_excerpt(log_path.read_text(errors="replace"))), build_seconds
         kind, index = event["event"], event.get("index")
-        if kind == "build-start":
-            _say(opts, f"{label} building ({dk.kernel.build.get('kind')})")
-        elif kind == "build-done" and phase == "build":
+        if kind == "build-done" and phase == "build":
             seconds = event.get("seconds")
             build_seconds = float(seconds) if isinstance(seconds, (int, float)) else None
             phase, deadline = "run", time.monotonic() + time_limit_s
@@ -359,6 +505,11 @@ def _collect(reader: ProgressReader, dk: DeclaredKernel, judging: _Judging, time
             current = f"case {judging.cases[index].id}"
         elif kind == "case-done" and isinstance(index, int):
             judging.judge(index)
+        elif kind == "done" and judging.outcomes() and judging.first_missing() is None:
+            # Every case has its verdict: stop waiting for the pipe to close (a process the kernel forked
+            # may hold it open). A forged "done" before that changes nothing.
+            reader.finished = True
+            return None, build_seconds
     return None, build_seconds
 
 
@@ -387,16 +538,44 @@ def verify_kernels(ctx: CheckContext, opts: VerifySettings) -> list[Finding]:
     kernels = selected_kernels(ctx, opts)
     _say(opts, f"verification seed {opts.seed} (reproduce with --seed {opts.seed}); "
                f"{len(kernels)} kernel(s); builds in {opts.build_root}")
+    if not kernels:
+        findings += [f for f in [undeclared_code(ctx)] if f is not None]
     for n, dk in enumerate(kernels, 1):
         label = f"[{n}/{len(kernels)} {dk.kernel.id}]"
         findings += [f for f in verify_one(ctx, dk, opts, label) if f is not None]
     return findings
 
 
+def undeclared_code(ctx: CheckContext) -> Finding | None:
+    """verify-no-kernel-declared when the tree ships kernel code (outside proven vendored copies) and no
+    manifest declares a kernel: a verification of nothing must not pass."""
+    code = [n.path for n in ctx.inventory.native if n.vendored_tree is None or n.not_upstream_of]
+    if not code:
+        return None
+    shown = ", ".join(code[:5]) + (f" and {len(code) - 5} more" if len(code) > 5 else "")
+    return ctx.finding(rules.NO_KERNEL_DECLARED.id, code[0], f"the tree ships kernel code ({shown}) but no "
+                       "kernel_manifest.yaml declares a kernel: nothing was verified",
+                       details={"kernel_files": code[:50]})
+
+
+def _scrubbed(value: Any) -> Any:
+    """``value`` with operator secrets replaced in every string (text from the kernel's process lands in
+    messages and details)."""
+    from compliance.verify.hygiene import scrub
+
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, dict):
+        return {k: _scrubbed(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_scrubbed(v) for v in value]
+    return value
+
+
 def _finding(ctx: CheckContext, dk: DeclaredKernel, rule: str, message: str,
              details: dict[str, Any] | None = None) -> Finding | None:
-    return ctx.finding(rule, dk.manifest_path, message, line=dk.kernel.line, kernel=dk.kernel.id,
-                       details=details, location=dk.location)
+    return ctx.finding(rule, dk.manifest_path, _scrubbed(message), line=dk.kernel.line, kernel=dk.kernel.id,
+                       details=_scrubbed(details) if details is not None else None, location=dk.location)
 
 
 def verify_one(ctx: CheckContext, dk: DeclaredKernel, opts: VerifySettings, label: str) -> list[Finding | None]:
@@ -418,6 +597,7 @@ def verify_one(ctx: CheckContext, dk: DeclaredKernel, opts: VerifySettings, labe
     except DomainError as exc:
         return [_finding(ctx, dk, rules.BUILD_INVALID.id, f"semantics of {dk.kernel.id!r}: {exc}")]
     limit = opts.time_limit_s or spec.time_limit_s
+    narrow = coverage_finding(ctx, dk, cases)
     outcome = run_kernel(ctx, dk, spec, cases, seed, limit, opts, label)
     if outcome.unavailable:
         _say(opts, f"{label} skipped ({outcome.skipped}): not verified, {len(cases)} cases not run")
@@ -425,7 +605,26 @@ def verify_one(ctx: CheckContext, dk: DeclaredKernel, opts: VerifySettings, labe
         verdict = "PASS" if outcome.passed else "FAIL"
         _say(opts, f"{label} {verdict}: {sum(c.passed for c in outcome.cases)}/{len(cases)} cases passed "
                    f"in {outcome.seconds:.1f} s; domain: {dk.kernel.semantics.domain.describe()}")
-    return outcome_findings(ctx, dk, outcome, opts.seed, opts.allow_unverified, spec)
+    return [narrow, *outcome_findings(ctx, dk, outcome, opts.seed, opts.allow_unverified, spec, cases)]
+
+
+def coverage_finding(ctx: CheckContext, dk: DeclaredKernel, cases: list[Case]) -> Finding | None:
+    """verify-coverage-narrow when the kernel's declared semantics leave out part of the rule set's minimum
+    for its category (None when there is no minimum or nothing is missing)."""
+    from compliance.verify.coverage import covered, missing
+
+    minimum = ctx.ruleset.verification_coverage.get(dk.kernel.category)
+    if not minimum:
+        return None
+    gaps = missing(dk.kernel.semantics, minimum)
+    if not gaps:
+        return None
+    source = minimum.get("provenance", {})
+    where = next((d.get("url") for d in source.get("documents", ())), None) or source.get("decision", "")
+    return _finding(ctx, dk, rules.COVERAGE_NARROW.id, f"kernel {dk.kernel.id!r} declares less than rule set "
+                    f"{ctx.ruleset.id} requires a verification of a {dk.kernel.category} kernel to cover: "
+                    f"{', '.join(gaps)} (minimum from {where}); verified only: {covered(cases)}",
+                    {"missing": gaps, "covered": covered(cases), "minimum_source": where})
 
 
 def _compiled_with(dk: DeclaredKernel, spec: BuildSpec | None, base: dict[str, Any]) -> str:
@@ -434,21 +633,26 @@ def _compiled_with(dk: DeclaredKernel, spec: BuildSpec | None, base: dict[str, A
     if dk.kernel.build.get("kind") == "triton":  # the trust boundary: submission Python that was executed
         base["imported"] = [dk.kernel.build["module"]]
         said = f"; imported only {dk.kernel.build['module']} of the submission"
-    for key, label in (("build_dependencies", "build dependencies (shipped, not this kernel)"),
-                       ("verification_shims", "verification shims (not shipped code)")):
+    for key, label in (("verification_shims", "verified through shim"),
+                       ("build_dependencies", "built with build dependency")):
         listed = list(dk.kernel.build.get(key, ()))
         if listed and spec is not None:
             base[key] = listed
-            said += f"; compiled with {label}: {', '.join(listed)}"
+            said += "; " + "; ".join(f"{label} {path}" for path in listed)
     return said
 
 
 def outcome_findings(ctx: CheckContext, dk: DeclaredKernel, outcome: KernelOutcome, seed: int,
-                     allow_unverified: bool = False, spec: BuildSpec | None = None) -> list[Finding | None]:
+                     allow_unverified: bool = False, spec: BuildSpec | None = None,
+                     cases: list[Case] | None = None) -> list[Finding | None]:
     """Findings for one kernel: one per rule broken (listing the cases), or one that it passed."""
+    from compliance.verify.coverage import covered
+
     domain = dk.kernel.semantics.domain.describe()
     base: dict[str, Any] = {"seed": seed, "cases_planned": outcome.planned, "cases_run": len(outcome.cases),
                             "domain": domain}
+    if cases:
+        base["covered"] = covered(cases)
     imported = _compiled_with(dk, spec, base)
     if outcome.unavailable:
         rule = rules.SKIPPED.id if allow_unverified else rules.NOT_RUN.id
@@ -467,16 +671,22 @@ def outcome_findings(ctx: CheckContext, dk: DeclaredKernel, outcome: KernelOutco
         listed = [{"case": c.description, "message": p["message"], **p.get("details", {})}
                   for c, p in hits[:CASES_IN_DETAILS]]
         message = (f"{len(hits)} of {outcome.planned} case(s): {first['message']} "
-                   f"(first: {first_case.description}; seed {seed})")
+                   f"(first: {first_case.description}; seed {seed}){imported}")
         out.append(_finding(ctx, dk, rule, message, {**base, "cases": listed}))
+    if outcome.tree_changes:
+        changes = list(outcome.tree_changes)
+        out.append(_finding(ctx, dk, rules.TREE_MODIFIED.id, f"while kernel {dk.kernel.id!r} ran, files of the "
+                            f"checked tree changed: {', '.join(changes[:5])}{' ...' if len(changes) > 5 else ''}",
+                            {**base, "changes": changes[:50]}))
     if outcome.stopped is not None:
         rule, message, excerpt = outcome.stopped
         out.append(_finding(ctx, dk, rule, f"{message} (after {len(outcome.cases)} of {outcome.planned} "
-                            "cases)", {**base, "log_excerpt": excerpt}))
+                            f"cases){imported}", {**base, "log_excerpt": excerpt}))
     if not out:
         worst = max((c.worst_ratio or 0.0 for c in outcome.cases), default=0.0)
         out.append(_finding(ctx, dk, rules.PASSED.id, f"all {outcome.planned} cases passed, twice each; "
-                            f"worst error {worst:.2g} of its bound (seed {seed}); domain: {domain}{imported}",
+                            f"worst error {worst:.2g} of its bound (seed {seed}); domain: {domain}; covered: "
+                            f"{base.get('covered', 'n/a')}{imported}",
                             {**base, "worst_ratio": worst, "build_seconds": outcome.build_seconds,
                              "seconds": round(outcome.seconds, 2)}))
     return out

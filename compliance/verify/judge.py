@@ -22,14 +22,13 @@ from typing import Any
 
 import torch
 
-from compliance.verify import specs as rules
+from compliance.rulespecs import verify as rules
+from compliance.semantics import FUSED_KINDS
+from compliance.verify.case_inputs import DTYPES, CaseInputs
 from compliance.verify.cases import Case
-from compliance.verify.semantics import FUSED_KINDS
 from compliance.verify.sparse import judge_sparse
 from compliance.verify.tensors import (
-    DTYPES,
     GUARD,
-    CaseInputs,
     Guarded,
     compare,
     guarded,

@@ -8,10 +8,14 @@ exchange directory), calls the kernel twice, each time on fresh copies, and
 writes back what it has afterwards (``out-<case>-<run>.pt``): every buffer it was
 given, guard bands included, whatever the function returned, and the addresses
 of the returned memory and of the given buffers. The verifier's process
-(``compliance.verify.judge``) judges those tensors. Progress goes to a pipe
-(``COMPLIANCE_VERIFY_EVENT_FD``) as JSON lines the parent reads for display,
-deadlines and failure messages only: nothing on it can make a case pass.
-stdout/stderr (compiler output, kernel prints) go to a log the parent quotes.
+(``compliance.verify.judge``) judges those tensors. Progress goes to a pipe (its
+number is in the job file, not in the environment, which holds nothing of the
+verifier's) as JSON lines the parent reads for display, deadlines and failure
+messages only: nothing on it can make a case pass. Around each call it sets the
+marks of the verifier's preloaded probe (``compliance.verify.evidence``), which
+records what ran on a pipe of its own. stdout/stderr (kernel prints) go to a
+log the parent quotes. A torch extension arrives built (by the verifier, from
+its private copy of the declared files); this process only loads it.
 """
 
 from __future__ import annotations
@@ -25,7 +29,6 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-EVENT_FD_VARIABLE = "COMPLIANCE_VERIFY_EVENT_FD"
 REMEMBERED_OUTPUTS = 8
 """Returned outputs kept alive so that a kernel returning an old buffer is caught."""
 
@@ -82,6 +85,22 @@ def _keep(result: Any, remembered: deque[Any]) -> None:
             remembered.append(item._values() if item.layout == torch.sparse_coo else item)
 
 
+def _probe_mark() -> Any:
+    """The preloaded probe's mark function, or a no-op when there is no probe."""
+    import ctypes
+
+    try:
+        mark = ctypes.CDLL(None).compliance_probe_mark
+    except (OSError, AttributeError):
+        return lambda index, run, begin: None
+    mark.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    mark.restype = None
+    return mark
+
+
+PROBE_MARK: list[Any] = []
+
+
 def _save(data: dict[str, Any], path: Path) -> None:
     import torch
 
@@ -110,10 +129,15 @@ def run_case(backend: Any, case: Any, exchange: Path, index: int, remembered: de
             tensors["weight"] = table
         earlier = [t.untyped_storage().data_ptr() for t in remembered]
         started = time.perf_counter()
+        mark = PROBE_MARK[0] if PROBE_MARK else _probe_mark()
         try:
-            result = backend.call(case, tensors)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
+            mark(index, run, 1)
+            try:
+                result = backend.call(case, tensors)
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+            finally:
+                mark(index, run, 0)
         except (BuildFailed, LaunchInvalid) as exc:
             kind = "build-failed" if isinstance(exc, BuildFailed) else "launch-invalid"
             _save({"error": {"kind": kind, "message": str(exc)}}, result_path(exchange, index, run))
@@ -146,7 +170,9 @@ def _numel(shape: list[int]) -> int:
 def main(argv: list[str]) -> int:
     """Run one kernel's job; the exit status is 0 unless this process itself broke."""
     job = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
-    events = Events(int(os.environ[EVENT_FD_VARIABLE]))
+    events = Events(int(job["event_fd"]))
+    os.set_inheritable(events.fd, False)  # a process the kernel forks does not keep the pipe open
+    PROBE_MARK.append(_probe_mark())
     try:
         return _main(job, events)
     except Exception as exc:  # noqa: BLE001  (the runner's own failure, reported rather than lost)
@@ -160,7 +186,7 @@ def _main(job: dict[str, Any], events: Events) -> int:
 
     try:
         spec = parse_build(job["build"], language=job["language"], sources=job["sources"],
-                           root=Path(job["root"]), manifest_rel_dir=job["manifest_dir"])
+                           root=Path(job["staged_root"]), manifest_rel_dir=job["manifest_dir"])
     except BuildError as exc:
         events.emit("invalid", message=str(exc))
         return 0
@@ -171,7 +197,7 @@ def _main(job: dict[str, Any], events: Events) -> int:
     torch.set_num_threads(1)
     from compliance.verify.backends import BuildFailed, make_backend
 
-    backend = make_backend(spec, Path(job["build_root"]))
+    backend = make_backend(spec, Path(job["cache_dir"]), job.get("module"))
     events.emit("build-start")
     started = time.perf_counter()
     try:

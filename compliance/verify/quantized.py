@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import torch
 
+from compliance.semantics import Quantization
 from compliance.verify.case_inputs import table_of_row
 from compliance.verify.cases import Case
-from compliance.verify.semantics import Quantization
 
 INT8_OUTPUT_RANGE = (-128.0, 127.0)
 """Saturation limits of an int8 output."""

@@ -15,9 +15,10 @@ from typing import Any
 
 import torch
 
-from compliance.verify import specs as rules
+from compliance.rulespecs import verify as rules
+from compliance.verify.case_inputs import DTYPES, CaseInputs
 from compliance.verify.cases import Case
-from compliance.verify.tensors import DTYPES, CaseInputs, Comparison, compare
+from compliance.verify.tensors import Comparison, compare
 
 LISTED_ROWS = 5
 """Row ids named in a message."""

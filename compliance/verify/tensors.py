@@ -18,10 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from compliance.verify.backward import backward_inputs, lookups
-from compliance.verify.case_inputs import DTYPES as DTYPES
-from compliance.verify.case_inputs import CaseInputs as CaseInputs
-from compliance.verify.case_inputs import absolute_rows as absolute_rows
-from compliance.verify.case_inputs import table_of_lookup as table_of_lookup
+from compliance.verify.case_inputs import DTYPES, CaseInputs, absolute_rows, table_of_lookup
 from compliance.verify.cases import Case
 from compliance.verify.quantized import INT8_OUTPUT_RANGE
 from compliance.verify.tolerance import ACCUMULATION_ROUNDOFF, Bound, int8_output_bound, pooled_bound

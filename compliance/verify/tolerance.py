@@ -35,7 +35,7 @@ the tensors it is given.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from compliance.ruleset import AllowlistEntry
@@ -97,11 +97,6 @@ def pooled_bound(mode: str, ref: torch.Tensor, abs_sum: torch.Tensor, count: tor
     else:
         err = m * (u_acc * abs_sum + (u_acc + u_out) * ref.abs())
     return err + bound.absolute_floor
-
-
-def bounds_to_json(bounds: Mapping[str, Bound]) -> dict[str, dict[str, float]]:
-    """JSON-ready form for the runner."""
-    return {k: asdict(v) for k, v in bounds.items()}
 
 
 def int8_output_bound(value_bound: torch.Tensor, ref: torch.Tensor, inverse_scale: torch.Tensor,

@@ -14,9 +14,10 @@ from typing import Any
 
 import torch
 
-from compliance.verify import specs as rules
+from compliance.rulespecs import verify as rules
+from compliance.verify.case_inputs import CaseInputs
 from compliance.verify.cases import Case
-from compliance.verify.tensors import CaseInputs, Guarded, compare
+from compliance.verify.tensors import Guarded, compare
 
 STATE = ("weight", "momentum")
 """Buffers a fused update writes."""

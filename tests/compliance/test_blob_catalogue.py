@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from compliance.blob_catalogue import ID_BYTES, decode, encode, load_blob_catalogue, shipped_path
+from compliance.blobs import blob_hash, normalized_blob_hash
 from compliance.catalogue.build import COVERED_NAME, build, build_project, catalogued_repositories
-from compliance.upstream.blobs import blob_hash, normalized_blob_hash
 
 KERNEL_V1 = b"__global__ void scale(float* x) { x[0] *= 2.0f; }\n"
 KERNEL_V2 = b"__global__ void scale(float* x) { x[0] *= 3.0f; }\n"

@@ -39,7 +39,7 @@ def test_case(case_dir: Path, tmp_path: Path) -> None:
 
 
 def test_every_static_rule_has_a_negative_case() -> None:
-    from compliance.checks.registry import all_specs
+    from compliance.rulespecs.registry import all_specs
 
     covered = set()
     import yaml

@@ -9,7 +9,6 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compliance.checks.registry import all_specs
 from compliance.engine import run_check
 from compliance.findings import Finding, Severity
 from compliance.inventory import Inventory
@@ -17,6 +16,7 @@ from compliance.layout import LayoutMapper, Organization
 from compliance.model import CheckOptions, CheckReport, RuleSetChoice
 from compliance.report.text import DEFAULT_MAX_LINES, render_text
 from compliance.ruleset import load_ruleset
+from compliance.rulespecs.registry import all_specs
 from compliance.shared_sources import shared_sources
 from tests.compliance.test_cli import invoke
 from tests.compliance.test_inventory import make

@@ -35,12 +35,15 @@ from tests.compliance.treeutil import CASES, fake_binary
 # --------------------------------------------------------------------------- references
 
 
-def reference_markers(data: bytes, markers: MarkerSet, c_source: bool = False) -> dict[str, int]:
+def _reference_view(data: bytes, markers: MarkerSet, c_source: bool) -> dict[str, int]:
     """Every family decided on its own (``bytes.find`` per literal, as before the literal search;
     CUDA by ``cuda_line`` over all the data, with no literal search before it)."""
     found = {}
     for marker in markers.families:
-        if marker is MARKERS[0]:
+        if marker.name == "cuda":
+            anchors = (b"global",) if markers is DATA_MARKER_SET else (b"global", b"##", b"%:%:")
+            if not any(a in data for a in anchors + recognisers._CONTINUATION_LITERALS):
+                continue  # data files: a pasted spelling is out of reach (docs/security.md)
             line = cuda_line(data, c_source)
             if line is not None:
                 found[marker.name] = line
@@ -48,6 +51,16 @@ def reference_markers(data: bytes, markers: MarkerSet, c_source: bool = False) -
         offset = first_match(data, marker)
         if offset is not None:
             found[marker.name] = data.count(b"\n", 0, offset) + 1
+    return found
+
+
+def reference_markers(data: bytes, markers: MarkerSet, c_source: bool = False) -> dict[str, int]:
+    """``_reference_view`` of the text, then of the text with its string escapes undone (read as a
+    loader hands it on, not as C) for the families not found."""
+    found = _reference_view(data, markers, c_source)
+    if recognisers.ESCAPE_HINT.search(data):
+        for name, line in _reference_view(recognisers.unescape(data), markers, False).items():
+            found.setdefault(name, line)
     return found
 
 
@@ -76,6 +89,9 @@ SNIPPETS = [
     b"__location__(global)", b"__annotate__( global )", b"[[gnu::global]]", b"[[using gnu: tile_global]]",
     b"__tile_global__", b"\n#define KQ ", b"\n%:define G(a, b) a##b\n", b"G(__glo, bal__)", b"KQ void k(",
     b"__glo\\ \t\nbal__", b"/* ", b" */", b"//", b"\"", b"'", b"##", b"%:%:",
+    b"from cuda.bindings import nvrtc", b"nvrtc.nvrtcCreateProgram(", b"ctypes.CDLL('libnvrtc.so')",
+    b"import tvm\nm = tvm.build(s)", b"mx.rtc.CudaModule(", b"@triton.autotune(", b"cupy.RawModule(",
+    b"\\u005f", b"\\x2e", b"\\137", b"jit", b"vrtc", b"Kernel",
 ]
 pieces = st.one_of(st.binary(max_size=40), st.sampled_from(LITERALS), st.sampled_from(SNIPPETS))
 texts = st.lists(pieces, max_size=30).map(b"".join)

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from compliance.blobs import file_blob_hash
 from compliance.checks import declarations as kernel_checks
 from compliance.checks.upstream_links import parse_repository
 from compliance.cli.main import EXIT_INTERNAL, cli
@@ -30,7 +31,6 @@ from compliance.engine import run_check
 from compliance.errors import InputError
 from compliance.inventory import parse_setup
 from compliance.report.safetext import one_line, xml_safe
-from compliance.upstream.blobs import file_blob_hash
 from compliance.upstream.gitcache import askable_path
 from compliance.yamlsource import MAX_DEPTH, MAX_NODES, MAX_YAML_BYTES, load_yaml, parse_yaml
 from tests.compliance.treeutil import BASE, tree_digest

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,29 +10,15 @@ from click.testing import CliRunner
 
 from compliance.cli.main import cli
 from compliance.tracked import tracked_copy
-
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE_ORG = REPO / "submissions_example" / "Acme"
-IMPLEMENTATION = Path("benchmarks/dlrm/implementations/pytorch")
-KERNEL = "__global__ void extra_kernel(float* x) { x[threadIdx.x] = 0.f; }\n"
+from tests.ci.helpers import EXAMPLE_ORG, IMPLEMENTATION, UNDECLARED_KERNEL, git, submitter_repository
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
-
-
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-                   check=True, capture_output=True)
 
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     """A submitter's repository: the example organization at its root, committed."""
-    root = tmp_path / "Acme"
-    shutil.copytree(EXAMPLE_ORG, root)
-    _git(root, "init", "-q")
-    _git(root, "add", "-A")
-    _git(root, "commit", "-qm", "submission")
-    return root
+    return submitter_repository(tmp_path, "Acme", undeclared_kernel=False)
 
 
 def _check(path: Path, *extra: str) -> tuple[int, str]:
@@ -42,14 +27,14 @@ def _check(path: Path, *extra: str) -> tuple[int, str]:
 
 
 def test_the_copy_holds_the_index_not_the_working_tree(repo: Path) -> None:
-    (repo / IMPLEMENTATION / "untracked.cu").write_text(KERNEL)
-    (repo / IMPLEMENTATION / "staged.cu").write_text(KERNEL)
-    _git(repo, "add", str(IMPLEMENTATION / "staged.cu"))
+    (repo / IMPLEMENTATION / "untracked.cu").write_text(UNDECLARED_KERNEL)
+    (repo / IMPLEMENTATION / "staged.cu").write_text(UNDECLARED_KERNEL)
+    git(repo, "add", str(IMPLEMENTATION / "staged.cu"))
     (repo / IMPLEMENTATION / "staged.cu").write_text("// changed after staging\n")
     with tracked_copy(repo) as copy:
         assert copy.name == "Acme" and not (copy / ".git").exists()
         assert not (copy / IMPLEMENTATION / "untracked.cu").exists()
-        assert (copy / IMPLEMENTATION / "staged.cu").read_text() == KERNEL  # the staged content
+        assert (copy / IMPLEMENTATION / "staged.cu").read_text() == UNDECLARED_KERNEL  # the staged content
         assert (copy / "systems" / "dgx_h200_x8.json").is_file()
     assert not copy.exists()
 
@@ -60,7 +45,7 @@ def test_a_directory_inside_the_repository(repo: Path) -> None:
 
 
 def test_untracked_files_and_dot_git_are_not_judged(repo: Path) -> None:
-    (repo / IMPLEMENTATION / "scratch.cu").write_text(KERNEL)
+    (repo / IMPLEMENTATION / "scratch.cu").write_text(UNDECLARED_KERNEL)
     code, output = _check(repo)
     assert code == 1 and "undeclared-kernel" in output and "metadata-directory-committed" in output
     code, output = _check(repo, "--tracked")
@@ -69,8 +54,8 @@ def test_untracked_files_and_dot_git_are_not_judged(repo: Path) -> None:
 
 
 def test_a_staged_kernel_is_judged(repo: Path) -> None:
-    (repo / IMPLEMENTATION / "scratch.cu").write_text(KERNEL)
-    _git(repo, "add", "-A")
+    (repo / IMPLEMENTATION / "scratch.cu").write_text(UNDECLARED_KERNEL)
+    git(repo, "add", "-A")
     code, output = _check(repo, "--tracked")
     assert code == 1 and "scratch.cu" in output and "undeclared-kernel" in output
 
@@ -84,13 +69,13 @@ def test_not_a_repository_is_an_input_error(tmp_path: Path) -> None:
 def test_the_repository_configuration_runs_nothing(repo: Path, tmp_path: Path) -> None:
     """Blobs are read, never checked out: a smudge filter or a hook the repository names never runs."""
     marker = tmp_path / "ran"
-    _git(repo, "config", "filter.evil.smudge", f"touch {marker}; cat")
-    _git(repo, "config", "core.fsmonitor", f"touch {marker}; true")
+    git(repo, "config", "filter.evil.smudge", f"touch {marker}; cat")
+    git(repo, "config", "core.fsmonitor", f"touch {marker}; true")
     (repo / ".gitattributes").write_text("* filter=evil\n")
     (repo / "run.sh").write_text("#!/bin/sh\n")
     (repo / "run.sh").chmod(0o755)
     (repo / "link").symlink_to("systems")
-    _git(repo, "add", "-A")
+    git(repo, "add", "-A")
     marker.unlink(missing_ok=True)  # `git add` itself may have run them
     with tracked_copy(repo) as copy:
         assert (copy / "run.sh").stat().st_mode & 0o111

@@ -12,8 +12,8 @@ import click
 import pytest
 import yaml
 
-from compliance.checks.registry import all_specs
 from compliance.ruleset import list_shipped, shipped_rules_dir
+from compliance.rulespecs.registry import all_specs
 from compliance.ruletools.explain import find_spec, render_markdown, render_terminal
 from compliance.ruletools.reference import anchor, render_reference
 from compliance.ruletools.reference import main as reference_main
@@ -105,7 +105,7 @@ def test_importing_a_check_module_registers_nothing() -> None:
     every compliance module, and it is built only when first asked for."""
     code = (
         "import importlib, pkgutil, compliance\n"
-        "from compliance.checks import registry\n"
+        "from compliance.rulespecs import registry\n"
         "assert registry.registry.cache_info().currsize == 0\n"
         "before = [s.id for s in registry.all_specs()]\n"
         "for m in pkgutil.walk_packages(compliance.__path__, 'compliance.'):\n"
@@ -201,7 +201,7 @@ def test_reference_check_mode(tmp_path: Path) -> None:
 
 
 def test_markdown_lists_options_when_a_check_has_some() -> None:
-    from compliance.checks.interface import CheckSpec, OptionSpec
+    from compliance.rulespecs.interface import CheckSpec, OptionSpec
 
     spec = CheckSpec(id="demo", title="Demo", default_level="warning", doc="Finds demos.",
                      hint="Remove the demo.", passing="ok", failing="demo",

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from compliance.upstream.identify import identify
-from compliance.upstream.stage import UpstreamSettings
+from compliance.upstream.settings import UpstreamSettings
 from tests.upstream.history import build_history, write_copy
 
 

@@ -138,7 +138,7 @@ def test_plain_check_never_imports_git(tmp_path: Path, kernel_upstream: KernelUp
     code = ("import sys; from pathlib import Path; from compliance.engine import run_check; "
             "from compliance.model import CheckOptions; "
             f"run_check(Path({str(tree)!r}), CheckOptions(rules={str(RULES)!r})); "
-            "from compliance.checks.registry import all_specs; all_specs(); "
+            "from compliance.rulespecs.registry import all_specs; all_specs(); "
             "print('git' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from compliance.blobs import blob_hash, diff_summary
 from compliance.cachedir import UPSTREAM, VERIFY
-from compliance.checks.registry import all_specs
 from compliance.cli.main import cli
-from compliance.upstream.blobs import blob_hash, diff_summary
+from compliance.rulespecs.registry import all_specs
 from compliance.upstream.gitcache import (
     FailureKind,
     cache_key,

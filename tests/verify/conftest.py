@@ -21,7 +21,7 @@ RULES = "training/proposal-custom-kernels"
 
 @pytest.fixture(scope="session")
 def build_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``$COMPLIANCE_TEST_BUILD_DIR`` (to reuse builds between runs) or a fresh directory."""
+    """``$COMPLIANCE_TEST_BUILD_DIR`` (where the runs' own build directories go) or a fresh directory."""
     reuse = os.environ.get("COMPLIANCE_TEST_BUILD_DIR")
     return Path(reuse) if reuse else tmp_path_factory.mktemp("verify-builds")
 CPU_BATCHED_TREE = FIXTURES / "cpu_batched"

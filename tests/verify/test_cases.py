@@ -69,7 +69,7 @@ def test_planning_imports_no_torch() -> None:
 
 
 def test_output_dtypes_and_tables() -> None:
-    from compliance.verify.semantics import Tables
+    from compliance.semantics import Tables
 
     sem = Semantics(op="embedding_bag", modes=("sum",), layouts=("fixed", "csr"),
                     weight_dtypes=("float32", "float16"), output_dtypes=("float16", "float32"), tables=Tables())
@@ -85,7 +85,7 @@ def test_output_dtypes_and_tables() -> None:
 
 
 def test_backward_cases_have_no_max_and_no_large_table() -> None:
-    from compliance.verify.semantics import Backward
+    from compliance.semantics import Backward
 
     sem = Semantics(op="embedding_bag", modes=("sum", "max"), layouts=("csr",), backward=Backward("sgd"))
     cases = generate_cases(sem, 6)
@@ -96,8 +96,8 @@ def test_backward_cases_have_no_max_and_no_large_table() -> None:
 def test_contradictory_domain_is_refused() -> None:
     import pytest
 
+    from compliance.semantics import Domain, Span
     from compliance.verify.cases import DomainError
-    from compliance.verify.semantics import Domain, Span
 
     sem = Semantics(op="embedding_bag", modes=("sum",), layouts=("fixed",), domain=Domain(lookups=Span(5, 2)))
     with pytest.raises(DomainError, match="min 5 > max 2"):

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compliance.manifest import Semantics
+from compliance.semantics import DimRange, Domain, Span, Tables
 from compliance.verify.cases import LONG_BAG, generate_cases
-from compliance.verify.semantics import DimRange, Domain, Span, Tables
 
 spans = st.builds(lambda low, extra: Span(low, None if extra is None else max(1, low + extra)),
                   st.integers(0, 40), st.none() | st.integers(0, 40))

@@ -14,10 +14,11 @@ import torch
 
 from compliance.engine import build_context
 from compliance.manifest import Semantics
+from compliance.semantics import Quantization, Tables
+from compliance.verify.case_inputs import CaseInputs
 from compliance.verify.cases import Case, DomainError, generate_cases
 from compliance.verify.judge import case_bound
-from compliance.verify.semantics import Quantization, Tables
-from compliance.verify.tensors import CaseInputs, compare, make_inputs
+from compliance.verify.tensors import compare, make_inputs
 from compliance.verify.tolerance import DEFAULT_BOUNDS, int8_output_bound
 
 from .conftest import CPU_QUANTIZED_TREE, CUDA_QUANTIZED_TREE
@@ -185,7 +186,7 @@ def test_scalar_scales_are_for_one_table_and_quantized_tables_have_no_backward()
     q = Quantization("int8", "table", scales_in="argument")
     with pytest.raises(DomainError, match="for one table"):
         _cases(q, tables=Tables())
-    from compliance.verify.semantics import Backward
+    from compliance.semantics import Backward
 
     with pytest.raises(DomainError, match="no declared backward"):
         _cases(Quantization("int8", "table"), backward=Backward("sgd"))

@@ -9,9 +9,9 @@ torch = pytest.importorskip("torch")  # the kernels extra; README's test command
 import torch.nn.functional as F  # noqa: E402
 
 from compliance.manifest import Semantics  # noqa: E402
+from compliance.semantics import Backward, Tables  # noqa: E402
 from compliance.verify.backward import forward_shape, lookups  # noqa: E402
 from compliance.verify.cases import generate_cases  # noqa: E402
-from compliance.verify.semantics import Backward, Tables  # noqa: E402
 from compliance.verify.tensors import make_inputs  # noqa: E402
 from compliance.verify.tolerance import DEFAULT_BOUNDS  # noqa: E402
 

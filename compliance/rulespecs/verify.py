@@ -1,8 +1,8 @@
-"""Rule ids of the verification stage (declarations only, listed in ``compliance.checks.registry``)."""
+"""Rule ids of the verification stage (declarations only, listed in ``compliance.rulespecs.registry``)."""
 
 from __future__ import annotations
 
-from compliance.checks.interface import CheckSpec
+from compliance.rulespecs.interface import CheckSpec
 
 _BUILD = ("kernels:\n  - id: bag\n    ...\n    build: {kind: torch_extension, function: bag_forward, "
           "arguments: [weight, indices, offsets, mode, out]}")
@@ -162,7 +162,62 @@ ACCUMULATION_PRECISION = CheckSpec(
         "under verify-mismatch.",
     hint="Convert each row to float32 before adding (`float acc`), and round to the output dtype once.",
     passing="float acc = 0; acc += float(w[i])", failing="at::Half acc = 0; acc += w[i]")
-VERIFY_SPECS = (PASSED, BUILD_MISSING, BUILD_INVALID, BUILD_FAILED, CRASH, TIMEOUT, MISMATCH, UNWRITTEN,
-                INPUT_MODIFIED, OUT_OF_BOUNDS_WRITE, OUTPUT_INVALID, NONDETERMINISTIC, SKIPPED, NOT_RUN,
-                GRADIENT_ROWS, UPDATE_MISMATCH, UNTOUCHED_MODIFIED, ACCUMULATION_PRECISION)
-"""Every rule the verification stage emits (their ``.id`` is what code refers to)."""
+ENTRY_NOT_RUN = CheckSpec(
+    id="verify-entry-not-run", title="The declared kernel did not compute the output", default_level="error",
+    stage="verify",
+    doc="The verifier records which code ran during every call from outside the kernel's Python: a probe "
+        "preloaded before the interpreter starts sees, on a GPU, every kernel launched (CUDA's profiling "
+        "interface) and, on the CPU, every function of the kernel's own sources entered (they are compiled "
+        "with -finstrument-functions). A call during which none of the kernel's `entry_symbols` ran - or "
+        "the function that ran under that name is defined in a verification shim or build dependency, not "
+        "in the kernel's `sources` - produced its output by other code (torch's own embedding_bag called by "
+        "a patched runner, an honest function bound by a shim): that is evidence of a substituted "
+        "implementation, as serious as a wrong output.",
+    hint="Declare in `entry_symbols` the kernel (GPU) or function (CPU) of the shipped sources that computes "
+         "the output, bind exactly that function, and keep shims to bindings and declarations.",
+    passing="entry_symbols: [bag_fwd], bag_fwd defined in csrc/bag_fwd.cpp and bound by verify/binding.cpp",
+    failing="verify/binding.cpp binds `bag_fwd` to an implementation of its own")
+TREE_MODIFIED = CheckSpec(
+    id="verify-tree-modified", title="The kernel's process changed the checked tree", default_level="error",
+    stage="verify",
+    doc="The verifier records every file of the checked tree (the declared files by hash) before any kernel "
+        "runs and again after each kernel's process and its descendants are gone. A file added, removed or "
+        "changed meanwhile was written by submission code: e.g. one kernel rewriting another's source to "
+        "forge its verification. Every kernel is built from a private copy made before any of them ran, so "
+        "such a write changes nothing that is verified; it is still an error.",
+    hint="A kernel must not write outside its outputs; keep caches and logs out of the submission's tree.",
+    passing="a kernel that writes only its output tensor",
+    failing="open(\"../victim.cu\", \"w\") in a module initialiser")
+ARTEFACT_CHANGED = CheckSpec(
+    id="verify-artefact-changed", title="A build product changed after the build", default_level="error",
+    stage="verify",
+    doc="The verifier hashes each module it builds (from its private copy of the declared files, in a "
+        "directory of this run keyed by every input) right after the build, and checks the hash again "
+        "before each kernel's process gets a copy; the private copies of the declared files are checked "
+        "the same way. A mismatch means code that ran earlier (another kernel's process) rewrote a build "
+        "product or a copy: the kernel is not run from it.",
+    hint="Nothing a kernel does may touch the verifier's build directory; re-run to see which kernel ran "
+         "before this one.",
+    passing="a build directory nothing but the compiler wrote", failing="a kernel that copies a module over "
+            "another kernel's build")
+NO_KERNEL_DECLARED = CheckSpec(
+    id="verify-no-kernel-declared", title="Kernel code but nothing to verify", default_level="error",
+    stage="verify",
+    doc="`compliance verify` was asked to verify a tree that ships kernel code (CUDA, native extension or "
+        "Triton sources the static check recognises) but declares no kernel in a kernel_manifest.yaml: "
+        "nothing was verified, so the run cannot pass.",
+    hint="Declare the kernel (`compliance manifest draft PATH`) with a `build:` block, or run "
+         "`compliance check PATH` for the static findings.",
+    passing="kernel_manifest.yaml declaring csrc/bag.cu", failing="csrc/bag.cu and no manifest")
+COVERAGE_NARROW = CheckSpec(
+    id="verify-coverage-narrow", title="Declared domain narrower than the rules' minimum",
+    default_level="warning", stage="verify",
+    doc="A rule set states, per kernel category, the minimum a verification must cover "
+        "(`requires.verification.coverage`: dims, bag lengths, tables, modes, dtypes, index range; for DLRM "
+        "embeddings at least the shapes MLPerf's DCNv2 reference uses). A kernel whose declared semantics "
+        "or domain leave part of it out (`domain: {dims: [4]}`, `modes: [mean]` only) is verified only "
+        "where it chose to be. An error in rule sets of rounds with a custom-kernel decision, a warning "
+        "elsewhere; the finding lists what is missing and what was covered.",
+    hint="Widen `semantics` and `semantics.domain` to at least the rule set's minimum (shown in the "
+         "message), or explain in the submission why the kernel is never called outside its domain.",
+    passing="domain: {dims: [128], lookups: {min: 1, max: 100}}", failing="domain: {dims: [4], lookups: 1}")

@@ -1,4 +1,4 @@
-"""Rule ids of the ``--upstream`` stage (listed in ``compliance.checks.registry``).
+"""Rule ids of the ``--upstream`` stage (listed in ``compliance.rulespecs.registry``).
 
 Importing this module imports no git code: ``compliance rules explain`` and
 rule-set validation see these ids while a plain static check never loads
@@ -7,7 +7,7 @@ gitpython.
 
 from __future__ import annotations
 
-from compliance.checks.interface import CheckSpec
+from compliance.rulespecs.interface import CheckSpec
 
 STAGE = "upstream"
 

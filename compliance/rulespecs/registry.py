@@ -1,8 +1,8 @@
 """The rule registry: every check spec of every stage, listed here once, explicitly.
 
 Nothing registers itself on import: the spec constants live in data-only modules below
-the code that emits them (``compliance/checks/specs.py``, ``compliance/upstream/specs.py``,
-``compliance/verify/specs.py``), and ``specs()`` below is the one list of them.
+the code that emits them (``compliance/rulespecs/checks.py``, ``compliance/rulespecs/upstream.py``,
+``compliance/rulespecs/verify.py``), and ``specs()`` below is the one list of them.
 ``compliance rules explain/list``, rule-set validation and the generated
 docs/rule-reference.md (``python3 -m compliance.ruletools.reference``) read it;
 a test fails when a spec constant anywhere in ``compliance`` is missing here.
@@ -15,10 +15,9 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from compliance.checks import specs as static
-from compliance.checks.interface import CheckConfig, CheckSpec
-from compliance.upstream import specs as upstream
-from compliance.verify import specs as verify
+from compliance.rulespecs import checks as static
+from compliance.rulespecs import upstream, verify
+from compliance.rulespecs.interface import CheckConfig, CheckSpec
 
 
 def specs() -> tuple[CheckSpec, ...]:
@@ -30,7 +29,7 @@ def specs() -> tuple[CheckSpec, ...]:
         static.NOT_ALLOWLISTED,
         static.LANGUAGE, static.REFERENCE_OP, static.SOURCE_MISSING, static.SOURCE_OUTSIDE,
         static.SOURCE_EMPTY, static.ENTRY_SYMBOL, static.VENDORED, static.UNSHIPPED,
-        static.KERNEL_FUNCTION,
+        static.KERNEL_FUNCTION, static.GLUE_COMPUTES,
         static.WITHOUT_SOURCE, static.WITH_SOURCE, static.TOOL_ARTEFACTS, static.SYMLINK,
         static.MISSING, static.MALFORMED, static.HOST, static.NOT_PINNED,
         static.FORK,
@@ -47,7 +46,8 @@ def specs() -> tuple[CheckSpec, ...]:
         verify.PASSED, verify.BUILD_MISSING, verify.BUILD_INVALID, verify.BUILD_FAILED, verify.CRASH,
         verify.TIMEOUT, verify.MISMATCH, verify.UNWRITTEN, verify.INPUT_MODIFIED, verify.OUT_OF_BOUNDS_WRITE,
         verify.OUTPUT_INVALID, verify.NONDETERMINISTIC, verify.SKIPPED, verify.NOT_RUN, verify.GRADIENT_ROWS,
-        verify.UPDATE_MISMATCH, verify.UNTOUCHED_MODIFIED, verify.ACCUMULATION_PRECISION,
+        verify.UPDATE_MISMATCH, verify.UNTOUCHED_MODIFIED, verify.ACCUMULATION_PRECISION, verify.ENTRY_NOT_RUN,
+        verify.TREE_MODIFIED, verify.ARTEFACT_CHANGED, verify.NO_KERNEL_DECLARED, verify.COVERAGE_NARROW,
     )
     return static_stage + upstream_stage + verify_stage
 

@@ -3,7 +3,7 @@
 Each check declares its id, default level, options (with defaults and types),
 a one-paragraph doc, a fix hint and a passing and a failing example. The rule
 set's ``checks:`` section may set a check's ``level`` and its declared options;
-unknown ids and options are rejected (yamllint-style). ``compliance.checks.registry``
+unknown ids and options are rejected (yamllint-style). ``compliance.rulespecs.registry``
 lists every spec; ``compliance rules explain`` and docs/rule-reference.md are
 generated from it.
 """
@@ -17,7 +17,6 @@ from typing import Any
 from compliance.findings import Severity
 
 Level = str  # "error" | "warning" | "info" | "off"
-LEVELS = ("error", "warning", "info", "off")
 
 
 @dataclass(frozen=True)

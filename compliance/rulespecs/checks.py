@@ -3,13 +3,13 @@
 They live apart from the checks so that the rule data (``compliance.ruleset`` and the registry)
 never imports a check module, and a check module (which needs ``compliance.context``) sits above
 them: no import circle. Each check module imports its own constants from here; the upstream and
-verify stages keep theirs in ``compliance/upstream/specs.py`` and ``compliance/verify/specs.py``.
+verify stages keep theirs in ``compliance/rulespecs/upstream.py`` and ``compliance/rulespecs/verify.py``.
 """
 
 from __future__ import annotations
 
-from compliance.checks.interface import CheckSpec
 from compliance.manifest import MANIFEST_NAME
+from compliance.rulespecs.interface import CheckSpec
 
 # compliance/checks/layout.py
 
@@ -102,11 +102,18 @@ MANIFEST_MISPLACED = CheckSpec(
 
 UNDECLARED = CheckSpec(
     id="undeclared-kernel", title="Native kernel code no manifest declares", default_level="error",
-    doc="The tree contains native kernel code (CUDA `__global__` functions, inline PTX `asm(`, "
-        "`@triton.jit` functions, `load_inline(...)`/`cpp_extension.load(...)` builds, torch "
-        "extension sources, or sources of a setup.py CUDAExtension/CppExtension) that is not "
-        "listed as a source of any kernel in a manifest. Detection is by content, not only by "
-        "file extension. A vendored grouping never hides a file: only files of a catalogued or "
+    doc="The tree contains native kernel code (CUDA kernel entries in every spelling the CUDA front "
+        "end accepts, read as the compiler reads C, C++ and CUDA: `__global__`, "
+        "`__location__(global)`, `[[gnu::global]]`, macros expanding to one; inline PTX `asm(`, "
+        "`@triton.jit` functions, torch extension sources, sources of a setup.py "
+        "CUDAExtension/CppExtension) or a run-time compilation site (NVRTC in any binding or "
+        "through ctypes, `load_inline(...)`/`cpp_extension.load(...)`, `torch.cuda.jiterator`, "
+        "CuPy's raw and elementwise kernels, numba's `cuda.jit`, Triton's `jit`/`autotune`, "
+        "TVM's and MXNet's run-time compilation) that is not listed as a source of any kernel in "
+        "a manifest; a compilation site is one even when the source it compiles is not found. "
+        "Detection is by content, not by file extension, and text is also read as a loader "
+        "decodes it (JSON and Python string escapes, UTF-16/32 with a byte-order mark, base64). "
+        "A vendored grouping never hides a file: only files of a catalogued or "
         "declared copy at paths upstream may have had are counted by `vendored-unproven` instead; "
         "files of such a copy that upstream never had (the catalogue's list of upstream native "
         "paths), and every native file of a tree grouped by a marker directory (`third_party/`, "
@@ -185,6 +192,25 @@ ENTRY_SYMBOL = CheckSpec(
     passing="entry_symbols: [embedding_bag_sum] and `__global__ void embedding_bag_sum(...)`",
     failing="entry_symbols: [embedding_bag_sum] and the source defines only `emb_sum(...)`",
 )
+
+GLUE_COMPUTES = CheckSpec(
+    id="glue-computes", title="A declared build dependency or verification shim that computes",
+    default_level="error",
+    doc="A file a kernel's `build:` lists under `build_dependencies` or `verification_shims` is "
+        "compiled with the kernel or binds it for verification, so it may hold bindings and "
+        "declarations only (PYBIND11_MODULE, TORCH_LIBRARY, includes, forward declarations) and "
+        "thin wrappers that forward to the kernel's entry points. A function body in it with a "
+        "loop, a subscript, an in-place update, an intrinsic (`_mm256_*`), inline asm, a pragma, "
+        "a torch operator or tensor method other than allocation and inspection, a std algorithm "
+        "or recursion computes (compliance/glue.py states the rule); a shim that computes can "
+        "stand in for the kernel it claims to bind.",
+    hint="Move the computation into a declared kernel source (and declare it), or keep only the "
+         "binding and a wrapper that forwards to the kernel's launcher.",
+    passing="bind.cpp: `at::Tensor f(at::Tensor w) { auto out = at::empty_like(w); f_launch(w.data_ptr<float>(), "
+            "out.data_ptr<float>(), w.numel()); return out; }` and PYBIND11_MODULE",
+    failing="bind.cpp (under verification_shims) computes the embedding bag with `_mm256_add_ps` in a loop",
+)
+
 
 VENDORED = CheckSpec(
     id="vendored-unproven", title="Vendored copy not proven upstream", default_level="warning",
@@ -351,9 +377,11 @@ SETUP_UNPARSEABLE = CheckSpec(
 KERNEL_FUNCTION = CheckSpec(
     id="kernel-function-undeclared", title="Kernel function in declared sources that is not declared",
     default_level="error",
-    doc="A declared kernel is exactly what it declares: every kernel function its sources define "
-        "(CUDA `__global__` or `__attribute__((global))`, Triton `@triton.jit`/`@jit` functions; "
-        "comments ignored, line continuations joined) must be one of its `entry_symbols` or its "
+    doc="A declared kernel is exactly what it declares: every kernel function defined by its sources "
+        "and by the headers they `#include` from the tree (CUDA kernel entries in every spelling "
+        "the CUDA front end accepts, macros expanded, comments and literals ignored, line "
+        "continuations joined; Triton `@triton.jit`/`@jit` functions) must be one of its "
+        "`entry_symbols` or its "
         "`helpers`, and each is judged by the category of the kernel that declares it. Anything "
         "else rides on another kernel's allowlist entry: an attention kernel listed as an extra "
         "source of an allowlisted DLRM embedding kernel, or a `__global__` appended to a declared "

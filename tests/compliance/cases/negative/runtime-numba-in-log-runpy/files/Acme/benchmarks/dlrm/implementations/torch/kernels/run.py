@@ -1,0 +1,3 @@
+import runpy
+
+runpy.run_path("kernels/emb.log")

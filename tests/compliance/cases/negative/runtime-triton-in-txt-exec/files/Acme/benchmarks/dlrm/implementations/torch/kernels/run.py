@@ -1,0 +1,1 @@
+exec(open("kernels/emb.txt").read())

@@ -1,0 +1,57 @@
+"""Issue 50 on the GPU: a zeros kernel bound through a shim, a runner patched to call torch's
+embedding_bag, and a victim whose source another kernel rewrites all fail; the honest twin passes.
+Launch evidence comes from CUDA's profiling interface (CUPTI) in the verifier's preloaded probe."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from compliance.engine import build_context
+from compliance.findings import Finding
+from compliance.verify import run_verification_checks
+from compliance.verify.options import VerifyOptions
+
+from .conftest import FIXTURES
+
+pytestmark = pytest.mark.cuda
+
+TREE = FIXTURES / "hostile_cuda"
+EXPECTED = {
+    "shim-forge": {"verify-entry-not-run"},
+    "shim-forge-same-name": {"verify-entry-not-run"},
+    "through-shim": {"verify-passed"},
+    "patched-runner": {"verify-entry-not-run"},
+    "helper": {"verify-passed"},
+    "victim": {"verify-mismatch"},
+}
+
+
+@pytest.fixture(scope="module")
+def hostile(build_root: Path) -> dict[str, list[Finding]]:
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    ctx, _ = build_context(TREE, "training/proposal-custom-kernels")
+    lines: list[str] = []
+    options = VerifyOptions(seed=50, build_dir=build_root, large=False, progress=lines.append)
+    by_kernel: dict[str, list[Finding]] = defaultdict(list)
+    for f in run_verification_checks(ctx, options):
+        by_kernel[f.kernel or "-"].append(f)
+    for f in (f for fs in by_kernel.values() for f in fs):
+        print(f"{f.kernel}: {f.rule_id}: {f.message[:400]}")
+    return by_kernel
+
+
+@pytest.mark.parametrize("kernel", sorted(EXPECTED))
+def test_hostile_cuda_kernel_gets_its_verdict(hostile: dict[str, list[Finding]], kernel: str) -> None:
+    found = hostile[kernel]
+    assert {f.rule_id for f in found} == EXPECTED[kernel], [f.message for f in found]
+
+
+def test_patched_runner_names_torchs_kernels(hostile: dict[str, list[Finding]]) -> None:
+    message = hostile["patched-runner"][0].message
+    assert "none of the declared entry kernels (patched_zeros_kernel)" in message
