@@ -123,10 +123,9 @@ extern "C" __global__ void __launch_bounds__(CHECK_BLOCK) index_check(
   }
   i64 my_first_bag = -1, my_bag_count = 0;
   for (i64 b = tid; b < num_offsets; b += stride) {
-    // torch requires offsets[0] == 0: any other first offset reads as negative, a bad bag 0
-    const i64 lo = b == 0 && offsets[0] != 0 ? -1 : (i64)offsets[b];
+    const i64 lo = (i64)offsets[b];
     const i64 hi = b + 1 < num_offsets ? (i64)offsets[b + 1] : num_indices;
-    if (lo < 0 || lo > hi || hi > num_indices) {
+    if (lo < 0 || lo > hi || hi > num_indices || (b == 0 && lo != 0)) {
       if (my_bag_count == 0) my_first_bag = b;
       ++my_bag_count;
     }
