@@ -106,6 +106,7 @@ def per_table_reference(batch: sc.Batch, batch_size: int, tables: dict[str, torc
     return out
 
 
+@pytest.mark.slow  # 7-10 s each on two cores
 @pytest.mark.parametrize("opt", ["sgd", "adagrad"])
 def test_one_rank_matches_torch_and_the_float64_reference(opt: str) -> None:
     """Forward = torch's embedding_bag per table; after two steps the tables = float64 sparse

@@ -56,6 +56,7 @@ def test_module_uses_only_public_names_of_reference_kernels(module: str) -> None
     assert not private, f"{module} imports private parts of reference_kernels: {private}"
 
 
+@pytest.mark.slow  # imports every lab module: 6 s
 def test_entry_point_lists_every_command() -> None:
     pytest.importorskip("torch")  # the experiments import torch (the bench extra)
     out = subprocess.run([sys.executable, "-m", "benchmarks", "list"], cwd=ROOT, capture_output=True, text=True,

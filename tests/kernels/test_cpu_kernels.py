@@ -306,7 +306,7 @@ needs_nvrtc = pytest.mark.skipif(not _nvrtc_available(), reason="cuda-bindings /
 
 @needs_nvrtc
 # The widest rows compile the most variants (5-10 s each on two cores): the slow set compiles them.
-@pytest.mark.parametrize("dim", [1, 3, 128, 192, pytest.param(1000, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("dim", [1, 3, 128, *(pytest.param(d, marks=pytest.mark.slow) for d in (192, 1000))])
 @pytest.mark.parametrize("mode", ["sum", "mean", "max"])
 def test_nvrtc_compiles_the_variants_the_launcher_picks(mode: str, dim: int) -> None:
     from reference_kernels import nvrtc, plan

@@ -100,6 +100,7 @@ def test_every_spec_constant_is_listed_in_the_registry() -> None:
     assert sorted(set(RULE_IDS) - set(constants)) == []
 
 
+@pytest.mark.slow  # a fresh interpreter: 4 s
 def test_importing_a_check_module_registers_nothing() -> None:
     """Registration is no import side effect: the registry is the same before and after importing
     every compliance module, and it is built only when first asked for."""

@@ -6,6 +6,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from compliance.engine import build_context, run_check
 from compliance.model import CheckOptions
 from compliance.upstream.options import UpstreamOptions
@@ -37,6 +39,7 @@ def _vendored_tree(root: Path, kernel_upstream: KernelUpstream, url: str, commit
                       vendored=[entry], files=files)
 
 
+@pytest.mark.slow  # a copy of thousands of files: 3-5 s
 def test_three_modified_files_among_thousands_are_all_found(
         tmp_path: Path, kernel_upstream: KernelUpstream, vendored_upstream: tuple[str, str]) -> None:
     url, commit = vendored_upstream
@@ -68,6 +71,7 @@ def test_three_modified_files_among_thousands_are_all_found(
     assert bulk < 10, f"bulk comparison of {VENDORED_FILES} files took {bulk:.1f}s"
 
 
+@pytest.mark.slow  # a copy of thousands of files: 3-5 s
 def test_a_verbatim_copy_of_a_repository_the_catalogue_does_not_know_exempts_no_kernel(
         tmp_path: Path, kernel_upstream: KernelUpstream, vendored_upstream: tuple[str, str]) -> None:
     """Issue 50 class 7: the copy is verbatim (verified at info level), but its repository (it could
@@ -79,6 +83,7 @@ def test_a_verbatim_copy_of_a_repository_the_catalogue_does_not_know_exempts_no_
     assert len(undeclared) == VENDORED_FILES and report.exit_code == 1
 
 
+@pytest.mark.slow  # a copy of thousands of files: 3-5 s
 def test_a_verbatim_declared_copy_of_a_catalogued_project_passes_with_require_upstream(
         tmp_path: Path, kernel_upstream: KernelUpstream, vendored_upstream: tuple[str, str]) -> None:
     """Issue 50 class 12: a declared copy of a catalogued project (NCCL here, its history stood in by a
@@ -97,6 +102,7 @@ def test_a_verbatim_declared_copy_of_a_catalogued_project_passes_with_require_up
         assert report.exit_code == 0, [f.message for f in report.findings if f.severity.value == "error"]
 
 
+@pytest.mark.slow  # a copy of thousands of files: 3-5 s
 def test_file_absent_upstream_is_listed_as_not_upstream(
         tmp_path: Path, kernel_upstream: KernelUpstream, vendored_upstream: tuple[str, str]) -> None:
     url, commit = vendored_upstream
