@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 
 SPLICE = re.compile(rb"\\[ \t\f\v]*\r?\n")
 """A line splice: a backslash, blanks the compiler tolerates, a newline."""
-_SPLICED_LINE = re.compile(rb"[^\n]*?\\[ \t\f\v]*\r?\n(?:[^\n]*?\\[ \t\f\v]*\r?\n)*[^\n]*")
 _LEXEMES = re.compile(
     rb"^[ \t]*(?:#|%:)[ \t]*(?:include|include_next|import)\b[ \t]*(?:\"[^\"\n]*\"|<[^>\n]*>)"  # kept whole
     rb"|/\*.*?(?:\*/|\Z)"  # block comment (an unterminated one runs to the end, as for the compiler)
@@ -71,7 +70,21 @@ def join_splices(data: bytes) -> bytes:
     newlines removed follow it), so line numbers of what follows are unchanged."""
     if b"\\" not in data or not SPLICE.search(data):
         return data
-    return _SPLICED_LINE.sub(lambda m: SPLICE.sub(b"", m.group()) + b"\n" * len(SPLICE.findall(m.group())), data)
+    # One pass over the splices (a pattern spanning each spliced line backtracked quadratically on
+    # long lines holding backslashes: minutes on a round's JSON logs). ``owed`` newlines go just
+    # before the newline (or the end) that closes the joined line.
+    parts: list[bytes] = []
+    pos = owed = 0
+    for splice in SPLICE.finditer(data):
+        if owed and (close := data.find(b"\n", pos, splice.start())) >= 0:
+            parts += [data[pos:close], b"\n" * owed]
+            pos, owed = close, 0
+        parts.append(data[pos:splice.start()])
+        pos, owed = splice.end(), owed + 1
+    close = data.find(b"\n", pos)
+    close = len(data) if close < 0 else close
+    parts += [data[pos:close], b"\n" * owed, data[close:]]
+    return b"".join(parts)
 
 
 def _set_apart(match: re.Match[bytes]) -> bytes:
