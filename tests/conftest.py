@@ -157,6 +157,8 @@ def gpu_test_row(card: str, command: str, result: str, commit: str) -> str:
 def _record_gpu_run(terminalreporter: pytest.TerminalReporter) -> None:
     """Append this run's row to the GPU test log when cuda tests ran on a GPU."""
     target = os.environ.get("GPU_TEST_LOG", str(GPU_TEST_LOG))
+    if hasattr(terminalreporter.config, "workerinput"):  # an xdist worker: the controller writes the one row
+        return
     if not _CUDA_TESTS_RAN or target == "off" or not cuda_available():
         return
     import torch

@@ -450,9 +450,11 @@ def _with_evidence(outcome: CaseOutcome, index: int, records: Any, dk: DeclaredK
     if any(p["rule"] in (rules.CRASH.id, rules.BUILD_FAILED.id, rules.BUILD_INVALID.id) for p in outcome.problems):
         return outcome  # a call that raised computed nothing
     found: list[dict[str, Any]] = []
+    # On a GPU the evidence is a launched kernel function: a plugin's entry is its host enqueue, and the
+    # __global__ functions it launches are the kernel's declared helpers (both defined by its sources)
+    wanted = (*dk.kernel.entry_symbols, *dk.kernel.helpers) if launch.probe.gpu else dk.kernel.entry_symbols
     for run in range(RUNS):
-        why = entry_problem(records.calls.get((index, run)), dk.kernel.entry_symbols, launch.symbols,
-                            launch.probe.gpu)
+        why = entry_problem(records.calls.get((index, run)), wanted, launch.symbols, launch.probe.gpu)
         if why is not None and not any(p["message"] == why for p in found):
             found.append({"rule": rules.ENTRY_NOT_RUN.id, "message": why, "details": {"run": run}})
     if not found:

@@ -9,7 +9,8 @@ It writes its records to a pipe of its own (``PROBE_FD``). For each call of the 
   and hashed (``nm``) and to the object file that defines it, and requires one of the kernel's
   ``entry_symbols``, defined in one of its ``sources`` (not in a shim or build dependency);
 * on a GPU, which kernels were launched (CUDA's profiling interface, CUPTI callbacks): one of them must
-  be a declared entry symbol, and for a torch extension one whose host stub the objects compiled from
+  be a declared kernel function (``entry_symbols`` or ``helpers``: a plugin's entry is a host enqueue
+  that launches a helper), and for a torch extension one whose host stub the objects compiled from
   the kernel's ``sources`` define (nvcc gives every ``__global__`` function one under its own name).
 
 An output produced while no declared entry ran (torch's own ``embedding_bag`` called by a patched
@@ -242,7 +243,7 @@ def entry_problem(call: CallRecord | None, entries: Iterable[str], symbols: Symb
                     "the kernel's declared sources (in a verification shim or build dependency), not by the "
                     "shipped kernel")
         names = sorted(base_name(n) for n in launched.values())
-        return (f"none of the declared entry kernels ({', '.join(sorted(wanted))}) was launched; the GPU ran "
+        return (f"none of the declared kernel functions ({', '.join(sorted(wanted))}) was launched; the GPU ran "
                 f"{', '.join(names[:8]) or 'no kernel'}{' ...' if len(names) > 8 else ''}: the output came from "
                 "other code")
     if symbols is None:

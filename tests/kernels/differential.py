@@ -154,6 +154,12 @@ def reference(call: Call) -> Outcome:
                                  call.include_last_offset, call.padding_idx, psw, call.max_norm, call.grad, call.tags))
         if without.error is None and call.offsets.numel() and int(call.offsets[0]) != 0:
             return Outcome(error=RuntimeError(FIRST_OFFSET))
+        if without.error is None and call.max_norm is not None:
+            # F.embedding_bag renormalises every looked-up row before its kernel runs, bag or no bag
+            weight = call.weight.clone()
+            with torch.no_grad():
+                torch.embedding_renorm_(weight, call.input.reshape(-1), call.max_norm, 2.0)
+            without.weight_after = weight.to(torch.float64)
         return without
     native = outcome(F.embedding_bag, call, "cpu")
     if native.error is not None or native.weight_after is None:

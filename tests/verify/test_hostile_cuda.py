@@ -54,4 +54,4 @@ def test_hostile_cuda_kernel_gets_its_verdict(hostile: dict[str, list[Finding]],
 
 def test_patched_runner_names_torchs_kernels(hostile: dict[str, list[Finding]]) -> None:
     message = hostile["patched-runner"][0].message
-    assert "none of the declared entry kernels (patched_zeros_kernel)" in message
+    assert "none of the declared kernel functions (patched_zeros_kernel)" in message
