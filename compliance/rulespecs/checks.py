@@ -203,7 +203,9 @@ GLUE_COMPUTES = CheckSpec(
         "loop, a subscript, an in-place update, an intrinsic (`_mm256_*`), inline asm, a pragma, "
         "a torch operator or tensor method other than allocation and inspection, a std algorithm "
         "or recursion computes (compliance/glue.py states the rule); a shim that computes can "
-        "stand in for the kernel it claims to bind.",
+        "stand in for the kernel it claims to bind. Headers of the tree that such a file reaches by "
+        "`#include` (beside it or in the kernel's `include_dirs`, to the compiler's depth) are glue "
+        "too, unless a kernel lists them under `sources`; the finding names the including file.",
     hint="Move the computation into a declared kernel source (and declare it), or keep only the "
          "binding and a wrapper that forwards to the kernel's launcher.",
     passing="bind.cpp: `at::Tensor f(at::Tensor w) { auto out = at::empty_like(w); f_launch(w.data_ptr<float>(), "
