@@ -25,28 +25,9 @@ BUDGET=${BUDGET:-400}
 PACK=${FBGEMM_PACK:-.devcarry/fbgemm-infer}
 TOOLS=${FBGEMM_TOOLS:-$PACK}
 [[ -f "$TOOLS/fbgemm_training.py" ]] || TOOLS=shared/tools
-START=$SECONDS
-STATUS=()
-
+STEP_RESULT=' passed| failed|error'
 # run NAME LIMIT_S COMMAND...: the command under timeout (at most the budget left), output to $OUT/NAME.txt
-run() {
-    local name=$1 limit=$2 left began rc
-    shift 2
-    left=$((BUDGET - (SECONDS - START)))
-    if ((left < 20)); then
-        STATUS+=("$name: skipped (budget of ${BUDGET}s spent)")
-        return 1
-    fi
-    ((limit > left)) && limit=$left
-    began=$SECONDS
-    echo "== $name (limit ${limit}s)"
-    timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.txt" 2>&1
-    rc=$?
-    local verdict="exit $rc"
-    ((rc == 124 || rc == 137)) && verdict="TIMED OUT after ${limit}s"
-    STATUS+=("$name: $verdict, $((SECONDS - began))s; $(grep -E ' passed| failed|error' "$OUT/$name.txt" | tail -n 1 | cut -c1-160)")
-    return $rc
-}
+source benchmarks/experiments/device_steps.sh
 
 python3 -c 'import torch; print(torch.cuda.get_device_name(0), "| torch", torch.__version__)'
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>/dev/null

@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 from reference_kernels import quantized as q  # noqa: E402
+from tests.kernels.test_cpu_kernels import needs_nvrtc  # noqa: E402
 
 
 @pytest.fixture
@@ -224,17 +225,7 @@ def test_launch_uses_the_word_layout_only_for_byte_coded_formats(monkeypatch: py
         "fp32": 16, "fp16": 16, "int8": 4, "int4": 4, "fp8_rowwise": 4, "fp8_tablewise": 4, "int8_tablewise": 4}
 
 
-def _nvrtc_available() -> bool:
-    try:
-        from reference_kernels import nvrtc
-
-        nvrtc.nvrtc_version()
-        return True
-    except Exception:  # bindings or the NVRTC library missing
-        return False
-
-
-@pytest.mark.skipif(not _nvrtc_available(), reason="cuda-bindings / NVRTC not installed")
+@needs_nvrtc
 @pytest.mark.parametrize("layout", ["word4 r8", "word4 r4", "word4 r4p", "word4 r16"])
 def test_nvrtc_compiles_the_layouts_the_benchmark_compares(layout: str) -> None:
     """Every byte-coded format under each launch layout quantized_suite --compare times (the
