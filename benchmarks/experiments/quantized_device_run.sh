@@ -40,7 +40,7 @@ else
 fi
 
 run gpu-tests 150 python3 -m pytest -q -m cuda tests/kernels/test_gpu_quantized.py \
-    tests/kernels/test_gpu_differential.py -n 8 --dist loadfile --timeout 120 -rfE \
+    tests/kernels/test_gpu_differential.py -n 8 --dist load --timeout 120 -rfE \
     --junitxml="$OUT/gpu-tests.xml" -p no:cacheprovider
 cp docs/perf/gpu-tests.md "$OUT/gpu-tests.md" 2>/dev/null
 
