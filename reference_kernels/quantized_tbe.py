@@ -48,7 +48,7 @@ META_WORDS = 8
 # int8 / int4: the sweep's picks on an H200 (docs/perf/issue54-quantized.md); the fp8 and table-wise
 # int8 kernels hold as many accumulators as int8's and take its shape.
 LAUNCH_SHAPE: dict[str, tuple[int, int, int, int]] = {
-    "fp32": (4, 4, 0, 16), "fp16": (4, 4, 0, 16), "int8": (2, 3, 1, 16), "int4": (2, 2, 1, 16),
+    "fp32": (4, 4, 0, 16), "fp16": (4, 4, 0, 16), "int8": (2, 3, 1, 16), "int4": (4, 5, 0, 4),
     "fp8_rowwise": (2, 3, 1, 16), "fp8_tablewise": (2, 3, 1, 16), "int8_tablewise": (2, 3, 1, 16)}
 WORD_FORMATS = frozenset({"int8", "int4", "fp8_rowwise", "fp8_tablewise", "int8_tablewise"})
 """The formats whose kernel has the 4-byte-lane layout (one byte or half a byte an element)."""
