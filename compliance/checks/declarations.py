@@ -120,7 +120,7 @@ def _unshipped_extension_sources(ctx: CheckContext) -> Iterator[Finding | None]:
     for ext in ctx.inventory.setup_extensions:
         if index is not None and bazel_artefact(ext.setup_path, ctx.inventory.files, index.holds_directory):
             continue  # a package Bazel downloaded into its cache: not the submission's build script
-        missing = [s for s in ext.sources if s not in ctx.inventory.files]
+        missing = [s for s in ext.sources if s not in ctx.inventory.files and s not in ext.generated]
         unmatched = [p for p in ext.patterns if not any(fnmatch_under(p, m) for m in ext.matched)]
         empty = [p for p in unmatched if index is not None and not index.holds_directory(fixed_directory(p))]
         if missing or empty or ext.outside:
