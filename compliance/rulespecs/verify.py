@@ -230,8 +230,9 @@ UNDECLARED_MODE = CheckSpec(
         "When the kernel's declared call interface hands it the mode (`mode` among `build.arguments`, in "
         "an expression, or a define selected by mode), nothing but the declaration keeps a caller from "
         "asking for another one, so the verifier also calls each undeclared mode once (after the declared "
-        "cases, before the large table). The kernel must refuse it (raise, `TORCH_CHECK(mode == 0, ...)`) "
-        "or compute it as the reference does; an output that is wrong, unwritten or invalid for it is this "
+        "cases, before the large table). The kernel must refuse it (raise, `TORCH_CHECK(mode == 0, ...)`; "
+        "an NVRTC or Triton kernel, which cannot raise, writes no output element) or compute it as the "
+        "reference does; an output that is wrong, unwritten or invalid for it is this "
         "finding (`modes: [sum]` hiding a wrong mean). A kernel whose interface cannot express a mode has "
         "nothing to hide: its verdict says which modes were covered.",
     hint="Refuse the modes the kernel does not implement (raise on any other mode value), or declare and "
