@@ -61,6 +61,11 @@ class Result:
     vs_fbgemm: float | None = None
     max_rel_diff: float | None = None
     notes: list[str] = field(default_factory=list)
+    layouts_us: dict[str, float] = field(default_factory=dict)
+    """--compare: ours under each of LAYOUTS (µs)."""
+    layouts_diff: dict[str, float] = field(default_factory=dict)
+    """--compare: each layout's largest difference from the first layout's output, relative to its
+    largest |value| (fp32 sums in another order differ in the last bits; fp16 output rounding)."""
 
 
 def dcn_case(fmt: str | tuple[str, ...], batch: int, alpha: float) -> Case:
@@ -130,12 +135,29 @@ def fbgemm_module(case: Case, tables: list[q.QuantizedTable]) -> torch.nn.Module
     return module
 
 
-# launch shapes tried by --sweep: (geometry policy, (rows in flight, blocks per SM, pipelined))
-SWEEP: dict[str, list[tuple[str, tuple[int, int, int]]]] = {
-    "int8": [("mean", (4, 3, 0)), ("fill", (4, 3, 0)), ("fill", (2, 3, 1)), ("fill", (4, 2, 1)),
-             ("fill", (8, 2, 0)), ("fill", (2, 3, 0))],
-    "int4": [("mean", (4, 2, 0)), ("fill", (4, 2, 0)), ("fill", (2, 2, 1)), ("fill", (4, 2, 1)),
-             ("fill", (2, 2, 0)), ("fill", (8, 1, 0))],
+Shape = tuple[int, int, int, int]
+# launch shapes tried by --sweep: (geometry policy, (rows in flight, blocks per SM, pipelined, lane bytes))
+SWEEP: dict[str, list[tuple[str, Shape]]] = {
+    "int8": [("fill", (4, 3, 0, 16)), ("fill", (2, 3, 1, 16)), ("fill", (8, 5, 0, 4)), ("fill", (4, 6, 0, 4)),
+             ("fill", (8, 4, 0, 4))],
+    "int4": [("fill", (4, 2, 1, 16)), ("fill", (2, 2, 1, 16)), ("fill", (4, 5, 0, 4)), ("fill", (8, 4, 0, 4)),
+             ("fill", (4, 4, 1, 4))],
+}
+INT8_LIKE = ("int8", "fp8_rowwise", "fp8_tablewise", "int8_tablewise")
+
+
+def layout(int8_like: Shape, int4: Shape) -> dict[str, Shape]:
+    return {**dict.fromkeys(INT8_LIKE, int8_like), "int4": int4}
+
+
+# --compare: every case timed under each of these launch layouts (LAUNCH_SHAPE entries of the
+# byte-coded formats), FBGEMM once: the landed 16-byte chunks beside the 4-byte-word layouts.
+LAYOUTS: dict[str, dict[str, Shape]] = {
+    "chunk16": layout((2, 3, 1, 16), (2, 2, 1, 16)),
+    "word4 r8": layout((8, 5, 0, 4), (8, 4, 0, 4)),
+    "word4 r4": layout((4, 6, 0, 4), (4, 5, 0, 4)),
+    "word4 r4p": layout((4, 5, 0, 4), (4, 4, 1, 4)),
+    "word4 r16": layout((16, 3, 0, 4), (16, 3, 0, 4)),
 }
 SWEEP_CASES = ("4x4M d128 {} B8192 L30 uniform", "4x1M d64 {} B16384 L20 uniform", "4x4M d128 {} B8192 L30 zipf",
                "d128 {} B512 uniform", "d128 {} B2048 uniform", "d128 {} B16384 uniform")
@@ -176,7 +198,10 @@ def compulsory_bytes(case: Case, tb: harness.TableBatch, tables: list[q.Quantize
     return unique + 4 * (tb.indices.numel() + tb.offsets.numel()) + 2 * case.batch * sum(case.dims)
 
 
-def run_case(case: Case, timer: harness.Timer, ceiling: float, fbgemm: bool, seed: int, hints: bool = True) -> Result:
+def run_case(case: Case, timer: harness.Timer, ceiling: float, fbgemm: bool, seed: int, hints: bool = True,
+             layouts: dict[str, dict[str, Shape]] | None = None) -> Result:
+    """One case, ours beside FBGEMM's; with ``layouts``, ours under each (the first is the result's
+    ``ours_us``; quantized_tbe.LAUNCH_SHAPE is left as it was)."""
     gen = torch.Generator(device=DEV).manual_seed(seed)
     tables = [random_rows(f, r, d, gen) for f, r, d in zip(case.formats, case.rows, case.dims, strict=True)]
     tb = harness.table_batch(list(case.rows), case.batch, list(case.pooling), case.alpha, gen)
@@ -184,13 +209,27 @@ def run_case(case: Case, timer: harness.Timer, ceiling: float, fbgemm: bool, see
     ours = QuantizedTableBatchedEmbeddingBag(tables, case.pooling_mode, torch.float16,
                                              pooling_factors=case.pooling if hints else None)
     nbytes = compulsory_bytes(case, tb, tables)
-    result = Result(case.name, ",".join(sorted(set(case.formats))), case.batch, case.alpha,
-                    timer.median_us(lambda: ours(indices, offsets)), None, nbytes)
+    result = Result(case.name, ",".join(sorted(set(case.formats))), case.batch, case.alpha, 0.0, None, nbytes)
+    landed = dict(quantized_tbe.LAUNCH_SHAPE)
+    first: torch.Tensor | None = None
+    try:
+        for name, shapes in (layouts or {"": {}}).items():
+            quantized_tbe.LAUNCH_SHAPE.update(shapes)
+            out = ours(indices, offsets).float()
+            first = out if first is None else first
+            result.layouts_diff[name] = float((out - first).abs().max() / first.abs().max().clamp(min=1e-30))
+            result.layouts_us[name] = timer.median_us(lambda: ours(indices, offsets))
+    finally:
+        quantized_tbe.LAUNCH_SHAPE.update(landed)
+    result.ours_us = next(iter(result.layouts_us.values()))
+    if not layouts:
+        result.layouts_us, result.layouts_diff = {}, {}
     result.pct_copy = 100 * nbytes / (result.ours_us * 1e-6) / 1e9 / ceiling
     if fbgemm and all(f in q.FBGEMM_TYPES for f in case.formats):
         theirs = fbgemm_module(case, tables)
-        a, b = ours(indices, offsets).float(), theirs(indices, offsets).float()
-        result.max_rel_diff = float((a - b).abs().max() / b.abs().max().clamp(min=1e-30))
+        assert first is not None
+        b = theirs(indices, offsets).float()
+        result.max_rel_diff = float((first - b).abs().max() / b.abs().max().clamp(min=1e-30))
         result.fbgemm_us = timer.median_us(lambda: theirs(indices, offsets))
         result.fbgemm_pct_copy = 100 * nbytes / (result.fbgemm_us * 1e-6) / 1e9 / ceiling
         result.vs_fbgemm = result.fbgemm_us / result.ours_us
@@ -201,13 +240,34 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
+def _ratio_summary(ratios: list[float]) -> dict[str, object]:
+    return {"geomean_vs_fbgemm": geomean(ratios), "min_vs_fbgemm": min(ratios) if ratios else None,
+            "cases": len(ratios), "below_1.2": sum(1 for x in ratios if x < 1.2)}
+
+
 def summary(results: list[Result]) -> dict[str, object]:
     out: dict[str, object] = {}
     for fmt in ("int8", "int4"):
-        ratios = [r.vs_fbgemm for r in results if r.formats == fmt and r.vs_fbgemm]
-        out[fmt] = {"geomean_vs_fbgemm": geomean(ratios), "min_vs_fbgemm": min(ratios) if ratios else None,
-                    "cases": len(ratios), "below_1.2": sum(1 for x in ratios if x < 1.2)}
+        out[fmt] = _ratio_summary([r.vs_fbgemm for r in results if r.formats == fmt and r.vs_fbgemm])
+        for name in dict.fromkeys(k for r in results for k in r.layouts_us):
+            out[f"{fmt} {name}"] = _ratio_summary([r.fbgemm_us / r.layouts_us[name] for r in results
+                                                   if r.formats == fmt and r.fbgemm_us and name in r.layouts_us])
     return out
+
+
+def layouts_table(results: list[Result]) -> str:
+    """--compare: µs and the ratio to FBGEMM under each layout, then each layout's output difference
+    from the first's."""
+    names = list(dict.fromkeys(k for r in results for k in r.layouts_us))
+    lines = ["| case | FBGEMM µs | " + " | ".join(f"{n} µs (x)" for n in names) + " | diff vs first |",
+             "| --- | ---: | " + " | ".join("---:" for _ in names) + " | ---: |"]
+    for r in results:
+        cells = [f"{r.layouts_us[n]:.1f}" + (f" ({r.fbgemm_us / r.layouts_us[n]:.2f})" if r.fbgemm_us else "")
+                 if n in r.layouts_us else "–" for n in names]
+        fb = "–" if r.fbgemm_us is None else f"{r.fbgemm_us:.1f}"
+        diff = max(r.layouts_diff.values(), default=0.0)
+        lines.append(f"| {r.case} | {fb} | " + " | ".join(cells) + f" | {diff:.1e} |")
+    return "\n".join(lines)
 
 
 def table(results: list[Result]) -> str:
@@ -233,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="run the cases whose name holds this text")
     parser.add_argument("--no-hints", action="store_true", help="no pooling_factors hint (geometry from shapes)")
     parser.add_argument("--sweep", action="store_true", help="first pick each format's launch shape (SWEEP)")
+    parser.add_argument("--compare", action="store_true",
+                        help="time ours under each launch layout of LAYOUTS (FBGEMM once) and print them side by side")
     args = parser.parse_args(argv)
     reason = load_fbgemm(args.fbgemm, args.tools)
     if reason:
@@ -242,28 +304,36 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device {torch.cuda.get_device_name()}; copy ceiling {ceiling:.0f} GB/s; FBGEMM: {reason or 'loaded'}",
           flush=True)
     swept = sweep(timer, args.seed) if args.sweep else {}
-    results = []
+    results: list[Result] = []
+
+    def report() -> dict[str, object]:
+        return {"device": torch.cuda.get_device_name(), "copy_ceiling_gbps": ceiling, "fbgemm": reason or "loaded",
+                "results": [asdict(r) for r in results], "summary": summary(results), "sweep": swept,
+                "launch_shape": {k: list(v) for k, v in quantized_tbe.LAUNCH_SHAPE.items()},
+                "layouts": {k: {f: list(v) for f, v in sh.items()} for k, sh in LAYOUTS.items()} if args.compare
+                else {}, "geometry_policy": quantized_tbe.GEOMETRY_POLICY}
+
     for case in all_cases(args.quick):
         if args.only and args.only not in case.name:
             continue
         try:
-            r = run_case(case, timer, ceiling, not reason, args.seed, not args.no_hints)
+            r = run_case(case, timer, ceiling, not reason, args.seed, not args.no_hints,
+                         LAYOUTS if args.compare else None)
             torch.cuda.empty_cache()
         except Exception as error:  # one case's failure is recorded, the rest still run
             print(f"{case.name}: {type(error).__name__}: {error}"[:400], flush=True)
             continue
         results.append(r)
+        layouts = f", layouts {r.layouts_us}" if r.layouts_us else ""
         print(f"{r.case}: ours {r.ours_us:.1f} us ({r.pct_copy:.1f} % copy), FBGEMM {r.fbgemm_us} us, "
-              f"x{r.vs_fbgemm}, diff {r.max_rel_diff}", flush=True)
-    report = {"device": torch.cuda.get_device_name(), "copy_ceiling_gbps": ceiling, "fbgemm": reason or "loaded",
-              "results": [asdict(r) for r in results], "summary": summary(results), "sweep": swept,
-              "launch_shape": {k: list(v) for k, v in quantized_tbe.LAUNCH_SHAPE.items()},
-              "geometry_policy": quantized_tbe.GEOMETRY_POLICY}
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+              f"x{r.vs_fbgemm}, diff {r.max_rel_diff}{layouts}", flush=True)
+        if args.json:  # after every case: a run cut by a time limit keeps what it measured
+            with open(args.json, "w") as f:
+                json.dump(report(), f, indent=1)
     print(table(results))
-    print(json.dumps(report["summary"]))
+    if args.compare:
+        print(layouts_table(results))
+    print(json.dumps(summary(results)))
     return 0
 
 

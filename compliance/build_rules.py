@@ -8,6 +8,13 @@ value are substituted; any other (``$(ARCH)`` from ``$(shell uname -p)``) matche
 part, so ``scripts/get_gencode_$(ARCH)`` pairs with ``scripts/get_gencode_x86_64``. Paths are
 relative to the Makefile's directory (where make runs). Nothing is run.
 
+**CMake targets** (``CMakeLists.txt``): ``add_library(NAME [STATIC|SHARED|MODULE] ...)`` and
+``add_executable(NAME ...)`` with their sources, ``set()`` variables and ``${CMAKE_CURRENT_SOURCE_DIR}``
+substituted; a source under the binary directory (``${CMAKE_BINARY_DIR}``: written by the build, as
+LoadGen's ``version_generated.cc``) is not expected in the tree. CMake builds wherever its user
+runs it, so a product is paired with its target by content where it has any: a static library's
+members are the objects of the target's sources (``loadgen.cc.o``).
+
 **Build-tool artefacts** are binaries a build tool makes for itself, recognised by where they are
 and what lies beside them: CMake's compiler probes (under ``CMakeFiles/``, holding CMake's
 ``INFO:compiler[``/``INFO:abi[`` strings), Bazel's install base (``_embedded_binaries`` beside
@@ -200,6 +207,92 @@ def _rule(script: str, line: int, outputs: list[str], sources: list[str], base: 
         found = (_root_relative(w.replace(_WILD, "*"), base) for w in words)
         return tuple(dict.fromkeys(p for p in found if p))
     return MakeRule(script, line, patterns(outputs), patterns(sources))
+
+
+_CMAKE_COMMAND = re.compile(r"\b(set|add_library|add_executable)\s*\(([^()]*)\)", re.I)
+_CMAKE_VARIABLE = re.compile(r"\$\{([A-Za-z_][\w.-]*)\}")
+_CMAKE_SOURCE_DIRS = ("CMAKE_CURRENT_SOURCE_DIR", "CMAKE_CURRENT_LIST_DIR", "PROJECT_SOURCE_DIR", "CMAKE_SOURCE_DIR")
+_CMAKE_BINARY_DIRS = ("CMAKE_BINARY_DIR", "CMAKE_CURRENT_BINARY_DIR", "PROJECT_BINARY_DIR", "LIBRARY_OUTPUT_PATH")
+_CMAKE_KEYWORDS = frozenset({"STATIC", "SHARED", "MODULE", "OBJECT", "EXCLUDE_FROM_ALL", "WIN32", "MACOSX_BUNDLE"})
+_BUILT = "\0built\0"
+"""Stands for CMake's binary directory while sources are resolved."""
+_SOURCE = "\0source\0"
+"""Stands for the CMakeLists.txt's own directory while sources are resolved."""
+
+
+@dataclass(frozen=True)
+class CMakeTarget:
+    """One ``add_library``/``add_executable`` of a CMakeLists.txt, its sources root-relative."""
+
+    script: str
+    """Root-relative path of the CMakeLists.txt."""
+    line: int
+    """Line of the call."""
+    product: str
+    """File name the target builds: ``libNAME.a``, ``libNAME.so`` or ``NAME``."""
+    sources: tuple[str, ...]
+    """Root-relative sources it compiles that the tree should hold (generated ones left out)."""
+    resolved: bool
+    """False when a source could not be resolved (an unknown variable, a path leaving the tree)."""
+    generated: tuple[str, ...] = ()
+    """File names of the sources it compiles from its binary directory (written by the build)."""
+
+
+def cmake_targets(text: str, script: str) -> list[CMakeTarget]:
+    """The library and executable targets of the CMakeLists.txt ``script`` whose text is ``text``."""
+    base = parent_dir(script)
+    code = "\n".join(line.split("#", 1)[0] for line in text.splitlines())
+    values: dict[str, list[str] | None] = {}
+    targets = []
+    for call in _CMAKE_COMMAND.finditer(code):
+        command, words = call.group(1).lower(), _words(call.group(2))
+        if not words:
+            continue
+        if command == "set":
+            values[words[0]] = None if words[0] in values else _cmake_expand(words[1:], values, base)
+            continue
+        kind = "EXECUTABLE" if command == "add_executable" else next(
+            (w.upper() for w in words[1:2] if w.upper() in _CMAKE_KEYWORDS), "STATIC")
+        expanded = _cmake_expand([w for w in words[1:] if w.upper() not in _CMAKE_KEYWORDS], values, base)
+        compiled = [w for w in expanded or () if w.endswith(SOURCE_SUFFIXES)]
+        sources = [w for w in compiled if not w.startswith(_BUILT)]
+        generated = tuple(w.rsplit("/", 1)[-1] for w in compiled if w.startswith(_BUILT))
+        resolved = expanded is not None and bool(sources) and not any(w.startswith("../") for w in sources)
+        name = words[0]
+        product = {"EXECUTABLE": name, "SHARED": f"lib{name}.so", "MODULE": f"lib{name}.so"}.get(kind, f"lib{name}.a")
+        targets.append(CMakeTarget(script, code.count("\n", 0, call.start()) + 1, product, tuple(sources), resolved,
+                                   generated))
+    return targets
+
+
+def _cmake_expand(words: list[str], values: dict[str, list[str] | None], base: str) -> list[str] | None:
+    """Words with ``${VAR}`` substituted (a list variable spreads), as root-relative paths (a path
+    leaving the tree starts with ``../``); None when a variable is unknown or set more than once."""
+    out: list[str] = []
+    for word in words:
+        whole = _CMAKE_VARIABLE.fullmatch(word)
+        spread = values.get(whole.group(1)) if whole else None
+        if spread is not None:
+            out.extend(spread)
+            continue
+        unknown = [v for v in _CMAKE_VARIABLE.findall(word) if v not in _CMAKE_SOURCE_DIRS + _CMAKE_BINARY_DIRS
+                   and len(values.get(v) or ()) != 1]
+        if unknown:
+            return None
+        text = _CMAKE_VARIABLE.sub(lambda m: _cmake_value(m.group(1), values), word)
+        if text.startswith(_BUILT):
+            out.append(text)
+        else:
+            out.append(_root_relative(text.replace(_SOURCE + "/", "").replace(_SOURCE, "."), base) or f"../{text}")
+    return out
+
+
+def _cmake_value(name: str, values: dict[str, list[str] | None]) -> str:
+    if name in _CMAKE_SOURCE_DIRS:
+        return _SOURCE
+    if name in _CMAKE_BINARY_DIRS:
+        return _BUILT
+    return (values.get(name) or [""])[0]
 
 
 def cmake_probe(path: str, read: Callable[[], bytes]) -> bool:

@@ -49,6 +49,7 @@ from compliance.setup_sources import (
     SourceItem,
     as_written,
     extension_sources,
+    generated_sources,
     module_assignments,
     relative_to_root,
 )
@@ -194,6 +195,9 @@ class SetupExtension:
     """Files of the tree the patterns match (filled when the walk is classified)."""
     outside: tuple[str, ...] = ()
     """Sources (or patterns) as written that are absolute or climb out of the checked tree."""
+    generated: tuple[str, ...] = ()
+    """Listed sources the tree lacks that the setup.py writes before it builds (through ``open`` or
+    a generator module in the tree; filled when the walk is classified)."""
 
     @property
     def shipped(self) -> tuple[str, ...]:
@@ -309,14 +313,18 @@ def parse_setup(source: bytes, setup_relpath: str) -> tuple[list[SetupExtension]
     if len(source) > MAX_SETUP_BYTES:
         return [], f"larger than the {MAX_SETUP_BYTES // 1024} KiB limit for parsing"
     try:
-        with warnings.catch_warnings():  # the tree's odd literals are not the operator's concern
-            warnings.simplefilter("ignore")
-            tree = ast.parse(source, filename=setup_relpath)
-        return setup_extensions_of(tree, setup_relpath), None
+        return setup_extensions_of(_parse_quietly(source, setup_relpath), setup_relpath), None
     except SyntaxError as exc:
         return [], f"syntax error at line {exc.lineno}: {exc.msg}"
     except (ValueError, RecursionError, MemoryError) as exc:
         return [], f"{type(exc).__name__} while parsing{': ' + str(exc) if str(exc) else ''}"
+
+
+def _parse_quietly(source: bytes, filename: str) -> ast.AST:
+    """``ast.parse`` without warnings (the tree's odd literals are not the operator's concern)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.parse(source, filename=filename)
 
 
 def setup_extensions(source: bytes, setup_relpath: str) -> list[SetupExtension]:
@@ -966,6 +974,7 @@ def _add_setup_sources(walk: Walk) -> None:
     if index is not None:
         walk.setups = [replace(ext, matched=tuple(sorted({m for p in ext.patterns for m in index.matching(p)})))
                        for ext in walk.setups]
+    walk.setups = [_with_generated(walk, ext) for ext in walk.setups]
     for ext in walk.setups:
         if ext.kind == "Extension":
             continue
@@ -975,6 +984,41 @@ def _add_setup_sources(walk: Walk) -> None:
                 digest = file_normalized_blob_hash(walk.root / source)
                 if digest is not None:
                     walk.digests[source] = digest
+
+
+def _with_generated(walk: Walk, ext: SetupExtension) -> SetupExtension:
+    """``ext`` with the listed sources the tree lacks that its setup.py generates (read afresh: only
+    a setup.py naming a missing source is parsed again)."""
+    missing = frozenset(s for s in ext.sources if s not in walk.files)
+    setup_tree = _parsed_tree_file(walk, ext.setup_path) if missing else None
+    if setup_tree is None:
+        return ext
+    written = generated_sources(setup_tree, parent_dir(ext.setup_path), missing,
+                                lambda rel: _parsed_tree_file(walk, rel))
+    return replace(ext, generated=tuple(sorted(written))) if written else ext
+
+
+def _parsed_tree_file(walk: Walk, rel: str) -> ast.AST | None:
+    """The AST of a Python file of the walked tree (a regular file, not a link, within the setup.py
+    size limit), or None."""
+    if rel not in walk.files:
+        return None
+    try:
+        fd = os.open(walk.root / rel, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, MAX_SETUP_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_SETUP_BYTES:
+        return None
+    try:
+        return _parse_quietly(data, rel)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
 
 
 def _digest_reader(root: Path, digests: dict[str, str]) -> Callable[[str], str | None]:

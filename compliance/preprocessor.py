@@ -63,6 +63,8 @@ _PASTE = (b"##", b"%:%:")
 DEFINES = re.compile(rb"^[ \t]*(?:#|%:)[ \t]*define\b", re.M)
 """A ``#define`` line: only a text holding one can make a kernel spelling by expansion."""
 _INCLUDE = re.compile(rb"[ \t]*[<\"]([^>\"\n]+)[>\"]")
+_INCLUDE_LINE = re.compile(rb"^[ \t]*(?:#|%:)[ \t]*(?:include|include_next|import)[ \t]*"
+                           rb"(?:\"([^\"\n]+)\"|<([^>\n]+)>)", re.M)
 
 
 def join_splices(data: bytes) -> bytes:
@@ -85,6 +87,14 @@ def join_splices(data: bytes) -> bytes:
     close = len(data) if close < 0 else close
     parts += [data[pos:close], b"\n" * owed, data[close:]]
     return b"".join(parts)
+
+
+def includes(data: bytes) -> list[tuple[bytes, bool]]:
+    """The header names ``data`` includes, in order, as the compiler reads them (an ``#include`` in a
+    comment or spliced over lines counts as the compiler counts it): (name, quoted), where quoted is
+    ``"name"`` (searched beside the including file first) and not ``<name>`` (searched in the include
+    directories only). A name made by a macro is not followed."""
+    return [(m.group(1) or m.group(2), m.group(1) is not None) for m in _INCLUDE_LINE.finditer(logical_text(data))]
 
 
 def _set_apart(match: re.Match[bytes]) -> bytes:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import bisect
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 SETUP_DIR = "\0setup-dir\0"
@@ -261,3 +262,89 @@ def fixed_directory(pattern: str) -> str:
 def fnmatch_under(pattern: str, rel: str) -> bool:
     """True when root-relative ``rel`` matches the root-relative glob ``pattern``."""
     return _pattern_regex(pattern).match(rel) is not None
+
+
+# --------------------------------------------------------------------------- generated sources
+
+_WRITE_MODES = frozenset("wax")
+
+
+def generated_sources(tree: ast.AST, setup_dir: str, wanted: frozenset[str],
+                      read_module: Callable[[str], ast.AST | None]) -> set[str]:
+    """The root-relative paths among ``wanted`` that the setup.py writes before it builds: it hands
+    the path to ``open`` for writing, or to a function of a module in the tree (imported by name
+    from the setup.py's directory, read through ``read_module``) that opens that parameter for
+    writing, as LoadGen's ``version_generator.generate_loadgen_version_definitions`` does."""
+    evaluator = _Evaluator(module_assignments(tree))
+    imported = _imported_functions(tree)
+    found: set[str] = set()
+    for call in ast.walk(tree):
+        if not isinstance(call, ast.Call):
+            continue
+        slots: list[tuple[int | str, ast.expr]] = [*enumerate(call.args)]
+        slots += [(k.arg, k.value) for k in call.keywords if k.arg]
+        for slot, argument in slots:
+            text = evaluator.string(argument)
+            rel = relative_to_root(text, setup_dir) if text is not None else None
+            if rel is None or rel not in wanted or rel in found:
+                continue
+            if slot == 0 and _opens_for_writing(call):
+                found.add(rel)
+                continue
+            origin = imported.get(_called_name(call) or "")
+            module = relative_to_root(origin[0].replace(".", "/") + ".py", setup_dir) if origin else None
+            module_tree = read_module(module) if module is not None else None
+            if origin is not None and module_tree is not None and _writes_parameter(module_tree, origin[1], slot):
+                found.add(rel)
+    return found
+
+
+def _called_name(call: ast.Call) -> str | None:
+    """``f`` for ``f(...)``, ``m.f`` for ``m.f(...)``."""
+    if isinstance(call.func, ast.Name):
+        return call.func.id
+    if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name):
+        return f"{call.func.value.id}.{call.func.attr}"
+    return None
+
+
+def _imported_functions(tree: ast.AST) -> dict[str, tuple[str, str]]:
+    """Name a module-level call uses -> (module, function): ``from m import f [as g]`` gives ``g``,
+    ``import m [as n]`` gives ``n.*`` (absolute imports only: the setup.py's directory is first on
+    ``sys.path`` when it runs)."""
+    found: dict[str, tuple[str, str]] = {}
+    modules: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.update({alias.asname or alias.name: (node.module, alias.name) for alias in node.names})
+        elif isinstance(node, ast.Import):
+            modules.update({alias.asname or alias.name: alias.name for alias in node.names})
+    for call in ast.walk(tree):
+        name = _called_name(call) if isinstance(call, ast.Call) else None
+        if name and "." in name and name.partition(".")[0] in modules:
+            found[name] = (modules[name.partition(".")[0]], name.partition(".")[2])
+    return found
+
+
+def _writes_parameter(tree: ast.AST, function: str, slot: int | str) -> bool:
+    """A module-level ``def function`` opens the parameter at ``slot`` (position or keyword) for writing."""
+    for node in getattr(tree, "body", ()):
+        if isinstance(node, ast.FunctionDef) and node.name == function:
+            params = [a.arg for a in node.args.posonlyargs + node.args.args]
+            if isinstance(slot, int):
+                param = params[slot] if slot < len(params) else None
+            else:
+                param = slot if slot in params or slot in (a.arg for a in node.args.kwonlyargs) else None
+            return param is not None and any(
+                isinstance(inner, ast.Call) and _opens_for_writing(inner)
+                and isinstance(inner.args[0], ast.Name) and inner.args[0].id == param for inner in ast.walk(node))
+    return False
+
+
+def _opens_for_writing(call: ast.Call) -> bool:
+    """``call`` is ``open(path, mode)`` with a literal mode that writes, appends or creates."""
+    if not call.args or _called_name(call) != "open":
+        return False
+    keywords = {k.arg: k.value for k in call.keywords if k.arg}
+    mode = call.args[1] if len(call.args) > 1 else keywords.get("mode")
+    return isinstance(mode, ast.Constant) and isinstance(mode.value, str) and bool(_WRITE_MODES & set(mode.value))

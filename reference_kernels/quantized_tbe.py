@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from . import nvrtc
+from . import nvrtc, quantized
 from .errors import CheckMode
 from .index_check import FixedCheckMode
 from .quantized import FORMAT_CODE, POOLINGS, QuantizedTable, quantize, reference_forward, round_output, row_bytes
@@ -40,13 +40,18 @@ OUTPUT_CODE = {torch.float32: 0, torch.float16: 1, torch.int8: 2}
 POOLING_CODE = {"sum": 0, "mean": 1, "none": 2}
 META_WORDS = 8
 # Per format: rows a team loads at once, blocks per SM the registers are capped for (the int4
-# kernel holds 32 accumulators a lane), and whether a team loads its next rows before it sums the
-# current ones (PIPELINE). Benchmarks change them (quantized_suite --sweep).
+# kernel holds 32 accumulators a lane), whether a team loads its next rows before it sums the
+# current ones (PIPELINE), and the bytes a lane holds of a row (LANE_BYTES: 16, a 16-byte chunk of
+# the row; 4, a 4-byte word of its codes, for the byte-coded formats of WORD_FORMATS: 4 or 8
+# accumulators a lane instead of 16 or 32, so fewer registers and more warps). Benchmarks change
+# them (quantized_suite --sweep, --compare).
 # int8 / int4: the sweep's picks on an H200 (docs/perf/issue54-quantized.md); the fp8 and table-wise
 # int8 kernels hold as many accumulators as int8's and take its shape.
-LAUNCH_SHAPE: dict[str, tuple[int, int, int]] = {"fp32": (4, 4, 0), "fp16": (4, 4, 0), "int8": (2, 3, 1),
-                                                  "int4": (2, 2, 1), "fp8_rowwise": (2, 3, 1),
-                                                  "fp8_tablewise": (2, 3, 1), "int8_tablewise": (2, 3, 1)}
+LAUNCH_SHAPE: dict[str, tuple[int, int, int, int]] = {
+    "fp32": (4, 4, 0, 16), "fp16": (4, 4, 0, 16), "int8": (2, 3, 1, 16), "int4": (4, 5, 0, 4),
+    "fp8_rowwise": (2, 3, 1, 16), "fp8_tablewise": (2, 3, 1, 16), "int8_tablewise": (2, 3, 1, 16)}
+WORD_FORMATS = frozenset({"int8", "int4", "fp8_rowwise", "fp8_tablewise", "int8_tablewise"})
+"""The formats whose kernel has the 4-byte-lane layout (one byte or half a byte an element)."""
 _SIGNATURE = nvrtc.params(nvrtc.PTR + nvrtc.PTR + nvrtc.I32 + nvrtc.I64 + nvrtc.PTR + nvrtc.PTR + nvrtc.PTR
                           + nvrtc.PTR + nvrtc.I64)
 POISON_OUTPUTS = False
@@ -55,13 +60,27 @@ POISON_OUTPUTS = False
 
 @dataclass(frozen=True)
 class TableGeometry:
-    """How one table's bags map onto warps: ``tw`` lanes a row (16 bytes each), ``tpb`` teams a
-    bag, ``bpw`` bags a warp."""
+    """How one table's bags map onto warps: ``tw`` lanes a row (each holding ``lane_bytes`` of it:
+    ``chunks`` such units a row), ``tpb`` teams a bag, ``bpw`` bags a warp."""
 
     chunks: int
     tw: int
     tpb: int
     bpw: int
+    lane_bytes: int = 16
+
+
+def lane_bytes(fmt: str) -> int:
+    """The bytes a lane holds of a row in ``fmt``'s launch (LAUNCH_SHAPE; 16 for the float formats)."""
+    return LAUNCH_SHAPE[fmt][3] if fmt in WORD_FORMATS else 16
+
+
+def row_units(fmt: str, dim: int, unit: int) -> int:
+    """A row's units: 16-byte chunks of the whole row (qparams and padding included), or 4-byte words
+    of its codes (the qparams are read apart)."""
+    if unit == 16:
+        return row_bytes(fmt, dim) // 16
+    return -(-quantized.data_bytes(fmt, dim) // 4)
 
 
 FILL_WARPS = 8192
@@ -79,13 +98,14 @@ teams a bag gets divide the warp's teams, so none idles."""
 
 
 def geometry(fmt: str, dim: int, mean_bag: float, rows_in_flight: int, bags: int = 0,
-             known_length: bool = False) -> TableGeometry:
+             known_length: bool = False, unit: int = 16) -> TableGeometry:
     """A team covers a row (at most 32 lanes; wider rows in tiles) and a warp holds ``32 // tw``
     teams. One team a bag (a warp takes as many bags as it has teams: short bags keep every team
     busy) unless ``bags`` such warps would not fill the GPU, or (``known_length``: ``mean_bag`` is
     this table's own) the table's bags are long: then a bag gets up to a warp's teams, as many as
-    give each at least ``rows_in_flight`` of the bag's rows."""
-    chunks = row_bytes(fmt, dim) // 16
+    give each at least ``rows_in_flight`` of the bag's rows. ``unit``: the bytes a lane holds
+    (``lane_bytes``)."""
+    chunks = row_units(fmt, dim, unit)
     tw = min(chunks, 32)
     teams = 32 // tw
     by_length = max(1, min(teams, int(mean_bag // rows_in_flight)))
@@ -96,7 +116,7 @@ def geometry(fmt: str, dim: int, mean_bag: float, rows_in_flight: int, bags: int
         tpb = min(d for d in range(1, teams + 1) if teams % d == 0 and (d >= wanted or d == teams))
     else:
         tpb = 1 if bags // teams >= FILL_WARPS else min(by_length, max(1, -(-FILL_WARPS * teams // max(bags, 1))))
-    return TableGeometry(chunks, tw, tpb, teams // tpb)
+    return TableGeometry(chunks, tw, tpb, teams // tpb, unit)
 
 
 def _float_bits(x: float) -> int:
@@ -203,11 +223,11 @@ class QuantizedTableBatchedEmbeddingBag(FixedCheckMode, torch.nn.Module):
         stream = torch.cuda.current_stream(self.data.device).cuda_stream
         device_index = self.data.device.index if self.data.device.index is not None else torch.cuda.current_device()
         for fmt, meta, warps in self._launches(batch, indices.numel(), device_index):
-            rows_in_flight, min_blocks, pipeline = LAUNCH_SHAPE[fmt]
+            rows_in_flight, min_blocks, pipeline, _ = LAUNCH_SHAPE[fmt]
             defines = {"TABLE_FORMAT": FORMAT_CODE[fmt], "POOLING": POOLING_CODE[self.pooling],
                        "OUT_DTYPE": OUTPUT_CODE[self.output_dtype], "PSW": int(psw is not None),
                        "INDEX64": int(indices.dtype == torch.int64), "ROWS_IN_FLIGHT": rows_in_flight,
-                       "MIN_BLOCKS": min_blocks, "PIPELINE": pipeline}
+                       "MIN_BLOCKS": min_blocks, "PIPELINE": pipeline, "LANE_BYTES": lane_bytes(fmt)}
             fn = nvrtc.get_function(SOURCE, KERNEL, defines, device_index)
             grid = -(-warps * 32 // BLOCK)
             nvrtc.launch_packed(fn, grid, BLOCK, stream, _SIGNATURE,
@@ -234,7 +254,7 @@ class QuantizedTableBatchedEmbeddingBag(FixedCheckMode, torch.nn.Module):
         mean_bag = num_indices / max(1, batch * len(self.formats))
         bags = batch * len(self.formats)
         lengths = self.pooling_factors or [mean_bag] * len(self.formats)
-        geoms = [geometry(f, d, n, LAUNCH_SHAPE[f][0], bags, self.pooling_factors is not None)
+        geoms = [geometry(f, d, n, LAUNCH_SHAPE[f][0], bags, self.pooling_factors is not None, lane_bytes(f))
                  for f, d, n in zip(self.formats, self.dims, lengths, strict=True)]
         key = (batch, device_index, tuple(geoms), tuple(LAUNCH_SHAPE.items()))
         found = self._meta.get(key)

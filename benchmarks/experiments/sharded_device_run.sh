@@ -24,29 +24,9 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 BUDGET=${BUDGET:-470}
 GPUS=${GPUS:-$(python3 -c 'import torch; print(torch.cuda.device_count())')}
-START=$SECONDS
-STATUS=()
-
+STEP_RESULT='passed|failed|skipped|max \|difference|steps/s,|"steps_per_s"'
 # run NAME LIMIT_S COMMAND...: the command under timeout (at most the budget left), output to $OUT/NAME.txt
-run() {
-    local name=$1 limit=$2 left began rc
-    shift 2
-    left=$((BUDGET - (SECONDS - START)))
-    if ((left < 20)); then
-        STATUS+=("$name: skipped (budget of ${BUDGET}s spent)")
-        return 1
-    fi
-    ((limit > left)) && limit=$left
-    began=$SECONDS
-    echo "== $name (limit ${limit}s)"
-    timeout --kill-after=15 "$limit" "$@" >"$OUT/$name.txt" 2>&1
-    rc=$?
-    local verdict="exit $rc"
-    ((rc == 124 || rc == 137)) && verdict="TIMED OUT after ${limit}s"
-    STATUS+=("$name: $verdict, $((SECONDS - began))s; $(grep -E 'passed|failed|skipped|max \|difference|steps/s,|"steps_per_s"' "$OUT/$name.txt" \
-        | tail -n 1 | cut -c1-160)")
-    return $rc
-}
+source benchmarks/experiments/device_steps.sh
 
 TORCHRUN=(python3 -m torch.distributed.run --standalone)  # + --nproc_per_node=N: N ranks on this host
 

@@ -7,7 +7,16 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from compliance.build_rules import MakeRule, bazel_artefact, cmake_probe, is_make_file, make_rules
+from compliance.build_rules import (
+    CMakeTarget,
+    MakeRule,
+    bazel_artefact,
+    cmake_probe,
+    cmake_targets,
+    is_make_file,
+    make_rules,
+)
+from compliance.paths import parent_dir
 from compliance.rulespecs.checks import SYMLINK, TOOL_ARTEFACTS, WITH_SOURCE, WITHOUT_SOURCE
 from compliance.setup_sources import FileIndex
 
@@ -40,6 +49,11 @@ def _stem(name: str) -> str:
     return base[3:] if base.startswith("lib") and len(base) > 3 else base
 
 
+def _organization(path: str, ctx: CheckContext) -> tuple[str | None, str | None]:
+    where = ctx.inventory.locate(path)
+    return where.division, where.submitter
+
+
 def _scope(path: str, ctx: CheckContext) -> tuple[str | None, ...]:
     where = ctx.inventory.locate(path)
     if where.implementation:
@@ -59,12 +73,16 @@ class _Builders:
         self.stems: dict[tuple[tuple[str | None, ...], str], list[str]] = {}
         self.build_files: dict[tuple[str | None, ...], list[str]] = {}
         self.make_files: dict[str, list[str]] = {}
+        self.cmake_files: dict[tuple[str | None, str | None], list[str]] = {}
         self._rules: dict[str, list[MakeRule]] = {}
+        self._targets: dict[str, list[CMakeTarget]] = {}
         self._index: FileIndex | None = None
         for rel in ctx.inventory.files:
             name = rel.rsplit("/", 1)[-1]
             if is_make_file(name):
                 self.make_files.setdefault(os.path.dirname(rel), []).append(rel)
+            elif name == "CMakeLists.txt":
+                self.cmake_files.setdefault(_organization(rel, ctx), []).append(rel)
             if name.endswith(SOURCE_SUFFIXES):
                 self.stems.setdefault((_scope(rel, ctx), _stem(rel)), []).append(rel)
             elif name in BUILD_FILE_NAMES or name.endswith(BUILD_FILE_SUFFIXES):
@@ -136,13 +154,34 @@ class _Builders:
                 return False
             directory = os.path.dirname(directory)
 
+    def by_cmake_target(self, binary: BinaryFile) -> bool:
+        """A CMake target of the binary's organization builds it from present sources: a static
+        library whose compiled members are the objects of the target's sources (CMake builds
+        wherever it is run, so a copied ``libNAME.a`` may lie anywhere), or a shared library or
+        executable of that name under the CMakeLists.txt's own directory (its build directory)."""
+        name = binary.path.rsplit("/", 1)[-1]
+        for script in self.cmake_files.get(_organization(binary.path, self.ctx), ()):
+            if script not in self._targets:
+                self._targets[script] = cmake_targets(self._read(script).decode("utf-8", "replace"), script)
+            for target in self._targets[script]:
+                if target.product != name or not target.resolved or not all(map(self.plausible, target.sources)):
+                    continue
+                if binary.members:
+                    objects = {s.rsplit("/", 1)[-1] for s in target.sources} | set(target.generated)
+                    objects |= {o.split(".", 1)[0] for o in objects}
+                    if all(m.rsplit("/", 1)[-1].removesuffix(".o") in objects for m, _ in binary.members):
+                        return True
+                elif binary.kind != "ar-archive" and binary.path.startswith(parent_dir(script) + "/"):
+                    return True
+        return False
+
     def builds(self, binary: BinaryFile) -> bool:
         """True when something in the tree plausibly builds ``binary``."""
         if os.path.splitext(binary.path)[1].lower() in TEXT_SUFFIXES:
             return False
         scope = _scope(binary.path, self.ctx)
         # A container is built when each compiled member is (a wheel of the tree's own extension).
-        if not binary.members and self.by_make_rule(binary.path):
+        if not binary.members and self.by_make_rule(binary.path) or self.by_cmake_target(binary):
             return True
         names = [member.rsplit("/", 1)[-1] for member, _ in binary.members] or [binary.path]
         return all(self.by_stem(name, scope) or self.by_setup(name, scope) or self.by_build_file(name, scope)

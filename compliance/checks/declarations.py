@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from compliance import glue
+from compliance import glue, preprocessor
 from compliance.build_rules import bazel_artefact
 from compliance.context import DeclaredKernel
 from compliance.inventory import C_SOURCE_EXTENSIONS
@@ -120,7 +120,7 @@ def _unshipped_extension_sources(ctx: CheckContext) -> Iterator[Finding | None]:
     for ext in ctx.inventory.setup_extensions:
         if index is not None and bazel_artefact(ext.setup_path, ctx.inventory.files, index.holds_directory):
             continue  # a package Bazel downloaded into its cache: not the submission's build script
-        missing = [s for s in ext.sources if s not in ctx.inventory.files]
+        missing = [s for s in ext.sources if s not in ctx.inventory.files and s not in ext.generated]
         unmatched = [p for p in ext.patterns if not any(fnmatch_under(p, m) for m in ext.matched)]
         empty = [p for p in unmatched if index is not None and not index.holds_directory(fixed_directory(p))]
         if missing or empty or ext.outside:
@@ -230,18 +230,32 @@ def _declared_in(ctx: CheckContext, rel: str) -> set[str]:
             for name in (*other.kernel.entry_symbols, *other.kernel.helpers)}
 
 
+def _include_dirs(item: DeclaredKernel) -> tuple[str, ...]:
+    """Root-relative header directories the kernel's ``build.include_dirs`` declares (inside the tree)."""
+    listed = item.kernel.build.get("include_dirs") or ()
+    return tuple(rel for rel in (tree_relative(item.manifest_dir, d) for d in listed if isinstance(d, str))
+                 if rel is not None)
+
+
+def _tree_header(ctx: CheckContext, base: str, wanted: str) -> str | None:
+    """The file of the tree ``wanted`` names from directory ``base`` (None outside the tree or absent)."""
+    rel = posixpath.normpath(posixpath.join(base, wanted)) if base else posixpath.normpath(wanted)
+    if rel.startswith(("../", "/")) or rel == ".." or rel not in ctx.inventory.files:
+        return None
+    return rel
+
+
 def _include_resolver(ctx: CheckContext, item: DeclaredKernel) -> Resolver:
     """Resolve an ``#include`` of a declared source to a file of the tree: beside the including file,
-    then from the manifest's directory (never outside the tree; a system header is not found)."""
+    then in the declared include directories, then from the manifest's directory (never outside the
+    tree; a system header is not found)."""
 
     def resolve(including: str, name: bytes) -> tuple[str, bytes] | None:
         wanted = name.decode("utf-8", "surrogateescape")
-        for base in (parent_dir(including), item.manifest_dir):
-            rel = posixpath.normpath(posixpath.join(base, wanted)) if base else posixpath.normpath(wanted)
-            if rel.startswith(("../", "/")) or rel == ".." or rel not in ctx.inventory.files:
-                continue
-            data = _read_head(ctx, rel)
-            if data is not None:
+        for base in (parent_dir(including), *_include_dirs(item), item.manifest_dir):
+            rel = _tree_header(ctx, base, wanted)
+            data = None if rel is None else _read_head(ctx, rel)
+            if rel is not None and data is not None:
                 return rel, data
         return None
 
@@ -276,8 +290,65 @@ def _undeclared_functions(ctx: CheckContext, item: DeclaredKernel,
                               details={"function": function, "manifest": item.manifest_path})
 
 
+MAX_INCLUDE_DEPTH = 200
+"""Levels of ``#include`` followed from a glue file: GCC's ``-fmax-include-depth`` default (the compiler
+refuses anything deeper, so nothing deeper is compiled into the glue)."""
+
+
+def _glue_headers(ctx: CheckContext, item: DeclaredKernel, glue_rel: str,
+                  seen: set[str]) -> Iterator[tuple[str, bytes, tuple[str, ...]]]:
+    """(header, its bytes, the chain of files that includes it from ``glue_rel``) for every header of the
+    tree that glue file reaches by ``#include``: a quoted name beside the including file, then in the
+    kernel's declared include directories; an angle-bracket name in those directories only (a system
+    header is never in the tree). Each header once (``seen``), at most ``MAX_INCLUDE_DEPTH`` levels."""
+    include_dirs = _include_dirs(item)
+    pending: list[tuple[str, tuple[str, ...]]] = [(glue_rel, ())]
+    while pending:
+        including, chain = pending.pop(0)
+        data = _read_head(ctx, including)
+        if data is None or len(chain) >= MAX_INCLUDE_DEPTH:
+            continue
+        for name, quoted in preprocessor.includes(data):
+            wanted = name.decode("utf-8", "surrogateescape")
+            bases = (parent_dir(including), *include_dirs) if quoted else include_dirs
+            header = next((h for h in (_tree_header(ctx, b, wanted) for b in bases) if h is not None), None)
+            if header is None or header in seen:
+                continue
+            seen.add(header)
+            header_data = _read_head(ctx, header)
+            if header_data is not None:
+                yield header, header_data, (*chain, including)
+                pending.append((header, (*chain, including)))
+
+
+def _computing_headers(ctx: CheckContext, listed: dict[str, list[str]]) -> Iterator[Finding | None]:
+    """Headers that glue files include are glue too: the compiler pastes them into the glue (a shim's
+    ``#include "impl.h"`` holding the honest function it binds). A header that a kernel declares
+    under ``sources`` is that kernel's code, and a listed glue file is judged on its own."""
+    declared = _declared_sources(ctx)
+    reached: dict[str, tuple[bytes, tuple[str, ...], list[str]]] = {}
+    for item in ctx.kernels():
+        seen = set(listed) | declared
+        for rel in item.glue_relpaths():
+            if rel not in ctx.inventory.files or posixpath.splitext(rel)[1].lower() not in C_SOURCE_EXTENSIONS:
+                continue
+            for header, data, chain in _glue_headers(ctx, item, rel, seen):
+                kernels = reached.setdefault(header, (data, chain, []))[2]
+                kernels.extend(k for k in listed[rel] if k not in kernels)
+    for header, (data, chain, kernels) in sorted(reached.items()):
+        through = f" through {' -> '.join(chain[1:])}" if len(chain) > 1 else ""
+        for computation in glue.computations(data):
+            yield ctx.finding(GLUE_COMPUTES.id, header, f"included{through} by {chain[0]}, listed as glue "
+                              f"(build_dependencies or verification_shims) of kernel(s) {', '.join(kernels)}, "
+                              f"but {computation.function!r} computes: {computation.evidence}",
+                              line=computation.line, kernel=kernels[0],
+                              details={"function": computation.function, "kernels": kernels,
+                                       "included_by": list(chain)})
+
+
 def _glue_findings(ctx: CheckContext) -> Iterator[Finding | None]:
-    """A file a kernel lists as a build dependency or verification shim holds no computation."""
+    """A file a kernel lists as a build dependency or verification shim, and every header of the tree
+    it includes, holds no computation."""
     listed: dict[str, list[str]] = {}
     for item in ctx.kernels():
         for rel in item.glue_relpaths():
@@ -295,6 +366,7 @@ def _glue_findings(ctx: CheckContext) -> Iterator[Finding | None]:
                               f"of kernel(s) {', '.join(kernels)}, but {computation.function!r} computes: "
                               f"{computation.evidence}", line=computation.line, kernel=kernels[0],
                               details={"function": computation.function, "kernels": kernels})
+    yield from _computing_headers(ctx, listed)
 
 
 def run(ctx: CheckContext) -> Iterator[Finding | None]:

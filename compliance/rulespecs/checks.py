@@ -203,7 +203,9 @@ GLUE_COMPUTES = CheckSpec(
         "loop, a subscript, an in-place update, an intrinsic (`_mm256_*`), inline asm, a pragma, "
         "a torch operator or tensor method other than allocation and inspection, a std algorithm "
         "or recursion computes (compliance/glue.py states the rule); a shim that computes can "
-        "stand in for the kernel it claims to bind.",
+        "stand in for the kernel it claims to bind. Headers of the tree that such a file reaches by "
+        "`#include` (beside it or in the kernel's `include_dirs`, to the compiler's depth) are glue "
+        "too, unless a kernel lists them under `sources`; the finding names the including file.",
     hint="Move the computation into a declared kernel source (and declare it), or keep only the "
          "binding and a wrapper that forwards to the kernel's launcher.",
     passing="bind.cpp: `at::Tensor f(at::Tensor w) { auto out = at::empty_like(w); f_launch(w.data_ptr<float>(), "
@@ -244,7 +246,12 @@ WITHOUT_SOURCE = CheckSpec(
         "file (CMakeLists.txt, *.cmake, Bazel BUILD, Makefile, *.mk) that names its stem and lists "
         "a plausible source present in the tree, or (4) a rule of a Makefile of any name (`Makefile.txt`, "
         "`*.mk`) in its directory or above whose target or `-o` output matches it (variables such as "
-        "`$(ARCH)` match any name part; pattern rules) and whose sources are present and plausible. "
+        "`$(ARCH)` match any name part; pattern rules) and whose sources are present and plausible, "
+        "or (5) a CMake `add_library`/`add_executable` target of its organization whose sources are "
+        "present and plausible: a static library wherever it lies when its members are the objects "
+        "of the target's sources (`loadgen.cc.o`; sources under CMake's binary directory are written "
+        "by the build), a shared library or executable of the target's name under the "
+        "CMakeLists.txt's directory. "
         "A container (zip, wheel, tar, gzip/bzip2/xz/zstd, `.deb`) is a binary only through a "
         "compiled member, named in the message; one that cannot be opened is judged as a whole. "
         "*Plausible* means at least "
@@ -401,7 +408,11 @@ UNSHIPPED = CheckSpec(
         "climbs out of the tree (`../../../../private/attn.cu`, `/opt/acme/attn2.cu`). Calls through "
         "a name bound only to extension classes (`extension = CUDAExtension`) count. The extension "
         "would build a kernel whose source is not shipped. Sources computed in ways the static reader "
-        "does not follow are not reported, nor are setup.py files in a Bazel `external/` download.",
+        "does not follow are not reported, nor are setup.py files in a Bazel `external/` download. "
+        "A listed source the setup.py writes before it builds is generated, not missing: it hands the "
+        "path to `open` for writing, or to a function of a module beside it in the tree that opens "
+        "that parameter for writing (LoadGen's `version_generator.py` writing "
+        "`generated/version_generated.cc`).",
     hint="Commit the sources the build script compiles (or remove the extension).",
     passing="CUDAExtension('fast._C', glob.glob('csrc/*.cu')) and csrc/gather.cu committed",
     failing="CUDAExtension('fast._C', glob.glob('csrc/*.cu')) and no csrc/ directory",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -64,15 +65,14 @@ def reference_markers(data: bytes, markers: MarkerSet, c_source: bool = False) -
     return found
 
 
+_B64_RUN = re.compile(rb"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{64,}")
+
+
 def reference_base64(data: bytes) -> bool:
-    """Each needle searched over all the data, as before the base64-run prefilter."""
-    for needle, _ in recognisers.B64_NEEDLES:
-        offset = data.find(needle)
-        while offset >= 0:
-            if decodes_to_magic(data, offset):
-                return True
-            offset = data.find(needle, offset + 1)
-    return False
+    """Every maximal run of 64 or more base64 characters found by a regex over all the data, as
+    before the every-fourth-byte prefilter; a run hides a binary when it decodes to a magic at its
+    start (from any of its first four characters)."""
+    return any(decodes_to_magic(data, run.start()) for run in _B64_RUN.finditer(data))
 
 
 # --------------------------------------------------------------------------- generated data
@@ -105,7 +105,7 @@ def _blob(payload: bytes, shift: int) -> bytes:
 ELF = fake_binary("elf-so")[:60]
 b64_pieces = st.one_of(
     st.binary(max_size=40),
-    st.sampled_from([n for n, _ in recognisers.B64_NEEDLES]),
+    st.sampled_from([b"f0VMRg", b"UEsDBA", b"H4sI", b"iVBORw0KGgo"]),
     st.sampled_from([b"A" * 70, b"/" * 64, b"+" * 63, b" ", b"\n", b"="]),
     st.builds(lambda blob, length: blob[:length],  # runs just short of, at and past 64 characters
               st.builds(_blob, st.sampled_from([ELF, b"PK\x03\x04" + bytes(60), b"\x1f\x8b\x08" + bytes(60)]),
@@ -134,13 +134,21 @@ def test_base64_runs_find_what_needle_search_finds(data: bytes) -> None:
 
 def test_base64_prefilter_sees_a_blob_in_a_run_of_any_length() -> None:
     blob = base64.b64encode(fake_binary("elf-so"))
-    for before in (b"", b"x", b"A" * 100, b"log line: "):
+    for before in (b"", b"x", b"xyz", b"A" * 100 + b" ", b"log line: "):
         assert embedded_binary(before + blob + b"\n", at_start=False) == "embedded-base64"
     assert embedded_binary(b"hash: " + b"9f86d081" * 8 + b"\n", at_start=False) is None
     for length, hidden in ((63, False), (64, True)):  # the shortest run that can hide a blob
         data = b" " + blob[:length] + b" "
         assert reference_base64(data) is hidden
         assert (embedded_binary(data, at_start=False) == "embedded-base64") is hidden
+
+
+@pytest.mark.parametrize("magic", [b"\x7fELF", b"PK\x03\x04", b"\x1f\x8b\x08"])
+@pytest.mark.parametrize("shift", [1, 2, 3, 4, 37])
+def test_a_magic_inside_an_image_is_not_a_binary(magic: bytes, shift: int) -> None:
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(256))[:shift] + magic + bytes(range(256))
+    assert embedded_binary(b'"image/png": "' + base64.b64encode(png) + b'"', at_start=False) is None
+    assert embedded_binary(b'"data": "' + base64.b64encode(magic + png) + b'"', at_start=False) == "embedded-base64"
 
 
 def test_crlf_line_continuation_splitting_global_is_cuda() -> None:

@@ -80,7 +80,19 @@ NVCC_VARIANTS: dict[str, list[str]] = {
                              "-DTABLE_FORMAT=5 -DPOOLING=1 -DOUT_DTYPE=1 -DMIN_BLOCKS=3",
                              "-DTABLE_FORMAT=6 -DPSW=1 -DOUT_DTYPE=2 -DMIN_BLOCKS=3",
                              "-DTABLE_FORMAT=2 -DPIPELINE=1 -DROWS_IN_FLIGHT=2 -DMIN_BLOCKS=3",
-                             "-DTABLE_FORMAT=3 -DPIPELINE=1 -DROWS_IN_FLIGHT=2 -DMIN_BLOCKS=2"],
+                             "-DTABLE_FORMAT=3 -DPIPELINE=1 -DROWS_IN_FLIGHT=2 -DMIN_BLOCKS=2",
+                             # the 4-byte-word layouts quantized_suite --compare times (LANE_BYTES=4)
+                             "-DTABLE_FORMAT=2 -DLANE_BYTES=4 -DROWS_IN_FLIGHT=8 -DMIN_BLOCKS=5",
+                             "-DTABLE_FORMAT=2 -DLANE_BYTES=4 -DROWS_IN_FLIGHT=4 -DMIN_BLOCKS=6 -DINDEX64=0 "
+                             "-DOUT_DTYPE=1",
+                             "-DTABLE_FORMAT=3 -DLANE_BYTES=4 -DROWS_IN_FLIGHT=4 -DMIN_BLOCKS=5 -DPSW=1 -DOUT_DTYPE=2",
+                             "-DTABLE_FORMAT=3 -DLANE_BYTES=4 -DROWS_IN_FLIGHT=8 -DMIN_BLOCKS=4 -DINDEX64=0 "
+                             "-DOUT_DTYPE=1",
+                             "-DTABLE_FORMAT=3 -DLANE_BYTES=4 -DROWS_IN_FLIGHT=4 -DPIPELINE=1 -DMIN_BLOCKS=4 "
+                             "-DPOOLING=2",
+                             "-DTABLE_FORMAT=4 -DLANE_BYTES=4 -DROWS_IN_FLIGHT=4 -DMIN_BLOCKS=6 -DPOOLING=2",
+                             "-DTABLE_FORMAT=5 -DLANE_BYTES=4 -DROWS_IN_FLIGHT=8 -DMIN_BLOCKS=5 -DPOOLING=1",
+                             "-DTABLE_FORMAT=6 -DLANE_BYTES=4 -DROWS_IN_FLIGHT=4 -DMIN_BLOCKS=6 -DOUT_DTYPE=2 -DPSW=1"],
     "index_check.cu": ["", "-DINDEX_T=int", "-DCLEAN_T=int", "-DINDEX_T=int -DCLEAN_T=int -DTABLE_CAP=64",
                        "-DCLEAN_T=int -DTABLE_CAP=4096", "-DTABLE_CAP=-1"],
     "lookup_prepare.cu": ["", "-DINDEX_T=int -DMEAN=1", "-DKEY_T=i64 -DMEAN=1"],

@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 from reference_kernels import quantized as q  # noqa: E402
+from tests.kernels.test_cpu_kernels import needs_nvrtc  # noqa: E402
 
 
 @pytest.fixture
@@ -198,3 +199,59 @@ def test_module_cpu_path_and_arguments(gen: torch.Generator) -> None:
     assert geometry("int4", 128, 100.0, 2, bags=10**6, known_length=True).tpb == 6
     assert geometry("int8", 128, 3.0, 2, bags=10**6, known_length=True).tpb == 1
     assert geometry("fp32", 136, 1.0, 4).tw == 32  # 34 chunks: two tiles of a 32-lane team
+
+
+def test_word_layout_geometry() -> None:
+    """LANE_BYTES 4: a lane holds a 4-byte word of the codes, so a team is as wide as the codes'
+    words (the qparams are read apart); wider rows walk in tiles of 32 words."""
+    from reference_kernels.quantized_tbe import geometry
+
+    int8 = geometry("int8", 128, 30.0, 8, unit=4)  # 128 bytes of codes: a warp a row, a bag a warp
+    assert (int8.chunks, int8.tw, int8.tpb, int8.bpw, int8.lane_bytes) == (32, 32, 1, 1, 4)
+    int4 = geometry("int4", 128, 1.0, 4, bags=10**6, unit=4)  # 64 bytes: half a warp a row, two bags a warp
+    assert (int4.chunks, int4.tw, int4.tpb, int4.bpw) == (16, 16, 1, 2)
+    # a 100-row bag of int4 rows, 4 in flight: both halves of the warp take it
+    assert geometry("int4", 128, 100.0, 4, bags=10**6, known_length=True, unit=4).tpb == 2
+    assert geometry("int8", 264, 1.0, 8, unit=4).chunks == 66  # three tiles
+    assert geometry("int4", 4, 1.0, 8, unit=4).chunks == 1  # 2 bytes of codes: one word, half of it padding
+    assert geometry("fp8_tablewise", 20, 1.0, 8, unit=4).tw == 5
+
+
+def test_launch_uses_the_word_layout_only_for_byte_coded_formats(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reference_kernels import quantized_tbe
+
+    monkeypatch.setattr(quantized_tbe, "LAUNCH_SHAPE", dict.fromkeys(q.FORMATS, (8, 5, 0, 4)))
+    assert {f: quantized_tbe.lane_bytes(f) for f in q.FORMATS} == {
+        "fp32": 16, "fp16": 16, "int8": 4, "int4": 4, "fp8_rowwise": 4, "fp8_tablewise": 4, "int8_tablewise": 4}
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("layout", ["word4 r8", "word4 r4", "word4 r4p", "word4 r16"])
+def test_nvrtc_compiles_the_layouts_the_benchmark_compares(layout: str) -> None:
+    """Every byte-coded format under each launch layout quantized_suite --compare times (the
+    4-byte-word kernel), with per-sample weights, mean pooling and int8 output."""
+    from benchmarks.quantized_suite import LAYOUTS
+    from reference_kernels import nvrtc
+
+    for fmt, (rows, min_blocks, pipeline, lane) in LAYOUTS[layout].items():
+        defines = {"TABLE_FORMAT": q.FORMAT_CODE[fmt], "POOLING": 1, "OUT_DTYPE": 2, "PSW": 1, "INDEX64": 0,
+                   "ROWS_IN_FLIGHT": rows, "MIN_BLOCKS": min_blocks, "PIPELINE": pipeline, "LANE_BYTES": lane}
+        assert nvrtc.compile_cubin("quantized_forward.cu", nvrtc.compile_options("sm_90", defines))[:4] == b"\x7fELF"
+
+
+def test_compare_table_and_summary_per_layout() -> None:
+    """quantized_suite --compare: one column a layout with its ratio to FBGEMM, and a geomean per
+    format and layout (the first layout's times are the result's own)."""
+    from benchmarks.quantized_suite import Result, layouts_table, summary
+
+    a = Result("case a", "int8", 8192, 0.0, 50.0, 100.0, 10**6, vs_fbgemm=2.0,
+               layouts_us={"chunk16": 50.0, "word4 r8": 25.0}, layouts_diff={"chunk16": 0.0, "word4 r8": 1e-7})
+    b = Result("case b", "int8", 512, 0.0, 40.0, 40.0, 10**6, vs_fbgemm=1.0,
+               layouts_us={"chunk16": 40.0, "word4 r8": 50.0}, layouts_diff={"chunk16": 0.0, "word4 r8": 0.0})
+    lines = layouts_table([a, b]).splitlines()
+    assert lines[0] == "| case | FBGEMM µs | chunk16 µs (x) | word4 r8 µs (x) | diff vs first |"
+    assert lines[2] == "| case a | 100.0 | 50.0 (2.00) | 25.0 (4.00) | 1.0e-07 |"
+    got = summary([a, b])
+    assert got["int8 word4 r8"] == {"geomean_vs_fbgemm": pytest.approx(3.2 ** 0.5), "min_vs_fbgemm": 0.8,
+                                    "cases": 2, "below_1.2": 1}
+    assert got["int8"] == got["int8 chunk16"]

@@ -138,15 +138,18 @@ def test_cpu_module_is_the_reference(gen: torch.Generator) -> None:
     assert torch.equal(cpu, ref)
 
 
-SHAPES = [(4, 3, 0), (2, 3, 1), (4, 2, 1), (8, 2, 0), (2, 2, 0)]
+# (rows in flight, blocks per SM, pipelined, lane bytes): 16-byte chunks, then the 4-byte-word layouts
+WORD_SHAPES = [(8, 5, 0, 4), (4, 6, 0, 4), (4, 5, 0, 4), (8, 4, 0, 4), (4, 4, 1, 4), (16, 3, 0, 4)]
+SHAPES = [(4, 3, 0, 16), (2, 3, 1, 16), (4, 2, 1, 16), (8, 2, 0, 16), (2, 2, 0, 16), *WORD_SHAPES]
 
 
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("pooling", ["sum", "none"])
-def test_launch_shapes(shape: tuple[int, int, int], pooling: str, gen: torch.Generator,
+def test_launch_shapes(shape: tuple[int, int, int, int], pooling: str, gen: torch.Generator,
                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Every launch shape the benchmark's sweep may pick (rows in flight, register cap, pipelined
-    loads), both geometry policies, with and without the pooling-factor hint, short and long bags."""
+    loads, lane bytes; fp16 keeps its 16-byte chunks), both geometry policies, with and without the
+    pooling-factor hint, short and long bags."""
     fmts = ["int8", "int4", "fp8_rowwise", "fp16", "int8_tablewise"]
     monkeypatch.setattr(quantized_tbe, "LAUNCH_SHAPE", {**quantized_tbe.LAUNCH_SHAPE, **dict.fromkeys(fmts, shape)})
     dims = [64] * 5 if pooling == "none" else [128, 64, 20, 136, 32]
@@ -159,3 +162,26 @@ def test_launch_shapes(shape: tuple[int, int, int], pooling: str, gen: torch.Gen
             for hint in (None, [max_len / 2] * len(fmts)):  # pooling_factors: long bags over several teams
                 check(QuantizedTableBatchedEmbeddingBag(tables, pooling, torch.float32, pooling_factors=hint),
                       tables, b)
+
+
+@pytest.mark.parametrize("shape", WORD_SHAPES)
+@pytest.mark.parametrize("pooling", ["sum", "mean", "none"])
+def test_word_layout(shape: tuple[int, int, int, int], pooling: str, gen: torch.Generator,
+                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 4-byte-word kernel on every byte-coded format: rows of 66 and 125 words (tiles of 32),
+    a word half padding (int4 d4, d12), narrow teams (5 words), int32 and int64 indices, weights,
+    float32 / float16 output, then int8 output."""
+    fmts = ["int8", "int4", "fp8_rowwise", "fp8_tablewise", "int8_tablewise", "int4", "int8"]
+    monkeypatch.setattr(quantized_tbe, "LAUNCH_SHAPE", {**quantized_tbe.LAUNCH_SHAPE,
+                                                        **dict.fromkeys(quantized_tbe.WORD_FORMATS, shape)})
+    dims = [64] * len(fmts) if pooling == "none" else [264, 1000, 20, 128, 36, 12, 4]
+    sizes = [300, 200, 4000, 900, 1000, 10, 3000]
+    tables = random_tables(fmts, dims, sizes, gen)
+    for max_len, index_dtype, out_dtype in ((1, torch.int32, torch.float32), (9, torch.int64, torch.float16),
+                                            (45, torch.int32, torch.float32), (45, torch.int32, torch.float16)):
+        b = Batch(sizes, 37, max_len, gen, index_dtype, weighted=max_len == 9)
+        check(QuantizedTableBatchedEmbeddingBag(tables, pooling, out_dtype), tables, b)
+    if pooling != "none":
+        b = Batch(sizes, 37, 20, gen, weighted=True)
+        check(QuantizedTableBatchedEmbeddingBag(tables, pooling, torch.int8, output_inverse_scales=[4.0] * len(fmts)),
+              tables, b)

@@ -1,0 +1,3 @@
+// Public interface of the acme binding.
+#pragma once
+#include "detail/pool.h"
