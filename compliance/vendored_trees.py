@@ -206,9 +206,11 @@ class Fork:
     repository: str
     """Upstream repository."""
     native_files: int
-    """Native files inside (all still checked one by one)."""
+    """Native files inside (each checked one by one)."""
     location: Location
     """Where it sits in the layout."""
+    proven: int = 0
+    """Native files inside whose content is a version of an upstream file (the blob catalogue)."""
 
 
 @dataclass(frozen=True)
@@ -612,10 +614,13 @@ def recognise(facts: TreeFacts, protected: Callable[[str], bool], locate: Callab
     accepted = _accepted(candidates, matches, declared)
     provable = {d: e for d, e in matches.items() if d in accepted}
     counts, judged = _count(facts, set(accepted), provable, {d: e for d, e in declared.items() if d in accepted})
-    versions = _identified(facts, judged, provable)
-    modified = {rel: _modified(rel, tree, provable[tree], versions.get(tree)) for rel, tree in judged.modified.items()}
+    fork_proven = _judge_forks(facts, fork_dirs, judged)
+    versions = _identified(facts, judged, {**fork_dirs, **provable})
+    modified = {rel: _modified(rel, tree, provable.get(tree) or fork_dirs[tree], versions.get(tree))
+                for rel, tree in judged.modified.items()}
     fork_native = Counter(a for rel in facts.native for a in (*_ancestors(rel), "") if a in fork_dirs)
-    forks = [Fork(d, e.id, e.name, e.repository, fork_native[d], locate(d)) for d, e in sorted(fork_dirs.items())]
+    forks = [Fork(d, e.id, e.name, e.repository, fork_native[d], locate(d), fork_proven[d])
+             for d, e in sorted(fork_dirs.items())]
     trees = []
     for directory, parent in accepted.items():
         entry = matches.get(directory)
@@ -630,6 +635,31 @@ def recognise(facts: TreeFacts, protected: Callable[[str], bool], locate: Callab
             blobs.versions[release] if blobs is not None and release is not None else None))
     return Recognition(tuple(trees), tuple(forks), judged.owner, frozenset(judged.unproven), judged.not_upstream,
                        frozenset(judged.proven), modified, frozenset(judged.awaiting))
+
+
+def _judge_forks(facts: TreeFacts, forks: dict[str, CatalogueEntry], judged: _Judged) -> Counter[str]:
+    """Judge by content the native files of forks that no copy inside them owns (a fork is an
+    implementation root, so it is never grouped away): a version of an upstream file is proven,
+    other content at a path upstream had is a modified upstream file, a path upstream never had
+    is the submitter's. Returns the proven files per fork."""
+    proven: Counter[str] = Counter()
+    if facts.digest_of is None:
+        return proven
+    for rel in facts.native:
+        fork = next((d for d in _ancestors(rel) if d in forks), None) if rel not in judged.owner else None
+        if fork is None:
+            continue
+        tree, verdict = _judge(rel, [fork], forks, {}, facts.digest_of)
+        if tree is None:
+            continue
+        if verdict == "proven":
+            judged.proven[rel] = tree
+            proven[tree] += 1
+        elif verdict == "modified":
+            judged.modified[rel] = tree
+        elif verdict == "not-upstream" and blobs_of(forks[tree]) is not None:
+            judged.not_upstream[rel] = tree
+    return proven
 
 
 def _identified(facts: TreeFacts, judged: _Judged, provable: dict[str, CatalogueEntry]) -> dict[str, int]:

@@ -11,9 +11,12 @@ reachable from them and from the default branch (pull-request refs and other bra
 out: anyone can push a kernel to a pull request). A repository without a mirror keeps the blobs
 and record it has in the shipped files.
 
-Which blobs: every version of every file with a CUDA/PTX extension, and every version of any
-other file (C/C++ included) whose content has a kernel anchor (``ANCHORS``: what the checker's kernel scan looks
-for, spelled broadly). Ids are computed after CRLF->LF, the way the walk hashes native files.
+Which blobs: every version of every file with a CUDA/PTX extension or at a signature path of the
+project (``vendored.yaml``: evidence that a directory is a copy), and every version of any
+other file (C/C++ included) in which the checker's own kernel scan finds something (read as a file
+at one of the blob's paths is read; ``ANCHORS`` and the run-time compilers' expressions filter
+first). A file only a setup.py names, with nothing the scan reports, is not catalogued. Ids are
+computed after CRLF->LF, the way the walk hashes native files.
 A blob the mirror lacks (``git rev-list --missing=print``: a partial clone leaves out large
 blobs) is still catalogued: its id and paths come from the trees that name it, and since its
 content cannot be read it is kept whatever its kind, under its raw id (a CRLF variant of it is
@@ -44,6 +47,8 @@ from compliance.blob_catalogue import (
     shipped_path,
 )
 from compliance.blobs import normalized_blob_hash
+from compliance.inventory import C_SOURCE_EXTENSIONS
+from compliance.recognisers import MARKERS, scan_markers
 from compliance.vendored_trees import load_catalogue
 
 CATALOGUED_EXTENSIONS = frozenset({".cu", ".cuh", ".ptx"})
@@ -53,6 +58,9 @@ ANCHORS = re.compile(rb"__glo|__location__|__annotate__|__device__|__attribute__
                      rb"PYBIND11|TORCH_LIBRARY|extension\.h|\.entry|asm|SourceModule|cuda\.jit|Extension\(")
 """Content that makes any other file (C/C++ included) catalogued: a superset of what the kernel scan
 reports, spelled broadly (a C++ file without any of these holds no kernel the scan could report)."""
+RUNTIME_COMPILERS = tuple(m for m in MARKERS if m.name in ("tvm", "mxnet-rtc"))
+"""Run-time compile families whose literals (``tvm``, ``rtc``) are too common to be anchors (every
+TVM file says ``tvm``): their own expressions (or alias imports) are the anchor."""
 MAX_READ_BYTES = 8 * 1024 * 1024
 """Larger blobs are catalogued by extension alone (their content is not read)."""
 COVERED_NAME = "covered.json"
@@ -161,9 +169,26 @@ def _contents(git_dir: Path, shas: Sequence[str]) -> Iterator[tuple[str, bytes |
     proc.wait()
 
 
+def _kernel_capable(data: bytes, paths: Iterable[str]) -> bool:
+    """The checker's kernel scan reports something in the blob, read as a file at one of ``paths``
+    is read (C, C++ and CUDA as the compiler reads them); ``ANCHORS`` first, a cheap superset."""
+    if ANCHORS.search(data) is None and not any(
+            found is not None and found.search(data) for m in RUNTIME_COMPILERS for found in (m.pattern, m.alias)):
+        return False
+    return bool(scan_markers(data, any(_extension(p) in C_SOURCE_EXTENSIONS for p in paths)))
+
+
+def _signature_paths(repository: str) -> frozenset[str]:
+    """The signature files of the repository's catalogue entries: catalogued whatever they hold, as
+    evidence that a directory holding them is a copy."""
+    return frozenset(s for e in load_catalogue() if e.repository == repository for s in e.signature
+                     if not s.endswith("/"))
+
+
 def build_project(repository: str, git_dir: Path) -> tuple[ProjectBlobs, dict[str, object]]:
     """The catalogue of one repository and the record of what it covered."""
     releases = _releases(git_dir)
+    signature = _signature_paths(repository)
     head_ref, head = _default_head(git_dir)
     revs = [head, *sorted({c for _, c in releases})]
     paths_of: dict[str, set[str]] = {}
@@ -181,7 +206,7 @@ def build_project(repository: str, git_dir: Path) -> tuple[ProjectBlobs, dict[st
     missing: list[str] = []
     for sha, data, size in _contents(git_dir, sorted(paths_of)):
         paths = paths_of[sha]
-        by_extension = any(_extension(p) in CATALOGUED_EXTENSIONS for p in paths)
+        by_extension = any(_extension(p) in CATALOGUED_EXTENSIONS or p in signature for p in paths)
         if size is None:
             missing.append(sha)
             key = sha
@@ -190,7 +215,7 @@ def build_project(repository: str, git_dir: Path) -> tuple[ProjectBlobs, dict[st
                 continue
             key = sha
         else:
-            if not by_extension and not ANCHORS.search(data):
+            if not by_extension and not _kernel_capable(data, paths):
                 continue
             key = normalized_blob_hash(data)
         entry = blobs.setdefault(bytes.fromhex(key[:2 * ID_BYTES]), _Blob())

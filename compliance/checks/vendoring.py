@@ -17,10 +17,12 @@ if TYPE_CHECKING:
 def _forks(ctx: CheckContext) -> Iterator[Finding | None]:
     for fork in ctx.inventory.forks:
         where = fork.path or "."
+        proven = f", {fork.proven} of them versions of upstream files" if fork.proven else ""
         yield ctx.finding(FORK.id, where, f"{where} is a fork of {fork.project_name} ({fork.repository}); "
-                          f"its {fork.native_files} native file(s) are checked one by one",
+                          f"its {fork.native_files} native file(s) are checked one by one{proven}",
                           details={"project": fork.project, "repository": fork.repository,
-                                   "native_files": fork.native_files}, location=fork.location)
+                                   "native_files": fork.native_files, "proven": fork.proven},
+                          location=fork.location)
 
 
 def run(ctx: CheckContext) -> Iterator[Finding | None]:

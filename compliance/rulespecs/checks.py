@@ -351,7 +351,10 @@ FORK = CheckSpec(
         "project that submissions copy (compliance/catalogue/vendored.yaml: HugeCTR, "
         "maskrcnn-benchmark, ...). The implementation is then a fork of that project: it is named "
         "here so a reviewer knows where the code came from, and its native files are still checked "
-        "one by one (a root is never grouped away as a vendored tree).",
+        "one by one (a root is never grouped away as a vendored tree): a file whose content is a "
+        "version of an upstream file (the blob catalogue) is proven upstream code, one at a path "
+        "upstream had with content no upstream version had is named as a modified upstream file, "
+        "and one at a path upstream never had is the submitter's.",
     hint="Declare the implementation's custom kernels in its kernel_manifest.yaml; "
          "`compliance vendored identify DIR` names the upstream commit the fork started from.",
     passing="Acme/benchmarks/dlrm/implementations/hugectr/ holding only Acme's own code",

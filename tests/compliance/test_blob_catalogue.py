@@ -20,9 +20,13 @@ from compliance.catalogue.build import COVERED_NAME, build, build_project, catal
 KERNEL_V1 = b"__global__ void scale(float* x) { x[0] *= 2.0f; }\n"
 KERNEL_V2 = b"__global__ void scale(float* x) { x[0] *= 3.0f; }\n"
 KERNEL_DEV = b"__global__ void scale(float* x) { x[0] *= 4.0f; }\n"
-HEADER_CRLF = b"#pragma once\r\n__device__ int helper();\r\n"
+HEADER_CRLF = b"#pragma once\r\n__global__ void helper(float* x);\r\n"
+DEVICE_ONLY_H = b"#pragma once\n__device__ int lane();\n"
 PLAIN_PY = b"print('no kernel here')\n"
 TRITON_PY = b"import triton\n@triton.jit\ndef k(x):\n    pass\n"
+TVM_PY = b"import tvm\nf = tvm.build(schedule, [A, B], target='cuda')\n"
+TVM_CC = b"namespace tvm {\nint answer() { return 42; }\n}  // namespace tvm\n"
+MXNET_RTC_PY = b"import mxnet as mx\nmodule = mx.rtc.CudaModule(source)\n"
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -50,7 +54,9 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _commit(repo, {"src/scale.cu": KERNEL_V1, "src/helper.h": HEADER_CRLF, "tools/plain.py": PLAIN_PY},
             "one", "2020-01-01T00:00:00")
     _git(repo, "tag", "v1.0")
-    _commit(repo, {"src/scale.cu": KERNEL_V2, "tools/fast.py": TRITON_PY}, "two", "2020-02-01T00:00:00")
+    _commit(repo, {"src/scale.cu": KERNEL_V2, "tools/fast.py": TRITON_PY, "tools/tvm_build.py": TVM_PY,
+                   "src/answer.cc": TVM_CC, "src/lane.h": DEVICE_ONLY_H, "tools/rtc.py": MXNET_RTC_PY},
+            "two", "2020-02-01T00:00:00")
     _git(repo, "tag", "-a", "v2.0", "-m", "release 2")
     (repo / "include").mkdir()
     _git(repo, "mv", "src/helper.h", "include/helper.h")
@@ -64,8 +70,10 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_every_version_of_every_catalogued_file_with_its_paths_and_releases(history: Path) -> None:
     project, record = build_project("https://example.invalid/acme/project", history)
     assert project.versions == ("v1.0", "v2.0")
-    for data in (KERNEL_V1, KERNEL_V2, KERNEL_DEV, TRITON_PY):
+    for data in (KERNEL_V1, KERNEL_V2, KERNEL_DEV, TRITON_PY, TVM_PY, MXNET_RTC_PY):  # run-time compilers too
         assert project.knows(normalized_blob_hash(data))
+    assert not project.knows(blob_hash(TVM_CC))  # TVM's name alone is no kernel
+    assert not project.knows(blob_hash(DEVICE_ONLY_H))  # the scan reports no kernel there
     assert project.knows(blob_hash(HEADER_CRLF.replace(b"\r\n", b"\n")))  # kept after CRLF->LF
     assert not project.knows(blob_hash(PLAIN_PY))  # no kernel anchor, no C/C++/CUDA extension
     assert not project.knows(blob_hash(b"__global__ void planted() {}\n"))  # another branch

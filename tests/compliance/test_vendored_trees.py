@@ -100,6 +100,25 @@ def test_an_implementation_that_is_a_fork_is_named_and_its_kernels_listed(entry_
     assert [f.path for f in report.findings if f.rule_id == "implementation-fork"] == [IMPL]
 
 
+def test_a_forks_files_are_judged_by_content(tmp_path: Path, upstream_blobs: UpstreamBlobs) -> None:
+    """Issue 55: an implementation that is a copy of MXNet (Fujitsu's in Training v0.7) is named as a
+    fork; its files that are upstream blobs are proven, a changed one is named as a modified upstream
+    file, one at a path upstream never had is the submitter's."""
+    upstream = {"src/operator/nn/softmax.cu": UPSTREAM_KERNEL,
+                "src/operator/nn/pool.cu": UPSTREAM_KERNEL.replace("k(", "p(")}
+    upstream_blobs.add("mxnet", upstream)
+    files: dict[str, str | bytes] = {**signature_files("mxnet", IMPL, upstream_blobs),
+                                     **{f"{IMPL}/{path}": text for path, text in upstream.items()},
+                                     f"{IMPL}/src/operator/nn/norm_convolution.cu": KERNEL.replace("k(", "n(")}
+    files[f"{IMPL}/src/operator/nn/pool.cu"] = UPSTREAM_KERNEL.replace("k(", "q(")
+    report = run_check(round_tree(tmp_path, files))
+    assert [(f.project, f.path, f.proven) for f in report.inventory.forks] == [("mxnet", IMPL, 1)]
+    undeclared = {f.path: f.message for f in report.findings if f.rule_id == "undeclared-kernel"}
+    assert set(undeclared) == {f"{IMPL}/src/operator/nn/pool.cu", f"{IMPL}/src/operator/nn/norm_convolution.cu"}
+    assert "modified copy of MXNet's src/operator/nn/pool.cu" in undeclared[f"{IMPL}/src/operator/nn/pool.cu"]
+    assert "upstream never had this path" in undeclared[f"{IMPL}/src/operator/nn/norm_convolution.cu"]
+
+
 def test_licence_at_organization_and_implementation_root_hides_nothing(tmp_path: Path) -> None:
     files: dict[str, str | bytes] = {"Acme/LICENSE": "Apache-2.0\n", f"{IMPL}/LICENSE.md": "BSD\n"}
     files.update({f"{IMPL}/csrc/k{i}.cu": KERNEL for i in range(60)})
