@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-LIMIT_BYTES = 5_000_000  # issue 52's bound on `git ls-files | xargs du -cb`
-# Data the package ships by design, each under a cap of its own and outside LIMIT_BYTES: the blob
-# catalogue (issue 55, incompressible git blob ids) landed after issue 52 set the bound; with it the
-# tree was 5.45 MB. Listed by name so that nothing else can grow into the room it takes.
-SHIPPED_DATA = {"compliance/catalogue/blobs.bin": 1_100_000}
+LIMIT_BYTES = 5_000_000  # issue 52's bound on `git ls-files | xargs du -cb`: every tracked file counts
+# Data the package ships by design has a cap of its own as well (inside the bound, not beside it): the
+# blob catalogue (issue 55, incompressible git blob ids) may grow with the rounds it knows, this far.
+SHIPPED_DATA = {"compliance/catalogue/blobs.bin": 650_000}
 RESULTS = "benchmarks/results/"
 
 
@@ -37,8 +36,6 @@ def test_the_tracked_tree_stays_under_five_megabytes() -> None:
     sizes = {name: (REPO / name).stat().st_size for name in _tracked() if (REPO / name).is_file()}
     over = {name: sizes[name] for name, cap in SHIPPED_DATA.items() if sizes.get(name, 0) > cap}
     assert not over, f"shipped data over its cap: {over} (caps: {SHIPPED_DATA})"
-    for name in SHIPPED_DATA:
-        sizes.pop(name, None)
     total = sum(sizes.values())
     largest = sorted(sizes, key=sizes.__getitem__, reverse=True)[:5]
     assert total <= LIMIT_BYTES, (f"tracked tree {total:,} bytes > {LIMIT_BYTES:,}; largest: "

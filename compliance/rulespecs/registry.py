@@ -48,6 +48,7 @@ def specs() -> tuple[CheckSpec, ...]:
         verify.OUTPUT_INVALID, verify.NONDETERMINISTIC, verify.SKIPPED, verify.NOT_RUN, verify.GRADIENT_ROWS,
         verify.UPDATE_MISMATCH, verify.UNTOUCHED_MODIFIED, verify.ACCUMULATION_PRECISION, verify.ENTRY_NOT_RUN,
         verify.TREE_MODIFIED, verify.ARTEFACT_CHANGED, verify.NO_KERNEL_DECLARED, verify.COVERAGE_NARROW,
+        verify.UNDECLARED_MODE,
     )
     return static_stage + upstream_stage + verify_stage
 

@@ -223,3 +223,19 @@ COVERAGE_NARROW = CheckSpec(
     hint="Widen `semantics` and `semantics.domain` to at least the rule set's minimum (shown in the "
          "message), or explain in the submission why the kernel is never called outside its domain.",
     passing="domain: {dims: [128], lookups: {min: 1, max: 100}}", failing="domain: {dims: [4], lookups: 1}")
+UNDECLARED_MODE = CheckSpec(
+    id="verify-undeclared-mode", title="A mode the kernel is handed but does not declare gave a wrong result",
+    default_level="error", stage="verify",
+    doc="A kernel declares the pooling modes it computes (`semantics.modes`), and the verifier tests those. "
+        "When the kernel's declared call interface hands it the mode (`mode` among `build.arguments`, in "
+        "an expression, or a define selected by mode), nothing but the declaration keeps a caller from "
+        "asking for another one, so the verifier also calls each undeclared mode once (after the declared "
+        "cases, before the large table). The kernel must refuse it (raise, `TORCH_CHECK(mode == 0, ...)`; "
+        "an NVRTC or Triton kernel, which cannot raise, writes no output element) or compute it as the "
+        "reference does; an output that is wrong, unwritten or invalid for it is this "
+        "finding (`modes: [sum]` hiding a wrong mean). A kernel whose interface cannot express a mode has "
+        "nothing to hide: its verdict says which modes were covered.",
+    hint="Refuse the modes the kernel does not implement (raise on any other mode value), or declare and "
+         "implement them; or stop passing `mode` when the kernel computes one mode only.",
+    passing="`modes: [sum]`, arguments [..., mode], and `TORCH_CHECK(mode == 0, \"sum only\")`",
+    failing="`modes: [sum]`, arguments [..., mode], and the mode ignored: a mean call returns the sum")

@@ -22,6 +22,8 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -40,6 +42,14 @@ LONG_BAG = 1000
 """Bag length of the long-bag case."""
 DEFAULT_TABLES = (2, 5)
 """Range of the number of tables of a table-batched case when the domain does not fix it."""
+MODES = ("sum", "mean", "max")
+"""The pooling modes of torch.nn.functional.embedding_bag."""
+UNDECLARED_MODE = "undeclared-mode"
+"""Tag of a case in a mode the kernel does not declare but its call interface passes: the kernel must
+refuse it (raise) or compute it right (``compliance.verify.driver`` judges it so)."""
+_INTERFACE_KEYS = ("arguments", "defines", "grid", "block", "shared_memory", "constexprs")
+"""Keys of a ``build:`` block whose expressions reach the kernel as arguments, defines or launch shape."""
+_MODE_NAME = re.compile(r"(?<![\w.])mode(?!\w)")
 
 
 class DomainError(BuildError):
@@ -508,6 +518,37 @@ def domain_problems(sem: Semantics) -> list[str]:
     if sem.backward is not None and sem.op == "embedding_bag" and sem.modes and set(sem.modes) == {"max"}:
         problems.append("semantics.backward: only sum and mean have a declared backward")
     return problems
+
+
+def interface_passes_mode(build: Mapping[str, Any]) -> bool:
+    """The kernel's declared call interface hands it the pooling mode: ``mode`` among its arguments, in an
+    expression of its arguments, defines or launch shape, or a define selected by mode. A kernel that gets
+    the mode can be called with any mode, so the modes it does not declare are not out of its reach."""
+    pending: list[Any] = [build.get(key) for key in _INTERFACE_KEYS]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, str) and _MODE_NAME.search(value):
+            return True
+        if isinstance(value, Mapping):
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+    return False
+
+
+def undeclared_mode_cases(sem: Semantics, build: Mapping[str, Any], seed: int) -> list[Case]:
+    """One case per pooling mode a forward bag kernel does not declare but is handed by its interface
+    (``interface_passes_mode``), tagged ``UNDECLARED_MODE``; none when the interface cannot express a
+    mode (then there is nothing the declaration hides). Backward kernels are left out: the gradient of
+    max is no declared backward, and their modes are the forward's."""
+    if sem.op != "embedding_bag" or sem.backward is not None or not interface_passes_mode(build):
+        return []
+    b = _Builder(sem, seed ^ 0x6D6F6465)  # a stream of its own: the declared cases stay as they were
+    layout, wd, idt = (sem.layouts or ("fixed",))[0], sem.weight_dtypes[0], sem.index_dtypes[0]
+    for n, mode in enumerate(m for m in MODES if m not in (sem.modes or ("sum",))):
+        lengths = (3, 0, 5, 1, 2) if layout == "csr" else None  # an empty bag: mean and max of nothing are 0
+        b.add(b.bag(mode, layout, wd, idt, (33, 129)[n % 2], bags=5, lengths=lengths, tag=UNDECLARED_MODE))
+    return b.cases
 
 
 def generate_cases(sem: Semantics, seed: int, large: bool = True) -> list[Case]:

@@ -49,7 +49,12 @@ def missing(semantics: KernelSemantics, minimum: Mapping[str, Any]) -> list[str]
 
 
 def covered(cases: Sequence[Case]) -> str:
-    """What the generated cases reached: ``dims 1..256 (9 distinct), bags of 0..1000 lookups, ...``."""
+    """What the generated cases reached: ``dims 1..256 (9 distinct), bags of 0..1000 lookups, ...`` (the
+    cases in undeclared modes are named apart: they test refusal, not coverage)."""
+    from compliance.verify.cases import UNDECLARED_MODE
+
+    probed = sorted({c.mode for c in cases if UNDECLARED_MODE in c.tags})
+    cases = [c for c in cases if UNDECLARED_MODE not in c.tags]
     if not cases:
         return "nothing"
     dims = sorted({c.dim for c in cases})
@@ -61,6 +66,8 @@ def covered(cases: Sequence[Case]) -> str:
                           ("tables in", {c.weight_dtype for c in cases}), ("indices", {c.index_dtype for c in cases})):
         if values:
             parts.append(f"{label} {', '.join(sorted(values))}")
+    if probed:
+        parts.append(f"undeclared modes called: {', '.join(probed)}")
     return "; ".join(parts)
 
 

@@ -30,7 +30,14 @@ from typing import TYPE_CHECKING, Any
 
 from compliance.rulespecs import verify as rules
 from compliance.verify.build import BuildError, BuildSpec, ExtensionBuild, parse_build
-from compliance.verify.cases import Case, DomainError, generate_cases
+from compliance.verify.cases import (
+    UNDECLARED_MODE,
+    Case,
+    DomainError,
+    generate_cases,
+    interface_passes_mode,
+    undeclared_mode_cases,
+)
 from compliance.verify.kernel_process import input_path, result_path
 from compliance.verify.options import DEFAULT_BUILD_TIMEOUT_S, Progress
 from compliance.verify.run_state import RunRegistry, kernel_key
@@ -90,6 +97,10 @@ class CaseOutcome:
     """Largest absolute error."""
     seconds: float | None
     """Time for both runs."""
+    note: str = ""
+    """For a case in an undeclared mode: how the kernel answered it (``mean refused``, ``max right``)."""
+    refused: bool = False
+    """The kernel raised on a mode it does not declare: it computed nothing, so no launch is asked for."""
 
 
 @dataclass(frozen=True)
@@ -256,6 +267,8 @@ class _Judging:
     opts: VerifySettings
     label: str
     started: float
+    device_only: bool = False
+    """An NVRTC or Triton kernel: it cannot raise, so writing nothing refuses an undeclared mode."""
     judged: dict[int, CaseOutcome] = field(default_factory=dict)
 
     def judge(self, index: int) -> None:
@@ -276,6 +289,8 @@ class _Judging:
         case = self.cases[index]
         outcome = CaseOutcome(case.id, case.describe(), verdict["status"] == "pass", tuple(verdict["problems"]),
                               verdict["worst_ratio"], verdict["max_error"], verdict["seconds"])
+        if UNDECLARED_MODE in case.tags:
+            outcome = undeclared_mode_outcome(case, outcome, self.device_only)
         self.judged[index] = outcome
         _say(self.opts, _case_line(self.label, index, len(self.cases), outcome, time.monotonic() - self.started))
 
@@ -292,6 +307,39 @@ class _Judging:
     def first_missing(self) -> Case | None:
         """The first case without a verdict."""
         return next((c for i, c in enumerate(self.cases) if i not in self.judged), None)
+
+
+VALUE_RULES = (rules.MISMATCH.id, rules.UNWRITTEN.id, rules.OUTPUT_INVALID.id, rules.NONDETERMINISTIC.id)
+"""Problems that say a returned value is wrong (the others say the kernel broke a rule of conduct)."""
+
+
+def _refused(problems: tuple[dict[str, Any], ...], device_only: bool) -> bool:
+    """The kernel refused the call: it raised, or (``device_only``: an NVRTC or Triton kernel, which cannot
+    raise) it wrote no output element at all. A host function that can raise must: writing nothing would
+    leave a caller's uninitialised output as the answer."""
+    if any(p["rule"] == rules.CRASH.id for p in problems):
+        return True
+    if not device_only:
+        return False
+    unwritten = [p.get("details", {}) for p in problems if p["rule"] == rules.UNWRITTEN.id]
+    others = [p for p in problems if p["rule"] not in (rules.UNWRITTEN.id, rules.MISMATCH.id)]
+    return bool(unwritten) and not others and all(
+        d.get("elements") and d.get("unwritten") == d.get("elements") for d in unwritten)
+
+
+def undeclared_mode_outcome(case: Case, outcome: CaseOutcome, device_only: bool) -> CaseOutcome:
+    """A case in a mode the kernel does not declare but is handed (``UNDECLARED_MODE``): a refusal (it
+    raised; a device-only kernel: wrote nothing) passes; a right result passes; a wrong value is
+    verify-undeclared-mode (other problems, such as a write out of bounds, stay what they are)."""
+    if _refused(outcome.problems, device_only):
+        return replace(outcome, passed=True, problems=(), note=f"{case.mode} refused", refused=True)
+    wrong = [p for p in outcome.problems if p["rule"] in VALUE_RULES]
+    if not wrong:
+        return replace(outcome, note=f"{case.mode} right" if outcome.passed else "")
+    merged = {"rule": rules.UNDECLARED_MODE.id, "details": {**wrong[0].get("details", {}), "mode": case.mode},
+              "message": f"mode {case.mode!r} is not among the declared modes, but the kernel's interface hands "
+                         f"it the mode and it neither refused it (raised) nor computed it: {wrong[0]['message']}"}
+    return replace(outcome, problems=(merged, *(p for p in outcome.problems if p not in wrong)))
 
 
 def _prepare(ctx: CheckContext, dk: DeclaredKernel, spec: BuildSpec, cases: list[Case],
@@ -385,7 +433,8 @@ def run_kernel(ctx: CheckContext, dk: DeclaredKernel, spec: BuildSpec, cases: li
         if not isinstance(launch, _Launch):
             return KernelOutcome(dk.kernel.id, seed, (), len(cases), launch, seconds=time.monotonic() - started,
                                  tree_changes=tuple(tree.tree_changes()))
-        judging = _Judging(cases, _prepare(ctx, dk, spec, cases, exchange), exchange, opts, label, time.monotonic())
+        judging = _Judging(cases, _prepare(ctx, dk, spec, cases, exchange), exchange, opts, label, time.monotonic(),
+                           device_only=not isinstance(spec, ExtensionBuild))
         outcome = _run_process(dk, judging, launch, time_limit_s, opts, label, tmp)
         return KernelOutcome(dk.kernel.id, seed, outcome[0], len(cases), outcome[1],
                              build_seconds=launch.build_seconds, seconds=time.monotonic() - started,
@@ -447,7 +496,8 @@ def _with_evidence(outcome: CaseOutcome, index: int, records: Any, dk: DeclaredK
     """The case with verify-entry-not-run added for each run whose output no declared entry computed."""
     from compliance.verify.evidence import entry_problem
 
-    if any(p["rule"] in (rules.CRASH.id, rules.BUILD_FAILED.id, rules.BUILD_INVALID.id) for p in outcome.problems):
+    if outcome.refused or any(p["rule"] in (rules.CRASH.id, rules.BUILD_FAILED.id, rules.BUILD_INVALID.id)
+                              for p in outcome.problems):
         return outcome  # a call that raised computed nothing
     found: list[dict[str, Any]] = []
     # On a GPU the evidence is a launched kernel function: a plugin's entry is its host enqueue, and the
@@ -522,8 +572,12 @@ def _case_line(label: str, index: int, total: int, c: CaseOutcome, elapsed: floa
 
 
 def plan(dk: DeclaredKernel, seed: int, large: bool) -> list[Case]:
-    """The cases of one kernel."""
-    return generate_cases(dk.kernel.semantics, kernel_seed(seed, dk.kernel.id), large)
+    """The cases of one kernel: those of its declared semantics, then one per undeclared mode its interface
+    hands it, then the large table (a process that dies there has judged everything else)."""
+    sem, case_seed = dk.kernel.semantics, kernel_seed(seed, dk.kernel.id)
+    declared = generate_cases(sem, case_seed, large)
+    probes = undeclared_mode_cases(sem, dk.kernel.build, case_seed)
+    return [*(c for c in declared if not c.large), *probes, *(c for c in declared if c.large)]
 
 
 def selected_kernels(ctx: CheckContext, opts: VerifySettings) -> list[DeclaredKernel]:
@@ -644,6 +698,20 @@ def _compiled_with(dk: DeclaredKernel, spec: BuildSpec | None, base: dict[str, A
     return said
 
 
+def _modes_said(dk: DeclaredKernel, outcome: KernelOutcome) -> str:
+    """What the verdict says about the modes a bag kernel does not declare: how it answered each one its
+    interface hands it, or that its interface cannot express a mode."""
+    sem = dk.kernel.semantics
+    if sem.op != "embedding_bag" or sem.backward is not None:
+        return ""
+    notes = [c.note for c in outcome.cases if c.note]
+    if notes:
+        return f"; undeclared modes: {', '.join(notes)}"
+    if not interface_passes_mode(dk.kernel.build):
+        return f"; modes: the interface passes none, so only {', '.join(sem.modes or ('sum',))} can be called"
+    return ""
+
+
 def outcome_findings(ctx: CheckContext, dk: DeclaredKernel, outcome: KernelOutcome, seed: int,
                      allow_unverified: bool = False, spec: BuildSpec | None = None,
                      cases: list[Case] | None = None) -> list[Finding | None]:
@@ -688,7 +756,7 @@ def outcome_findings(ctx: CheckContext, dk: DeclaredKernel, outcome: KernelOutco
         worst = max((c.worst_ratio or 0.0 for c in outcome.cases), default=0.0)
         out.append(_finding(ctx, dk, rules.PASSED.id, f"all {outcome.planned} cases passed, twice each; "
                             f"worst error {worst:.2g} of its bound (seed {seed}); domain: {domain}; covered: "
-                            f"{base.get('covered', 'n/a')}{imported}",
+                            f"{base.get('covered', 'n/a')}{_modes_said(dk, outcome)}{imported}",
                             {**base, "worst_ratio": worst, "build_seconds": outcome.build_seconds,
                              "seconds": round(outcome.seconds, 2)}))
     return out

@@ -196,7 +196,8 @@ def _judge_run(prepared: Prepared, result: dict[str, Any] | str) -> tuple[Any, l
     cmp = judged[1]
     if cmp.unwritten:
         problems.append(problem(rules.UNWRITTEN.id, f"{cmp.unwritten} of {inputs.reference.numel()} output "
-                                "elements were never written (still the NaN poison)", positions=cmp.positions))
+                                "elements were never written (still the NaN poison)", positions=cmp.positions,
+                                unwritten=cmp.unwritten, elements=inputs.reference.numel()))
     if cmp.mismatched > cmp.unwritten:
         problems += mismatch(case, inputs, output, cmp)
     return judged, problems

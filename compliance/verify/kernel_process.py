@@ -109,6 +109,16 @@ def _save(data: dict[str, Any], path: Path) -> None:
     os.replace(partial, path)
 
 
+def _context_usable(torch: Any) -> bool:
+    """After a kernel call raised on a GPU: True when the CUDA context still works (an exception such as a
+    refused mode leaves it intact; an illegal address makes every later call fail)."""
+    try:
+        torch.cuda.synchronize()
+        return bool(torch.ones(1, device="cuda").add_(1).item() == 2)
+    except Exception:  # noqa: BLE001  (any failure means later cases cannot run)
+        return False
+
+
 def run_case(backend: Any, case: Any, exchange: Path, index: int, remembered: deque[Any]) -> bool:
     """Both runs of one case, results written; True when the process must stop (a CUDA error)."""
     import torch
@@ -145,7 +155,7 @@ def run_case(backend: Any, case: Any, exchange: Path, index: int, remembered: de
         except Exception as exc:  # noqa: BLE001  (the kernel raised; on a GPU the context may be gone)
             message = f"the kernel call raised {type(exc).__name__}: {exc}"
             _save({"error": {"kind": "raised", "message": message}}, result_path(exchange, index, run))
-            return bool(device.type == "cuda")
+            return bool(device.type == "cuda") and not _context_usable(torch)
         data: dict[str, Any] = {
             "seconds": time.perf_counter() - started, "returned": _returned(result),
             "buffers": {name: b.cpu() for name, b in buffers.items()},

@@ -179,17 +179,49 @@ def readable(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+PATHS = ("fixed", "csr", "tbe", "gather", "backward")  # the order picks_of records them in
+
+
+def pack(data: dict[str, Any]) -> dict[str, Any]:
+    """The table as stored: each distinct launch once, in columns (source, entry, defines, grid,
+    block), and per path the launch numbers of every combination in ``combinations()`` order. The
+    combination keys are left out (the order gives them) and like values sit together, so xz keeps
+    it at 2/5 of the row-per-combination layout's size."""
+    launches: dict[tuple[Any, ...], int] = {}
+    picks: dict[str, list[list[int]]] = {path: [] for path in PATHS}
+    for row in data["rows"]:
+        assert [path for path, _ in row[7:]] == list(PATHS), row[:7]
+        for path, recorded in row[7:]:
+            picks[path].append([launches.setdefault(tuple(launch), len(launches)) for launch in recorded])
+    columns = [list(column) for column in zip(*launches, strict=True)] if launches else [[]] * 5
+    return {"device": data["device"], "defines": data["defines"], "combinations": len(data["rows"]),
+            "launches": dict(zip(("source", "entry", "defines", "grid", "block"), columns, strict=True)),
+            "picks": picks}
+
+
+def unpack(packed: dict[str, Any]) -> dict[str, Any]:
+    """The table as ``table()`` builds it, from its stored form."""
+    columns = packed["launches"]
+    launches = [list(launch) for launch in zip(columns["source"], columns["entry"], columns["defines"],
+                                               columns["grid"], columns["block"], strict=True)]
+    keys = list(combinations())
+    if len(keys) != packed["combinations"]:
+        raise ValueError(f"{GOLDEN}: {packed['combinations']} combinations stored, the grid has {len(keys)}")
+    rows = [[*key, *([path, [launches[n] for n in packed["picks"][path][i]]] for path in PATHS)]
+            for i, key in enumerate(keys)]
+    return {"device": packed["device"], "defines": packed["defines"], "rows": rows}
+
+
 def load() -> dict[str, Any]:
     with lzma.open(GOLDEN, "rt", encoding="utf-8") as fh:
-        data: dict[str, Any] = json.load(fh)
-    return data
+        return unpack(json.load(fh))
 
 
 def write(data: dict[str, Any]) -> None:
     GOLDEN.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(data, separators=(",", ":")).replace('],["', '],\n["')
-    # xz, the strongest preset: half of gzip's size (the table is the tree's largest file); no
-    # time stamp in the container, so the same table gives the same bytes
+    text = json.dumps(pack(data), separators=(",", ":"))
+    # xz, the strongest preset (the table was the tree's largest file); no time stamp in the
+    # container, so the same table gives the same bytes
     with lzma.open(GOLDEN, "wb", preset=9 | lzma.PRESET_EXTREME) as fh:
         fh.write(text.encode("utf-8"))
 

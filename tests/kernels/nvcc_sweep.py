@@ -99,11 +99,21 @@ class Job:
 
 
 def manifest() -> dict[str, str]:
-    """Key -> the test whose exhaustive sweep recorded it."""
+    """Key -> the test whose exhaustive sweep recorded it (the file: a ``[test]`` line, then its keys)."""
     if not MANIFEST.exists():
         return {}
-    lines = MANIFEST.read_text().splitlines()
-    return dict(line.split(" ", 1) for line in lines if line and not line.startswith("#"))  # type: ignore[misc]
+    keys: dict[str, str] = {}
+    test = ""
+    for number, line in enumerate(MANIFEST.read_text().splitlines(), 1):
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            test = line[1:-1]
+        elif test:
+            keys[line] = test
+        else:
+            raise ValueError(f"{MANIFEST}:{number}: a key before the first [test] line")
+    return keys
 
 
 def select(test: str, jobs: list[Job]) -> list[Job]:
@@ -145,6 +155,11 @@ def record(test: str, jobs: list[Job], passed: list[Job]) -> None:
     proven = {key for key, name in manifest().items() if name == test and key in current}
     proven |= {job.key for job in passed} | {key for key in current if (cached / key).exists()}
     others = {key: name for key, name in manifest().items() if name != test}
-    lines = sorted({**others, **dict.fromkeys(proven, test)}.items(), key=lambda item: (item[1], item[0]))
-    header = [f"# nvcc sweep manifest (tests/kernels/nvcc_sweep.py): key test; swept with {nvcc_version()}"]
-    MANIFEST.write_text("\n".join(header + [f"{key} {name}" for key, name in lines]) + "\n")
+    by_test: dict[str, list[str]] = {}
+    for key, name in {**others, **dict.fromkeys(proven, test)}.items():
+        by_test.setdefault(name, []).append(key)
+    lines = [f"# nvcc sweep manifest (tests/kernels/nvcc_sweep.py): each [test] and the keys of its variants "
+             f"that passed; swept with {nvcc_version()}"]
+    for name in sorted(by_test):
+        lines += [f"[{name}]", *sorted(by_test[name])]
+    MANIFEST.write_text("\n".join(lines) + "\n")

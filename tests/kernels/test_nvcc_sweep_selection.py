@@ -78,3 +78,16 @@ def test_the_exhaustive_mode_compiles_everything_and_a_bad_mode_is_refused(
     monkeypatch.setenv("NVCC_SWEEP", "some")
     with pytest.raises(ValueError, match="NVCC_SWEEP='some'"):
         nvcc_sweep.select("t", jobs)
+
+
+def test_each_test_keeps_its_own_section_of_the_manifest(kernels: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    jobs = _jobs()
+    monkeypatch.setenv("NVCC_SWEEP_RECORD", "1")
+    nvcc_sweep.record("u", jobs[5:], jobs[5:])
+    nvcc_sweep.record("t", jobs[:5], jobs[:5])
+    assert nvcc_sweep.manifest() == {**{job.key: "t" for job in jobs[:5]}, **{job.key: "u" for job in jobs[5:]}}
+    lines = nvcc_sweep.MANIFEST.read_text().splitlines()
+    assert lines[1] == "[t]" and lines[7] == "[u]" and len(lines) == 13  # a header, then each test's keys
+    nvcc_sweep.MANIFEST.write_text("# no section\n" + jobs[0].key + "\n")
+    with pytest.raises(ValueError, match=r"sweep.keys:2: a key before the first \[test\] line"):
+        nvcc_sweep.manifest()

@@ -30,11 +30,14 @@ EXPECTED = {
     "shim-forge-same-name": {"verify-entry-not-run"},  # class 1
     "through-shim": {"verify-passed"},  # class 1, positive
     "patched-runner": {"verify-entry-not-run"},  # class 3
-    "env-marker": {"verify-mismatch"},  # class 10
+    "env-marker": {"verify-mismatch", "verify-undeclared-mode"},  # class 10: zeros in every mode it is handed
     "narrow-domain": {"verify-coverage-narrow", "verify-passed"},  # class 10: passes inside, error for coverage
+    "mode-ignored": {"verify-undeclared-mode"},  # class 10: modes [sum] hid a wrong mean (before: verify-passed)
+    "mode-refused": {"verify-passed"},  # class 10, positive: refuses mean and max
+    "mode-not-passed": {"verify-passed"},  # class 10, positive: its interface cannot express a mode
     "leaky": {"verify-crash"},  # class 11
     "helper": {"verify-passed"},  # class 2
-    "victim": {"verify-mismatch"},  # class 2
+    "victim": {"verify-mismatch", "verify-undeclared-mode"},  # class 2 (zeros in every mode)
     "stopper": {"verify-passed"},  # class 11
     "killer": {"verify-passed"},  # class 11
     "daemon": {"verify-passed"},  # class 11
@@ -101,6 +104,18 @@ def test_entry_evidence_says_what_ran(run: dict[str, Any]) -> None:
     assert "outside the kernel's declared sources" in same_name
     passed = run["kernels"]["through-shim"][0]["message"]
     assert "verified through shim verify/binding.cpp" in passed and "covered: dims" in passed
+
+
+def test_verdicts_say_how_undeclared_modes_were_answered(run: dict[str, Any]) -> None:
+    ignored = run["kernels"]["mode-ignored"][0]["message"]
+    assert "2 of" in ignored and "mode 'mean' is not among the declared modes" in ignored
+    refused = run["kernels"]["mode-refused"][0]["message"]
+    assert "undeclared modes: mean refused, max refused" in refused
+    assert "undeclared modes called: max, mean" in refused
+    through = run["kernels"]["through-shim"][0]["message"]
+    assert "undeclared modes: mean right, max refused" in through
+    not_passed = run["kernels"]["mode-not-passed"][0]["message"]
+    assert "the interface passes none, so only sum can be called" in not_passed
 
 
 def test_coverage_names_the_missing_shapes(run: dict[str, Any]) -> None:

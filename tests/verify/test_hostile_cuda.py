@@ -25,7 +25,8 @@ EXPECTED = {
     "through-shim": {"verify-passed"},
     "patched-runner": {"verify-entry-not-run"},
     "helper": {"verify-passed"},
-    "victim": {"verify-mismatch"},
+    "mode-ignored": {"verify-undeclared-mode"},  # class 10: modes [sum] hid a wrong mean
+    "victim": {"verify-mismatch", "verify-undeclared-mode"},  # zeros in every mode it is handed
 }
 
 
@@ -55,3 +56,10 @@ def test_hostile_cuda_kernel_gets_its_verdict(hostile: dict[str, list[Finding]],
 def test_patched_runner_names_torchs_kernels(hostile: dict[str, list[Finding]]) -> None:
     message = hostile["patched-runner"][0].message
     assert "none of the declared kernel functions (patched_zeros_kernel)" in message
+
+
+def test_the_honest_twin_refuses_the_modes_it_does_not_declare(hostile: dict[str, list[Finding]]) -> None:
+    """Class 10 on the GPU: mean, then max, each refused by a raise; the CUDA context survives the first
+    refusal, so the second case runs too (before the large table)."""
+    message = hostile["through-shim"][0].message
+    assert "undeclared modes: mean refused, max refused" in message, message
