@@ -638,15 +638,17 @@ def recognise(facts: TreeFacts, protected: Callable[[str], bool], locate: Callab
 
 
 def _judge_forks(facts: TreeFacts, forks: dict[str, CatalogueEntry], judged: _Judged) -> Counter[str]:
-    """Judge by content the native files of forks that no copy inside them owns (a fork is an
-    implementation root, so it is never grouped away): a version of an upstream file is proven,
-    other content at a path upstream had is a modified upstream file, a path upstream never had
-    is the submitter's. Returns the proven files per fork."""
+    """Judge by content the native files of forks (a fork is an implementation root, so it is never
+    grouped away) that no catalogued copy inside them decided: a version of an upstream file is
+    proven, other content at a path upstream had is a modified upstream file, a path upstream never
+    had is the submitter's (said only outside a tree grouped by a marker or licence, which the
+    report names instead). Returns the proven files per fork."""
     proven: Counter[str] = Counter()
     if facts.digest_of is None:
         return proven
+    decided = judged.proven.keys() | judged.modified.keys() | judged.not_upstream.keys() | judged.unproven
     for rel in facts.native:
-        fork = next((d for d in _ancestors(rel) if d in forks), None) if rel not in judged.owner else None
+        fork = next((d for d in _ancestors(rel) if d in forks), None) if rel not in decided else None
         if fork is None:
             continue
         tree, verdict = _judge(rel, [fork], forks, {}, facts.digest_of)
@@ -657,7 +659,7 @@ def _judge_forks(facts: TreeFacts, forks: dict[str, CatalogueEntry], judged: _Ju
             proven[tree] += 1
         elif verdict == "modified":
             judged.modified[rel] = tree
-        elif verdict == "not-upstream" and blobs_of(forks[tree]) is not None:
+        elif verdict == "not-upstream" and rel not in judged.owner and blobs_of(forks[tree]) is not None:
             judged.not_upstream[rel] = tree
     return proven
 

@@ -105,14 +105,15 @@ def test_a_forks_files_are_judged_by_content(tmp_path: Path, upstream_blobs: Ups
     fork; its files that are upstream blobs are proven, a changed one is named as a modified upstream
     file, one at a path upstream never had is the submitter's."""
     upstream = {"src/operator/nn/softmax.cu": UPSTREAM_KERNEL,
-                "src/operator/nn/pool.cu": UPSTREAM_KERNEL.replace("k(", "p(")}
+                "src/operator/nn/pool.cu": UPSTREAM_KERNEL.replace("k(", "p("),
+                "third_party/ctc/ctc_kernels.cu": UPSTREAM_KERNEL.replace("k(", "c(")}  # in a marker tree
     upstream_blobs.add("mxnet", upstream)
     files: dict[str, str | bytes] = {**signature_files("mxnet", IMPL, upstream_blobs),
                                      **{f"{IMPL}/{path}": text for path, text in upstream.items()},
                                      f"{IMPL}/src/operator/nn/norm_convolution.cu": KERNEL.replace("k(", "n(")}
     files[f"{IMPL}/src/operator/nn/pool.cu"] = UPSTREAM_KERNEL.replace("k(", "q(")
     report = run_check(round_tree(tmp_path, files))
-    assert [(f.project, f.path, f.proven) for f in report.inventory.forks] == [("mxnet", IMPL, 1)]
+    assert [(f.project, f.path, f.proven) for f in report.inventory.forks] == [("mxnet", IMPL, 2)]
     undeclared = {f.path: f.message for f in report.findings if f.rule_id == "undeclared-kernel"}
     assert set(undeclared) == {f"{IMPL}/src/operator/nn/pool.cu", f"{IMPL}/src/operator/nn/norm_convolution.cu"}
     assert "modified copy of MXNet's src/operator/nn/pool.cu" in undeclared[f"{IMPL}/src/operator/nn/pool.cu"]
