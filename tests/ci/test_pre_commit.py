@@ -4,9 +4,11 @@ pre-commit installs the hook's environment as a submitter's machine would: a vir
 with this repository pip-installed from a git clone (a local path, so only the package index is
 reached). One environment serves the module (``PRE_COMMIT_HOME`` per module).
 
-``pre-commit try-repo`` takes no hook arguments, and the hook needs the round (``args:
-[training/v0.7]``): try-repo shows that the hook refuses to run without one; ``pre-commit run``
-with a configuration as docs/ci.md gives it checks the clean and the failing repository.
+The hook needs the round (``args: [training/v0.7]``): a configuration without ``args`` (what
+``pre-commit try-repo`` runs, which passes none) shows that the hook refuses to run without one;
+``pre-commit run`` with a configuration as docs/ci.md gives it checks the clean and the failing
+repository. All three name the same repository and commit, so pre-commit installs the hook's
+environment once (try-repo itself would install a second one from its own shadow commit).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import REPOSITORY, ROUND, clone_checkout, git, submitter_repository
+from .helpers import ROUND, clone_checkout, git, submitter_repository
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("pre-commit") is None or shutil.which("git") is None,
@@ -44,17 +46,18 @@ def _pre_commit(repo: Path, home: Path, *args: str) -> subprocess.CompletedProce
                           timeout=900, check=False)
 
 
-def _configured(repo: Path, hook_repository: tuple[Path, str]) -> Path:
+def _configured(repo: Path, hook_repository: tuple[Path, str], args: str = f"\n        args: [{ROUND}]") -> Path:
     clone, commit = hook_repository
     (repo / ".pre-commit-config.yaml").write_text(
-        f"repos:\n  - repo: {clone}\n    rev: {commit}\n    hooks:\n      - id: {HOOK}\n        args: [{ROUND}]\n")
+        f"repos:\n  - repo: {clone}\n    rev: {commit}\n    hooks:\n      - id: {HOOK}{args}\n")
     git(repo, "add", ".pre-commit-config.yaml")
     return repo
 
 
-def test_try_repo_refuses_without_a_named_round(tmp_path: Path, pre_commit_home: Path) -> None:
-    repo = submitter_repository(tmp_path, "Acme", undeclared_kernel=False)
-    run = _pre_commit(repo, pre_commit_home, "try-repo", str(REPOSITORY), HOOK, "--all-files")
+def test_the_hook_refuses_without_a_named_round(tmp_path: Path, pre_commit_home: Path,
+                                                hook_repository: tuple[Path, str]) -> None:
+    repo = _configured(submitter_repository(tmp_path, "Acme", undeclared_kernel=False), hook_repository, args="")
+    run = _pre_commit(repo, pre_commit_home, "run", "--all-files")
     assert run.returncode == 1, run.stdout + run.stderr
     assert "Failed" in run.stdout and "Error: Option '--rules' requires an argument." in run.stdout, run.stdout
 
