@@ -444,19 +444,53 @@ def run_kernel(ctx: CheckContext, dk: DeclaredKernel, spec: BuildSpec, cases: li
 def _run_process(dk: DeclaredKernel, judging: _Judging, launch: _Launch, time_limit_s: int,
                  opts: VerifySettings, label: str, tmp: Path) -> tuple[tuple[CaseOutcome, ...],
                                                                        tuple[str, str, str] | None]:
-    """Start the kernel's process under its supervisor, follow it, kill everything it left, judge."""
-    from compliance.verify.evidence import PROBE_FD, ProbeRecords
+    """Run the kernel's cases in its process, judge them, and add the launch evidence. A process that dies
+    on a case in an undeclared mode refused that mode (it returned no value for it: a C++ exception can end
+    a process where the platform's unwinder fails): the case is a refusal and a new process runs the rest."""
+    from compliance.verify.evidence import ProbeRecords
+
+    records = ProbeRecords()
+    deadline = time.monotonic() + time_limit_s
+    start = 0
+    while True:
+        stopped, status = _one_process(dk, judging, launch, max(1, int(deadline - time.monotonic())), opts, label,
+                                       tmp, records, start)
+        missing = judging.first_missing()
+        if stopped is not None or missing is None:
+            break
+        index = judging.cases.index(missing)
+        if UNDECLARED_MODE not in missing.tags or index < start:
+            why = (f"killed by signal {status - 128}" if status and status > 128 else f"exit status {status}")
+            stopped = (rules.CRASH.id, f"the kernel's process ended ({why}) without results for case "
+                       f"{missing.describe()}", log_excerpt((tmp / "log.txt").read_text(errors="replace")))
+            break
+        why = f"signal {status - 128}" if status and status > 128 else f"exit status {status}"
+        judging.judged[index] = CaseOutcome(missing.id, missing.describe(), True, (), None, None, None,
+                                            note=f"{missing.mode} refused (the process ended: {why})",
+                                            refused=True)
+        start = index + 1
+    done = judging.outcomes()
+    done = tuple(_with_evidence(c, i, records, dk, launch) for i, c in zip(judging.judged_indices(), done,
+                                                                             strict=True))
+    return done, stopped
+
+
+def _one_process(dk: DeclaredKernel, judging: _Judging, launch: _Launch, time_limit_s: int,
+                 opts: VerifySettings, label: str, tmp: Path, records: Any,
+                 start: int) -> tuple[tuple[str, str, str] | None, int | None]:
+    """Start the kernel's process under its supervisor for the cases from ``start`` on, follow it, kill
+    everything it left: (why it stopped early, or None; its exit status)."""
+    from compliance.verify.evidence import PROBE_FD
     from compliance.verify.hygiene import Reaper, kernel_environment
 
     job_path, log_path = tmp / "job.json", tmp / "log.txt"
-    (tmp / "cache").mkdir()
+    (tmp / "cache").mkdir(exist_ok=True)
     read_fd, write_fd = os.pipe()
     probe_read, probe_write = os.pipe()
-    job = _job(dk, judging.cases, judging.exchange, launch, write_fd, tmp / "cache")
+    job = {**_job(dk, judging.cases, judging.exchange, launch, write_fd, tmp / "cache"), "start": start}
     job_path.write_text(json.dumps(job), encoding="utf-8")
     reaper = Reaper.start()
     supervisor = Path(__file__).with_name("supervisor.py")
-    records = ProbeRecords()
     os.dup2(probe_write, PROBE_FD, inheritable=True)
     started = time.monotonic()
     try:
@@ -480,16 +514,7 @@ def _run_process(dk: DeclaredKernel, judging: _Judging, launch: _Launch, time_li
         reader.drain_side()
         os.close(read_fd)
         os.close(probe_read)
-    done = judging.outcomes()
-    done = tuple(_with_evidence(c, i, records, dk, launch) for i, c in zip(judging.judged_indices(), done,
-                                                                             strict=True))
-    missing = judging.first_missing()
-    if stopped is None and missing is not None:
-        status = proc.returncode
-        why = (f"killed by signal {status - 128}" if status and status > 128 else f"exit status {status}")
-        stopped = (rules.CRASH.id, f"the kernel's process ended ({why}) without results for case "
-                   f"{missing.describe()}", log_excerpt(log_path.read_text(errors="replace")))
-    return done, stopped
+    return stopped, proc.returncode
 
 
 def _with_evidence(outcome: CaseOutcome, index: int, records: Any, dk: DeclaredKernel, launch: _Launch) -> CaseOutcome:

@@ -179,6 +179,9 @@ def _numel(shape: list[int]) -> int:
 
 def main(argv: list[str]) -> int:
     """Run one kernel's job; the exit status is 0 unless this process itself broke."""
+    import faulthandler
+
+    faulthandler.enable()  # a fatal signal prints the Python stack into the log the crash finding quotes
     job = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
     events = Events(int(job["event_fd"]))
     os.set_inheritable(events.fd, False)  # a process the kernel forks does not keep the pipe open
@@ -219,6 +222,8 @@ def _main(job: dict[str, Any], events: Events) -> int:
     remembered: deque[Any] = deque(maxlen=REMEMBERED_OUTPUTS)
     exchange = Path(job["exchange"])
     for index, raw in enumerate(job["cases"]):
+        if index < int(job.get("start", 0)):  # run by an earlier process of this kernel
+            continue
         events.emit("case-start", index=index)
         stop = run_case(backend, Case.from_json(raw), exchange, index, remembered)
         events.emit("case-done", index=index)

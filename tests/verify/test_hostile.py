@@ -34,6 +34,7 @@ EXPECTED = {
     "narrow-domain": {"verify-coverage-narrow", "verify-passed"},  # class 10: passes inside, error for coverage
     "mode-ignored": {"verify-undeclared-mode"},  # class 10: modes [sum] hid a wrong mean (before: verify-passed)
     "mode-refused": {"verify-passed"},  # class 10, positive: refuses mean and max
+    "mode-aborts": {"verify-passed"},  # class 10, positive: its process ends on mean and on max
     "mode-not-passed": {"verify-passed"},  # class 10, positive: its interface cannot express a mode
     "leaky": {"verify-crash"},  # class 11
     "helper": {"verify-passed"},  # class 2
@@ -114,6 +115,9 @@ def test_verdicts_say_how_undeclared_modes_were_answered(run: dict[str, Any]) ->
     assert "undeclared modes called: max, mean" in refused
     through = run["kernels"]["through-shim"][0]["message"]
     assert "undeclared modes: mean right, max refused" in through
+    aborts = run["kernels"]["mode-aborts"][0]["message"]
+    assert "undeclared modes: mean refused (the process ended: signal 6), max refused (the process ended: " \
+           "signal 6)" in aborts
     not_passed = run["kernels"]["mode-not-passed"][0]["message"]
     assert "the interface passes none, so only sum can be called" in not_passed
 

@@ -4,6 +4,7 @@ Launch evidence comes from CUDA's profiling interface (CUPTI) in the verifier's 
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -62,4 +63,7 @@ def test_the_honest_twin_refuses_the_modes_it_does_not_declare(hostile: dict[str
     """Class 10 on the GPU: mean, then max, each refused by a raise; the CUDA context survives the first
     refusal, so the second case runs too (before the large table)."""
     message = hostile["through-shim"][0].message
-    assert "undeclared modes: mean refused, max refused" in message, message
+    # a raise from nvcc-compiled host code ends the process on some platforms (the lent H200's torch 2.11:
+    # SIGSEGV in a plain load_inline extension too): the verifier counts that as the refusal it is
+    ended = r"( \(the process ended: signal \d+\))?"
+    assert re.search(rf"undeclared modes: mean refused{ended}, max refused", message), message
