@@ -182,11 +182,20 @@ def readable(data: dict[str, Any]) -> list[str]:
 PATHS = ("fixed", "csr", "tbe", "gather", "backward")  # the order picks_of records them in
 
 
+def _deltas(values: list[int]) -> list[int]:
+    return [b - a for a, b in zip([0, *values], values, strict=False)]
+
+
+def _sums(deltas: list[int]) -> list[int]:
+    return list(itertools.accumulate(deltas))
+
+
 def pack(data: dict[str, Any]) -> dict[str, Any]:
     """The table as stored: each distinct launch once, in columns (source, entry, defines, grid,
     block), and per path the launch numbers of every combination in ``combinations()`` order. The
-    combination keys are left out (the order gives them) and like values sit together, so xz keeps
-    it at 2/5 of the row-per-combination layout's size."""
+    combination keys are left out (the order gives them), and numbers given out in first-seen order
+    (launches, define sets) are stored as differences from the one before, which are mostly small:
+    xz keeps the table at a fifth of the row-per-combination layout's size."""
     launches: dict[tuple[Any, ...], int] = {}
     picks: dict[str, list[list[int]]] = {path: [] for path in PATHS}
     for row in data["rows"]:
@@ -194,20 +203,29 @@ def pack(data: dict[str, Any]) -> dict[str, Any]:
         for path, recorded in row[7:]:
             picks[path].append([launches.setdefault(tuple(launch), len(launches)) for launch in recorded])
     columns = [list(column) for column in zip(*launches, strict=True)] if launches else [[]] * 5
+    columns[2] = _deltas(columns[2])
+    stored: dict[str, Any] = {}
+    for path, numbers in picks.items():
+        flat = _deltas([n for row in numbers for n in row])
+        stored[path] = {"per_row": [len(row) for row in numbers], "deltas": flat}
     return {"device": data["device"], "defines": data["defines"], "combinations": len(data["rows"]),
             "launches": dict(zip(("source", "entry", "defines", "grid", "block"), columns, strict=True)),
-            "picks": picks}
+            "picks": stored}
 
 
 def unpack(packed: dict[str, Any]) -> dict[str, Any]:
     """The table as ``table()`` builds it, from its stored form."""
     columns = packed["launches"]
-    launches = [list(launch) for launch in zip(columns["source"], columns["entry"], columns["defines"],
+    launches = [list(launch) for launch in zip(columns["source"], columns["entry"], _sums(columns["defines"]),
                                                columns["grid"], columns["block"], strict=True)]
     keys = list(combinations())
     if len(keys) != packed["combinations"]:
         raise ValueError(f"{GOLDEN}: {packed['combinations']} combinations stored, the grid has {len(keys)}")
-    rows = [[*key, *([path, [launches[n] for n in packed["picks"][path][i]]] for path in PATHS)]
+    per_path: dict[str, list[list[int]]] = {}
+    for path in PATHS:
+        flat = iter(_sums(packed["picks"][path]["deltas"]))
+        per_path[path] = [[next(flat) for _ in range(count)] for count in packed["picks"][path]["per_row"]]
+    rows = [[*key, *([path, [launches[n] for n in per_path[path][i]]] for path in PATHS)]
             for i, key in enumerate(keys)]
     return {"device": packed["device"], "defines": packed["defines"], "rows": rows}
 
