@@ -453,8 +453,8 @@ def _run_process(dk: DeclaredKernel, judging: _Judging, launch: _Launch, time_li
     deadline = time.monotonic() + time_limit_s
     start = 0
     while True:
-        stopped, status = _one_process(dk, judging, launch, max(1, int(deadline - time.monotonic())), opts, label,
-                                       tmp, records, start)
+        limit = time_limit_s if start == 0 else max(1, int(deadline - time.monotonic()))  # restarts: what is left
+        stopped, status = _one_process(dk, judging, launch, limit, opts, label, tmp, records, start)
         missing = judging.first_missing()
         if stopped is not None or missing is None:
             break
