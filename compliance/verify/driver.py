@@ -460,19 +460,24 @@ def _run_process(dk: DeclaredKernel, judging: _Judging, launch: _Launch, time_li
             break
         index = judging.cases.index(missing)
         if UNDECLARED_MODE not in missing.tags or index < start:
-            why = (f"killed by signal {status - 128}" if status and status > 128 else f"exit status {status}")
+            why = _ending(status)
+            why = f"killed by {why}" if why.startswith("signal") else why
             stopped = (rules.CRASH.id, f"the kernel's process ended ({why}) without results for case "
                        f"{missing.describe()}", log_excerpt((tmp / "log.txt").read_text(errors="replace")))
             break
-        why = f"signal {status - 128}" if status and status > 128 else f"exit status {status}"
         judging.judged[index] = CaseOutcome(missing.id, missing.describe(), True, (), None, None, None,
-                                            note=f"{missing.mode} refused (the process ended: {why})",
+                                            note=f"{missing.mode} refused (the process ended: {_ending(status)})",
                                             refused=True)
         start = index + 1
     done = judging.outcomes()
     done = tuple(_with_evidence(c, i, records, dk, launch) for i, c in zip(judging.judged_indices(), done,
                                                                              strict=True))
     return done, stopped
+
+
+def _ending(status: int | None) -> str:
+    """How a kernel process ended, from its supervisor's exit status (128 + N: signal N)."""
+    return f"signal {status - 128}" if status and status > 128 else f"exit status {status}"
 
 
 def _one_process(dk: DeclaredKernel, judging: _Judging, launch: _Launch, time_limit_s: int,
